@@ -1,0 +1,3 @@
+from clustertop.cli import main
+
+raise SystemExit(main())

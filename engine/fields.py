@@ -1,0 +1,162 @@
+"""Declarative checks of TOML tables: each key's type, range and choices, with one-line errors.
+
+A spec maps key -> Field. `check_table` returns the table with defaults filled in, or raises UserError naming
+the key path (and its line, when the TOML text is known).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import UserError
+from .tomlfile import locate
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: str                     # "int" | "float" | "str" | "bool" | "table" | "any"
+    default: Any = _MISSING       # _MISSING = required
+    low: float | None = None      # inclusive lower bound
+    high: float | None = None     # inclusive upper bound ("absurd size" guard)
+    choices: tuple[str, ...] = ()
+    auto: bool = False            # also accepts the string "auto"
+    positive: bool = False        # strictly greater than zero
+    parse: Callable[[Any], Any] | None = None   # converter for strings (durations); raises ValueError
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING
+
+
+def optional(kind: str, default: Any = None, **kw: Any) -> Field:
+    return Field(kind, default=default, **kw)
+
+
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+               "table": "a table"}
+
+
+class Context:
+    """Where values come from: the file name and its text, for error messages with a line number."""
+
+    def __init__(self, file: str, text: str | None = None) -> None:
+        self.file = file
+        self.text = text
+
+    def error(self, path: str, message: str) -> UserError:
+        line = locate(self.text, path) if self.text else None
+        where = f"{self.file}:{line}" if line else self.file
+        return UserError(f"{path}: {message}", where)
+
+
+def _describe(field: Field) -> str:
+    if field.doc:
+        return field.doc
+    if field.choices:
+        options = ", ".join(f'"{c}"' for c in field.choices)
+        return f"one of {options}" + (' or "auto"' if field.auto else "")
+    base = _TYPE_NAMES.get(field.kind, field.kind)
+    if field.auto:
+        base += ' or "auto"'
+    return base
+
+
+def check_value(ctx: Context, path: str, field: Field, value: Any) -> Any:
+    if field.auto and value == "auto":
+        return "auto"
+    if field.parse is not None and isinstance(value, str):
+        try:
+            return field.parse(value)
+        except ValueError as exc:
+            raise ctx.error(path, str(exc)) from None
+    kind = field.kind
+    if kind == "any":
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+                value = int(value)
+            else:
+                raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+    elif kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+        value = float(value)
+        if math.isnan(value):
+            raise ctx.error(path, "NaN is not a valid value; expected a finite number")
+        if math.isinf(value):
+            raise ctx.error(path, "infinity is not a valid value; expected a finite number")
+    elif kind == "str":
+        if not isinstance(value, str):
+            raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+        if field.choices and value not in field.choices:
+            hint = did_you_mean(value, field.choices)
+            raise ctx.error(path, f"unknown value {value!r}{hint}; expected {_describe(field)}")
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+    elif kind == "table":
+        if not isinstance(value, dict):
+            raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+    if kind in ("int", "float"):
+        if field.positive and value <= 0:
+            raise ctx.error(path, f"must be greater than zero, got {value}")
+        if field.low is not None and value < field.low:
+            raise ctx.error(path, f"must be at least {_num(field.low)}, got {_num(value)}")
+        if field.high is not None and value > field.high:
+            raise ctx.error(path, f"{_num(value)} is beyond the supported maximum of {_num(field.high)}")
+    return value
+
+
+def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field]) -> dict[str, Any]:
+    """Check every key of `table` against `spec`; fill defaults; reject unknown and missing keys."""
+    if not isinstance(table, dict):
+        raise ctx.error(path or "(top level)", f"expected a table, got {_show(table)}")
+    for key in table:
+        if key not in spec:
+            hint = did_you_mean(key, spec)
+            raise ctx.error(_join(path, key), f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
+    out: dict[str, Any] = {}
+    for key, field in spec.items():
+        if key in table:
+            out[key] = check_value(ctx, _join(path, key), field, table[key])
+        elif field.required:
+            raise ctx.error(_join(path, key) if path else key, f"missing required key ({_describe(field)})")
+        else:
+            out[key] = field.default
+    return out
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def did_you_mean(word: str, options: Any) -> str:
+    """' (did you mean 'x'?)' for the closest option, or '' when none is close."""
+    options = list(options)
+    close = difflib.get_close_matches(str(word), options, n=1, cutoff=0.5)
+    if not close:
+        close = [o for o in options if str(o).startswith(str(word))][:1]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"

@@ -1,0 +1,1 @@
+"""Built-in scenario files, one per story."""

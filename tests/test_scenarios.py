@@ -1,0 +1,52 @@
+"""The built-in scenarios load, and `clustertop scenarios` lists each with its description."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustertop.cli import DEFAULT_SCENARIO, main
+from engine import scenario
+
+
+def test_default_scenario_is_the_flagship() -> None:
+    s = scenario.load(DEFAULT_SCENARIO)
+    job = s.jobs[0]
+    assert s.cluster.gpus == 16384 and s.cluster.gpu.name == "h100-sxm-80gb"
+    assert (job.tp, job.cp, job.pp, job.dp) == (8, 1, 16, 128)
+    assert job.tokens_per_step == 2048 * 8192
+
+
+@pytest.mark.parametrize("name", scenario.builtin_names())
+def test_builtin_scenario_loads(name: str) -> None:
+    s = scenario.load(name)
+    assert s.name == name, "a scenario's name matches its file name"
+    assert s.description
+    for job in s.jobs:
+        assert job.tp * job.cp * job.pp * job.dp == job.gpus
+        assert job.first_gpu + job.gpus <= s.cluster.gpus
+
+
+def test_scenarios_command_lists_all(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == len(scenario.builtin_names())
+    for line, name in zip(out, scenario.builtin_names()):
+        assert line.startswith(name + " ")
+        assert scenario.load(name).description in line
+
+
+def test_dp_is_derived_when_left_out(tmp_path) -> None:
+    path = tmp_path / "derived.toml"
+    path.write_text('name = "d"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 64\n'
+                    '[[jobs]]\nmodel = "llama3.1-70b"\nseq_len = 4096\nglobal_batch = 64\ntp = 8\npp = 2\n')
+    job = scenario.load(str(path)).jobs[0]
+    assert job.dp == 4 and job.gpus == 64
+
+
+def test_inline_model(tmp_path) -> None:
+    path = tmp_path / "inline.toml"
+    path.write_text('name = "i"\n[cluster]\ngpu = "a100-sxm-80gb"\ngpus = 8\n'
+                    '[[jobs]]\nseq_len = 2048\nglobal_batch = 8\ntp = 8\n'
+                    '[jobs.model]\nlayers = 40\nhidden = 5120\nheads = 40\nffn = 13824\nvocab = 32000\n')
+    model = scenario.load(str(path)).jobs[0].model
+    assert (model.layers, model.hidden, model.kv_heads, model.ffn_activation) == (40, 5120, 40, "swiglu")
