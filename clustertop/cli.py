@@ -6,12 +6,13 @@ Errors a user can cause end in one line on stderr and exit code 2, never a trace
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Callable, Sequence
 
 from engine.errors import UserError
 
-DEFAULT_SCENARIO = "llama3-405b-16k"
+from clustertop.commands.scenarios import DEFAULT_SCENARIO
 
 DESCRIPTION = """\
 clustertop simulates GPU clusters running real AI workloads (a 16K-GPU Llama 3.1 405B training run,
@@ -34,57 +35,14 @@ examples:
 """
 
 
-def _not_yet(what: str) -> int:
-    raise UserError(f"{what} is not available yet in this version of clustertop")
+def _dispatch(name: str) -> Callable[[argparse.Namespace], int]:
+    """The subcommand's module is imported only when it runs, so `--help` and errors stay fast."""
 
+    def run(args: argparse.Namespace) -> int:
+        module = importlib.import_module(f"clustertop.commands.{name}")
+        return module.main(args)
 
-def cmd_scenarios(args: argparse.Namespace) -> int:
-    from engine import scenario
-
-    names = scenario.builtin_names()
-    width = max(map(len, names), default=0)
-    for name in names:
-        s = scenario.load(name)
-        mark = "  (default)" if name == DEFAULT_SCENARIO else ""
-        print(f"{name:<{width}}  {s.description}{mark}")
-    return 0
-
-
-def cmd_estimate(args: argparse.Namespace) -> int:
-    from engine import scenario
-
-    scenario.load(args.scenario)
-    return _not_yet("estimate")
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    return _not_yet("validate")
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from engine import scenario
-
-    scenario.load(args.scenario)
-    return _not_yet("the live dashboard")
-
-
-def cmd_record(args: argparse.Namespace) -> int:
-    from engine import scenario
-
-    scenario.load(args.scenario)
-    return _not_yet("record")
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    return _not_yet("replay")
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    return _not_yet("compare")
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    return _not_yet("export")
+    return run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,24 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version="clustertop 0.1.0")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], help: str, description: str = "",
-            epilog: str = "") -> argparse.ArgumentParser:
+    def add(name: str, help: str, description: str = "", epilog: str = "") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=description or help, epilog=epilog,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=func)
+        p.set_defaults(func=_dispatch(name))
         return p
 
-    p = add("run", cmd_run, "run a scenario live in the dashboard",
+    p = add("run", "run a scenario live in the dashboard",
             epilog="example: clustertop run llama3-405b-16k")
     p.add_argument("scenario", metavar="SCENARIO", nargs="?", default=DEFAULT_SCENARIO,
                    help=f"built-in name or .toml path (default: {DEFAULT_SCENARIO})")
     p.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
 
-    p = add("replay", cmd_replay, "replay a recording in the dashboard",
+    p = add("replay", "replay a recording in the dashboard",
             epilog="examples:\n  clustertop replay run.jsonl.gz\n  clustertop record X -o - | clustertop replay -")
     p.add_argument("file", metavar="FILE", help="a .jsonl or .jsonl.gz recording, or - for stdin")
 
-    p = add("record", cmd_record, "simulate a scenario headless and write its event stream",
+    p = add("record", "simulate a scenario headless and write its event stream",
             epilog="example: clustertop record llama3-405b-16k -o run.jsonl.gz --duration 6h --json")
     p.add_argument("scenario", metavar="SCENARIO", help="built-in name or .toml path")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
@@ -127,26 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", metavar="D", help="sampling interval, e.g. \"1s\" (default: suits the duration)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout when writing to a file")
 
-    p = add("estimate", cmd_estimate, "what one training step costs: time, throughput, MFU, memory",
+    p = add("estimate", "what one training step costs: time, throughput, MFU, memory",
             epilog="examples:\n  clustertop estimate llama3-405b-16k\n  clustertop estimate my.toml --json")
     p.add_argument("scenario", metavar="SCENARIO", help="built-in name or .toml path")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
-    p = add("compare", cmd_compare, "two scenarios or recordings side by side, in sync",
+    p = add("compare", "two scenarios or recordings side by side, in sync",
             epilog="example: clustertop compare pcie-8gpu nvswitch-8gpu")
     p.add_argument("a", metavar="A", help="scenario name, .toml path or recording")
     p.add_argument("b", metavar="B", help="scenario name, .toml path or recording")
 
-    p = add("export", cmd_export, "convert a recording to another format (Perfetto / Chrome trace)",
+    p = add("export", "convert a recording to another format (Perfetto / Chrome trace)",
             epilog="example: clustertop export run.jsonl.gz --format perfetto -o trace.json")
     p.add_argument("file", metavar="FILE", help="a .jsonl or .jsonl.gz recording, or - for stdin")
     p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (default: perfetto)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file")
 
-    add("scenarios", cmd_scenarios, "list the built-in scenarios",
+    add("scenarios", "list the built-in scenarios",
         epilog="example: clustertop scenarios")
 
-    p = add("validate", cmd_validate, "compare the performance model with published training runs",
+    p = add("validate", "compare the performance model with published training runs",
             epilog="example: clustertop validate")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     return parser

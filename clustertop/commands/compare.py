@@ -1,0 +1,11 @@
+"""`clustertop compare`."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.errors import UserError
+
+
+def main(args: argparse.Namespace) -> int:
+    raise UserError("compare is not available yet in this version of clustertop")
