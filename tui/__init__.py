@@ -1,0 +1,1 @@
+"""clustertop dashboard (Textual). Never imports SimPy."""
