@@ -144,7 +144,11 @@ JOB_SPEC: dict[str, Field] = {
 
 
 def builtin_dir() -> Path:
-    return Path(str(resources.files("engine.scenarios")))
+    """Where the built-in scenarios are: package data when installed, scenarios/ in a source checkout."""
+    try:
+        return Path(str(resources.files("engine.scenarios")))
+    except ModuleNotFoundError:   # running from a source tree, where scenarios/ sits beside engine/
+        return Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def builtin_names() -> list[str]:
