@@ -79,6 +79,35 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Faults:
+    """Random interruptions (Llama 3 Table 5 causes), detection and restart."""
+    enabled: bool
+    rate_scale: float            # multiplies every per-component rate (1.0 = Llama 3's observed rates)
+    detection_s: float           # from the fault to the job noticing (NCCL timeout, health checks)
+    restart_s: float             # from detection to training again (reschedule, load checkpoint, warm up)
+    spare_nodes: int             # healthy nodes ready to replace failed ones
+    repair_s: float              # time to repair a failed node when no spare is left
+    planned_per_day: float       # planned interruptions (maintenance, upgrades) per job per day
+    planned_s: float             # duration of a planned interruption
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    interval_s: float | str      # seconds between checkpoints, or "auto" (Young/Daly optimum)
+    mode: str                    # "sync": all GPUs wait while writing | "async": snapshot to host, write behind
+    storage_tb_s: float          # aggregate storage write bandwidth
+
+
+@dataclass(frozen=True)
+class Variability:
+    """GPU-to-GPU speed differences and the day/night swing."""
+    straggler_sigma: float       # std dev of per-GPU speed factors (lognormal around 1)
+    slow_gpu_fraction: float     # fraction of GPUs markedly slow (bad thermals, throttling)
+    slow_gpu_factor: float       # speed of those GPUs (0.9 = 10% slower)
+    diurnal_amplitude: float     # peak-to-trough throughput swing over a day (Llama 3: 1-2%)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -86,6 +115,9 @@ class Scenario:
     duration_s: float
     cluster: Cluster
     jobs: tuple[Job, ...]
+    faults: Faults
+    checkpoint: Checkpoint
+    variability: Variability
     path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +133,33 @@ TOP_SPEC: dict[str, Field] = {
     "format": optional("int", FORMAT_VERSION, low=1, high=FORMAT_VERSION),
     "cluster": Field("table"),
     "jobs": Field("any", doc="an array of [[jobs]] tables"),
+    "faults": optional("table", None),
+    "checkpoint": optional("table", None),
+    "variability": optional("table", None),
+}
+
+FAULTS_SPEC: dict[str, Field] = {
+    "enabled": optional("bool", True),
+    "rate_scale": optional("float", 1.0, low=0.0, high=1e6),
+    "detection": optional("str", 120.0, parse=parse_duration),
+    "restart": optional("str", 600.0, parse=parse_duration),
+    "spare_nodes": optional("int", 16, low=0, high=10_000_000),
+    "repair": optional("str", 4 * 3600.0, parse=parse_duration),
+    "planned_per_day": optional("float", 47 / 54, low=0.0, high=1000.0),
+    "planned": optional("str", 1200.0, parse=parse_duration),
+}
+
+CHECKPOINT_SPEC: dict[str, Field] = {
+    "interval": optional("str", "auto", parse=parse_duration, auto=True),
+    "mode": optional("str", "sync", choices=("sync", "async")),
+    "storage_tb_s": optional("float", 2.0, positive=True, high=1e6),
+}
+
+VARIABILITY_SPEC: dict[str, Field] = {
+    "straggler_sigma": optional("float", 0.005, low=0.0, high=0.5),
+    "slow_gpu_fraction": optional("float", 0.001, low=0.0, high=1.0),
+    "slow_gpu_factor": optional("float", 0.9, positive=True, high=1.0),
+    "diurnal_amplitude": optional("float", 0.015, low=0.0, high=0.5),
 }
 
 CLUSTER_SPEC: dict[str, Field] = {
@@ -197,8 +256,16 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise ctx.error("jobs", f"job names must be unique, got {names}")
+    f = check_table(ctx, "faults", top["faults"] or {}, FAULTS_SPEC)
+    faults = Faults(enabled=f["enabled"], rate_scale=f["rate_scale"], detection_s=f["detection"],
+                    restart_s=f["restart"], spare_nodes=f["spare_nodes"], repair_s=f["repair"],
+                    planned_per_day=f["planned_per_day"], planned_s=f["planned"])
+    c = check_table(ctx, "checkpoint", top["checkpoint"] or {}, CHECKPOINT_SPEC)
+    checkpoint = Checkpoint(interval_s=c["interval"], mode=c["mode"], storage_tb_s=c["storage_tb_s"])
+    v = check_table(ctx, "variability", top["variability"] or {}, VARIABILITY_SPEC)
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
-                    duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), path=path)
+                    duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
+                    checkpoint=checkpoint, variability=Variability(**v), path=path)
 
 
 def _catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, Any]) -> Any:
