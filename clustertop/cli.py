@@ -32,6 +32,7 @@ examples:
   clustertop replay run.jsonl.gz               replay a recording in the dashboard
   clustertop compare pcie-8gpu nvswitch-8gpu   two scenarios side by side
   clustertop export run.jsonl.gz --format perfetto -o trace.json
+  clustertop sweep llama3-405b-16k --vary jobs[0].tp=4,8 --vary jobs[0].pp=8,16
 """
 
 
@@ -102,6 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("scenarios", "list the built-in scenarios",
         epilog="example: clustertop scenarios")
+
+    p = add("sweep", "estimate every combination of scenario settings; the best first",
+            epilog="examples:\n"
+                   "  clustertop sweep llama3-405b-16k --vary jobs[0].tp=4,8 --vary jobs[0].pp=8,16 --top 5\n"
+                   "  clustertop sweep llama3-405b-16k --vary cluster.scale_out=roce-400g,ib-ndr-400g "
+                   "-o results.jsonl --best-to best.toml\n"
+                   "  clustertop sweep X --vary ... --dask tcp://scheduler:8786")
+    p.add_argument("scenario", metavar="SCENARIO", help="built-in name or .toml path")
+    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="a scenario key (jobs[0].tp, cluster.gpus, ...) and its values; repeat for a cross product")
+    p.add_argument("-o", "--output", metavar="FILE", help="stream one JSON object per point to FILE (JSON Lines)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="print the best N points (default 10)")
+    p.add_argument("--best-to", metavar="FILE.toml", help="write the best point as a ready scenario file")
+    p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: all cores)")
+    p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask distributed scheduler")
 
     p = add("validate", "compare the performance model with published training runs",
             epilog="example: clustertop validate")
