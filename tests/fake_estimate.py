@@ -10,6 +10,8 @@ does not fit ("fits": false, "step_time_s": null). Deterministic pure-Python ari
 from __future__ import annotations
 
 import math
+import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,3 +90,12 @@ def to_json(result: FakeEstimate) -> dict[str, Any]:
 def estimate_json(s: Scenario) -> dict[str, Any]:
     """The sweep's estimator signature: scenario -> the `estimate --json` object."""
     return to_json(estimate(s))
+
+
+def pid_estimator(s: Scenario) -> dict[str, Any]:
+    """estimate_json plus the id of the process that ran it: proves a pool really spreads the points.
+
+    Each point takes 20 ms, so that no worker can finish every task before the other has started.
+    """
+    time.sleep(0.02)
+    return {**estimate_json(s), "pid": os.getpid()}
