@@ -150,9 +150,11 @@ class Outcome(NamedTuple):
 
 def evaluate(sweep: Sweep, index: int) -> Outcome:
     """Validate and estimate one point; never raises for a bad combination."""
-    record: dict[str, Any] = {"index": index, "point": sweep.point(index)}
+    choice = sweep.choice(index)
+    record: dict[str, Any] = {"index": index, "point": {a.key: v for a, v in zip(sweep.axes, choice)}}
     try:
-        s = scenario.parse(sweep.data(index), Context(sweep.path), sweep.path)
+        data = apply(sweep.base, [(a.path, v) for a, v in zip(sweep.axes, choice)])
+        s = scenario.parse(data, Context(sweep.path), sweep.path)
         result = sweep.estimator(s)
     except UserError as exc:
         return _error(record, "invalid", _message(exc))

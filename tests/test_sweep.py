@@ -56,8 +56,8 @@ tp = 8
 dp = 12
 """
 
-FLAGSHIP_AXES = ["jobs[0].tp=1,2,4,8,16", "jobs[0].pp=4,8,9,16,32", "jobs[0].micro_batch=1,2,3,4,8",
-                 "jobs[0].virtual_stages=1,2", "jobs[0].recompute=none,full", "jobs[0].zero=1,3"]
+FLAGSHIP_AXES = ["jobs[0].tp=2,4,8,16,32", "jobs[0].pp=4,8,16,32,64", "jobs[0].micro_batch=1,2,4,8,16",
+                 "jobs[0].virtual_stages=1,2", "jobs[0].recompute=selective,full", "jobs[0].zero=1,3"]
 
 
 def write(tmp_path: Path, text: str = SMALL, name: str = "base.toml") -> str:
