@@ -16,6 +16,7 @@ import math
 import multiprocessing
 import os
 import re
+import signal
 import threading
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterator, NamedTuple, Sequence
@@ -236,6 +237,7 @@ _WORKER_SWEEP: Sweep | None = None
 def _init_worker(sweep: Sweep) -> None:
     global _WORKER_SWEEP
     _WORKER_SWEEP = sweep
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C stops the parent, which ends the pool
     from . import catalog
     catalog.gpus(), catalog.fabrics(), catalog.models()   # once per worker (already there after a fork)
 
