@@ -92,6 +92,10 @@ def plan(scenario_arg: str, vary: Sequence[str], estimator: Estimator | None = N
         axis = parse_vary(flag, data)
         if any(a.key == axis.key for a in axes):
             raise UserError(f"--vary {axis.key}: given twice; expected each key once (list all values in one flag)")
+        for other in axes:
+            inner, outer = sorted((axis, other), key=lambda a: len(a.path))
+            if outer.path[: len(inner.path)] == inner.path:
+                raise UserError(f"--vary {outer.key}: {inner.key} is varied too; expected one or the other")
         axes.append(axis)
     size = math.prod(len(a.values) for a in axes)
     if size > MAX_POINTS:

@@ -318,3 +318,26 @@ def test_large_sweeps_are_refused_before_running(tmp_path: Path) -> None:
     values = ",".join(str(i) for i in range(1, 4001))
     with pytest.raises(UserError, match="at most 10,000,000"):
         sweep.plan(write(tmp_path), [f"seed={values}", f"jobs[0].global_batch={values}"], fake_estimate.estimate_json)
+
+
+INLINE = SMALL.replace('model = "llama3.1-8b"\n', "") + """\
+[jobs.model]
+layers = 32
+hidden = 4096
+heads = 32
+kv_heads = 8
+ffn = 14336
+vocab = 128256
+"""
+
+
+def test_inline_model_keys_vary(tmp_path: Path) -> None:
+    sw = sweep.plan(write(tmp_path, INLINE), ["jobs[0].model.layers=16,32,1"], fake_estimate.estimate_json)
+    recs, ranking, _ = records(sw, workers=1)
+    assert [r["point"] for r in recs] == [{"jobs[0].model.layers": n} for n in (16, 32, 1)]
+    assert recs[2]["error"] == "jobs[0].pp: pp = 2 exceeds the model's 1 layers; expected pp <= layers"
+    small, large = (r["jobs"][0]["memory_gb"]["weights"] for r in recs[:2])
+    assert small < large
+    with pytest.raises(UserError, match=r"jobs\[0\]\.model is varied too"):
+        sweep.plan(write(tmp_path, INLINE), ["jobs[0].model=llama3.1-8b", "jobs[0].model.layers=16,32"],
+                   fake_estimate.estimate_json)

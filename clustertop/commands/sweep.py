@@ -20,6 +20,7 @@ from engine import sweep
 from engine.errors import UserError
 
 ESTIMATOR: sweep.Estimator | None = None     # None: the performance model (tests put a stand-in here)
+MAX_REASONS = 8                               # kinds of invalid points listed in the summary
 
 
 def main(args: argparse.Namespace) -> int:
@@ -51,8 +52,13 @@ def main(args: argparse.Namespace) -> int:
           f"{where})", file=report)
     print(f"  {ranking.fit:,} fit, {ranking.oom:,} out of memory, {ranking.invalid:,} invalid (skipped)"
           + (f", {ranking.failed:,} failed in the estimator" if ranking.failed else ""), file=report)
-    for count, message in ranking.reason_summary():
+    reasons = ranking.reason_summary()
+    for count, message in reasons[:MAX_REASONS]:
         print(f"  {count:>7,} x {message}", file=report)
+    if len(reasons) > MAX_REASONS:
+        rest = sum(count for count, _ in reasons[MAX_REASONS:])
+        print(f"  {rest:>7,} x other reasons ({len(reasons) - MAX_REASONS} kinds; see the records' \"error\")",
+              file=report)
     for message in ranking.failures:
         print(f"  failed: {message}", file=report)
     if plan.derived:
