@@ -132,8 +132,9 @@ def _derive_rule(data: dict[str, Any], base: Scenario, varied: set[Path]) -> tup
         if ("jobs", i, "gpus") in varied:
             continue
         if job.first_gpu + job.gpus == base.cluster.gpus:
-            changes.append((("jobs", i, "gpus"), DELETE))
-            derived.append(f"jobs[{i}].gpus")
+            if "gpus" in raw:
+                changes.append((("jobs", i, "gpus"), DELETE))
+                derived.append(f"jobs[{i}].gpus")
         else:
             changes.append((("jobs", i, "gpus"), job.gpus))
     return changes, derived

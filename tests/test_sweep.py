@@ -152,7 +152,7 @@ def test_cross_product_in_order(tmp_path: Path) -> None:
 
 def test_dp_is_derived_when_tp_or_pp_vary(tmp_path: Path) -> None:
     sw = sweep.plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
-    assert sw.derived == ("jobs[0].dp", "jobs[0].gpus")
+    assert sw.derived == ("jobs[0].dp",)
     for i in range(sw.size):
         job = scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs[0]
         assert job.gpus == 64 and job.dp == 64 // (job.tp * job.pp)
@@ -163,12 +163,27 @@ def test_dp_is_derived_when_tp_or_pp_vary(tmp_path: Path) -> None:
 def test_dp_follows_the_cluster_and_other_jobs_keep_their_size(tmp_path: Path) -> None:
     sw = sweep.plan(write(tmp_path, TWO_JOBS), ["cluster.gpus=128,256", "jobs[0].tp=4,8"],
                     fake_estimate.estimate_json)
-    assert sw.derived == ("jobs[0].dp", "jobs[1].dp", "jobs[1].gpus")
+    assert sw.derived == ("jobs[0].dp", "jobs[1].dp")
     shapes = []
     for i in range(sw.size):
         a, b = scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs
         shapes.append((a.gpus, a.dp, b.first_gpu, b.gpus, b.dp))
     assert shapes == [(32, 8, 32, 96, 12), (32, 4, 32, 96, 12), (32, 8, 32, 224, 28), (32, 4, 32, 224, 28)]
+
+
+def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
+    base = write(tmp_path, SMALL.replace("dp = 4\n", "dp = 4\ngpus = 64\n"))
+    sw = sweep.plan(base, ["cluster.gpus=64,128"], fake_estimate.estimate_json)
+    assert sw.derived == ("jobs[0].dp", "jobs[0].gpus")
+    jobs = [scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs[0] for i in range(2)]
+    assert [(j.gpus, j.dp) for j in jobs] == [(64, 4), (128, 8)]
+    recs, ranking, _ = records(sw, workers=1)
+    best = tmp_path / "best.toml"
+    best.write_text(sweep.best_scenario(sw, ranking.best(1)[0], ranking))
+    raw = tomllib.loads(best.read_text())
+    job = scenario.load(str(best)).jobs[0]
+    assert (raw["jobs"][0]["dp"], raw["jobs"][0]["gpus"]) == (job.dp, job.gpus) == (jobs[ranking.best(1)[0].index].dp,
+                                                                                  jobs[ranking.best(1)[0].index].gpus)
 
 
 def test_dp_is_kept_when_varied_or_when_nothing_changes_the_gpus(tmp_path: Path) -> None:

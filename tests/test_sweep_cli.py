@@ -47,7 +47,7 @@ def test_sweep_prints_the_best_and_writes_records(tmp_path: Path, capsys: pytest
     assert oom == [0, 1], "tp = 1 does not fit (the stand-in's activations)"
     assert text[1] == "  4 fit, 2 out of memory, 2 invalid (skipped)"
     assert text[2].startswith("        2 x jobs[0].tp: tp*cp*pp = 3 does not divide the job's 64 GPUs")
-    assert "dp derived as GPUs / (tp*cp*pp): the base's jobs[0].dp, jobs[0].gpus left out" in stdout
+    assert "dp derived as GPUs / (tp*cp*pp): the base's jobs[0].dp left out" in stdout
     title = "best 3 by step time (out-of-memory points last):"
     table = text[text.index(title) + 1:]
     assert table[0].split() == ["#", "tp", "pp", "GPUs", "step", "s", "tokens/s", "tok/s/GPU", "MFU", "mem", "GB/GPU"]
