@@ -12,6 +12,7 @@ dp is derived when it is left out: see `_derive_rule` and docs/sweep.md.
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import multiprocessing
 import os
@@ -110,6 +111,19 @@ def plan(scenario_arg: str, vary: Sequence[str], estimator: Estimator | None = N
                             "of clustertop") from None
     return Sweep(path=str(path), name=base.name, description=base.description, source=data,
                  base=apply(data, changes), axes=tuple(axes), derived=tuple(derived), estimator=estimator)
+
+
+def point_scenario(scenario_arg: str, point: dict[str, Any]) -> Scenario:
+    """The scenario of one point (a record's "point") on its base, as the sweep built it: what a result row runs."""
+    flags = [f"{key}={_token(value)}" for key, value in point.items()]
+    sw = plan(scenario_arg, flags, estimate_json)
+    return scenario.parse(sw.data(0), Context(sw.path), sw.path)
+
+
+def _token(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
 def _derive_rule(data: dict[str, Any], base: Scenario, varied: set[Path]) -> tuple[list[tuple[Path, Any]], list[str]]:
@@ -395,4 +409,4 @@ def point_label(sweep: Sweep, index: int) -> str:
 
 
 __all__ = ["Estimator", "Outcome", "Ranking", "Sweep", "best_scenario", "estimate_json", "evaluate", "plan",
-           "point_label", "run", "run_chunk", "sweep_to"]
+           "point_label", "point_scenario", "run", "run_chunk", "sweep_to"]

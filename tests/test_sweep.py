@@ -288,6 +288,18 @@ def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:
     assert [o.index for o in r1.best()] == [o.index for o in r2.best()] == [o.index for o in r3.best()]
 
 
+def test_a_record_point_rebuilds_its_scenario() -> None:
+    sw = sweep.plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
+    recs, ranking, _ = records(sw, workers=1)
+    for o in ranking.best(3):
+        rec = recs[o.index]
+        assert fake_estimate.estimate_json(sweep.point_scenario("llama3-405b-16k", rec["point"]))["jobs"] == rec["jobs"]
+    invalid = next(r for r in recs if "error" in r)
+    with pytest.raises(UserError) as err:
+        sweep.point_scenario("llama3-405b-16k", invalid["point"])
+    assert invalid["error"] in str(err.value)
+
+
 def test_two_workers_run_in_two_processes(tmp_path: Path) -> None:
     sw = sweep.plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4,8"], fake_estimate.pid_estimator)
     recs, _, _ = records(sw, workers=2)
