@@ -19,8 +19,9 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterator, NamedTuple, Sequence
+from typing import IO, Any
 
 import orjson
 
@@ -154,7 +155,8 @@ def _derive_rule(data: dict[str, Any], base: Scenario, varied: set[Path]) -> tup
     return changes, derived
 
 
-class Outcome(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Outcome:
     """One evaluated point: its JSON Lines record and what ranking needs."""
     index: int
     line: bytes                   # the record, newline included
@@ -178,7 +180,7 @@ def evaluate(sweep: Sweep, index: int) -> Outcome:
         result = sweep.estimator(s)
     except UserError as exc:
         return _error(record, "invalid", _message(exc))
-    except Exception as exc:  # a bug in the estimator must not sink a long sweep: the point records it
+    except Exception as exc:  # noqa: BLE001  (a bug in the model must not sink a long sweep: the point records it)
         return _error(record, "failed", f"the estimator failed: {type(exc).__name__}: {_message(exc)}")
     try:
         jobs = result["jobs"]
@@ -188,7 +190,7 @@ def evaluate(sweep: Sweep, index: int) -> Outcome:
         memory = max(float(j["memory_gb_per_gpu"]) for j in jobs)
         record.update(result)
         line = orjson.dumps(record, option=_JSON)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (the same for a result of the wrong shape)
         return _error(record, "failed", f"the estimator returned a malformed result: {type(exc).__name__}: "
                       f"{_message(exc)}")
     return Outcome(index, line, "ok", fits, step, rate, sum(j.gpus for j in s.jobs),
@@ -274,7 +276,7 @@ def _run_dask(sweep: Sweep, address: str) -> Iterator[list[Outcome]]:
                         "pip install 'clustertop[cluster]'") from None
     try:
         client = Client(address, timeout=DASK_TIMEOUT_S, set_as_default=False)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (OSError, TimeoutError, ValueError for a bad address...)
         raise UserError(f"--dask: cannot connect to the Dask scheduler at {address}: {_message(exc)}") from None
     try:
         threads = sum(client.nthreads().values()) or 1
@@ -284,7 +286,7 @@ def _run_dask(sweep: Sweep, address: str) -> Iterator[list[Outcome]]:
         for future in futures:
             try:
                 chunk = future.result()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (whatever the remote side raised, as one line)
                 raise UserError(f"--dask: a task failed on the cluster ({type(exc).__name__}: {_message(exc)}); "
                                 "expected clustertop installed on every worker") from None
             future.release()

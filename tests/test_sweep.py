@@ -177,7 +177,7 @@ def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
     assert sw.derived == ("jobs[0].dp", "jobs[0].gpus")
     jobs = [scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs[0] for i in range(2)]
     assert [(j.gpus, j.dp) for j in jobs] == [(64, 4), (128, 8)]
-    recs, ranking, _ = records(sw, workers=1)
+    _, ranking, _ = records(sw, workers=1)
     best = tmp_path / "best.toml"
     best.write_text(sweep.best_scenario(sw, ranking.best(1)[0], ranking))
     raw = tomllib.loads(best.read_text())
@@ -189,7 +189,7 @@ def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
 def test_dp_is_kept_when_varied_or_when_nothing_changes_the_gpus(tmp_path: Path) -> None:
     sw = sweep.plan(write(tmp_path), ["jobs[0].tp=4,8", "jobs[0].dp=4,8"], fake_estimate.estimate_json)
     assert sw.derived == ()
-    recs, ranking, _ = records(sw, workers=1)
+    recs, _, _ = records(sw, workers=1)
     assert [r["jobs"][0]["gpus"] if "jobs" in r else r["error"][:12] for r in recs] == [32, 64, 64, "jobs[0].dp: "]
     assert sweep.plan(write(tmp_path), ["jobs[0].zero=0,1"], fake_estimate.estimate_json).derived == ()
 
@@ -360,7 +360,7 @@ vocab = 128256
 
 def test_inline_model_keys_vary(tmp_path: Path) -> None:
     sw = sweep.plan(write(tmp_path, INLINE), ["jobs[0].model.layers=16,32,1"], fake_estimate.estimate_json)
-    recs, ranking, _ = records(sw, workers=1)
+    recs, _, _ = records(sw, workers=1)
     assert [r["point"] for r in recs] == [{"jobs[0].model.layers": n} for n in (16, 32, 1)]
     assert recs[2]["error"] == "jobs[0].pp: pp = 2 exceeds the model's 1 layers; expected pp <= layers"
     small, large = (r["jobs"][0]["memory_gb"]["weights"] for r in recs[:2])

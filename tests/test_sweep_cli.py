@@ -9,12 +9,11 @@ from pathlib import Path
 import fake_estimate
 import orjson
 import pytest
+from test_sweep import SMALL, write
 
 import clustertop.commands.sweep as sweep_command
 from clustertop.cli import main
 from engine import scenario, sweep
-
-from test_sweep import SMALL, write
 
 
 @pytest.fixture(autouse=True)

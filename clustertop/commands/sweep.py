@@ -12,7 +12,7 @@ import gzip
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, Any, TextIO, cast
 
 import orjson
 
@@ -101,7 +101,7 @@ def _open(path: str) -> IO[bytes]:
         return sys.stdout.buffer
     _check_dir(path, "-o")
     try:
-        return gzip.open(path, "wb") if path.endswith(".gz") else open(path, "wb")
+        return cast(IO[bytes], gzip.open(path, "wb") if path.endswith(".gz") else open(path, "wb"))
     except OSError as exc:
         raise UserError(f"cannot write: {exc.strerror}", path) from None
 
