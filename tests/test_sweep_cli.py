@@ -47,7 +47,7 @@ def test_sweep_prints_the_best_and_writes_records(tmp_path: Path, capsys: pytest
     assert text[1] == "  4 fit, 2 out of memory, 2 invalid (skipped)"
     assert text[2].startswith("        2 x jobs[0].tp: tp*cp*pp = 3 does not divide the job's 64 GPUs")
     assert "dp derived as GPUs / (tp*cp*pp): the base's jobs[0].dp left out" in stdout
-    title = "best 3 by step time (out-of-memory points last):"
+    title = "best 3 by step time:"
     table = text[text.index(title) + 1:]
     assert table[0].split() == ["#", "tp", "pp", "GPUs", "step", "s", "tokens/s", "tok/s/GPU", "MFU", "mem", "GB/GPU"]
     steps = {r["index"]: r["jobs"][0]["step_time_s"] for r in recs if "jobs" in r and r["jobs"][0]["fits"]}
@@ -135,6 +135,7 @@ def test_best_to_when_nothing_fits(tmp_path: Path, capsys: pytest.CaptureFixture
                              "--vary", "jobs[0].zero=0,1", "--best-to", str(best))
     assert code == 2
     assert "0 fit, 2 out of memory" in out and "OOM" in out
+    assert "best 2 by step time (out-of-memory points last):" in out
     assert err == f"clustertop: no point fits in memory; nothing written to {best}\n"
     assert not best.exists()
 

@@ -46,7 +46,28 @@ def main(args: argparse.Namespace) -> int:
             progress.close()
         if sink is not None and not to_stdout:
             sink.close()
-    elapsed = time.perf_counter() - started
+    _summary(plan, ranking, args, time.perf_counter() - started, report)
+    best = ranking.best(args.top)
+    if best:
+        print(file=report)
+        oom = " (out-of-memory points last)" if not best[-1].fits else ""
+        print(f"best {len(best)} by {ranking.objective}{oom}:", file=report)
+        print(_table(plan, best), file=report)
+    if args.best_to:
+        winner = ranking.best(1)
+        if not winner or not winner[0].fits:
+            raise UserError(f"no point fits in memory; nothing written to {args.best_to}")
+        try:
+            Path(args.best_to).write_text(sweep.best_scenario(plan, winner[0], ranking))
+        except OSError as exc:
+            raise UserError(f"cannot write: {exc.strerror}", args.best_to) from None
+        print(f"wrote the best point ({sweep.point_label(plan, winner[0].index)}) to {args.best_to}", file=report)
+    return 0
+
+
+def _summary(plan: sweep.Sweep, ranking: sweep.Ranking, args: argparse.Namespace, elapsed: float,
+             report: TextIO) -> None:
+    """How many points, how fast, how many invalid and why, what was derived, where the records went."""
     where = f"Dask at {args.dask}" if args.dask else f"{_workers(args, plan):,} worker(s)"
     print(f"{plan.name}: {plan.size:,} points in {elapsed:.2f} s ({plan.size / max(elapsed, 1e-9):,.0f} points/s, "
           f"{where})", file=report)
@@ -64,24 +85,8 @@ def main(args: argparse.Namespace) -> int:
     if plan.derived:
         print(f"  dp derived as GPUs / (tp*cp*pp): the base's {', '.join(plan.derived)} left out of every point",
               file=report)
-    if args.output and not to_stdout:
+    if args.output and args.output != "-":
         print(f"  wrote {plan.size:,} records to {args.output}", file=report)
-    best = ranking.best(args.top)
-    if best:
-        print(file=report)
-        print(f"best {len(best)} by {ranking.objective}" + (" (out-of-memory points last)" if ranking.oom else "")
-              + ":", file=report)
-        print(_table(plan, best), file=report)
-    if args.best_to:
-        winner = ranking.best(1)
-        if not winner or not winner[0].fits:
-            raise UserError(f"no point fits in memory; nothing written to {args.best_to}")
-        try:
-            Path(args.best_to).write_text(sweep.best_scenario(plan, winner[0], ranking))
-        except OSError as exc:
-            raise UserError(f"cannot write: {exc.strerror}", args.best_to) from None
-        print(f"wrote the best point ({sweep.point_label(plan, winner[0].index)}) to {args.best_to}", file=report)
-    return 0
 
 
 def _workers(args: argparse.Namespace, plan: sweep.Sweep) -> int:
