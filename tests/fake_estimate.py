@@ -95,7 +95,7 @@ def estimate_json(s: Scenario) -> dict[str, Any]:
 def pid_estimator(s: Scenario) -> dict[str, Any]:
     """estimate_json plus the id of the process that ran it: proves a pool really spreads the points.
 
-    Each point takes 20 ms, so that no worker can finish every task before the other has started.
+    Each point takes 50 ms, so that no worker can finish every task before the other has started.
     """
-    time.sleep(0.02)
+    time.sleep(0.05)
     return {**estimate_json(s), "pid": os.getpid()}
