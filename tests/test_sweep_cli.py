@@ -1,0 +1,171 @@
+"""`clustertop sweep` on the command line: output, records, --best-to, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import fake_estimate
+import orjson
+import pytest
+from test_sweep import SMALL, write
+
+import clustertop.commands.sweep as sweep_command
+from clustertop.cli import main
+from engine import scenario, sweep
+
+
+@pytest.fixture(autouse=True)
+def stand_in_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in estimator instead of the performance model (being written on another branch)."""
+    monkeypatch.setattr(sweep_command, "ESTIMATOR", fake_estimate.estimate_json)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sweep_prints_the_best_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base, out, best = write(tmp_path), tmp_path / "r.jsonl", tmp_path / "best.toml"
+    code, stdout, err = run_cli(capsys, "sweep", base, "--vary", "jobs[0].tp=1,3,4,8", "--vary",
+                                "jobs[0].pp=1,2", "-o", str(out), "--top", "3", "--best-to", str(best))
+    assert code == 0, err
+    assert err == "", "no progress bar when stderr is not a terminal"
+    lines = out.read_bytes().splitlines()
+    assert len(lines) == 8
+    recs = [orjson.loads(line) for line in lines]
+    assert [r["point"] for r in recs][:3] == [{"jobs[0].tp": 1, "jobs[0].pp": 1}, {"jobs[0].tp": 1, "jobs[0].pp": 2},
+                                              {"jobs[0].tp": 3, "jobs[0].pp": 1}]
+    assert sum("error" in r for r in recs) == 2
+    text = stdout.splitlines()
+    assert text[0].startswith("small: 8 points in ")
+    oom = [r["index"] for r in recs if "jobs" in r and not r["jobs"][0]["fits"]]
+    assert oom == [0, 1], "tp = 1 does not fit (the stand-in's activations)"
+    assert text[1] == "  4 fit, 2 out of memory, 2 invalid (skipped)"
+    assert text[2].startswith("        2 x jobs[0].tp: tp*cp*pp = 3 does not divide the job's 64 GPUs")
+    assert "dp derived as GPUs / (tp*cp*pp): the base's jobs[0].dp left out" in stdout
+    title = "best 3 by step time:"
+    table = text[text.index(title) + 1:]
+    assert table[0].split() == ["#", "tp", "pp", "GPUs", "step", "s", "tokens/s", "tok/s/GPU", "MFU", "mem", "GB/GPU"]
+    steps = {r["index"]: r["jobs"][0]["step_time_s"] for r in recs if "jobs" in r and r["jobs"][0]["fits"]}
+    ranked = sorted(steps, key=lambda i: (steps[i], i))[:3]
+    for row, index in zip(table[1:4], ranked):
+        point = recs[index]["point"]
+        assert row.split()[:4] == [str(ranked.index(index) + 1), str(point["jobs[0].tp"]), str(point["jobs[0].pp"]),
+                                   "64"]
+        assert row.split()[4] == f"{steps[index]:.3f}"
+    assert f"wrote the best point (jobs[0].tp={recs[ranked[0]]['point']['jobs[0].tp']}" in stdout
+    loaded = scenario.load(str(best))
+    assert loaded.jobs[0].tp == recs[ranked[0]]["point"]["jobs[0].tp"]
+    assert loaded.name == "small-sweep-best"
+
+
+def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(buffer))
+    code = main(["sweep", write(tmp_path), "--vary", "jobs[0].pp=1,2,4", "-o", "-", "--top", "1"])
+    sys.stdout.flush()
+    err = capsys.readouterr().err
+    assert code == 0
+    assert [orjson.loads(line)["index"] for line in buffer.getvalue().splitlines()] == [0, 1, 2]
+    assert "small: 3 points" in err and "best 1 by step time:" in err
+
+
+def test_default_estimator_is_the_performance_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep_command, "ESTIMATOR", None)
+    monkeypatch.setitem(sys.modules, "engine.estimate", fake_estimate)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    argv = ["sweep", write(tmp_path), "--vary", "jobs[0].tp=2,4,8", "--workers", "1", "--top", "0"]
+    assert run_cli(capsys, *argv, "-o", str(a))[0] == 0
+    monkeypatch.setattr(sweep_command, "ESTIMATOR", fake_estimate.estimate_json)
+    assert run_cli(capsys, *argv, "-o", str(b))[0] == 0
+    assert a.read_bytes() == b.read_bytes() and len(a.read_bytes().splitlines()) == 3
+
+
+def assert_one_line_error(code: int, out: str, err: str, *needles: str) -> None:
+    assert code == 2
+    assert out == ""
+    assert "Traceback" not in err
+    assert err.endswith("\n") and err.count("\n") == 1, f"expected one line, got {err!r}"
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in {err!r}"
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--vary", "jobs[0].tp"], "--vary 'jobs[0].tp': expected KEY=V1,V2,..."),
+    (["--vary", "jobs[0].tq=1,2"], "unknown scenario key (did you mean 'jobs[0].tp'?)"),
+    (["--vary", "jobs[1].tp=1,2"], "has 1 job(s)"),
+    (["--vary", "jobs[0].tp=1,,2"], "empty value"),
+    (["--vary", "jobs[0].tp=a"], "jobs[0].tp: expected an integer, got 'a'"),
+    (["--vary", "jobs[0].tp=1,2", "--vary", "jobs[0].tp=4"], "given twice"),
+    ([], "expected at least one --vary"),
+    (["--vary", "jobs[0].tp=1,2", "--top", "-1"], "--top -1: expected 0 or more"),
+    (["--vary", "jobs[0].tp=1,2", "--workers", "0"], "--workers 0: expected at least 1"),
+    (["--vary", "jobs[0].tp=1,2", "--workers", "2", "--dask", "tcp://x:1"], "--workers is for local runs"),
+    (["--vary", "jobs[0].tp=1,2", "--best-to", "/nonexistent/dir/b.toml"], "no such directory"),
+])
+def test_bad_flags_end_in_one_line(flags: list[str], needle: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.jsonl"
+    code, stdout, err = run_cli(capsys, "sweep", write(tmp_path), *flags, "-o", str(out))
+    assert_one_line_error(code, stdout, err, needle)
+    assert not out.exists(), "nothing runs before the flags are checked"
+
+
+def test_bad_base_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, SMALL.replace('gpu = "h100-sxm-80gb"', 'gpu = "h100"'))
+    assert_one_line_error(*run_cli(capsys, "sweep", base, "--vary", "jobs[0].tp=1,2"), "cluster.gpu: unknown name")
+
+
+def test_missing_performance_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep_command, "ESTIMATOR", None)
+    monkeypatch.setitem(sys.modules, "engine.estimate", None)
+    assert_one_line_error(*run_cli(capsys, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2"),
+                          "the performance model (engine.estimate) is not available")
+
+
+def test_best_to_when_nothing_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    best = tmp_path / "best.toml"
+    code, out, err = run_cli(capsys, "sweep", write(tmp_path), "--vary", "jobs[0].model=llama3.1-405b",
+                             "--vary", "jobs[0].zero=0,1", "--best-to", str(best))
+    assert code == 2
+    assert "0 fit, 2 out of memory" in out and "OOM" in out
+    assert "best 2 by step time (out-of-memory points last):" in out
+    assert err == f"clustertop: no point fits in memory; nothing written to {best}\n"
+    assert not best.exists()
+
+
+def test_dask_without_the_optional_packages(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    assert_one_line_error(*run_cli(capsys, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2", "--dask",
+                                   "tcp://127.0.0.1:8786"), "pip install 'clustertop[cluster]'")
+
+
+def test_dask_scheduler_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep, "DASK_TIMEOUT_S", 0.5)
+    assert_one_line_error(*run_cli(capsys, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2", "--dask",
+                                   "tcp://127.0.0.1:9"), "cannot connect to the Dask scheduler at tcp://127.0.0.1:9")
+
+
+def test_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    stream = io.StringIO()
+    progress = sweep_command._Progress(200, stream)
+    ranking = sweep.Ranking(1)
+    for i in range(100):
+        ranking.add(sweep.Outcome(i, b"", "invalid", reason="x"))
+    progress.started -= 1.0
+    progress.drawn -= 1.0
+    progress(ranking)
+    assert stream.getvalue() == f"\r[{'#' * 15}{'.' * 15}] 100/200 points " + stream.getvalue().split("points ")[1]
+    assert stream.getvalue().endswith("/s, 100 invalid")
+    progress(ranking)
+    assert stream.getvalue().count("\r") == 1, "redrawn at most 10 times a second"
+    progress.close()
+    assert stream.getvalue().endswith("\r" + " " * progress.length + "\r")
