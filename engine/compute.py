@@ -47,7 +47,7 @@ class PassCost:
     tp_bytes: float      # full (TP-gathered) activation message per collective
     cp_bytes: float      # K/V bytes one GPU sends per CP ring step (0 without CP)
     cp_overlap_s: float  # compute a CP ring step can hide its transfer behind
-    ep_bytes: float      # bytes one GPU sends in the EP all-to-alls of this pass
+    ep_bytes: float      # bytes one GPU holds for each of the pass's two EP all-to-alls (dispatch, combine)
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     n_tp = 2 if t > 1 else 0
     cp_ring = sh.cp > 1
     cp_bytes = T * kv_width / t * BF16 if cp_ring else 0.0
-    ep_bytes = 2.0 * T * model.experts_per_token * model.hidden * BF16 if moe and sh.ep > 1 else 0.0
+    ep_bytes = T * model.experts_per_token * model.hidden * BF16 if moe and sh.ep > 1 else 0.0
     ranks = float(sh.cp)
     fwd = PassCost(g_fwd + a_fwd + m_fwd, gemm_flops + done_attn, n_tp, tp_bytes, cp_bytes,
                    a_fwd / ranks, ep_bytes)

@@ -551,6 +551,7 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
                                "memory_gb_per_gpu": total_gb, "capacity_gb": cap, "chosen": chosen,
                                "tiers": tiers, "job": resolved, "microbatches": best.microbatches}
     if not fits:
+        common["note"] = _fit_hint(model, job)
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
                            hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None, **common)
     step = best.step_s
@@ -562,6 +563,18 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
                        model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=best.breakdown,
                        plan=best.plan, **common)
+
+
+def _fit_hint(model: _JobModel, job: Job) -> str:
+    """When fixed settings do not fit: the settings that would, with every auto setting searched."""
+    autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
+    configs = candidates(dataclasses.replace(job, **autos))
+    fitting = [c for c in configs if model.evaluate(c, simulate=False).fits]
+    if not fitting:
+        return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
+    best, _ = _search(model, fitting)
+    changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
+    return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
 
 
 def recompute_flops_per_token(job: Job, recompute: str) -> float:
@@ -577,7 +590,7 @@ def cluster_summary(cluster: Cluster) -> dict[str, float]:
     per_gpu_w = cluster.gpu.tdp_w + cluster.gpu.server_overhead()
     it_mw = cluster.gpus * per_gpu_w * (1 + STORAGE_NETWORK_OVERHEAD) / 1e6
     return {"gpus": cluster.gpus, "nodes": topo.nodes, "pods": topo.pods, "buildings": topo.buildings,
-            "it_power_mw": round(it_mw, 3), "facility_power_mw": round(it_mw * cluster.pue, 3)}
+            "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6)}
 
 
 def estimate(scenario: Scenario) -> ScenarioEstimate:
