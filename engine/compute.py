@@ -72,6 +72,14 @@ def attention_dims(model: Model) -> tuple[int, int, int]:
     return d, d, 2 * model.kv_heads * d
 
 
+def kv_width_per_rank(model: Model, tp: int) -> float:
+    """K/V width per token on one TP rank: KV heads split over TP, replicated when there are fewer than TP."""
+    _, _, width = attention_dims(model)
+    if model.attention == "mla":
+        return width / tp
+    return 2 * max(model.kv_heads / tp, 1.0) * model.dim_head
+
+
 def attention_params(model: Model) -> int:
     h, d = model.hidden, model.dim_head
     if model.attention == "mla":
@@ -190,7 +198,7 @@ def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float
                 (T, model.kv_lora_rank + model.qk_rope_dim, h, 1),
                 (T, model.heads * (d + d_v) / t, model.kv_lora_rank, 1), (T, h, model.heads * d_v / t, 1)]
     else:
-        out += [(T, (model.heads + 2 * model.kv_heads) * d / t, h, 1), (T, h, model.heads * d / t, 1)]
+        out += [(T, model.heads * d / t + kv_width_per_rank(model, t), h, 1), (T, h, model.heads * d / t, 1)]
     up = 2 if model.ffn_activation == "swiglu" else 1
     if not moe:
         out += [(T, up * model.ffn / t, h, 1), (T, h, model.ffn / t, 1)]
@@ -210,8 +218,8 @@ def _elementwise_bytes(model: Model, moe: bool, sh: Shard) -> tuple[float, float
     h, t, T = model.hidden, sh.tp, sh.tokens
     split = t if sh.sp else 1
     norms_residual = (2 * 4 * h + 2 * 6 * h) * BF16 / 2 * T / split   # 2 norms (r+w), 2 adds (2r+1w)
-    d_qk, _, kv_width = attention_dims(model)
-    rotary = 2 * 2 * (model.heads * d_qk + kv_width / 2) * T / t
+    d_qk, _, _ = attention_dims(model)
+    rotary = 2 * 2 * (model.heads * d_qk / t + kv_width_per_rank(model, t) / 2) * T
     per_value = 6 if model.ffn_activation == "swiglu" else 4             # bytes per FFN element (r + w)
     if moe:
         ffn = model.moe_ffn * (model.experts_per_token + model.shared_experts)
@@ -233,7 +241,7 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
                 for m, n, k, c in gemms)
     gemm_flops = sum(2.0 * m * n * k * c for m, n, k, c in gemms)
 
-    d_qk, d_v, kv_width = attention_dims(model)
+    d_qk, d_v, _ = attention_dims(model)
     heads = model.heads / t
     done_attn = T * sh.seq_len * heads * (d_qk + d_v)      # forward, causal: each query sees s/2 keys on average
     queries = sh.seq_len / sh.cp
@@ -251,7 +259,7 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     tp_bytes = T * model.hidden * BF16 if t > 1 else 0.0
     n_tp = 2 if t > 1 else 0
     cp_ring = sh.cp > 1
-    cp_bytes = T * kv_width / t * BF16 if cp_ring else 0.0
+    cp_bytes = T * kv_width_per_rank(model, t) * BF16 if cp_ring else 0.0
     ep_bytes = T * model.experts_per_token * model.hidden * BF16 if moe and sh.ep > 1 else 0.0
     ranks = float(sh.cp)
     fwd = PassCost(g_fwd + a_fwd + m_fwd, gemm_flops + done_attn, n_tp, tp_bytes, cp_bytes,

@@ -26,7 +26,7 @@ from .timeline import Interval, StepPlan
 from .topology import TIERS, Topology
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
-MAX_SIM_MICROBATCHES = 128
+MAX_SIM_MICROBATCHES = 256
 RECOMPUTE_MODES = ("none", "selective", "full")
 STORAGE_NETWORK_OVERHEAD = 0.10      # reference/hardware.toml [facility]: +10% IT power for storage, network
 
@@ -284,15 +284,20 @@ class _JobModel:
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
         send = [_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p)]
         send_b = [send[(r - 1) % p] for r in range(p)]
-        m_sim = m
-        if m > MAX_SIM_MICROBATCHES:
-            m_sim = MAX_SIM_MICROBATCHES // p * p if v > 1 else MAX_SIM_MICROBATCHES
-        run = _simulate_cached(job.schedule, p, v, m_sim, _freeze(fwd), _freeze(bwd), tuple(send), tuple(send_b))
-        stages = [list(s.intervals) for s in run.stages]
-        ends = [s.end_s for s in run.stages]
-        last_b = [list(s.last_backward) for s in run.stages]
-        if m_sim < m:
-            stages, ends, last_b = _stretch(run, m / m_sim)
+        args = (_freeze(fwd), _freeze(bwd), tuple(send), tuple(send_b))
+        if m <= MAX_SIM_MICROBATCHES:
+            run = _simulate_cached(job.schedule, p, v, m, *args)
+            stages = [list(s.intervals) for s in run.stages]
+            ends = [s.end_s for s in run.stages]
+            last_b = [list(s.last_backward) for s in run.stages]
+        else:
+            # the steady state repeats: simulate two sizes and extend linearly to m
+            step = p if v > 1 else 1
+            m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
+            m1 = max(step, m2 // 2 // step * step)
+            run1 = _simulate_cached(job.schedule, p, v, m1, *args)
+            run2 = _simulate_cached(job.schedule, p, v, m2, *args)
+            stages, ends, last_b = _extend(run1, run2, m1, m2, m)
         ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, stages, ends, last_b, fwd, bwd, m)
         return ev
 
@@ -412,21 +417,30 @@ def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tup
                     list(send), list(send_b))
 
 
-def _stretch(run: Any, factor: float) -> tuple[list, list, list]:
-    """Extend a simulated step to more microbatches: work scales, the fill and drain (bubble) stay."""
+def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list, list]:
+    """A step of m microbatches from simulations of m1 < m2: every stage's end grows linearly in m.
+
+    Work (compute and communication) scales by m / m2; the waiting scales so that each stage ends where the
+    linear extension puts it (fill and drain stay, waiting from stage imbalance grows with m).
+    """
     stages, ends, last_b = [], [], []
-    for s in run.stages:
+    for s1, s2 in zip(run1.stages, run2.stages):
+        end = s2.end_s + (m - m2) * (s2.end_s - s1.end_s) / (m2 - m1)
+        work = sum(b - a for a, b, ph in s2.intervals if ph != "bubble")
+        wait = sum(b - a for a, b, ph in s2.intervals if ph == "bubble")
+        k_work = m / m2
+        k_wait = max(0.0, end - work * k_work) / wait if wait > 0 else 1.0
         t = 0.0
         out = []
-        mapping = {}
-        for a, b, phase in s.intervals:
-            d = (b - a) if phase == "bubble" else (b - a) * factor
+        mapping = {0.0: 0.0}
+        for a, b, phase in s2.intervals:
+            d = (b - a) * (k_wait if phase == "bubble" else k_work)
             out.append((t, t + d, phase))
-            mapping[b] = t + d
+            mapping[a], mapping[b] = t, t + d
             t += d
         stages.append(out)
         ends.append(t)
-        last_b.append([(mapping.get(b0, t) - (b1 - b0) * factor, mapping.get(b1, t)) for b0, b1 in s.last_backward])
+        last_b.append([(mapping.get(b0, t), mapping.get(b1, t)) for b0, b1 in s2.last_backward])
     return stages, ends, last_b
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .catalog import GPU, Model
-from .compute import BF16, attention_dims
+from .compute import BF16, attention_dims, kv_width_per_rank
 
 GiB = 2**30
 GB = 1e9
@@ -40,7 +40,8 @@ def capacity_bytes(gpu: GPU) -> float:
 def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recompute: str) -> float:
     """Bytes one layer keeps per token of a microbatch until its backward, on one GPU of the TP group."""
     h = model.hidden
-    d_qk, d_v, kv_width = attention_dims(model)
+    d_qk, d_v, _ = attention_dims(model)
+    kv_width = kv_width_per_rank(model, tp) * tp          # replicated KV heads count on every rank
     q = model.heads * d_qk
     attn_out = model.heads * d_v
     norm_in, norm_out = 2 * h * BF16, 2 * h * BF16

@@ -157,3 +157,20 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", "no-such-scenario"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import engine.estimate as est
+    from engine.validate import scenarios
+
+    s = scenarios()["bloom-176b"]
+    job = dataclasses.replace(s.jobs[0], micro_batch=1)        # 256 microbatches per replica
+    exact = estimate_job(s, job)
+    monkeypatch.setattr(est, "MAX_SIM_MICROBATCHES", 64)
+    est._simulate_cached.cache_clear()
+    short = estimate_job(s, job)
+    est._simulate_cached.cache_clear()
+    assert exact.microbatches == short.microbatches == 256
+    assert short.step_time_s == pytest.approx(exact.step_time_s, rel=0.01)
+    for stage in short.plan.stages:
+        assert stage[-1].end_s == pytest.approx(short.step_time_s)
