@@ -24,6 +24,26 @@ class GPU:
     fp8_tflops: float | None = None
     nvlink_domain: int = 8       # GPUs one NVSwitch domain can join (NVL72: 72)
     source: str = ""
+    # Efficiency parameters of the performance model (engine/compute.py); each value in gpus.toml names the
+    # measurement it comes from. Defaults are the H100 figures.
+    gemm_efficiency: float = 0.70         # sustained fraction of dense BF16 peak for large, well-shaped GEMMs
+    fp8_gemm_efficiency: float = 0.55     # the same for FP8 GEMMs, as a fraction of the FP8 peak
+    gemm_half_dim: float = 96.0           # a GEMM dimension of this size halves the throughput (tiles, waves)
+    attention_fwd_efficiency: float = 0.55   # fused (flash) attention forward, fraction of BF16 peak
+    attention_bwd_efficiency: float = 0.45   # fused attention backward (recomputes the scores inside)
+    hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
+    kernel_overhead_us: float = 4.0       # launch and tail cost per kernel
+    server_overhead_w: float | None = None   # host, NICs, fans and PSU losses per GPU (None: scaled from H100)
+
+    def server_overhead(self) -> float:
+        """Watts of server overhead per GPU: the catalog value, or 575 W scaled by TDP from the H100 figure."""
+        return self.server_overhead_w if self.server_overhead_w is not None else 575.0 * self.tdp_w / 700.0
+
+    def gemm_peak_tflops(self, precision: str) -> float:
+        """Sustained GEMM throughput for large shapes: peak times the measured GEMM efficiency."""
+        if precision == "fp8" and self.fp8_tflops:
+            return self.fp8_tflops * self.fp8_gemm_efficiency
+        return self.bf16_tflops * self.gemm_efficiency
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for the precision; FP8 falls back to BF16 on GPUs without FP8 tensor cores."""
@@ -41,6 +61,7 @@ class Fabric:
     latency_us: float
     nvls_busbw_gb_s: float | None = None
     source: str = ""
+    alltoall_efficiency: float = 1.0   # all-to-all bus bandwidth as a fraction of busbw_gb_s
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,14 @@ GPU_SPEC: dict[str, Field] = {
     "memory_bound_w": Field("float", positive=True, high=1e5),
     "nvlink_domain": optional("int", 8, positive=True, high=1e5),
     "source": optional("str", ""),
+    "gemm_efficiency": optional("float", None, positive=True, high=1.0),
+    "fp8_gemm_efficiency": optional("float", None, positive=True, high=1.0),
+    "gemm_half_dim": optional("float", None, low=0.0, high=1e5),
+    "attention_fwd_efficiency": optional("float", None, positive=True, high=1.0),
+    "attention_bwd_efficiency": optional("float", None, positive=True, high=1.0),
+    "hbm_efficiency": optional("float", None, positive=True, high=1.0),
+    "kernel_overhead_us": optional("float", None, low=0.0, high=1e4),
+    "server_overhead_w": optional("float", None, low=0.0, high=1e5),
 }
 
 FABRIC_SPEC: dict[str, Field] = {
@@ -97,6 +126,7 @@ FABRIC_SPEC: dict[str, Field] = {
     "nvls_busbw_gb_s": optional("float", positive=True, high=1e5),
     "latency_us": Field("float", low=0, high=1e6),
     "source": optional("str", ""),
+    "alltoall_efficiency": optional("float", None, positive=True, high=1.0),
 }
 
 MODEL_SPEC: dict[str, Field] = {

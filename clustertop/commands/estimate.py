@@ -1,13 +1,88 @@
-"""`clustertop estimate`."""
+"""`clustertop estimate`: what one training step of each job costs, as a table or one JSON object."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from engine import scenario
-from engine.errors import UserError
+from engine.estimate import JobEstimate, ScenarioEstimate, estimate, to_json
+
+PHASE_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP comm", "ep": "EP comm", "pp": "PP comm",
+                "dp": "DP comm", "bubble": "bubble", "optimizer": "optimizer"}
 
 
 def main(args: argparse.Namespace) -> int:
-    scenario.load(args.scenario)
-    raise UserError("estimate is not available yet in this version of clustertop")
+    scen = scenario.load(args.scenario)
+    est = estimate(scen)
+    if args.json:
+        print(json.dumps(to_json(est)))
+    else:
+        print(render(est, scen.description))
+    return 0
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f}"
+
+
+def _n(count: float, noun: str) -> str:
+    return f"{int(count):,} {noun}{'' if count == 1 else 's'}"
+
+
+def _power(mw: float) -> str:
+    return f"{mw:.2f} MW" if mw >= 1 else f"{mw * 1000:.1f} kW"
+
+
+def render(est: ScenarioEstimate, description: str = "") -> str:
+    """The human-readable table: the cluster, then one block per job."""
+    c = est.cluster
+    where = (f"cluster     {_n(c['gpus'], 'GPU')}, {_n(c['nodes'], 'node')}, {_n(c['pods'], 'pod')}, "
+             f"{_n(c['buildings'], 'building')}; IT power {_power(c['it_power_mw'])}, "
+             f"facility {_power(c['facility_power_mw'])}")
+    lines = [f"{est.scenario}" + (f": {description}" if description else ""), where]
+    for job in est.jobs:
+        lines.append("")
+        lines.extend(_job_lines(job))
+    return "\n".join(lines)
+
+
+def _job_lines(e: JobEstimate) -> list[str]:
+    j = e.job
+    first = j.first_gpu
+    head = (f"job {e.name}: {j.model.name} on {_n(e.gpus, 'GPU')} ({first}-{first + e.gpus - 1}), "
+            f"seq {j.seq_len:,}, global batch {j.global_batch:,} sequences")
+    out = [head]
+    dims = []
+    for d in ("tp", "cp", "pp", "dp", "ep"):
+        tier = e.tiers.get(d)
+        dims.append(f"{d.upper()} {getattr(j, d)}" + (f" ({tier})" if tier else ""))
+    out.append("  layout      " + "  ".join(dims) + "   (tier each dimension crosses)")
+
+    def setting(key: str) -> str:
+        value = getattr(j, key)
+        return f"{key} {value}" + (" (auto)" if key in e.chosen else "")
+
+    out.append("  settings    " + ", ".join(setting(k) for k in ("micro_batch", "virtual_stages", "recompute"))
+               + f", zero {j.zero}, {j.precision}, {j.schedule}"
+               + (", sequence parallel" if j.sequence_parallel and j.tp > 1 else "")
+               + f"; {e.microbatches} microbatches per replica")
+    if e.fits and e.step_time_s is not None:
+        out.append(f"  step        {e.step_time_s:.3f} s   {_si(e.tokens_per_s or 0)}tokens/s")
+        out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+        out.append(f"  hardware    {e.hardware_tflops_per_gpu:.1f} TFLOP/s per GPU (counting recomputation)")
+        step = e.step_time_s
+        parts = [f"{PHASE_LABELS.get(k, k)} {v:.3f} s ({100 * v / step:.1f}%)" for k, v in e.breakdown_s.items()]
+        out.append("  time        " + parts[0])
+        out.extend("              " + p for p in parts[1:])
+    else:
+        out.append("  step        - (does not fit in GPU memory)")
+    verdict = "fits" if e.fits else "OUT OF MEMORY"
+    out.append(f"  memory      {e.memory_gb_per_gpu:.1f} GB of {e.capacity_gb:.1f} GB per GPU: {verdict}")
+    out.append("              " + ", ".join(f"{k} {v:.2f} GB" for k, v in e.memory_gb.items()))
+    if e.note:
+        out.append(f"  hint        {e.note}")
+    return out

@@ -1,0 +1,229 @@
+"""Collective communication costs on the link tiers a group really crosses (alpha-beta, nccl-tests conventions).
+
+A group's members are placed by the job's layout (engine/layout.py order: TP, CP, PP, DP). From the placement
+follow: how many members share a node (q), how many nodes the group spans (k), the outermost tier it crosses,
+and how much an oversubscribed tier slows it down when every group of the dimension communicates at once
+(they do: all replicas run in lockstep). Times use the measured bus bandwidth of each fabric (busbw: the
+nccl-tests figure, already net of protocol efficiency), per-step latency alpha, and:
+
+- ring all-reduce 2 (n-1)/n S / busbw + 2 (n-1) alpha; reduce-scatter and all-gather (n-1)/n S / busbw;
+- tree all-reduce: same bandwidth term (NCCL's double binary tree is pipelined at full bandwidth), latency
+  2 log2(n) alpha; NCCL picks the faster, as its tuner does;
+- NVLS (NVLink SHARP) for all-reduce inside an NVSwitch node where the fabric has it;
+- hierarchical across nodes: reduce-scatter inside the node, all-reduce of S/q across the k nodes on the q
+  NIC rails in parallel, all-gather inside the node (all-reduce); RS/AG likewise;
+- all-to-all: each GPU sends (n-1)/n of its data, the part leaving the node over its NIC share;
+- point-to-point: S / bandwidth of the tier the pair crosses + alpha.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .scenario import Cluster, Job
+from .topology import TIERS, Topology
+
+GB = 1e9
+NET_TIERS = ("spine", "core", "campus")
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the groups of one parallel dimension sit, and what that costs."""
+
+    size: int                      # members per group
+    q: int                         # members per node
+    k: int                         # nodes one group spans
+    tier: str | None               # outermost tier crossed (None: group of one)
+    slowdown: float                # >= 1: sharing of oversubscribed tiers by all groups at once
+    crossing: dict[str, float]     # fraction of the network traffic that crosses each tier above the leaf
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One collective: its time and the load it puts on each tier while it runs (0..1 of capacity)."""
+
+    time_s: float
+    load: dict[str, float]
+
+
+NO_COMM = Comm(0.0, {})
+
+
+def _oversub(cluster: Cluster) -> dict[str, float]:
+    return {"spine": cluster.rack_oversubscription, "core": cluster.pod_oversubscription,
+            "campus": cluster.building_oversubscription}
+
+
+def _block_sizes(topo: Topology) -> dict[str, int]:
+    return {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
+
+
+def members(job: Job, dims: tuple[str, ...]) -> np.ndarray:
+    """Job-local GPU indices of every group over `dims`, shape (groups, size), members in ring order."""
+    grid = np.arange(job.gpus).reshape(job.dp, job.pp, job.cp, job.tp)
+    if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/layout.py)
+        grid = grid.reshape(job.dp // job.ep, job.ep, job.pp, job.cp, job.tp)
+        names = ["dpo", "ep", "pp", "cp", "tp"]
+        want = ["ep"]
+    else:
+        names = ["dp", "pp", "cp", "tp"]
+        want = [d for d in ("dp", "cp", "pp", "tp") if d in dims]
+    axes = [names.index(n) for n in names if n not in want] + [names.index(n) for n in want]
+    moved = np.transpose(grid, axes)
+    size = int(np.prod([moved.shape[i] for i in range(len(names) - len(want), len(names))]))
+    return moved.reshape(-1, size)
+
+
+@lru_cache(maxsize=256)
+def route(cluster: Cluster, job: Job, dims: tuple[str, ...], pattern: str = "ring") -> Route:
+    """Placement facts of the groups over `dims` ("ring" for collectives and p2p chains, "all2all" for EP)."""
+    topo = Topology.of(cluster)
+    groups = members(job, dims) + job.first_gpu
+    size = groups.shape[1]
+    if size <= 1:
+        return Route(1, 1, 1, None, 1.0, {})
+    node = groups // topo.gpus_per_node
+    q = int(np.sum(node[0] == node[0, 0]))
+    k = len(np.unique(node[0]))
+    last = int(topo.tier_between(groups[:, :1], groups).max())
+    tier = TIERS[last]
+    oversub = _oversub(cluster)
+    crossing: dict[str, float] = {}
+    slowdown = 1.0
+    if k > 1:
+        nxt = np.roll(groups, -1, axis=1)
+        for t in NET_TIERS:
+            block = _block_sizes(topo)[t]
+            src_block = groups // block
+            if pattern == "all2all":
+                same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
+                frac = (size - same) / size            # share of each GPU's traffic leaving its block
+                demand = np.bincount(src_block.ravel(), weights=frac.ravel())
+                net_share = (size - q) / size
+            else:
+                cross = (src_block != nxt // block).astype(float) * q   # a node-boundary edge carries q rails
+                demand = np.bincount(src_block.ravel(), weights=cross.ravel())
+                net_share = float(np.sum(node != nxt // topo.gpus_per_node)) * q / groups.size
+            total = float(demand.sum())
+            if total <= 0:
+                continue
+            capacity = _block_capacity(cluster, topo, block, demand.size)
+            slowdown = max(slowdown, float(np.max(demand / capacity)) * oversub[t])
+            crossing[t] = total / max(net_share * groups.size, 1e-9)
+    return Route(size, q, k, tier, max(1.0, slowdown), crossing)
+
+
+def _block_capacity(cluster: Cluster, topo: Topology, block: int, n: int) -> np.ndarray:
+    """GPUs physically present in each block (the last one may be partial)."""
+    starts = np.arange(n) * block
+    return np.clip(cluster.gpus - starts, 1, block).astype(float)
+
+
+# ------------------------------------------------------------------------------------------- bandwidths
+
+def node_busbw(cluster: Cluster, allreduce: bool = False) -> float:
+    """Bytes/s of bus bandwidth inside a node: NVLink (NVLS for all-reduce where available) or PCIe via host."""
+    link = cluster.node_link
+    if allreduce and link.nvls_busbw_gb_s and cluster.node_fabric == "nvswitch":
+        return link.nvls_busbw_gb_s * GB
+    return link.busbw_gb_s * GB
+
+
+def net_busbw(cluster: Cluster) -> float:
+    """Bytes/s of scale-out bus bandwidth per GPU: its share of the node's NICs."""
+    share = min(1.0, cluster.nics_per_node / cluster.gpus_per_node)
+    return cluster.scale_out.busbw_gb_s * GB * share
+
+
+def _net_line(cluster: Cluster) -> float:
+    return cluster.scale_out.gb_s * GB * min(1.0, cluster.nics_per_node / cluster.gpus_per_node)
+
+
+def _load(cluster: Cluster, r: Route, node_bytes: float, net_bytes: float, time_s: float) -> dict[str, float]:
+    """Mean utilization of each tier during a collective, for the job's links."""
+    if time_s <= 0:
+        return {}
+    load: dict[str, float] = {}
+    if node_bytes > 0:
+        load["node"] = min(1.0, node_bytes / time_s / (cluster.node_link.gb_s * GB))
+    if net_bytes > 0:
+        leaf = min(1.0, net_bytes / time_s / _net_line(cluster))
+        load["leaf"] = leaf
+        for t, frac in r.crossing.items():
+            load[t] = min(1.0, leaf * frac * _oversub(cluster)[t])
+    return load
+
+
+# ------------------------------------------------------------------------------------------ collectives
+
+def allreduce(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    return _reduce(cluster, r, nbytes, 2.0)
+
+
+def reduce_scatter(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    """Reduce-scatter (or all-gather: same cost) of a buffer of `nbytes` over the group."""
+    return _reduce(cluster, r, nbytes, 1.0)
+
+
+all_gather = reduce_scatter
+
+
+def _reduce(cluster: Cluster, r: Route, nbytes: float, passes: float) -> Comm:
+    """passes = 2 for all-reduce (RS + AG), 1 for reduce-scatter or all-gather."""
+    n = r.size
+    if n <= 1 or nbytes <= 0:
+        return NO_COMM
+    node_alpha = cluster.node_link.latency_us * 1e-6
+    net_alpha = cluster.scale_out.latency_us * 1e-6
+    ar = passes == 2.0
+    if r.k == 1:
+        bw = node_busbw(cluster, allreduce=ar)
+        t = passes * (n - 1) / n * nbytes / bw + passes * (n - 1) * node_alpha
+        return Comm(t, _load(cluster, r, passes * (n - 1) / n * nbytes, 0.0, t))
+    q, k = r.q, r.k
+    node_part = 0.0
+    node_bytes = 0.0
+    if q > 1:
+        node_bytes = passes * (q - 1) / q * nbytes
+        node_part = node_bytes / node_busbw(cluster) + passes * (q - 1) * node_alpha
+    shard = nbytes / q
+    net_bytes = passes * (k - 1) / k * shard
+    bw = net_busbw(cluster) / r.slowdown
+    ring = 2 * (k - 1) if ar else (k - 1)
+    tree = 2 * math.ceil(math.log2(k)) if ar else ring
+    t = node_part + net_bytes / bw + min(ring, tree) * net_alpha
+    return Comm(t, _load(cluster, r, node_bytes, net_bytes, t))
+
+
+def all_to_all(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    """All-to-all where each GPU holds `nbytes` destined evenly to the n members (itself included)."""
+    n = r.size
+    if n <= 1 or nbytes <= 0:
+        return NO_COMM
+    node_bytes = nbytes * (r.q - 1) / n
+    net_bytes = nbytes * (n - r.q) / n
+    eff = cluster.scale_out.alltoall_efficiency
+    t_node = node_bytes / (node_busbw(cluster) * cluster.node_link.alltoall_efficiency)
+    t_net = net_bytes / (net_busbw(cluster) * eff / r.slowdown) if net_bytes else 0.0
+    alpha = cluster.node_link.latency_us * 1e-6 + (cluster.scale_out.latency_us * 1e-6 if net_bytes else 0.0)
+    t = max(t_node, t_net) + alpha
+    return Comm(t, _load(cluster, r, node_bytes, net_bytes, t))
+
+
+def p2p(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    """One GPU sends `nbytes` to its neighbour in the group (pipeline stages, CP ring steps)."""
+    if r.size <= 1 or nbytes <= 0:
+        return NO_COMM
+    if r.k == 1:
+        bw = cluster.node_link.busbw_gb_s * GB
+        t = nbytes / bw + cluster.node_link.latency_us * 1e-6
+        return Comm(t, _load(cluster, r, nbytes, 0.0, t))
+    bw = net_busbw(cluster) / r.slowdown
+    t = nbytes / bw + cluster.scale_out.latency_us * 1e-6
+    # of the ring edges, k of n leave the node; the busiest GPU's edge crosses the network
+    return Comm(t, _load(cluster, r, 0.0, nbytes, t))

@@ -1,0 +1,634 @@
+"""What one training step costs: time, throughput, FLOP/s, memory, and the plan the engine run replays.
+
+For each job: resolve the "auto" settings by searching the feasible space (every micro_batch dividing the
+sequences per replica, every virtual_stages count the schedule allows, every recompute mode) for the
+fastest step that fits in memory; cost the layers on one GPU (engine/compute.py), the communication of each
+parallel dimension on the tiers it crosses (engine/collectives.py), simulate the pipeline of one replica
+(engine/pipeline.py), add the data-parallel gradient reduction (overlapped with the last backward in buckets),
+the optimizer step and the parameter all-gather, and build the StepPlan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from . import collectives as col
+from . import compute as cm
+from . import memory as mem
+from .errors import UserError
+from .layout import DIMS, Layout
+from .scenario import Cluster, Job, Scenario
+from .timeline import Interval, StepPlan
+from .topology import TIERS, Topology
+
+# Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
+MAX_SIM_MICROBATCHES = 256
+RECOMPUTE_MODES = ("none", "selective", "full")
+STORAGE_NETWORK_OVERHEAD = 0.10      # reference/hardware.toml [facility]: +10% IT power for storage, network
+
+
+@dataclass(frozen=True)
+class Config:
+    micro_batch: int
+    virtual_stages: int
+    recompute: str
+
+
+@dataclass
+class JobEstimate:
+    name: str
+    gpus: int
+    fits: bool
+    step_time_s: float | None
+    tokens_per_s: float | None
+    model_tflops_per_gpu: float | None
+    hardware_tflops_per_gpu: float | None
+    mfu: float | None
+    memory_gb: dict[str, float]
+    memory_gb_per_gpu: float
+    capacity_gb: float
+    breakdown_s: dict[str, float]
+    chosen: dict[str, Any]
+    tiers: dict[str, str | None]
+    job: Job
+    plan: StepPlan | None
+    microbatches: int = 0
+    note: str = ""
+
+
+@dataclass
+class ScenarioEstimate:
+    scenario: str
+    cluster: dict[str, float]
+    jobs: list[JobEstimate] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+def _shard(job: Job, micro_batch: int) -> cm.Shard:
+    return cm.Shard(tokens=micro_batch * job.seq_len // job.cp, seq_len=job.seq_len, tp=job.tp, cp=job.cp,
+                    sp=job.sequence_parallel and job.tp > 1, ep=job.ep, precision=job.precision)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One virtual stage (chunk): its layers and blocks."""
+
+    first_layer: int
+    layers: int
+    embedding: bool
+    output: bool
+
+
+def _chunks(job: Job, v: int) -> list[list[_Stage]]:
+    """chunks[r][c]: the virtual stage c * pp + r of stage r."""
+    from .pipeline import split_layers
+
+    p = job.pp
+    counts = split_layers(job.model.layers, p * v)
+    starts = list(itertools.accumulate([0] + counts))
+    out = [[_Stage(0, 0, False, False)] * v for _ in range(p)]
+    for vs, n in enumerate(counts):
+        c, r = divmod(vs, p)
+        out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1)
+    return out
+
+
+def _layer_kinds(job: Job, st: _Stage) -> tuple[int, int]:
+    """(dense, MoE) layers in a chunk."""
+    moe = sum(cm.is_moe_layer(job.model, i) for i in range(st.first_layer, st.first_layer + st.layers))
+    return st.layers - moe, moe
+
+
+# ------------------------------------------------------------------------------------------ communication
+
+@dataclass(frozen=True)
+class _Net:
+    tp: col.Route
+    cp: col.Route
+    ep: col.Route
+    dp: col.Route
+    pp_tiers: tuple[int, ...]      # tier index crossed by each stage boundary r -> r+1 (and p-1 -> 0)
+    pp_slowdown: float
+
+
+@lru_cache(maxsize=64)
+def _net(cluster: Cluster, job: Job) -> _Net:
+    topo = Topology.of(cluster)
+    stride = job.tp * job.cp
+    first = job.first_gpu
+    tiers = tuple(int(topo.tier_between(first + r * stride, first + ((r + 1) % job.pp) * stride))
+                  for r in range(job.pp))
+    dp_dims = ("dp", "cp") if job.cp > 1 else ("dp",)
+    pp = col.route(cluster, job, ("pp",))
+    return _Net(tp=col.route(cluster, job, ("tp",)), cp=col.route(cluster, job, ("cp",)),
+                ep=col.route(cluster, job, ("ep",), "all2all") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
+                dp=col.route(cluster, job, dp_dims), pp_tiers=tiers, pp_slowdown=pp.slowdown)
+
+
+def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
+    """One TP exchange of a full activation: all-reduce, or reduce-scatter + all-gather with SP."""
+    if sp:
+        rs = col.reduce_scatter(cluster, net.tp, nbytes)
+        return col.Comm(2 * rs.time_s, rs.load)
+    return col.allreduce(cluster, net.tp, nbytes)
+
+
+def _p2p_time(cluster: Cluster, net: _Net, nbytes: float, boundary: int) -> float:
+    if nbytes <= 0:
+        return 0.0
+    if net.pp_tiers[boundary] == 0:
+        return nbytes / (cluster.node_link.busbw_gb_s * col.GB) + cluster.node_link.latency_us * 1e-6
+    return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + cluster.scale_out.latency_us * 1e-6
+
+
+# ------------------------------------------------------------------------------------------- evaluation
+
+@dataclass
+class _Eval:
+    config: Config
+    fits: bool
+    memory: mem.StageMemory
+    step_s: float = 0.0
+    plan: StepPlan | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+    microbatches: int = 0
+
+
+class _JobModel:
+    """Everything about one job that does not depend on the auto settings, and the evaluation of a Config."""
+
+    def __init__(self, cluster: Cluster, job: Job) -> None:
+        self.cluster, self.job = cluster, job
+        self.gpu = cluster.gpu
+        self.net = _net(cluster, job)
+        self.per_replica = job.global_batch // job.dp
+        self.dp_shards = job.dp * job.cp
+        self.expert_shards = max(1, job.dp * job.cp // job.ep)
+
+    # -- per chunk costs -------------------------------------------------------------------------------
+    def _chunk_passes(self, st: _Stage, sh: cm.Shard, recompute: str) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
+        dense, moe = _layer_kinds(job, st)
+        blocks: list[tuple[cm.BlockCost, int]] = []
+        if dense:
+            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), dense))
+        if moe:
+            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), moe))
+        if st.embedding:
+            blocks.append((cm.embedding_cost(gpu, job.model, sh), 1))
+        if st.output:
+            blocks.append((cm.output_cost(gpu, job.model, sh), 1))
+        f = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
+        b = dict(f)
+        for block, n in blocks:
+            for pas, acc in ((block.fwd, f), (block.bwd, b), (block.recompute, b)):
+                if pas is None:
+                    continue
+                acc["compute"] += n * pas.compute_s
+                if pas.tp_collectives:
+                    acc["tp"] += n * pas.tp_collectives * _tp_time(cl, net, pas.tp_bytes, sh.sp).time_s
+                if pas.cp_bytes:
+                    step = col.p2p(cl, net.cp, pas.cp_bytes).time_s
+                    acc["cp"] += n * (job.cp - 1) * max(0.0, step - pas.cp_overlap_s)
+                if pas.ep_bytes:
+                    acc["ep"] += n * 2 * col.all_to_all(cl, net.ep, pas.ep_bytes).time_s
+        if job.zero >= 3:
+            # ZeRO-3 gathers the chunk's weights before its forward and its backward, prefetched behind compute
+            params = self._chunk_params(st)
+            ag = col.all_gather(cl, net.dp, cm.BF16 * params).time_s
+            rs = col.reduce_scatter(cl, net.dp, 4.0 * params).time_s
+            f["dp"] = max(0.0, ag - f["compute"])
+            b["dp"] = max(0.0, ag + rs - b["compute"])
+        return list(f.items()), list(b.items())
+
+    def _chunk_params(self, st: _Stage) -> float:
+        """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
+        job = self.job
+        dense, moe = _layer_kinds(job, st)
+        p = dense * cm.layer_params_per_gpu(job.model, False, job.tp, job.ep)
+        if moe:
+            p += moe * cm.layer_params_per_gpu(job.model, True, job.tp, job.ep)
+        emb = job.model.vocab * job.model.hidden / job.tp
+        if st.embedding:
+            p += emb
+        if st.output and not (job.model.tied_embeddings and job.pp == 1):
+            p += emb
+        return p
+
+    def _expert_params(self, st: _Stage) -> float:
+        job = self.job
+        _, moe = _layer_kinds(job, st)
+        if not moe:
+            return 0.0
+        experts = job.model.experts * cm._mlp_params(job.model.hidden, job.model.moe_ffn, job.model.ffn_activation)
+        return moe * experts / job.tp / job.ep
+
+    # -- memory ----------------------------------------------------------------------------------------
+    def memory(self, cfg: Config, chunks: list[list[_Stage]]) -> list[mem.StageMemory]:
+        from .pipeline import order, peak_inflight
+
+        job = self.job
+        m = self.per_replica // cfg.micro_batch
+        sh = _shard(job, cfg.micro_batch)
+        out = []
+        for r, stage in enumerate(chunks):
+            chunk_bytes = []
+            for st in stage:
+                dense, moe = _layer_kinds(job, st)
+                per_tok = (dense * mem.activation_bytes_per_token(job.model, False, job.tp, sh.sp, cfg.recompute)
+                           + moe * mem.activation_bytes_per_token(job.model, True, job.tp, sh.sp, cfg.recompute))
+                if st.embedding:
+                    per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+                chunk_bytes.append(per_tok * sh.tokens)
+            held = peak_inflight(order(job.schedule, job.pp, cfg.virtual_stages, m, r), chunk_bytes)
+            moe_any = any(_layer_kinds(job, st)[1] for st in stage)
+            layer_full = mem.activation_bytes_per_token(job.model, moe_any, job.tp, sh.sp, "none") * sh.tokens
+            transient = layer_full if cfg.recompute == "full" else 0.0
+            # one layer's gradient working set (input/output grads, the largest intermediate) during backward
+            transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
+            logits = 0.0
+            if any(st.output for st in stage):
+                logits = 2 * sh.tokens * job.model.vocab / job.tp * 4.0
+            params = sum(self._chunk_params(st) for st in stage)
+            experts = sum(self._expert_params(st) for st in stage)
+            largest = max((self._chunk_params(_Stage(st.first_layer, 1, False, False)) for st in stage
+                           if st.layers), default=0.0)
+            out.append(mem.stage_memory(params=params, expert_params=experts, largest_layer_params=largest,
+                                        zero=job.zero, dp_shards=self.dp_shards, expert_shards=self.expert_shards,
+                                        activations=held, transient=transient, logits=logits))
+        return out
+
+    # -- one configuration -----------------------------------------------------------------------------
+    def evaluate(self, cfg: Config, simulate: bool = True) -> _Eval:
+        job, cl, gpu = self.job, self.cluster, self.gpu
+        p, v = job.pp, cfg.virtual_stages
+        m = self.per_replica // cfg.micro_batch
+        chunks = _chunks(job, v)
+        mems = self.memory(cfg, chunks)
+        worst = max(mems, key=lambda s: s.total)
+        fits = all(s.total <= mem.capacity_bytes(gpu) for s in mems)
+        ev = _Eval(cfg, fits, worst, microbatches=m)
+        if not (fits and simulate):
+            return ev
+        sh = _shard(job, cfg.micro_batch)
+        fwd, bwd = [], []
+        for stage in chunks:
+            fs, bs = zip(*(self._chunk_passes(st, sh, cfg.recompute) for st in stage))
+            fwd.append(list(fs))
+            bwd.append(list(bs))
+        act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+        send = [_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p)]
+        send_b = [send[(r - 1) % p] for r in range(p)]
+        args = (_freeze(fwd), _freeze(bwd), tuple(send), tuple(send_b))
+        if m <= MAX_SIM_MICROBATCHES:
+            run = _simulate_cached(job.schedule, p, v, m, *args)
+            stages = [list(s.intervals) for s in run.stages]
+            ends = [s.end_s for s in run.stages]
+            last_b = [list(s.last_backward) for s in run.stages]
+        else:
+            # the steady state repeats: simulate two sizes and extend linearly to m
+            step = p if v > 1 else 1
+            m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
+            m1 = max(step, m2 // 2 // step * step)
+            run1 = _simulate_cached(job.schedule, p, v, m1, *args)
+            run2 = _simulate_cached(job.schedule, p, v, m2, *args)
+            stages, ends, last_b = _extend(run1, run2, m1, m2, m)
+        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, stages, ends, last_b, fwd, bwd, m)
+        return ev
+
+    def _finish(self, cfg: Config, chunks: list[list[_Stage]], stages: list[list[tuple[float, float, str]]],
+                ends: list[float], last_b: list[list[tuple[float, float]]], fwd: list, bwd: list,
+                m: int) -> tuple[StepPlan, float, dict[str, float]]:
+        """Add DP gradient reduction, optimizer and parameter all-gather; build the plan and the breakdown."""
+        job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
+        p = job.pp
+        dp_end: list[float] = []
+        dp_busy = 0.0
+        ag_time = opt_time = 0.0
+        opt_by_stage = []
+        ag_by_stage = []
+        for r in range(p):
+            t_stream = 0.0
+            for c in reversed(range(cfg.virtual_stages)):
+                st = chunks[r][c]
+                params = self._chunk_params(st)
+                if job.zero >= 3:
+                    continue          # reduced per microbatch inside the backward (see _chunk_passes)
+                grads = 4.0 * params  # FP32 gradients (Megatron: accumulated and reduced in FP32)
+                comm = col.allreduce(cl, net.dp, grads) if job.zero == 0 else col.reduce_scatter(cl, net.dp, grads)
+                dp_busy += comm.time_s / p
+                b0, b1 = last_b[r][c]
+                n_layers = max(1, st.layers)
+                # buckets: the first is ready after one layer's backward, the last after the chunk's
+                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm.time_s,
+                               b1 + comm.time_s / n_layers)
+            dp_end.append(max(ends[r], t_stream))
+            params = sum(self._chunk_params(st) for st in chunks[r])
+            shards = self.dp_shards if job.zero >= 1 else 1
+            opt_by_stage.append(cm.optimizer_time(gpu, params, shards))
+            if job.zero in (1, 2):
+                ag = col.all_gather(cl, net.dp, cm.BF16 * params).time_s
+                # overlapped with the next step's first forward but for the first layer's bucket
+                n_layers = max(1, sum(st.layers for st in chunks[r]))
+                ag_by_stage.append(ag / n_layers)
+                dp_busy += ag / p
+            else:
+                ag_by_stage.append(0.0)
+        sync = max(dp_end)
+        opt_time = max(opt_by_stage)
+        ag_time = max(ag_by_stage)
+        step = sync + opt_time + ag_time
+        plan_stages = []
+        totals: dict[str, float] = {}
+        for r in range(p):
+            iv = list(stages[r])
+            if dp_end[r] > ends[r]:
+                iv.append((ends[r], dp_end[r], "dp"))
+            if sync > dp_end[r]:
+                iv.append((dp_end[r], sync, "bubble"))
+            iv.append((sync, sync + opt_by_stage[r], "optimizer"))
+            if sync + opt_by_stage[r] < sync + opt_time:
+                iv.append((sync + opt_by_stage[r], sync + opt_time, "bubble"))
+            if ag_by_stage[r] > 0:
+                iv.append((sync + opt_time, sync + opt_time + ag_by_stage[r], "dp"))
+            if sync + opt_time + ag_by_stage[r] < step:
+                iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
+            merged = _merge(iv, step)
+            plan_stages.append(merged)
+            for it in merged:
+                totals[it.phase] = totals.get(it.phase, 0.0) + (it.end_s - it.start_s) / p
+        tokens = job.global_batch * job.seq_len
+        flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
+        tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
+        plan = StepPlan(step_time_s=step, stages=tuple(tuple(s) for s in plan_stages), tier_load=tier_load,
+                        tokens=tokens, model_flops=flops)
+        order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
+        breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
+                     ("compute", "bubble", "optimizer")}
+        return plan, step, breakdown
+
+    def _tier_load(self, cfg: Config, fwd: list, bwd: list, m: int, step: float, dp_busy: float) -> dict[str, float]:
+        """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
+        job, cl, net = self.job, self.cluster, self.net
+        sh = _shard(job, cfg.micro_batch)
+        load = {t: 0.0 for t in TIERS}
+        per_dim: dict[str, tuple[float, dict[str, float]]] = {}
+        v = cfg.virtual_stages
+        for dim in ("tp", "cp", "ep"):
+            busy = sum(dict(fwd[r][c]).get(dim, 0.0) + dict(bwd[r][c]).get(dim, 0.0)
+                       for r in range(job.pp) for c in range(v)) * m / job.pp
+            if busy <= 0:
+                continue
+            if dim == "tp":
+                comm = _tp_time(cl, net, sh.tokens * job.model.hidden * cm.BF16, sh.sp)
+            elif dim == "cp":
+                comm = col.p2p(cl, net.cp, sh.tokens * 1.0 * job.model.hidden * cm.BF16)
+            else:
+                comm = col.all_to_all(cl, net.ep, sh.tokens * 1.0 * job.model.hidden * cm.BF16)
+            per_dim[dim] = (busy, comm.load)
+        if dp_busy > 0:
+            per_dim["dp"] = (dp_busy, col.reduce_scatter(cl, net.dp, 1e9).load)
+        if job.pp > 1:
+            act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+            busy = 2 * m * v * sum(_p2p_time(cl, net, act, r) for r in range(job.pp)) / job.pp
+            pp_route = col.route(cl, job, ("pp",))
+            per_dim["pp"] = (busy, col.p2p(cl, pp_route, act).load)
+        for busy, loads in per_dim.values():
+            for tier, u in loads.items():
+                load[tier] += u * min(busy, step) / step
+        return {t: round(min(1.0, x), 4) for t, x in load.items()}
+
+
+def _freeze(x: list) -> tuple:
+    return tuple(tuple(tuple(segs) for segs in stage) for stage in x)
+
+
+@lru_cache(maxsize=256)
+def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
+                     send_b: tuple):  # type: ignore[no-untyped-def]
+    from .pipeline import simulate
+
+    return simulate(schedule, p, v, m, [list(map(list, s)) for s in fwd], [list(map(list, s)) for s in bwd],
+                    list(send), list(send_b))
+
+
+def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list, list]:
+    """A step of m microbatches from simulations of m1 < m2: every stage's end grows linearly in m.
+
+    Work (compute and communication) scales by m / m2; the waiting scales so that each stage ends where the
+    linear extension puts it (fill and drain stay, waiting from stage imbalance grows with m).
+    """
+    stages, ends, last_b = [], [], []
+    for s1, s2 in zip(run1.stages, run2.stages):
+        end = s2.end_s + (m - m2) * (s2.end_s - s1.end_s) / (m2 - m1)
+        work = sum(b - a for a, b, ph in s2.intervals if ph != "bubble")
+        wait = sum(b - a for a, b, ph in s2.intervals if ph == "bubble")
+        k_work = m / m2
+        k_wait = max(0.0, end - work * k_work) / wait if wait > 0 else 1.0
+        t = 0.0
+        out = []
+        mapping = {0.0: 0.0}
+        for a, b, phase in s2.intervals:
+            d = (b - a) * (k_wait if phase == "bubble" else k_work)
+            out.append((t, t + d, phase))
+            mapping[a], mapping[b] = t, t + d
+            t += d
+        stages.append(out)
+        ends.append(t)
+        last_b.append([(mapping.get(b0, t), mapping.get(b1, t)) for b0, b1 in s2.last_backward])
+    return stages, ends, last_b
+
+
+def _merge(intervals: list[tuple[float, float, str]], end: float) -> list[Interval]:
+    """Contiguous intervals covering [0, end]: gaps become bubble, adjacent equal phases merge."""
+    out: list[Interval] = []
+    t = 0.0
+    for a, b, phase in sorted(intervals):
+        if b <= t:
+            continue
+        a = max(a, t)
+        if a > t:
+            out = _push(out, t, a, "bubble")
+        out = _push(out, a, b, phase)
+        t = b
+    if end > t:
+        out = _push(out, t, end, "bubble")
+    return out
+
+
+def _push(out: list[Interval], a: float, b: float, phase: str) -> list[Interval]:
+    if out and out[-1].phase == phase:
+        out[-1] = Interval(out[-1].start_s, b, phase)
+    else:
+        out.append(Interval(a, b, phase))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- search
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(job: Job) -> list[Config]:
+    """Every configuration the "auto" settings may take (fixed settings stay as given)."""
+    from .pipeline import check
+
+    per_replica = job.global_batch // job.dp
+    mbs = [job.micro_batch] if job.micro_batch != "auto" else [d for d in _divisors(per_replica) if d <= 64]
+    if job.virtual_stages != "auto":
+        vs = [int(job.virtual_stages)]
+    elif job.pp == 1 or job.schedule == "gpipe":
+        vs = [1]
+    else:
+        vs = [v for v in range(1, job.model.layers // job.pp + 1)]
+    rcs = [job.recompute] if job.recompute != "auto" else list(RECOMPUTE_MODES)
+    out = []
+    for mb, v, rc in itertools.product(mbs, vs, rcs):
+        if check(job.schedule, job.pp, v, per_replica // mb) is None:
+            out.append(Config(int(mb), v, rc))
+    return out
+
+
+def _search(model: _JobModel, configs: list[Config]) -> tuple[_Eval, bool]:
+    """The fastest configuration that fits, or (the one needing least memory, False) when none fits."""
+    evals = [model.evaluate(c, simulate=False) for c in configs]
+    fitting = [e for e in evals if e.fits]
+    if not fitting:
+        return min(evals, key=lambda e: e.memory.total), False
+    # cheap lower bound first: fewer recomputation, more interleaving, bigger microbatches tend to win
+    best: _Eval | None = None
+    for e in sorted(fitting, key=lambda e: _guess(model, e.config)):
+        if best is not None and _lower_bound(model, e.config) >= best.step_s:
+            continue
+        full = model.evaluate(e.config)
+        if best is None or full.step_s < best.step_s - 1e-12:
+            best = full
+    assert best is not None
+    return best, True
+
+
+def _work(model: _JobModel, cfg: Config) -> float:
+    """Busiest stage's compute time per step (no waiting): a lower bound of the step."""
+    job = model.job
+    sh = _shard(job, cfg.micro_batch)
+    m = model.per_replica // cfg.micro_batch
+    chunks = _chunks(job, cfg.virtual_stages)
+    worst = 0.0
+    for stage in chunks:
+        t = 0.0
+        for st in stage:
+            f, b = model._chunk_passes(st, sh, cfg.recompute)
+            t += sum(d for _, d in f) + sum(d for _, d in b)
+        worst = max(worst, t)
+    return worst * m
+
+
+def _lower_bound(model: _JobModel, cfg: Config) -> float:
+    return _work(model, cfg)
+
+
+def _guess(model: _JobModel, cfg: Config) -> float:
+    m = model.per_replica // cfg.micro_batch
+    p = model.job.pp
+    return _work(model, cfg) * (1 + (p - 1) / (cfg.virtual_stages * m))
+
+
+# ------------------------------------------------------------------------------------------------- API
+
+def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
+    """The cost of one training step of `job` on the scenario's cluster."""
+    cluster = scenario.cluster
+    model = _JobModel(cluster, job)
+    configs = candidates(job)
+    if not configs:
+        raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
+                        f"{job.schedule} schedule with pp = {job.pp} and {job.global_batch // job.dp} "
+                        "sequences per replica")
+    best, fits = _search(model, configs)
+    cfg = best.config
+    resolved = dataclasses.replace(job, micro_batch=cfg.micro_batch, virtual_stages=cfg.virtual_stages,
+                                   recompute=cfg.recompute)
+    chosen = {k: getattr(cfg, k) for k in ("micro_batch", "virtual_stages", "recompute")
+              if getattr(job, k) == "auto"}
+    tiers = Layout(resolved, Topology.of(cluster)).tiers()
+    tiers = {d: tiers[d] for d in DIMS}
+    mem_gb = best.memory.parts_gb()
+    total_gb = round(best.memory.total / mem.GB, 2)
+    cap = round(mem.capacity_bytes(cluster.gpu) / mem.GB, 2)
+    common: dict[str, Any] = {"name": job.name, "gpus": job.gpus, "memory_gb": mem_gb,
+                               "memory_gb_per_gpu": total_gb, "capacity_gb": cap, "chosen": chosen,
+                               "tiers": tiers, "job": resolved, "microbatches": best.microbatches}
+    if not fits:
+        common["note"] = _fit_hint(model, job)
+        return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
+                           hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None, **common)
+    step = best.step_s
+    tokens = job.global_batch * job.seq_len
+    model_flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
+    hw_flops = model_flops + recompute_flops_per_token(job, cfg.recompute) * tokens
+    model_tf = model_flops / step / job.gpus / 1e12
+    return JobEstimate(fits=True, step_time_s=step, tokens_per_s=tokens / step,
+                       model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
+                       mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=best.breakdown,
+                       plan=best.plan, **common)
+
+
+def _fit_hint(model: _JobModel, job: Job) -> str:
+    """When fixed settings do not fit: the settings that would, with every auto setting searched."""
+    autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
+    configs = candidates(dataclasses.replace(job, **autos))
+    fitting = [c for c in configs if model.evaluate(c, simulate=False).fits]
+    if not fitting:
+        return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
+    best, _ = _search(model, fitting)
+    changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
+    return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
+
+
+def recompute_flops_per_token(job: Job, recompute: str) -> float:
+    """FLOPs recomputation adds per token: one more forward of the layers under full recomputation."""
+    if recompute != "full":
+        return 0.0
+    model = job.model
+    return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * model.hidden * model.vocab) / 3.0
+
+
+def cluster_summary(cluster: Cluster) -> dict[str, float]:
+    topo = Topology.of(cluster)
+    per_gpu_w = cluster.gpu.tdp_w + cluster.gpu.server_overhead()
+    it_mw = cluster.gpus * per_gpu_w * (1 + STORAGE_NETWORK_OVERHEAD) / 1e6
+    return {"gpus": cluster.gpus, "nodes": topo.nodes, "pods": topo.pods, "buildings": topo.buildings,
+            "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6)}
+
+
+def estimate(scenario: Scenario) -> ScenarioEstimate:
+    """Every job of the scenario, in scenario order."""
+    out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
+    out.jobs = [estimate_job(scenario, job) for job in scenario.jobs]
+    return out
+
+
+def _round(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def to_json(est: ScenarioEstimate) -> dict[str, Any]:
+    """The --json form: {"scenario", "cluster", "jobs": [...]}."""
+    jobs = []
+    for j in est.jobs:
+        jobs.append({
+            "name": j.name, "gpus": j.gpus, "step_time_s": _round(j.step_time_s),
+            "tokens_per_s": _round(j.tokens_per_s, 1), "model_tflops_per_gpu": _round(j.model_tflops_per_gpu, 2),
+            "mfu": _round(j.mfu), "hardware_tflops_per_gpu": _round(j.hardware_tflops_per_gpu, 2),
+            "memory_gb_per_gpu": j.memory_gb_per_gpu, "fits": j.fits, "breakdown_s": j.breakdown_s,
+            "memory_gb": j.memory_gb, "chosen": j.chosen,
+            "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,
+            "capacity_gb": j.capacity_gb, "microbatches": j.microbatches,
+        })
+    return {"scenario": est.scenario, "cluster": est.cluster, "jobs": jobs}

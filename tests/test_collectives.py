@@ -1,0 +1,94 @@
+"""Collectives: alpha-beta costs on the tier a group crosses, hierarchy, oversubscription, algorithm choice."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine import catalog, scenario
+from engine import collectives as col
+
+
+def _cluster(**kw):  # type: ignore[no-untyped-def]
+    base = scenario.load("llama3-405b-16k").cluster
+    return dataclasses.replace(base, **kw)
+
+
+def _job(**kw):  # type: ignore[no-untyped-def]
+    return dataclasses.replace(scenario.load("llama3-405b-16k").jobs[0], **kw)
+
+
+def test_tp_group_stays_in_the_node_and_uses_nvlink_busbw() -> None:
+    cl, job = _cluster(), _job()
+    r = col.route(cl, job, ("tp",))
+    assert (r.size, r.q, r.k, r.tier) == (8, 8, 1, "node")
+    S = 256e6
+    rs = col.reduce_scatter(cl, r, S)
+    assert rs.time_s == pytest.approx(7 / 8 * S / (cl.nvlink.busbw_gb_s * 1e9) + 7 * 8e-6)
+    ar = col.allreduce(cl, r, S)   # NVLS on NVLink 4 for all-reduce
+    assert ar.time_s == pytest.approx(2 * 7 / 8 * S / (cl.nvlink.nvls_busbw_gb_s * 1e9) + 14 * 8e-6)
+
+
+def test_dp_group_spans_nodes_and_pods() -> None:
+    cl, job = _cluster(), _job()
+    r = col.route(cl, job, ("dp",))
+    assert r.size == 128 and r.q == 1 and r.k == 128 and r.tier == "core"
+    S = 1e9
+    ar = col.allreduce(cl, r, S)
+    net = cl.scale_out.busbw_gb_s * 1e9
+    assert ar.time_s == pytest.approx(2 * 127 / 128 * S / net / r.slowdown, rel=0.01)
+    assert ar.load["leaf"] > 0.5
+
+
+def test_hierarchical_allreduce_reduces_inside_the_node_first() -> None:
+    cl = _cluster()
+    job = _job(tp=1, pp=1, dp=16384)    # DP packs 8 ranks per node
+    r = col.route(cl, job, ("dp",))
+    assert r.q == 8 and r.k == 2048
+    S = 1e9
+    t = col.allreduce(cl, r, S).time_s
+    node = 2 * 7 / 8 * S / (cl.nvlink.busbw_gb_s * 1e9) + 2 * 7 * cl.nvlink.latency_us * 1e-6
+    # across nodes: S/8 per rail, tree latency (2 log2 2048 steps) beats the ring's 2 * 2047
+    net = (2 * 2047 / 2048 * (S / 8) / (cl.scale_out.busbw_gb_s * 1e9 / r.slowdown)
+           + 2 * 11 * cl.scale_out.latency_us * 1e-6)
+    assert t == pytest.approx(node + net, rel=1e-6)
+
+
+def test_tree_beats_ring_latency_for_small_messages_at_scale() -> None:
+    cl, job = _cluster(), _job()
+    r = col.route(cl, job, ("dp",))
+    small = col.allreduce(cl, r, 1024).time_s
+    assert small < 2 * 127 * cl.scale_out.latency_us * 1e-6 / 2
+
+
+def test_oversubscribed_core_slows_all_to_all_across_pods() -> None:
+    job = _job(tp=1, cp=1, pp=1, dp=16384, ep=4096, global_batch=16384,
+               model=catalog.models()["deepseek-v3"])
+    full = col.route(_cluster(pod_oversubscription=1.0), job, ("ep",), "all2all")
+    over = col.route(_cluster(pod_oversubscription=7.0), job, ("ep",), "all2all")
+    assert full.slowdown == pytest.approx(1.0)
+    assert over.slowdown > 3.0
+    S = 1e9
+    assert col.all_to_all(_cluster(pod_oversubscription=7.0), over, S).time_s > 3 * col.all_to_all(
+        _cluster(pod_oversubscription=1.0), full, S).time_s
+
+
+def test_a_faster_fabric_is_faster() -> None:
+    job = _job()
+    fab = catalog.fabrics()
+    slow, fast = _cluster(scale_out=fab["roce-400g"]), _cluster(scale_out=fab["roce-800g"])
+    r = col.route(slow, job, ("dp",))
+    assert col.reduce_scatter(fast, r, 1e9).time_s < 0.6 * col.reduce_scatter(slow, r, 1e9).time_s
+
+
+def test_pcie_node_fabric_is_slower_than_nvswitch() -> None:
+    cl_nv, cl_pcie = _cluster(), _cluster(node_fabric="pcie")
+    r = col.route(cl_nv, _job(), ("tp",))
+    assert col.allreduce(cl_pcie, r, 1e8).time_s > 10 * col.allreduce(cl_nv, r, 1e8).time_s
+
+
+def test_groups_of_one_cost_nothing() -> None:
+    r = col.route(_cluster(), _job(), ("cp",))
+    assert r.size == 1 and r.tier is None
+    assert col.allreduce(_cluster(), r, 1e9).time_s == 0.0

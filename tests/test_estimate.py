@@ -1,0 +1,176 @@
+"""estimate(): the plan, the breakdown, auto settings, JSON shape, the CLI, and physical sanity."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import pytest
+
+from clustertop.cli import main
+from engine import catalog, scenario
+from engine.errors import UserError
+from engine.estimate import estimate, estimate_job, to_json
+from engine.phases import PHASES
+from engine.topology import TIERS
+
+JOB_KEYS = {"name", "gpus", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
+            "hardware_tflops_per_gpu", "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen"}
+
+
+def _flagship(**kw):  # type: ignore[no-untyped-def]
+    s = scenario.load("llama3-405b-16k")
+    job = dataclasses.replace(s.jobs[0], **{"virtual_stages": 4, "recompute": "selective", **kw})
+    return s, job
+
+
+@pytest.fixture(scope="module")
+def flagship():  # type: ignore[no-untyped-def]
+    s, job = _flagship()
+    return estimate_job(s, job)
+
+
+def test_plan_covers_the_step_on_every_stage(flagship) -> None:  # type: ignore[no-untyped-def]
+    e = flagship
+    plan = e.plan
+    assert e.fits and plan is not None
+    assert plan.step_time_s == e.step_time_s
+    assert len(plan.stages) == 16
+    for stage in plan.stages:
+        assert stage[0].start_s == 0.0
+        assert stage[-1].end_s == pytest.approx(plan.step_time_s)
+        for a, b in itertools.pairwise(stage):
+            assert a.end_s == pytest.approx(b.start_s) and a.phase != b.phase
+        assert all(iv.phase in PHASES and iv.end_s > iv.start_s for iv in stage)
+        assert len(stage) < 2000
+    assert set(plan.tier_load) == set(TIERS)
+    assert all(0.0 <= x <= 1.0 for x in plan.tier_load.values())
+    assert plan.tier_load["node"] > 0 and plan.tier_load["leaf"] > 0
+    assert plan.tokens == 2048 * 8192
+    assert plan.model_flops == pytest.approx(e.model_tflops_per_gpu * 1e12 * e.gpus * e.step_time_s)
+
+
+def test_breakdown_sums_to_the_step(flagship) -> None:  # type: ignore[no-untyped-def]
+    e = flagship
+    assert sum(e.breakdown_s.values()) == pytest.approx(e.step_time_s, rel=1e-4)
+    assert e.breakdown_s["compute"] > 0.5 * e.step_time_s
+    assert e.breakdown_s["tp"] > 0 and e.breakdown_s["bubble"] > 0
+    assert e.tokens_per_s == pytest.approx(2048 * 8192 / e.step_time_s)
+    assert e.mfu == pytest.approx(e.model_tflops_per_gpu / 989.4)
+    assert e.hardware_tflops_per_gpu == pytest.approx(e.model_tflops_per_gpu)   # no GEMM recomputed
+    assert e.tiers == {"tp": "node", "cp": None, "pp": "spine", "dp": "core", "ep": None}
+
+
+def test_full_recompute_counts_in_hardware_flops_only() -> None:
+    s, job = _flagship(recompute="full")
+    e = estimate_job(s, job)
+    assert e.hardware_tflops_per_gpu > 1.25 * e.model_tflops_per_gpu
+
+
+def test_more_microbatches_shrink_the_bubble() -> None:
+    s8 = scenario.load("llama3-405b-8k")
+    s16 = scenario.load("llama3-405b-16k")
+    kw = {"virtual_stages": 4, "recompute": "selective"}
+    e8 = estimate_job(s8, dataclasses.replace(s8.jobs[0], **kw))
+    e16 = estimate_job(s16, dataclasses.replace(s16.jobs[0], **kw))
+    assert e8.breakdown_s["bubble"] / e8.step_time_s < e16.breakdown_s["bubble"] / e16.step_time_s
+    assert e8.model_tflops_per_gpu > e16.model_tflops_per_gpu
+
+
+def test_a_faster_fabric_gives_a_faster_step() -> None:
+    s, job = _flagship(tp=4, pp=32, dp=128, virtual_stages=1)
+    slow = estimate_job(s, job)
+    fast_cluster = dataclasses.replace(s.cluster, scale_out=catalog.fabrics()["roce-800g"])
+    fast = estimate_job(dataclasses.replace(s, cluster=fast_cluster), job)
+    assert fast.step_time_s < slow.step_time_s
+    pcie = dataclasses.replace(s.cluster, node_fabric="pcie")
+    assert estimate_job(dataclasses.replace(s, cluster=pcie), job).step_time_s > 1.2 * slow.step_time_s
+
+
+def test_auto_settings_choose_the_fastest_that_fits() -> None:
+    s, job = _flagship(micro_batch="auto", virtual_stages="auto", recompute="auto")
+    e = estimate_job(s, job)
+    assert e.fits and set(e.chosen) == {"micro_batch", "virtual_stages", "recompute"}
+    assert e.job.micro_batch == e.chosen["micro_batch"] and e.job.recompute == e.chosen["recompute"]
+    for v in (1, 2):
+        other = estimate_job(s, dataclasses.replace(job, micro_batch=1, virtual_stages=v, recompute="full"))
+        assert e.step_time_s <= other.step_time_s
+
+
+def test_fixed_settings_that_do_not_fit_get_a_hint() -> None:
+    s = scenario.load("llama3-405b-16k")
+    job = dataclasses.replace(s.jobs[0], micro_batch=16, recompute="none")
+    e = estimate_job(s, job)
+    assert not e.fits and "fits with" in e.note
+
+
+def test_gpipe_holds_every_microbatch() -> None:
+    s, job = _flagship(schedule="gpipe", virtual_stages=1, recompute="full")
+    gp = estimate_job(s, job)
+    ofob = estimate_job(s, dataclasses.replace(job, schedule="1f1b"))
+    assert gp.memory_gb["activations"] > ofob.memory_gb["activations"]
+
+
+def test_interleaving_that_cannot_run_is_a_user_error() -> None:
+    s, job = _flagship(virtual_stages=2, global_batch=128 * 24)   # 24 microbatches: not rounds of 16
+    with pytest.raises(UserError):
+        estimate_job(s, job)
+
+
+def test_moe_job_runs_with_expert_parallel_all_to_all(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "moe.toml"
+    path.write_text('name = "moe"\n[cluster]\ngpu = "h800-sxm-80gb"\ngpus = 2048\nscale_out = "ib-ndr-400g"\n'
+                    '[[jobs]]\nmodel = "deepseek-v3"\nseq_len = 4096\nglobal_batch = 7680\npp = 16\ndp = 128\n'
+                    'ep = 64\nzero = 1\nrecompute = "auto"\nprecision = "fp8"\n')
+    s = scenario.load(str(path))
+    e = estimate_job(s, s.jobs[0])
+    assert e.fits and e.breakdown_s.get("ep", 0) > 0
+    assert e.tiers["ep"] in ("leaf", "spine")
+    assert 0.03 < e.mfu < 0.6
+
+
+def test_json_has_exactly_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "single-gpu-405b", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"] == "single-gpu-405b"
+    assert set(out["cluster"]) == {"gpus", "nodes", "pods", "buildings", "it_power_mw", "facility_power_mw"}
+    job = out["jobs"][0]
+    assert JOB_KEYS <= set(job)
+    assert job["fits"] is False and job["step_time_s"] is None
+    assert job["memory_gb"]["weights"] == pytest.approx(811, rel=0.01)
+
+
+def test_cluster_power() -> None:
+    s = scenario.load("llama3-405b-16k")
+    c = to_json(estimate(dataclasses.replace(s, jobs=())))["cluster"]
+    assert c["gpus"] == 16384 and c["nodes"] == 2048 and c["pods"] == 6 and c["buildings"] == 1
+    assert c["it_power_mw"] == pytest.approx(16384 * (700 + 575) * 1.10 / 1e6, rel=1e-4)
+    assert c["facility_power_mw"] == pytest.approx(c["it_power_mw"] * 1.2, rel=1e-4)
+
+
+def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "llama3-405b-8k"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("layout", "TP 8 (node)", "DP 64 (core)", "memory", "weights", "hint"):
+        assert needle in out
+    assert main(["estimate", "no-such-scenario"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import engine.estimate as est
+    from engine.validate import scenarios
+
+    s = scenarios()["bloom-176b"]
+    job = dataclasses.replace(s.jobs[0], micro_batch=1)        # 256 microbatches per replica
+    exact = estimate_job(s, job)
+    monkeypatch.setattr(est, "MAX_SIM_MICROBATCHES", 64)
+    est._simulate_cached.cache_clear()
+    short = estimate_job(s, job)
+    est._simulate_cached.cache_clear()
+    assert exact.microbatches == short.microbatches == 256
+    assert short.step_time_s == pytest.approx(exact.step_time_s, rel=0.01)
+    for stage in short.plan.stages:
+        assert stage[-1].end_s == pytest.approx(short.step_time_s)

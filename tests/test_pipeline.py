@@ -1,0 +1,93 @@
+"""The SimPy pipeline schedule: the bubble comes out of the schedule and matches the textbook formulas."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import UserError
+from engine.pipeline import check, order, peak_inflight, simulate, split_layers
+
+
+def _uniform(p: int, v: int, f: float = 1.0, b: float = 2.0):  # type: ignore[no-untyped-def]
+    fwd = [[[("compute", f / v)] for _ in range(v)] for _ in range(p)]
+    bwd = [[[("compute", b / v)] for _ in range(v)] for _ in range(p)]
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("schedule,p,m", [("1f1b", 4, 8), ("1f1b", 8, 32), ("1f1b", 16, 16), ("gpipe", 4, 8),
+                                          ("gpipe", 8, 3)])
+def test_bubble_is_p_minus_1_over_m(schedule: str, p: int, m: int) -> None:
+    fwd, bwd = _uniform(p, 1)
+    run = simulate(schedule, p, 1, m, fwd, bwd, [0.0] * p, [0.0] * p)
+    ideal = 3.0 * m
+    assert (run.end_s - ideal) / ideal == pytest.approx((p - 1) / m)
+
+
+@pytest.mark.parametrize("p,v,m", [(4, 2, 8), (4, 4, 8), (8, 2, 16), (16, 4, 32)])
+def test_interleaved_bubble_is_p_minus_1_over_v_m(p: int, v: int, m: int) -> None:
+    fwd, bwd = _uniform(p, v)
+    run = simulate("1f1b", p, v, m, fwd, bwd, [0.0] * p, [0.0] * p)
+    ideal = 3.0 * m
+    assert (run.end_s - ideal) / ideal == pytest.approx((p - 1) / (v * m))
+
+
+def test_intervals_are_contiguous_and_classify_waiting() -> None:
+    p, m = 4, 6
+    fwd, bwd = _uniform(p, 1)
+    run = simulate("1f1b", p, 1, m, fwd, bwd, [0.1] * p, [0.1] * p)
+    for stage in run.stages:
+        t = 0.0
+        for a, b, phase in stage.intervals:
+            assert a >= t - 1e-12 and b > a
+            assert phase in ("compute", "bubble", "pp")
+            t = b
+        busy = sum(b - a for a, b, ph in stage.intervals if ph == "compute")
+        assert busy == pytest.approx(3.0 * m)
+    phases = {ph for s in run.stages for _, _, ph in s.intervals}
+    assert {"bubble", "pp"} <= phases
+    # transfers lengthen the step by at least one forward and one backward hop per boundary
+    assert run.end_s >= 3.0 * m + 3.0 * (p - 1) / 1 * 1.0 + 2 * (p - 1) * 0.1 - 1e-9
+
+
+def test_slowest_stage_sets_the_pace() -> None:
+    p, m = 4, 32
+    fwd, bwd = _uniform(p, 1)
+    fwd[2][0] = [("compute", 1.5)]
+    bwd[2][0] = [("compute", 3.0)]
+    run = simulate("1f1b", p, 1, m, fwd, bwd, [0.0] * p, [0.0] * p)
+    assert run.end_s >= 4.5 * m
+
+
+def test_first_stage_holds_p_microbatches_under_1f1b_and_m_under_gpipe() -> None:
+    p, m = 8, 32
+    for r in range(p):
+        assert peak_inflight(order("1f1b", p, 1, m, r), [1.0]) == p - r
+    assert peak_inflight(order("gpipe", p, 1, m, 0), [1.0]) == m
+    # interleaving keeps more chunks alive on the first stage, each 1/v of the stage
+    v = 2
+    held = peak_inflight(order("1f1b", p, v, m, 0), [1.0 / v] * v)
+    assert p < held <= p + (p - 1) / v + 1
+
+
+def test_every_operation_runs_once() -> None:
+    p, v, m = 4, 2, 8
+    for r in range(p):
+        ops = order("1f1b", p, v, m, r)
+        assert sorted(ops) == sorted({(k, c, i) for k in "FB" for c in range(v) for i in range(m)})
+
+
+def test_interleaving_needs_whole_rounds() -> None:
+    assert check("1f1b", 4, 2, 6) is not None
+    assert check("gpipe", 4, 2, 8) is not None
+    assert check("1f1b", 4, 2, 8) is None
+    fwd, bwd = _uniform(4, 2)
+    with pytest.raises(UserError):
+        simulate("1f1b", 4, 2, 6, fwd, bwd, [0.0] * 4, [0.0] * 4)
+
+
+def test_llama3_layers_per_stage() -> None:
+    assert split_layers(126, 16) == [7] + [8] * 14 + [7]
+    assert sum(split_layers(126, 64)) == 126
+    assert split_layers(32, 4) == [8, 8, 8, 8]
+    with pytest.raises(UserError):
+        split_layers(10, 16)
