@@ -72,6 +72,15 @@ class Job:
     sequence_parallel: bool
     first_gpu: int
     gpus: int
+    kind: str = "training"       # "training" | "inference"
+    request_rate: float = 0.0    # inference: requests per second arriving at the whole job
+    prompt_tokens: int = 0       # inference: mean prompt length
+    output_tokens: int = 0       # inference: mean generated tokens per request
+    max_batch: int = 0           # inference: sequences one replica decodes at once (continuous batching)
+
+    @property
+    def is_inference(self) -> bool:
+        return self.kind == "inference"
 
     @property
     def tokens_per_step(self) -> int:
@@ -183,8 +192,14 @@ CLUSTER_SPEC: dict[str, Field] = {
 JOB_SPEC: dict[str, Field] = {
     "name": optional("str", None),
     "model": Field("any", doc="a catalog model name or an inline [jobs.model] table"),
-    "seq_len": Field("int", positive=True, high=10_000_000),
-    "global_batch": Field("int", positive=True, high=100_000_000),
+    "kind": optional("str", "training", choices=("training", "inference")),
+    "seq_len": optional("int", None, positive=True, high=10_000_000, doc="an integer (required for training)"),
+    "global_batch": optional("int", None, positive=True, high=100_000_000,
+                             doc="an integer (required for training)"),
+    "request_rate": optional("float", None, positive=True, high=1e9),
+    "prompt_tokens": optional("int", 1024, positive=True, high=10_000_000),
+    "output_tokens": optional("int", 256, positive=True, high=10_000_000),
+    "max_batch": optional("int", 256, positive=True, high=1_000_000),
     "micro_batch": optional("int", 1, positive=True, high=100_000, auto=True),
     "tp": optional("int", 1, positive=True, high=MAX_GPUS),
     "cp": optional("int", 1, positive=True, high=MAX_GPUS),
@@ -310,6 +325,14 @@ def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> 
         model = catalog.build_model(ctx, f"{path}.model", f"{name}-model", raw_model)
     else:
         raise ctx.error(f"{path}.model", "expected a catalog model name or an inline table of the model")
+    if j["kind"] == "inference":
+        _inference_defaults(ctx, path, j)
+    else:
+        for key in ("seq_len", "global_batch"):
+            if j[key] is None:
+                raise ctx.error(f"{path}.{key}", "missing required key for a training job (an integer)")
+        if j["request_rate"] is not None:
+            raise ctx.error(f"{path}.request_rate", 'only inference jobs take requests; set kind = "inference"')
     tp, cp, pp, ep = j["tp"], j["cp"], j["pp"], j["ep"]
     first = next_gpu if j["first_gpu"] is None else j["first_gpu"]
     per_replica = tp * cp * pp
@@ -367,4 +390,24 @@ def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> 
     return Job(name=name, model=model, seq_len=j["seq_len"], global_batch=j["global_batch"], micro_batch=mb,
                tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, virtual_stages=v, recompute=j["recompute"],
                precision=j["precision"], zero=j["zero"], schedule=j["schedule"],
-               sequence_parallel=j["sequence_parallel"], first_gpu=first, gpus=gpus)
+               sequence_parallel=j["sequence_parallel"], first_gpu=first, gpus=gpus, kind=j["kind"],
+               request_rate=j["request_rate"] or 0.0, prompt_tokens=j["prompt_tokens"],
+               output_tokens=j["output_tokens"], max_batch=j["max_batch"])
+
+
+def _inference_defaults(ctx: Context, path: str, j: dict[str, Any]) -> None:
+    """An inference job serves requests: its "sequence" is a prompt plus its output, one per replica slot."""
+    if j["request_rate"] is None:
+        raise ctx.error(f"{path}.request_rate", "missing required key for an inference job "
+                        "(requests per second, a number)")
+    for key in ("cp", "virtual_stages"):
+        if j[key] not in (1, None):
+            raise ctx.error(f"{path}.{key}", f"inference jobs are modelled without {key}; expected 1")
+    if j["seq_len"] is None:
+        j["seq_len"] = j["prompt_tokens"] + j["output_tokens"]
+    if j["global_batch"] is None:
+        replicas = j["dp"] or 1
+        j["global_batch"] = replicas * j["max_batch"]
+    j["micro_batch"] = 1 if j["micro_batch"] == "auto" else j["micro_batch"]
+    j["recompute"] = "none"
+    j["zero"] = 0

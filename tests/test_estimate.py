@@ -100,7 +100,7 @@ def test_auto_settings_choose_the_fastest_that_fits() -> None:
 
 def test_fixed_settings_that_do_not_fit_get_a_hint() -> None:
     s = scenario.load("llama3-405b-16k")
-    job = dataclasses.replace(s.jobs[0], micro_batch=16, recompute="none")
+    job = dataclasses.replace(s.jobs[0], micro_batch=16, virtual_stages=1, recompute="none")
     e = estimate_job(s, job)
     assert not e.fits and "fits with" in e.note
 
@@ -149,10 +149,18 @@ def test_cluster_power() -> None:
     assert c["facility_power_mw"] == pytest.approx(c["it_power_mw"] * 1.2, rel=1e-4)
 
 
-def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
+def test_table_output(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert main(["estimate", "llama3-405b-8k"]) == 0
     out = capsys.readouterr().out
-    for needle in ("layout", "TP 8 (node)", "DP 64 (core)", "memory", "weights", "hint"):
+    for needle in ("layout", "TP 8 (node)", "DP 64 (core)", "memory", "weights", "fits"):
+        assert needle in out
+    # The published layout without interleaving or recomputation does not fit: the table says what would.
+    text = scenario.resolve_path("llama3-405b-8k").read_text()
+    oom = tmp_path / "oom.toml"
+    oom.write_text(text.replace("virtual_stages = 4", "virtual_stages = 1").replace('"selective"', '"none"'))
+    assert main(["estimate", str(oom)]) == 0
+    out = capsys.readouterr().out
+    for needle in ("OUT OF MEMORY", "hint"):
         assert needle in out
     assert main(["estimate", "no-such-scenario"]) == 2
     err = capsys.readouterr().err
