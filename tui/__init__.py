@@ -1,0 +1,1 @@
+"""The Textual dashboard: screens, widgets and the event sources (live engine, file, pipe)."""

@@ -1,0 +1,27 @@
+"""A recording file (plain or gzip), read whole before the dashboard starts so a bad file is a one-line error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.errors import UserError
+from engine.reader import iter_events
+
+from . import Source
+from .index import EventIndex
+
+
+class RecordingSource(Source):
+    """Every event of a .jsonl or .jsonl.gz file, indexed for seeking."""
+
+    def __init__(self, path: str) -> None:
+        events = iter_events(path)
+        header = next(events)
+        index = EventIndex(header)
+        for event in events:
+            index.add(event)
+        if index.keyframe_count() == 0:
+            raise UserError("has a header but no sample events; expected a recording with at least one sample",
+                            path)
+        index.finish()
+        super().__init__(Path(path).name, index)
