@@ -299,7 +299,7 @@ def layout(h: Hierarchy, view: View, width: int, height: int) -> Layout:
         # Natural columns: a rack per column (a node per column inside a rack, the node itself inside a node).
         natural_unit = h.per_node if view.level == "rack" else h.per_rack
         column = natural_unit // g if g < natural_unit and natural_unit % g == 0 else None
-        if view.level == "node":
+        if view.level == "node" or gpu1 - gpu0 <= h.per_node:
             column = None   # a node's GPUs side by side, as on the board
         margin = MARGIN if column is not None and view.level not in ("rack", "node") else 0
         scales = range(MAX_SCALE, 0, -1) if g == 1 else (1,)

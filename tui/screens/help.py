@@ -44,7 +44,7 @@ KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 def help_text() -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(justify="right", style="bold")
-    table.add_column()
+    table.add_column(ratio=1)
     for section, rows in KEYS:
         table.add_row(Text(section, style="bold underline"), "")
         for key, what in rows:
@@ -57,9 +57,9 @@ def help_text() -> Table:
         table.add_row("", swatch)
     table.add_row("", "")
     table.add_row(Text("Cells", style="bold underline"), "")
-    table.add_row("", "Each character cell holds two GPUs (or groups), one above the other (▀). When many GPUs share a")
-    table.add_row("", "pixel it shows their mean utilization or power, or their commonest phase; a failed GPU always")
-    table.add_row("", "shows. Columns are racks when they fit; titles name the pods and buildings.")
+    table.add_row("", "Each character cell holds two GPUs (or groups of GPUs), one above the other (▀). Where many GPUs "
+                      "share a pixel it shows their mean utilization or power, or their commonest phase; a failed GPU "
+                      "always shows. Columns are racks when they fit; titles name the pods and buildings.")
     return table
 
 

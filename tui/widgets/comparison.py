@@ -64,7 +64,9 @@ class Comparison(Static):
         for label, get, show, higher_better in FIGURES:
             va, vb = get(a), get(b)
             cells = [show(va) if va is not None else "—", show(vb) if vb is not None else "—"]
-            if va is not None and vb is not None:
+            if va is not None and vb is not None and cells[0] == cells[1]:
+                diff_text, ratio = Text("="), Text("1.00x")
+            elif va is not None and vb is not None:
                 diff = vb - va
                 sign = "+" if diff > 0 else "−" if diff < 0 else "±"
                 better = (diff > 0) == higher_better

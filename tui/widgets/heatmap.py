@@ -178,8 +178,11 @@ class Heatmap(Widget, can_focus=True):
     # -- mouse ------------------------------------------------------------------------------------------
 
     def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
         lay = self._get_layout()
-        top, bottom = lay.at(event.x, event.y), lay.at(event.x, event.y, lower=True)
+        top, bottom = lay.at(offset.x, offset.y), lay.at(offset.x, offset.y, lower=True)
         current = lay.pixel_of(self.cursor_gpu)
         pixel = bottom if top == current and bottom >= 0 else top if top >= 0 else bottom
         if pixel >= 0:
@@ -189,7 +192,8 @@ class Heatmap(Widget, can_focus=True):
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         lay = self._get_layout()
-        pixel = lay.at(event.x, event.y)
+        offset = event.get_content_offset(self)
+        pixel = lay.at(offset.x, offset.y) if offset is not None else -1
         if pixel >= 0:
             self.set_cursor(lay.gpus_of(pixel)[0])
         self.action_zoom_in()
