@@ -125,7 +125,8 @@ async def test_cursor_keys_and_mouse() -> None:
         lay = heatmap.layout_info
         target = lay.pixel_of(16 * 10 + 4)                    # rack 10, slot 4: click its cell
         x, yh = int(lay.pixel_x[target]), int(lay.pixel_yh[target])
-        await pilot.click(Heatmap, offset=(x + 1, yh // 2 + 1))   # +1: the border
+        gutter = heatmap.styles.gutter
+        await pilot.click(Heatmap, offset=(x + gutter.left, yh // 2 + gutter.top))
         assert heatmap.cursor_span[0] // 16 == 10
         inspector = rendered(app.screen.query_one("#inspector"))
         assert f"GPU {heatmap.cursor_gpu:,}" in inspector and "rack 10" in inspector and "PP" in inspector

@@ -34,11 +34,12 @@ class CompareScreen(DashboardScreen):
         background: $boost;
         text-style: bold;
     }
-    CompareScreen Heatmap {
+    CompareScreen .map {
+        height: 1fr;
         border: round $panel-lighten-2;
         border-title-color: $text-accent;
     }
-    CompareScreen Heatmap:focus {
+    CompareScreen .map:focus-within {
         border: round $accent;
     }
     """
@@ -51,7 +52,8 @@ class CompareScreen(DashboardScreen):
                 label = "AB"[i]
                 with Vertical(classes="side", id=f"side-{label.lower()}"):
                     yield Static(f"{label}: {source.name}", classes="side-title")
-                    yield Heatmap(state, id=f"heatmap-{label.lower()}")
+                    with Vertical(classes="map", id=f"map-{label.lower()}"):
+                        yield Heatmap(state, id=f"heatmap-{label.lower()}")
                     yield Legend(id=f"legend-{label.lower()}")
                     yield JobsPanel(id=f"jobs-{label.lower()}")
         yield Comparison(id="comparison")
@@ -79,8 +81,10 @@ class CompareScreen(DashboardScreen):
             heatmap = self.query_one(f"#heatmap-{label}", Heatmap)
             heatmap.show(state)
             gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
-            heatmap.border_title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · " \
-                                   f"{METRIC_TITLES[heatmap.metric]}"
+            frame = self.query_one(f"#map-{label}")
+            title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
+            if frame.border_title != title:
+                frame.border_title = title
             self.query_one(f"#legend-{label}", Legend).show(state, heatmap.metric, gpu0, gpu1,
                                                            heatmap.layout_info.g)
             self.query_one(f"#jobs-{label}", JobsPanel).show(state, playback.t)

@@ -33,12 +33,13 @@ class MainScreen(DashboardScreen):
     MainScreen #right {
         width: 54;
     }
-    MainScreen Heatmap {
+    MainScreen #map {
+        height: 1fr;
         border: round $panel-lighten-2;
         border-title-color: $text-accent;
         border-subtitle-color: $text-muted;
     }
-    MainScreen Heatmap:focus {
+    MainScreen #map:focus-within {
         border: round $accent;
     }
     """
@@ -48,7 +49,8 @@ class MainScreen(DashboardScreen):
         yield Header(show_clock=False)
         with Horizontal(id="body"):
             with Vertical(id="left"):
-                yield Heatmap(state, id="heatmap")
+                with Vertical(id="map"):
+                    yield Heatmap(state, id="heatmap")
                 yield Legend(id="legend")
                 yield Inspector(id="inspector")
             with Vertical(id="right"):
@@ -82,9 +84,11 @@ class MainScreen(DashboardScreen):
         heatmap.show(state)
         lay = heatmap.layout_info
         gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
-        heatmap.border_title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · " \
-                               f"{METRIC_TITLES[heatmap.metric]}"
-        heatmap.border_subtitle = "enter zoom in · backspace out · hjkl move · m metric"
+        frame = self.query_one("#map")
+        title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
+        if frame.border_title != title:   # setting it repaints the frame: only when it changes
+            frame.border_title = title
+            frame.border_subtitle = "enter zoom in · backspace out · hjkl move · m metric"
         self.query_one(Legend).show(state, heatmap.metric, gpu0, gpu1, lay.g)
         c0, c1 = heatmap.cursor_span
         self.query_one(Inspector).show(state, c0, c1)
