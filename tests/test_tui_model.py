@@ -126,17 +126,33 @@ def test_index_seeks_to_keyframes_and_advances() -> None:
         index.add(sample(float(t), util=t * 10, mw=20.0 + t))
         index.add({"t": t + 0.5, "type": "step", "job": "train", "step": t + 1, "step_time_s": 7.0,
                    "tokens_per_s": 1e6, "tflops_per_gpu": 400, "mfu": 0.4, "tokens_total": (t + 1) * 1e6})
-    index.add({"t": 4.2, "type": "fault", "gpu": 3, "cause": "test"})
+        if t == 4:
+            index.add({"t": 4.6, "type": "fault", "gpu": 3, "cause": "test"})
     state = index.state_at(4.7)
     assert state.util[0] == pytest.approx(0.4)            # the keyframe at t=4
     assert state.jobs["train"].step == 5                  # the step at 4.5
     assert [e["type"] for e in state.events] == ["fault"]
     assert list(state.site_mw_history) == [20.0, 21.0, 22.0, 23.0, 24.0]
     assert state.links["core"].tolist() == pytest.approx([0.2, 0.9])
-    later = index.advance(state, 4.7, 7.2)
+    later, cursor = index.advance(state, index.cursor_at(4.7), 7.2)
+    assert cursor == index.cursor_at(7.2)
     assert later.util[0] == pytest.approx(0.7) and later.jobs["train"].step == 7
     assert list(later.site_mw_history)[-1] == 27.0
-    assert index.prev_event(5.0) == 4.2 and index.next_event(4.2) is None
+    assert index.prev_event(5.0) == 4.6 and index.next_event(4.6) is None
+
+
+def test_advance_folds_late_events_with_the_same_time() -> None:
+    """A stream delivers a sample, the screen shows t=1, then a step stamped t=1 arrives: it must not be lost."""
+    index = EventIndex(header())
+    index.add(sample(0.0, 10))
+    state = index.state_at(0.0)
+    cursor = index.cursor_at(0.0)
+    index.add({"t": 0.0, "type": "job_start", "job": "train"})
+    index.add({"t": 0.0, "type": "step", "job": "train", "step": 1, "step_time_s": 7.0})
+    state, cursor = index.advance(state, cursor, 0.0)
+    assert state.jobs["train"].running and state.jobs["train"].step == 1
+    state, again = index.advance(state, cursor, 0.0)
+    assert again == cursor and [e["type"] for e in state.events] == ["job_start"]   # nothing folded twice
 
 
 def test_live_index_stays_bounded() -> None:

@@ -69,6 +69,7 @@ class ClusterTopApp(App[None]):
         if start_t is not None:
             self.playback.t = min(max(start_t, start), max(self.playback.end, start))
         self.states: list[ClusterState] = [s.state_at(self.playback.t) for s in sources]
+        self._cursors = [s.cursor_at(self.playback.t) for s in sources]
         self._applied_t = self.playback.t
         self._last_wall = time.monotonic()
         self._seen_end = self.playback.end
@@ -95,9 +96,14 @@ class ClusterTopApp(App[None]):
         for source in self.sources:
             source.close()
 
+    @property
+    def live(self) -> bool:
+        """A source is still being written (an engine or a pipe)."""
+        return any(s.live and not s.done for s in self.sources)
+
     def _end(self) -> float:
         ends = [s.end_t for s in self.sources]
-        return min(ends) if any(s.live for s in self.sources) else max(ends)
+        return min(ends) if self.live else max(ends)
 
     # -- the frame ----------------------------------------------------------------------------------------
 
@@ -111,6 +117,8 @@ class ClusterTopApp(App[None]):
         if end != self._seen_end:
             self._seen_end = end
             changed = True
+        if self.playback.follow and self.playback.at_end and all(s.done for s in self.sources):
+            self.playback.follow = False           # the stream ended: nothing live to follow any more
         if (not self.playback.paused and not self.playback.follow and self.playback.at_end
                 and all(s.done for s in self.sources)):
             self.playback.paused = True
@@ -123,16 +131,20 @@ class ClusterTopApp(App[None]):
             self.redraw()
 
     def set_time(self, t: float) -> bool:
-        """Bring every state to simulated time t; True when anything changed."""
-        if t == self._applied_t:
-            return False
+        """Bring every state to simulated time t (folding events that arrived since); True when anything changed."""
+        changed = False
         for i, source in enumerate(self.sources):
-            if t > self._applied_t:
-                self.states[i] = source.advance(self.states[i], self._applied_t, t)
+            if t >= self._applied_t:
+                if source.index.count != self._cursors[i] or t != self._applied_t:
+                    version = self.states[i].version
+                    self.states[i], self._cursors[i] = source.advance(self.states[i], self._cursors[i], t)
+                    changed = changed or self.states[i].version != version or t != self._applied_t
             else:
                 self.states[i] = source.state_at(t)
+                self._cursors[i] = source.cursor_at(t)
+                changed = True
         self._applied_t = t
-        return True
+        return changed
 
     def redraw(self) -> None:
         screen = getattr(self, "dashboard", None)
@@ -143,7 +155,7 @@ class ClusterTopApp(App[None]):
 
     def action_toggle_pause(self) -> None:
         paused = self.playback.toggle_pause()
-        if not paused and self.playback.at_end and not any(s.live for s in self.sources):
+        if not paused and self.playback.at_end and not self.live:
             self.seek(self.playback.start)   # play again from the start, as a player does
             self.playback.paused = False
         self._send(protocol.pause() if paused else protocol.resume())
@@ -163,7 +175,7 @@ class ClusterTopApp(App[None]):
         """One seek step: a hundredth of the run (at least one sample interval)."""
         header = self.sources[0].header
         span = max(self.playback.end - self.playback.start, float(header.get("duration_s") or 0) if
-                   any(s.live for s in self.sources) else 0.0)
+                   self.live else 0.0)
         return max(float(header.get("sample_interval_s") or 0.0), span / 100.0, 1e-3)
 
     def seek(self, t: float) -> None:
@@ -182,7 +194,7 @@ class ClusterTopApp(App[None]):
         self.seek(self.playback.start)
 
     def action_seek_end(self) -> None:
-        if any(s.live for s in self.sources):
+        if self.live:
             self.action_follow_live()
         else:
             self.seek(self.playback.end)
@@ -208,7 +220,7 @@ class ClusterTopApp(App[None]):
         self.seek(later[0])
 
     def action_follow_live(self) -> None:
-        if not any(s.live for s in self.sources):
+        if not self.live:
             self.notify("Replaying a recording: nothing live to follow (end jumps to the end)", timeout=3)
             return
         self.playback.end = self._end()

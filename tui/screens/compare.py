@@ -91,5 +91,5 @@ class CompareScreen(DashboardScreen):
         names = (app.sources[0].name, app.sources[1].name)   # type: ignore[attr-defined]
         self.query_one(Comparison).show(states[0], states[1], names)
         events = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))   # type: ignore[attr-defined]
-        self.query_one(TransportBar).show(playback, live=any(s.live for s in app.sources),   # type: ignore[attr-defined]
+        self.query_one(TransportBar).show(playback, live=app.live,   # type: ignore[attr-defined]
                                           events=events, note=app.status_note)   # type: ignore[attr-defined]

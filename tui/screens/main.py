@@ -97,5 +97,5 @@ class MainScreen(DashboardScreen):
         self.query_one(PowerPanel).show(state)
         self.query_one(EventLog).show(state)
         source = app.sources[0]   # type: ignore[attr-defined]
-        self.query_one(TransportBar).show(playback, live=source.live, events=source.index.event_times(),
+        self.query_one(TransportBar).show(playback, live=app.live, events=source.index.event_times(),
                                           note=app.status_note)   # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """Where the dashboard's events come from: a recording file, a pipe (stdin), or a live engine child process.
 
 Every source fills an EventIndex (tui/sources/index.py) and the app reads states from it: `state_at(t)` to seek
-and `advance(state, t0, t1)` to play. Live and replay differ only in who fills the index and whether commands
+and `advance(state, cursor, t)` to play. Live and replay differ only in who fills the index and whether commands
 (speed, pause, inject a fault) can be sent back.
 """
 
@@ -54,8 +54,11 @@ class Source:
     def state_at(self, t: float) -> ClusterState:
         return self.index.state_at(t)
 
-    def advance(self, state: ClusterState, t0: float, t1: float) -> ClusterState:
-        return self.index.advance(state, t0, t1)
+    def cursor_at(self, t: float) -> int:
+        return self.index.cursor_at(t)
+
+    def advance(self, state: ClusterState, cursor: int, t1: float) -> tuple[ClusterState, int]:
+        return self.index.advance(state, cursor, t1)
 
 
 __all__ = ["Source", "EventIndex"]

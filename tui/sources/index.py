@@ -35,12 +35,15 @@ class EventIndex:
         self.max_keyframes = max_keyframes
         self.lock = threading.Lock()
         self.sample_t: list[float] = []
+        self.sample_seq: list[int] = []         # arrival number of each event (for advancing without gaps)
         self.sample_blob: list[bytes] = []
         self.sample_mw: list[float | None] = []
         self.sample_links: list[dict[str, float]] = []
         self.step_t: list[float] = []
+        self.step_seq: list[int] = []
         self.step_line: list[bytes] = []
         self.event_t: list[float] = []          # discrete events (everything but samples and steps)
+        self.event_seq: list[int] = []
         self.event_line: list[bytes] = []
         self.job_events: list[tuple[float, bytes]] = []
         self.end_t = 0.0                         # time of the latest event
@@ -57,8 +60,10 @@ class EventIndex:
         t = float(event["t"])
         kind = event["type"]
         with self.lock:
+            seq = self.count + 1
             if kind == schema.SAMPLE:
                 self.sample_t.append(t)
+                self.sample_seq.append(seq)
                 self.sample_blob.append(zlib.compress(line, 1))
                 mw = event.get("site_mw")
                 self.sample_mw.append(float(mw) if mw is not None else None)
@@ -67,16 +72,20 @@ class EventIndex:
                     self._thin_samples()
             elif kind == schema.STEP:
                 self.step_t.append(t)
+                self.step_seq.append(seq)
                 self.step_line.append(line)
                 if self.max_keyframes and len(self.step_t) > 2 * self.max_keyframes:
-                    del self.step_t[: self.max_keyframes], self.step_line[: self.max_keyframes]
+                    k = self.max_keyframes
+                    del self.step_t[:k], self.step_seq[:k], self.step_line[:k]
             else:
                 self.event_t.append(t)
+                self.event_seq.append(seq)
                 self.event_line.append(line)
                 if kind in JOB_EVENTS:
                     self.job_events.append((t, line))
                 if self.max_keyframes and len(self.event_t) > 8 * self.max_keyframes:
-                    del self.event_t[: 4 * self.max_keyframes], self.event_line[: 4 * self.max_keyframes]
+                    k = 4 * self.max_keyframes
+                    del self.event_t[:k], self.event_seq[:k], self.event_line[:k]
             self.end_t = max(self.end_t, t)
             self.count += 1
 
@@ -84,7 +93,7 @@ class EventIndex:
         """Drop every other keyframe of the older half, keeping the recent history (for sparklines) whole."""
         half = len(self.sample_t) // 2
         keep = list(range(0, half, 2)) + list(range(half, len(self.sample_t)))
-        for name in ("sample_t", "sample_blob", "sample_mw", "sample_links"):
+        for name in ("sample_t", "sample_seq", "sample_blob", "sample_mw", "sample_links"):
             values = getattr(self, name)
             setattr(self, name, [values[i] for i in keep])
 
@@ -162,22 +171,37 @@ class EventIndex:
             i -= 1
         return sorted(found.values())
 
-    def advance(self, state: ClusterState, t0: float, t1: float) -> ClusterState:
-        """Fold the events of (t0, t1] into `state`; a long jump rebuilds from a keyframe instead."""
+    def cursor_at(self, t: float) -> int:
+        """How many events a state at time t has folded (arrival order is time order)."""
         with self.lock:
-            a, b = bisect.bisect_right(self.sample_t, t0), bisect.bisect_right(self.sample_t, t1)
-            sa, sb = bisect.bisect_right(self.step_t, t0), bisect.bisect_right(self.step_t, t1)
-            ea, eb = bisect.bisect_right(self.event_t, t0), bisect.bisect_right(self.event_t, t1)
-            if (b - a) > HISTORY // 2 or (sb - sa) > 256 or (eb - ea) > EVENT_LOG // 2:
-                jump = True
-            else:
-                jump = False
+            return self._cursor(t)
+
+    def _cursor(self, t: float) -> int:
+        last = 0
+        for times, seqs in ((self.sample_t, self.sample_seq), (self.step_t, self.step_seq),
+                            (self.event_t, self.event_seq)):
+            i = bisect.bisect_right(times, t)
+            if i:
+                last = max(last, seqs[i - 1])
+        return last
+
+    def advance(self, state: ClusterState, cursor: int, t1: float) -> tuple[ClusterState, int]:
+        """Fold the events after `cursor` (an arrival number) up to time t1 into `state`; a long jump rebuilds
+        from a keyframe instead. Returns the state and the new cursor. Counting arrivals rather than comparing
+        times means an event that arrives after a frame with the same timestamp is still folded."""
+        with self.lock:
+            a, b = bisect.bisect_right(self.sample_seq, cursor), bisect.bisect_right(self.sample_t, t1)
+            sa, sb = bisect.bisect_right(self.step_seq, cursor), bisect.bisect_right(self.step_t, t1)
+            ea, eb = bisect.bisect_right(self.event_seq, cursor), bisect.bisect_right(self.event_t, t1)
+            new_cursor = max(cursor, self._cursor(t1))
+            jump = (b - a) > HISTORY // 2 or (sb - sa) > 256 or (eb - ea) > EVENT_LOG // 2
+            if not jump:
                 history = [(self.sample_t[i], self.sample_mw[i], self.sample_links[i]) for i in range(a, b - 1)]
                 keyframe = (self.sample_t[b - 1], self.sample_blob[b - 1]) if b > a else None
                 steps = [(self.step_t[i], self.step_line[i]) for i in range(sa, sb)]
                 events = [(self.event_t[i], self.event_line[i]) for i in range(ea, eb)]
         if jump:
-            return self.state_at(t1)
+            return self.state_at(t1), new_cursor
         timeline: list[tuple[float, int, dict[str, Any]]] = []
         timeline += [(st, 1, orjson.loads(line)) for st, line in steps]
         timeline += [(ht, 2, _history_sample(ht, mw, links)) for ht, mw, links in history]
@@ -187,7 +211,7 @@ class EventIndex:
         timeline.sort(key=lambda item: (item[0], item[1]))
         for _, _, event in timeline:
             state.apply(event)
-        return state
+        return state, new_cursor
 
 
 def _max(load: Any) -> float:
