@@ -236,9 +236,9 @@ class _Fit:
 
 
 def _try(n_panels: int, panel_pixels: int, column: int | None, scale: int, margin: int, width: int,
-         height: int) -> _Fit | None:
+         height: int, gap_x: int = 0) -> _Fit | None:
     """The most compact arrangement of the panels in width x height, or None when it does not fit."""
-    pitch = scale + (1 if scale >= 2 else 0)         # a gap between big pixels' columns keeps racks apart
+    pitch = scale + gap_x                            # a gap between big pixels' columns keeps racks apart
     pitch_y = scale + (1 if scale >= 3 else 0)       # and between rows once GPUs are blocks
     best: _Fit | None = None
     for across in range(1, min(n_panels, 24) + 1):
@@ -304,7 +304,10 @@ def layout(h: Hierarchy, view: View, width: int, height: int) -> Layout:
         margin = MARGIN if column is not None and view.level not in ("rack", "node") else 0
         scales = range(MAX_SCALE, 0, -1) if g == 1 else (1,)
         for scale in scales:
-            fit = _try(n_panels, panel_pixels, column, scale, margin, width, height)
+            for gap_x in ((1, 0) if scale >= 2 else (0,)):
+                fit = _try(n_panels, panel_pixels, column, scale, margin, width, height, gap_x)
+                if fit is not None:
+                    break
             if fit is None and column is not None and scale == 1:
                 fit = _try(n_panels, panel_pixels, None, scale, 0, width, height)
             if fit is not None:

@@ -71,6 +71,8 @@ class Inspector(Static):
                 for d in jobinfo.DIMS:
                     lo, hi = min(r0[d], r1[d]), max(r0[d], r1[d])
                     size = int(job.info.get(d, 1) or 1)
+                    if size == 1:
+                        continue
                     if d in ("tp", "cp", "pp") and gpu1 - gpu0 >= size * _stride(job, d):
                         spans.append(f"{d.upper()} all {size}")
                     else:

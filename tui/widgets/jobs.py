@@ -50,7 +50,7 @@ def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
         "MFU": f"{job.mfu * 100:.1f}%" if job.mfu else "—",
         "effective": f"{eff * 100:.1f}%" if eff is not None else "—",
         "tokens": fmt.si(job.tokens) if job.tokens else "0",
-        label: fmt.duration(left),
+        label: fmt.duration(left) if left else "—",
     }
 
 
@@ -98,7 +98,7 @@ class JobsPanel(Static):
 
     def _many(self, state: ClusterState, t: float) -> Table:
         table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-        for column in ("job", "step", "s/step", "tok/s", "TF/GPU", "MFU", "eff."):
+        for column in ("job", "step", "s/step", "tok/s", "TFLOP", "MFU", "eff."):
             table.add_column(column, justify="left" if column == "job" else "right", style=None,
                              header_style="dim")
         for job in state.jobs.values():

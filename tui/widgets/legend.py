@@ -42,7 +42,8 @@ class Legend(Static):
                     continue
                 text.append("█", style=PHASE_COLORS[name])
                 text.append(f" {PHASE_LABELS[name]} ")
-                text.append(f"{share * 100:.0f}%  ", style="dim")
+                shown = f"{share * 100:.0f}%" if share == 0 or share >= 0.01 else "<1%"
+                text.append(f"{shown}  ", style="bold red" if name == "failed" and share else "dim")
         else:
             ramp = UTIL_RAMP if metric == "util" else POWER_RAMP
             if metric == "util":

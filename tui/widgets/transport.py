@@ -35,12 +35,12 @@ class TransportBar(Static):
 
     def show(self, playback: Playback, *, live: bool, events: list[float], note: str = "") -> None:
         width = max(20, self.size.width - 2) if self.size.width else 100
-        if playback.follow and live:
-            state, style = "● LIVE", "bold red"
-        elif playback.at_end and not live and playback.t > playback.start:
+        if playback.at_end and not live and playback.t > playback.start:
             state, style = "■ END", "bold"
         elif playback.paused:
             state, style = "❚❚ PAUSED", "bold yellow"
+        elif playback.follow and live:
+            state, style = "● LIVE", "bold red"
         else:
             state, style = "▶ PLAYING", "bold green"
         text = Text(no_wrap=True)
