@@ -126,10 +126,11 @@ def _record_available() -> bool:
     return True
 
 
-async def _live_lag(seconds: float = 8.0) -> tuple[float, float]:
+async def _live_lag(seconds: float = 8.0, command: list[str] | None = None) -> tuple[float, float]:
     from tui.sources.live import LiveSource, record_command
 
-    source = LiveSource("llama3-405b-16k", command=record_command("llama3-405b-16k", extra=["--duration", "54d"]))
+    command = command or record_command("llama3-405b-16k", extra=["--duration", "54d"])
+    source = LiveSource("llama3-405b-16k", command=command)
     arrivals: deque[tuple[float, float]] = deque(maxlen=100_000)
     add = source.index.add
 

@@ -240,3 +240,10 @@ def test_replay_of_a_bad_file_is_one_line_and_exit_2(tmp_path, capsys) -> None:
     assert cli_main(["compare", str(bad), FLAGSHIP]) == 2
     assert cli_main(["compare", "no-such-scenario", FLAGSHIP]) == 2
     assert "unknown scenario" in capsys.readouterr().err
+
+
+@sync
+async def test_starts_with_the_requested_metric() -> None:
+    app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=30.0, paused=True, metric="phase")
+    async with app.run_test(size=SIZE):
+        assert app.screen.query_one(Heatmap).metric == "phase"

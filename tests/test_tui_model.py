@@ -255,3 +255,13 @@ def test_index_compresses_keyframes() -> None:
     index.add(event)
     assert len(index.sample_blob[0]) < len(orjson.dumps(event))
     assert orjson.loads(zlib.decompress(index.sample_blob[0]))["util"] == event["util"]
+
+
+def test_the_dashboard_never_imports_simpy() -> None:
+    import subprocess
+
+    code = ("import sys, tui.app, tui.sources.live, tui.sources.stdin, clustertop.commands.run, "
+            "clustertop.commands.replay, clustertop.commands.compare; "
+            "assert 'simpy' not in sys.modules, 'simpy imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

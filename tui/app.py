@@ -87,8 +87,6 @@ class ClusterTopApp(App[None]):
         screen: Screen[None] = CompareScreen() if self.compare else MainScreen()
         self.dashboard = screen
         self.push_screen(screen)
-        for heatmap in screen.query("Heatmap"):
-            heatmap.metric = self.initial_metric   # type: ignore[attr-defined]
         self._send(protocol.speed(self.playback.speed))
         self.set_interval(1 / FPS, self.frame)
 

@@ -55,6 +55,8 @@ class DashboardScreen(Screen[None]):
         self.check_size()
 
     def on_mount(self) -> None:
+        for heatmap in self.heatmaps:
+            heatmap.metric = getattr(self.app, "initial_metric", heatmap.metric)
         self.check_size()
 
     def check_size(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 from engine.errors import UserError
@@ -18,8 +20,13 @@ class RecordingSource(Source):
         events = iter_events(path)
         header = next(events)
         index = EventIndex(header)
+        started = last_note = time.monotonic()
         for event in events:
             index.add(event)
+            if index.count % 4096 == 0 and time.monotonic() - last_note > 2.0:
+                last_note = time.monotonic()
+                print(f"clustertop: reading {path}: {index.count:,} events, t = {index.end_t:,.0f} s "
+                      f"({last_note - started:.0f} s)", file=sys.stderr)
         if index.keyframe_count() == 0:
             raise UserError("has a header but no sample events; expected a recording with at least one sample",
                             path)
