@@ -265,3 +265,13 @@ def test_the_dashboard_never_imports_simpy() -> None:
             "assert 'simpy' not in sys.modules, 'simpy imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_unknown_phase_codes_show_as_idle() -> None:
+    from tui.palette import known_phases
+
+    codes = np.array([1, 42, 10], dtype=np.uint8)      # 42: a phase a newer engine appended
+    assert known_phases(codes).tolist() == [1, CODE["idle"], 10]
+    lay = layout(Hierarchy.of(FLAGSHIP), View("site"), 146, 50)
+    phases = np.full(16384, 42, dtype=np.uint8)
+    assert set(lay.phase(known_phases(phases)).tolist()) == {CODE["idle"]}

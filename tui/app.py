@@ -8,7 +8,7 @@ frame timer polls them, so updates are coalesced to the frame rate however fast 
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -287,7 +287,7 @@ class ClusterTopApp(App[None]):
         for title, help_text, callback in commands:
             yield SystemCommand(title, help_text, callback)
 
-    def _heatmap_action(self, name: str):   # noqa: ANN202
+    def _heatmap_action(self, name: str) -> Callable[[], None]:
         def run() -> None:
             maps = list(self.dashboard.query("Heatmap"))
             focused = self.dashboard.focused
@@ -296,7 +296,7 @@ class ClusterTopApp(App[None]):
                 getattr(target, f"action_{name}")()
         return run
 
-    def _screen_action(self, name: str, *args: str):   # noqa: ANN202
+    def _screen_action(self, name: str, *args: str) -> Callable[[], None]:
         def run() -> None:
             getattr(self.dashboard, f"action_{name}")(*args)
         return run

@@ -182,9 +182,10 @@ class Layout:
             return seg.reshape(-1, self.g).max(axis=1)
         return np.maximum.reduceat(seg, np.arange(0, seg.size, self.g))
 
-    def phase(self, phases: np.ndarray) -> np.ndarray:
-        """The commonest phase of each pixel's GPUs; a failed GPU wins (it must show at every zoom)."""
-        seg = phases[self.gpu0:self.gpu1]
+    def phase(self, phases: np.ndarray, offset: int = 0) -> np.ndarray:
+        """The commonest phase of each pixel's GPUs; a failed GPU wins (it must show at every zoom).
+        `phases` holds GPUs from `offset` on (the whole cluster by default)."""
+        seg = phases[self.gpu0 - offset:self.gpu1 - offset]
         if self.g == 1:
             return seg
         n = len(PHASES)

@@ -116,8 +116,16 @@ def level_of(values: np.ndarray, top: float) -> np.ndarray:
     return idx
 
 
+def known_phases(codes: np.ndarray) -> np.ndarray:
+    """Phase codes this version knows; codes a newer engine appended show as idle rather than break the view."""
+    if codes.size and int(codes.max()) >= len(PHASES):
+        return np.where(codes < len(PHASES), codes, CODE["idle"]).astype(np.uint8)
+    return codes
+
+
 def phase_colour(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.int16) + PHASE_BASE
 
 
-__all__ = ["METRICS", "CODE", "PHASE_COLORS", "PHASE_LABELS", "StyleCache", "Theme", "level_of", "phase_colour"]
+__all__ = ["METRICS", "CODE", "PHASE_COLORS", "PHASE_LABELS", "StyleCache", "Theme", "known_phases", "level_of",
+           "phase_colour"]

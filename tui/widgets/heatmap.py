@@ -239,7 +239,7 @@ class Heatmap(Widget, can_focus=True):
         """Colour index of every pixel of the layout for the current metric (numpy, no loop over GPUs)."""
         state = self.state
         if self.metric == "phase":
-            return palette.phase_colour(lay.phase(state.phase))
+            return palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]), lay.gpu0))
         if self.metric == "power":
             gpu = state.header.get("scenario", {}).get("cluster", {}).get("gpu", {})
             tdp = float(gpu.get("tdp_w") or 0) or float(state.power_w.max() or 1.0)
@@ -291,7 +291,7 @@ class Heatmap(Widget, can_focus=True):
         for pixel in range(lay.pixels):
             gpu = lay.gpu0 + pixel * lay.g
             if self.metric == "phase":
-                code = int(state.phase[gpu])
+                code = int(palette.known_phases(state.phase[gpu:gpu + 1])[0])
                 value = PHASE_LABELS.get(PHASES[code], "?") if code < len(PHASES) else "?"
             elif self.metric == "power":
                 value = f"{float(state.power_w[gpu]):.0f} W"

@@ -11,7 +11,7 @@ from engine.state import ClusterState
 
 from .. import jobinfo
 from ..grid import Hierarchy
-from ..palette import PHASE_COLORS, PHASE_LABELS
+from ..palette import PHASE_COLORS, PHASE_LABELS, known_phases
 
 
 def place_text(h: Hierarchy, gpu0: int, gpu1: int) -> str:
@@ -81,9 +81,9 @@ class Inspector(Static):
         text.append("\n")
         util = state.util[gpu0:gpu1]
         power = state.power_w[gpu0:gpu1]
-        phases = state.phase[gpu0:gpu1]
+        phases = known_phases(state.phase[gpu0:gpu1])
         if gpu1 - gpu0 == 1:
-            name = PHASES[int(phases[0])] if int(phases[0]) < len(PHASES) else "?"
+            name = PHASES[int(phases[0])]
             text.append("phase ", style="dim")
             text.append(PHASE_LABELS.get(name, name), style=f"bold {PHASE_COLORS.get(name, '')}")
             text.append(f" · util {float(util[0]) * 100:.0f}% · power {float(power[0]):.0f} W")

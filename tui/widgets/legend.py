@@ -10,7 +10,7 @@ from engine.phases import PHASES
 from engine.state import ClusterState
 
 from .. import jobinfo
-from ..palette import PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP
+from ..palette import PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP, known_phases
 
 LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory", "idle",
                  "failed")
@@ -33,7 +33,7 @@ class Legend(Static):
     def show(self, state: ClusterState, metric: str, gpu0: int, gpu1: int, per_pixel: int) -> None:
         text = Text(overflow="fold")
         if metric == "phase":
-            counts = np.bincount(state.phase[gpu0:gpu1], minlength=len(PHASES))
+            counts = np.bincount(known_phases(state.phase[gpu0:gpu1]), minlength=len(PHASES))
             total = max(1, gpu1 - gpu0)
             for name in LEGEND_PHASES:
                 code = PHASES.index(name)
