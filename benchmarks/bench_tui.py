@@ -118,7 +118,7 @@ def _rss_mb() -> float:
 
 def _record_available() -> bool:
     probe = subprocess.run([sys.executable, "-m", "clustertop", "record", "llama3-405b-16k", "-o", "-",
-                            "--duration", "60s"], capture_output=True, timeout=300)
+                            "--duration", "60s"], capture_output=True, timeout=300, check=False)
     if probe.returncode != 0:
         message = probe.stderr.decode(errors="replace").strip().splitlines()
         print(f"bench_tui: live_lag_s skipped: {message[-1] if message else 'record failed'}", file=sys.stderr)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import functools
-from typing import Any, Awaitable, Callable
+import io
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from rich.console import Console

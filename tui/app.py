@@ -8,10 +8,11 @@ frame timer polls them, so updates are coalesced to the frame rate however fast 
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import ClassVar
 
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from engine.state import ClusterState
@@ -22,8 +23,7 @@ from .screens.compare import CompareScreen
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.main import MainScreen
-from .sources import Source
-from .sources import protocol
+from .sources import Source, protocol
 
 FPS = 30
 
@@ -33,7 +33,7 @@ class ClusterTopApp(App[None]):
 
     TITLE = "clustertop"
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_pause", "Play/Pause"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("minus,underscore", "slower", "Slower", key_display="-"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from engine.units import format_duration
 
@@ -17,11 +17,11 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
     for factor, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
             scaled = value / factor
-            decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(scaled)))))
+            decimals = max(0, digits - 1 - math.floor(math.log10(abs(scaled))))
             return f"{scaled:.{decimals}f}{suffix}{unit}"
     if value == 0:
         return f"0{unit}"
-    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(value)))))
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
     return f"{value:.{min(decimals, 3)}f}{unit}"
 
 
@@ -42,14 +42,14 @@ def sparkline(values: Iterable[float], width: int, low: float | None = None, hig
     out = []
     for v in data:
         x = 0.0 if span <= 0 else (v - lo) / span
-        out.append(SPARKS[min(len(SPARKS) - 1, max(0, int(round(x * (len(SPARKS) - 1)))))])
+        out.append(SPARKS[min(len(SPARKS) - 1, max(0, round(x * (len(SPARKS) - 1))))])
     return "".join(out)
 
 
 def bar(fraction: float, width: int) -> str:
     """A horizontal bar of `width` cells filled to `fraction` (eighth-cell resolution)."""
     fraction = min(1.0, max(0.0, fraction if math.isfinite(fraction) else 0.0))
-    eighths = int(round(fraction * width * 8))
+    eighths = round(fraction * width * 8)
     full, rest = divmod(eighths, 8)
     partial = " ▏▎▍▌▋▊▉"[rest] if rest else ""
     return ("█" * full + partial).ljust(width)[:width]

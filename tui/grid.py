@@ -197,7 +197,7 @@ class Layout:
 
 
 def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
 
 
@@ -242,6 +242,7 @@ def _try(n_panels: int, panel_pixels: int, column: int | None, scale: int, margi
     pitch = scale + gap_x                            # a gap between big pixels' columns keeps racks apart
     pitch_y = scale + (1 if scale >= 3 else 0)       # and between rows once GPUs are blocks
     best: _Fit | None = None
+    best_waste = 0
     for across in range(1, min(n_panels, 24) + 1):
         panel_w = (width - (across - 1) * PANEL_GAP) // across
         usable = (panel_w - margin) // pitch

@@ -27,7 +27,7 @@ def _ramp(anchors: list[str], steps: int = LEVELS) -> list[str]:
     out = []
     for x in np.linspace(0, 1, steps):
         r, g, b = (np.interp(x, xs, rgb[:, k]) for k in range(3))
-        out.append(f"#{int(round(r)):02x}{int(round(g)):02x}{int(round(b)):02x}")
+        out.append(f"#{round(r):02x}{round(g):02x}{round(b):02x}")
     return out
 
 
@@ -127,5 +127,14 @@ def phase_colour(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.int16) + PHASE_BASE
 
 
-__all__ = ["METRICS", "CODE", "PHASE_COLORS", "PHASE_LABELS", "StyleCache", "Theme", "known_phases", "level_of",
-           "phase_colour"]
+__all__ = [
+    "CODE",
+    "METRICS",
+    "PHASE_COLORS",
+    "PHASE_LABELS",
+    "StyleCache",
+    "Theme",
+    "known_phases",
+    "level_of",
+    "phase_colour",
+]

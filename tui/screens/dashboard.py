@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from ..palette import METRICS
@@ -16,7 +18,7 @@ class DashboardScreen(Screen[None]):
 
     MIN_SIZE = (100, 30)
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("m", "cycle_metric", "Metric"),
         Binding("1", "metric('util')", "Utilization", show=False),
         Binding("2", "metric('power')", "Power", show=False),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -66,7 +68,7 @@ def help_text() -> Table:
 class HelpScreen(ModalScreen[None]):
     """Keys and colours."""
 
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss_help", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss_help", "Close")]
 
     DEFAULT_CSS = """
     HelpScreen {

@@ -8,7 +8,8 @@ the UI sees one coalesced update per frame and is never flooded.
 from __future__ import annotations
 
 import threading
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
 import orjson
 

@@ -42,9 +42,8 @@ def describe(event: dict[str, Any]) -> str:
         return f"checkpoint {job or ''} step {event.get('step', '?')} …"
     if kind == "checkpoint_end":
         return f"checkpoint {job or ''} step {event.get('step', '?')} written"
-    if kind == "power_swing":
-        if "from_mw" in event and "to_mw" in event:
-            return f"power swing {float(event['from_mw']):.1f} → {float(event['to_mw']):.1f} MW"
+    if kind == "power_swing" and "from_mw" in event and "to_mw" in event:
+        return f"power swing {float(event['from_mw']):.1f} → {float(event['to_mw']):.1f} MW"
     if kind == "maintenance":
         return f"maintenance {event.get('component', '')} {event.get('cause', '')}".rstrip()
     rest = " ".join(f"{k}={v}" for k, v in event.items() if k not in QUIET_KEYS)

@@ -8,10 +8,12 @@ cursor, the size or the theme changes.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from rich.segment import Segment
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.color import Color
 from textual.geometry import Size
 from textual.message import Message
@@ -40,7 +42,7 @@ class Heatmap(Widget, can_focus=True):
     }
     """
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k,up", "move(0, -1)", "Cursor up", show=False),
         Binding("j,down", "move(0, 1)", "Cursor down", show=False),
         Binding("h", "move(-1, 0)", "Cursor left", show=False),
@@ -51,10 +53,6 @@ class Heatmap(Widget, can_focus=True):
         Binding("L", "move(8, 0)", "Cursor right x8", show=False),
         Binding("enter,z", "zoom_in", "Zoom in"),
         Binding("backspace,Z", "zoom_out", "Zoom out"),
-        Binding("m", "cycle_metric", "Metric"),
-        Binding("1", "metric('util')", "Utilization", show=False),
-        Binding("2", "metric('power')", "Power", show=False),
-        Binding("3", "metric('phase')", "Phase", show=False),
     ]
 
     metric: reactive[str] = reactive("util")
