@@ -75,7 +75,9 @@ class Comparison(Static):
                 ratio = Text(f"{vb / va:.2f}x" if va else "—", style=style)
             else:
                 diff_text, ratio = Text("—"), Text("—")
-            table.add_row(label, *cells, diff_text, ratio)
+            for cell in (diff_text, ratio):
+                cell.justify = "right"
+            table.add_row(label, *(Text(c, justify="right") for c in cells), diff_text, ratio)
             key.append((label, *cells, diff_text.plain, ratio.plain))
         if repr(key) != self._shown:
             self._shown = repr(key)
