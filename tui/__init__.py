@@ -1,1 +1,1 @@
-"""clustertop dashboard (Textual). Never imports SimPy."""
+"""The Textual dashboard: screens, widgets and the event sources (live engine, file, pipe)."""

@@ -1,11 +1,51 @@
-"""`clustertop compare`."""
+"""`clustertop compare A B`: two scenarios or recordings side by side, in sync on simulated time."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from engine.errors import UserError
+from engine import scenario
+from engine.reader import GZIP_MAGIC
+from tui.sources import Source
+
+
+def is_recording(arg: str) -> bool:
+    """A path to an event stream (by name or by content) rather than a scenario."""
+    path = Path(arg)
+    if arg.endswith((".jsonl", ".jsonl.gz", ".gz", ".json")):
+        return True
+    if path.is_file() and not arg.endswith(".toml"):
+        with open(path, "rb") as f:
+            head = f.read(2)
+        return head == GZIP_MAGIC or head[:1] == b"{"
+    return False
+
+
+def open_side(arg: str) -> Source:
+    if is_recording(arg):
+        from tui.sources.recording import RecordingSource
+
+        return RecordingSource(arg)
+    scenario.load(arg)
+    from tui.sources.live import LiveSource
+
+    return LiveSource(arg)
 
 
 def main(args: argparse.Namespace) -> int:
-    raise UserError("compare is not available yet in this version of clustertop")
+    a = open_side(args.a)
+    try:
+        b = open_side(args.b)
+    except BaseException:
+        a.close()
+        raise
+    from tui.app import ClusterTopApp
+
+    app = ClusterTopApp([a, b], compare=True)
+    try:
+        app.run()
+    finally:
+        a.close()
+        b.close()
+    return 0

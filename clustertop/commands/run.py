@@ -1,13 +1,21 @@
-"""`clustertop run`."""
+"""`clustertop run SCENARIO` (and `clustertop` alone): the engine in a child process, live in the dashboard."""
 
 from __future__ import annotations
 
 import argparse
 
 from engine import scenario
-from engine.errors import UserError
 
 
 def main(args: argparse.Namespace) -> int:
-    scenario.load(args.scenario)
-    raise UserError("run is not available yet in this version of clustertop")
+    scenario.load(args.scenario)   # a bad scenario is a one-line error here, before any process starts
+    from tui.app import ClusterTopApp
+    from tui.sources.live import LiveSource
+
+    source = LiveSource(args.scenario, seed=args.seed)
+    app = ClusterTopApp([source])
+    try:
+        app.run()
+    finally:
+        source.close()
+    return 0

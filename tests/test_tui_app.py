@@ -1,0 +1,250 @@
+"""Pilot tests of the dashboard: keys and mouse change the app's state as they should."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from clustertop.cli import main as cli_main
+from tui.app import ClusterTopApp
+from tui.grid import View
+from tui.sources.recording import RecordingSource
+from tui.widgets.heatmap import Heatmap
+
+FLAGSHIP = "recordings/flagship-16k.jsonl.gz"
+SIZE = (200, 60)
+
+
+def rendered(widget: Any) -> str:
+    """The text a Static shows."""
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Run an async pilot test on its own event loop (no asyncio plugin needed)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def app_at(t: float = 30.0, paused: bool = True, path: str = FLAGSHIP) -> ClusterTopApp:
+    return ClusterTopApp([RecordingSource(path)], start_t=t, paused=paused)
+
+
+@sync
+async def test_space_pauses_and_plays() -> None:
+    app = app_at(10.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        assert app.playback.t == 10.0                      # paused: the clock stands still
+        app.playback.speed = 10.0
+        await pilot.press("space")
+        assert not app.playback.paused
+        await pilot.pause(0.3)
+        assert app.playback.t > 10.5                       # playing at 10x moves the clock
+        assert app.states[0].t > 10.0                      # and the state follows it
+        await pilot.press("space")
+        t = app.playback.t
+        await pilot.pause(0.2)
+        assert app.playback.paused and app.playback.t == t
+
+
+@sync
+async def test_speed_keys() -> None:
+    app = app_at()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("plus", "plus")
+        assert app.playback.speed == 5.0
+        await pilot.press("minus", "minus", "minus")
+        assert app.playback.speed == pytest.approx(0.5)
+
+
+@sync
+async def test_seek_keys_rebuild_the_state() -> None:
+    app = app_at(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        step = app.seek_step()
+        await pilot.press("right")
+        assert app.playback.t == pytest.approx(30.0 + step)
+        await pilot.press("home")
+        assert app.playback.t == app.playback.start
+        assert app.states[0].jobs["pretrain"].step == 0
+        await pilot.press("end")
+        assert app.playback.t == app.playback.end
+        assert app.states[0].jobs["pretrain"].step >= 4
+        await pilot.press("home", "right_square_bracket")      # next event: the checkpoint at 20 s
+        events = app.sources[0].index.event_times()
+        first_after = min(e for e in events if e > app.playback.start + 1e-6)
+        assert app.playback.t == pytest.approx(first_after)
+        await pilot.press("end", "left_square_bracket")
+        assert app.playback.t == pytest.approx(max(events))
+        assert app.states[0].events[-1]["t"] == pytest.approx(max(events))
+
+
+@sync
+async def test_zoom_keys_walk_the_hierarchy() -> None:
+    app = app_at()
+    async with app.run_test(size=SIZE) as pilot:
+        heatmap = app.screen.query_one(Heatmap)
+        heatmap.set_cursor(5000)
+        await pilot.press("enter")
+        assert heatmap.view == View("pod", 1)
+        await pilot.press("enter")
+        assert heatmap.view == View("rack", 5000 // 16)
+        await pilot.press("enter")
+        assert heatmap.view == View("node", 5000 // 8)
+        assert heatmap.layout_info.g == 1
+        await pilot.press("backspace", "backspace", "backspace")
+        assert heatmap.view == View("site")
+        assert heatmap.cursor_gpu == 5000
+
+
+@sync
+async def test_cursor_keys_and_mouse() -> None:
+    app = app_at()
+    async with app.run_test(size=SIZE) as pilot:
+        heatmap = app.screen.query_one(Heatmap)
+        await pilot.press("enter")                           # pod 0, one GPU per pixel
+        assert heatmap.cursor_span == (0, 1)
+        await pilot.press("j")
+        assert heatmap.cursor_gpu == 1                       # down the rack
+        await pilot.press("l")
+        assert heatmap.cursor_gpu == 17                      # next rack, same slot
+        await pilot.press("h", "k")
+        assert heatmap.cursor_gpu == 0
+        lay = heatmap.layout_info
+        target = lay.pixel_of(16 * 10 + 4)                    # rack 10, slot 4: click its cell
+        x, yh = int(lay.pixel_x[target]), int(lay.pixel_yh[target])
+        gutter = heatmap.styles.gutter
+        await pilot.click(Heatmap, offset=(x + gutter.left, yh // 2 + gutter.top))
+        assert heatmap.cursor_span[0] // 16 == 10
+        inspector = rendered(app.screen.query_one("#inspector"))
+        assert f"GPU {heatmap.cursor_gpu:,}" in inspector and "rack 10" in inspector and "PP" in inspector
+
+
+@sync
+async def test_metric_keys() -> None:
+    app = app_at()
+    async with app.run_test(size=SIZE) as pilot:
+        heatmap = app.screen.query_one(Heatmap)
+        assert heatmap.metric == "util"
+        await pilot.press("m")
+        assert heatmap.metric == "power"
+        await pilot.press("m")
+        assert heatmap.metric == "phase"
+        await pilot.press("1")
+        assert heatmap.metric == "util"
+        await pilot.press("3")
+        assert heatmap.metric == "phase"
+        legend = rendered(app.screen.query_one("#legend"))
+        assert "computing" in legend and "failed" in legend
+
+
+@sync
+async def test_failed_gpus_show_in_phase_colour_at_site_zoom() -> None:
+    app = app_at(41.0)                                        # during the fault of the stand-in recording
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        heatmap = app.screen.query_one(Heatmap)
+        lay = heatmap.layout_info
+        colours = heatmap.pixel_colours(lay)
+        from tui.palette import PHASE_BASE
+        failed = set(map(int, (colours == PHASE_BASE + 10).nonzero()[0]))
+        assert failed, "a failed node must show at the site view"
+        gpus = app.states[0].phase == 10
+        assert {lay.pixel_of(int(g)) for g in gpus.nonzero()[0]} == failed
+
+
+@sync
+async def test_heatmap_frame_is_cached_until_the_state_changes() -> None:
+    app = app_at(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        heatmap = app.screen.query_one(Heatmap)
+        first = heatmap.render_line(3)
+        assert heatmap.render_line(3) is first                # same state: cached
+        await pilot.press("right")
+        await pilot.pause()
+        assert heatmap.render_line(3) is not first
+
+
+@sync
+async def test_help_and_theme_and_too_small() -> None:
+    app = app_at()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "MainScreen"
+        await pilot.press("t")
+        assert not app.current_theme.dark
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert app.screen.has_class("-too-small")
+        assert "enlarge to 100 x 30" in rendered(app.screen.query_one("TooSmall"))
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause()
+        assert not app.screen.has_class("-too-small")
+
+
+@sync
+async def test_inject_fault_needs_a_live_engine() -> None:
+    app = app_at()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("i")
+        await pilot.pause()
+        assert any("live engine" in str(n.message) for n in app._notifications)
+
+
+@sync
+async def test_command_palette_lists_every_action() -> None:
+    app = app_at()
+    async with app.run_test(size=SIZE):
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        for title in ("Play / pause", "Faster", "Slower", "Seek back", "Seek forward", "Previous event",
+                      "Next event", "Zoom in", "Zoom out", "Colour by phase", "Help", "Save SVG screenshot",
+                      "Toggle dark / light", "Follow live", "Inject fault"):
+            assert title in titles
+
+
+@sync
+async def test_compare_keeps_both_sides_on_one_clock() -> None:
+    app = ClusterTopApp([RecordingSource(FLAGSHIP), RecordingSource("recordings/flagship-8k.jsonl.gz")],
+                        start_t=10.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("right", "right")
+        t = app.playback.t
+        assert all(abs(s.t - t) <= 0.5 for s in app.states)
+        assert [s.gpus for s in app.states] == [16384, 8192]
+        table = rendered(app.screen.query_one("#comparison"))
+        assert "16,384" in table and "8,192" in table
+
+
+def test_replay_of_a_bad_file_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("hello\n")
+    assert cli_main(["replay", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("clustertop: ") and "bad.jsonl:1" in err and "\n" not in err
+    assert cli_main(["replay", str(tmp_path / "missing.jsonl.gz")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cli_main(["compare", str(bad), FLAGSHIP]) == 2
+    assert cli_main(["compare", "no-such-scenario", FLAGSHIP]) == 2
+    assert "unknown scenario" in capsys.readouterr().err
+
+
+@sync
+async def test_starts_with_the_requested_metric() -> None:
+    app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=30.0, paused=True, metric="phase")
+    async with app.run_test(size=SIZE):
+        assert app.screen.query_one(Heatmap).metric == "phase"

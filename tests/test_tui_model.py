@@ -1,0 +1,277 @@
+"""The dashboard's logic without a screen: layout and aggregation, the playback clock, the seekable index."""
+
+from __future__ import annotations
+
+import io
+import sys
+import zlib
+
+import numpy as np
+import orjson
+import pytest
+
+from engine import schema
+from engine.errors import UserError
+from engine.phases import CODE
+from tui.grid import Hierarchy, View, layout
+from tui.playback import SPEEDS, Playback, format_clock
+from tui.sources import protocol
+from tui.sources.index import EventIndex
+from tui.sources.recording import RecordingSource
+from tui.sources.stream import StreamSource, iter_lines
+
+FLAGSHIP = {"gpus": 16384, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 16384}
+SITE = {"gpus": 524288, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 98304}
+
+
+def header(topology: dict[str, int] = FLAGSHIP) -> dict[str, object]:
+    return {"type": "header", "schema": schema.SCHEMA, "schema_version": 1, "scenario": {"name": "test"},
+            "topology": topology, "jobs": [{"name": "train", "first_gpu": 0, "gpus": topology["gpus"], "tp": 8,
+                                            "cp": 1, "pp": 16, "dp": topology["gpus"] // 128, "ep": 1}],
+            "seed": 1, "sample_interval_s": 1.0, "duration_s": 100.0}
+
+
+def sample(t: float, util: int, gpus: int = 16384, mw: float = 20.0) -> dict[str, object]:
+    return {"t": t, "type": "sample", "util": schema.rle_encode(np.full(gpus, util)),
+            "power_w": schema.rle_encode(np.full(gpus, 500)), "phase": schema.rle_encode(np.full(gpus, 1)),
+            "links": {"spine": 0.5, "core": [0.2, 0.9]}, "site_mw": mw}
+
+
+# -- layout -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("topology,view,size", [
+    (FLAGSHIP, View("site"), (146, 50)),
+    (FLAGSHIP, View("pod", 5), (146, 50)),     # the partial last pod
+    (FLAGSHIP, View("rack", 270), (146, 50)),
+    (FLAGSHIP, View("node", 540), (146, 50)),
+    (FLAGSHIP, View("site"), (60, 20)),
+    (SITE, View("site"), (146, 50)),
+    (SITE, View("building", 1), (146, 50)),
+])
+def test_layout_draws_every_gpu_once_inside_the_box(topology, view, size) -> None:
+    h = Hierarchy.of(topology)
+    lay = layout(h, view, *size)
+    assert lay.top.shape == (size[1], size[0])
+    drawn = np.concatenate([lay.top.ravel(), lay.bottom.ravel()])
+    pixels = np.unique(drawn[drawn >= 0])
+    # Every pixel of the view appears, and the pixels cover the view's GPUs exactly.
+    assert pixels.tolist() == list(range(lay.pixels))
+    gpu0, gpu1 = view.span(h)
+    assert lay.gpus_of(0)[0] == gpu0 and lay.gpus_of(lay.pixels - 1)[1] == gpu1
+    if lay.scale == 1:   # one pixel is one half cell: each appears exactly once
+        assert np.bincount(drawn[drawn >= 0]).max() == 1
+
+
+def test_layout_prefers_detail_and_labels_the_hierarchy() -> None:
+    h = Hierarchy.of(FLAGSHIP)
+    site = layout(h, View("site"), 146, 50)
+    assert site.g == 2                                   # 16K GPUs at 2 per half cell fit 146 x 50
+    titles = " ".join(site.text)
+    assert "pod 0 · racks 0–191" in titles and "pod 5 · racks 960–1023" in titles
+    pod = layout(h, View("pod", 1), 146, 50)
+    assert pod.g == 1 and "r192" in " ".join(pod.text)   # one GPU per pixel, bands labelled by rack
+    assert h.levels() == ("site", "pod", "rack", "node")
+    assert Hierarchy.of(SITE).levels() == ("site", "building", "pod", "rack", "node")
+
+
+def test_aggregation_mean_and_failed_phase_wins() -> None:
+    h = Hierarchy.of(SITE)
+    lay = layout(h, View("site"), 146, 50)
+    assert lay.g > 1
+    util = np.zeros(h.gpus, dtype=np.float32)
+    util[: lay.g] = 1.0
+    means = lay.mean(util)
+    assert means[0] == pytest.approx(1.0) and means[1:].max() == 0.0
+    phases = np.full(h.gpus, CODE["compute"], dtype=np.uint8)
+    phases[lay.g * 3 + 1] = CODE["failed"]                 # one failed GPU among many computing
+    mode = lay.phase(phases)
+    assert mode[3] == CODE["failed"] and mode[2] == CODE["compute"]
+
+
+def test_neighbour_moves_on_screen() -> None:
+    h = Hierarchy.of(FLAGSHIP)
+    lay = layout(h, View("pod", 0), 146, 50)
+    right = lay.neighbour(0, 1, 0)
+    assert lay.gpus_of(right)[0] == 16                    # the next rack's first GPU
+    assert lay.neighbour(0, 0, 1) == 1                    # down the rack
+    assert lay.neighbour(0, -1, 0) == 0                   # at the edge it stays
+
+
+# -- playback -----------------------------------------------------------------------------------------------
+
+def test_playback_speed_range_and_clock() -> None:
+    assert SPEEDS[0] == pytest.approx(0.1) and SPEEDS[-1] == 1e6
+    p = Playback(t=0.0, start=0.0, end=100.0)
+    for _ in range(100):
+        p.faster()
+    assert p.speed == 1e6
+    for _ in range(100):
+        p.slower()
+    assert p.speed == pytest.approx(0.1)
+    p.speed = 10.0
+    assert p.tick(0.5, 100.0) == pytest.approx(5.0)
+    p.paused = True
+    assert p.tick(0.5, 100.0) == pytest.approx(5.0)
+    assert p.seek(1e9) == 100.0 and p.seek(-5) == 0.0
+    p.go_live()
+    assert p.tick(0.1, 120.0) == 120.0                    # following: pinned to the live edge
+    assert format_clock(90061.5) == "1d 01:01:01.5"
+
+
+# -- index and sources ------------------------------------------------------------------------------------
+
+def test_index_seeks_to_keyframes_and_advances() -> None:
+    index = EventIndex(header())
+    for t in range(10):
+        index.add(sample(float(t), util=t * 10, mw=20.0 + t))
+        index.add({"t": t + 0.5, "type": "step", "job": "train", "step": t + 1, "step_time_s": 7.0,
+                   "tokens_per_s": 1e6, "tflops_per_gpu": 400, "mfu": 0.4, "tokens_total": (t + 1) * 1e6})
+        if t == 4:
+            index.add({"t": 4.6, "type": "fault", "gpu": 3, "cause": "test"})
+    state = index.state_at(4.7)
+    assert state.util[0] == pytest.approx(0.4)            # the keyframe at t=4
+    assert state.jobs["train"].step == 5                  # the step at 4.5
+    assert [e["type"] for e in state.events] == ["fault"]
+    assert list(state.site_mw_history) == [20.0, 21.0, 22.0, 23.0, 24.0]
+    assert state.links["core"].tolist() == pytest.approx([0.2, 0.9])
+    later, cursor = index.advance(state, index.cursor_at(4.7), 7.2)
+    assert cursor == index.cursor_at(7.2)
+    assert later.util[0] == pytest.approx(0.7) and later.jobs["train"].step == 7
+    assert list(later.site_mw_history)[-1] == 27.0
+    assert index.prev_event(5.0) == 4.6 and index.next_event(4.6) is None
+
+
+def test_advance_folds_late_events_with_the_same_time() -> None:
+    """A stream delivers a sample, the screen shows t=1, then a step stamped t=1 arrives: it must not be lost."""
+    index = EventIndex(header())
+    index.add(sample(0.0, 10))
+    state = index.state_at(0.0)
+    cursor = index.cursor_at(0.0)
+    index.add({"t": 0.0, "type": "job_start", "job": "train"})
+    index.add({"t": 0.0, "type": "step", "job": "train", "step": 1, "step_time_s": 7.0})
+    state, cursor = index.advance(state, cursor, 0.0)
+    assert state.jobs["train"].running and state.jobs["train"].step == 1
+    state, again = index.advance(state, cursor, 0.0)
+    assert again == cursor and [e["type"] for e in state.events] == ["job_start"]   # nothing folded twice
+
+
+def test_live_index_stays_bounded() -> None:
+    index = EventIndex(header({"gpus": 16, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 16,
+                               "gpus_per_building": 16}), max_keyframes=64)
+    for t in range(2000):
+        index.add(sample(float(t), util=50, gpus=16))
+    assert index.keyframe_count() <= 64
+    assert index.state_at(1999.0).samples > 0 and index.end_t == 1999.0
+    assert index.state_at(10.0).util[0] == pytest.approx(0.5)   # old times still resolve (coarser)
+
+
+def test_recording_source_reads_the_committed_recording() -> None:
+    source = RecordingSource("recordings/flagship-16k.jsonl.gz")
+    assert source.header["topology"]["gpus"] == 16384 and source.done
+    assert source.end_t > source.start_t
+    state = source.state_at(source.end_t)
+    assert state.samples > 0 and "pretrain" in state.jobs
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "is empty"),
+    (b"not json\n", "line 1 is not JSON"),
+    (b'{"type": "header", "schema": "other"}\n', "not a clustertop recording"),
+])
+def test_bad_recordings_are_user_errors(tmp_path, content, message) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=message):
+        RecordingSource(str(path))
+
+
+def test_recording_without_samples_is_a_user_error(tmp_path) -> None:
+    path = tmp_path / "nosamples.jsonl"
+    path.write_bytes(orjson.dumps(header()) + b"\n")
+    with pytest.raises(UserError, match="no sample events"):
+        RecordingSource(str(path))
+
+
+def test_stream_source_reads_in_the_background() -> None:
+    lines = [orjson.dumps(header()) + b"\n"] + [orjson.dumps(sample(float(t), 50)) + b"\n" for t in range(5)]
+    source = StreamSource("pipe", iter_lines(io.BytesIO(b"".join(lines)), "pipe"))
+    source.start()
+    assert source.wait(10) and source.end_t == 4.0 and source.index.error is None
+    broken = [orjson.dumps(header()) + b"\n", b"{broken\n", orjson.dumps(sample(1.0, 5)) + b"\n"]
+    source = StreamSource("pipe", iter_lines(io.BytesIO(b"".join(broken)), "pipe"))
+    source.start()
+    assert source.wait(10) and "pipe:2" in (source.index.error or "")
+
+
+def test_protocol_round_trip() -> None:
+    for command in (protocol.speed(1000), protocol.pause(), protocol.resume(), protocol.inject_fault(42)):
+        line = protocol.encode(command)
+        assert line.endswith(b"\n") and protocol.decode(line) == command
+    assert protocol.decode(b'{"cmd": "explode"}') is None
+    assert protocol.decode(b"garbage") is None
+    with pytest.raises(ValueError):
+        protocol.encode({"cmd": "explode"})
+
+
+def test_live_source_reads_a_child_and_sends_commands(tmp_path) -> None:
+    """A stand-in engine: replays the recording, then echoes the commands it received to a file."""
+    from tui.sources.live import LiveSource
+
+    log = tmp_path / "commands.jsonl"
+    script = (
+        "import gzip, sys\n"
+        "sys.stdout.buffer.write(gzip.open('recordings/flagship-8k.jsonl.gz').read()); sys.stdout.flush()\n"
+        f"out = open({str(log)!r}, 'wb')\n"
+        "for line in sys.stdin.buffer:\n"
+        "    out.write(line); out.flush()\n"
+    )
+    source = LiveSource("stand-in", command=[sys.executable, "-c", script])
+    try:
+        source.start()
+        assert source.send(protocol.speed(100.0)) and source.send(protocol.inject_fault(7))
+        deadline = __import__("time").monotonic() + 10
+        while __import__("time").monotonic() < deadline and (source.end_t < 60 or not log.exists()
+                                                             or log.read_bytes().count(b"\n") < 2):
+            __import__("time").sleep(0.05)
+        assert source.end_t == pytest.approx(60.0)
+        sent = [orjson.loads(x) for x in log.read_bytes().splitlines()]
+        assert sent == [protocol.speed(100.0), protocol.inject_fault(7)]
+    finally:
+        source.close()
+    assert source.proc.poll() is not None
+
+
+def test_live_source_reports_the_engines_error() -> None:
+    from tui.sources.live import LiveSource
+
+    script = "import sys; sys.stderr.write('clustertop: record is not available yet\\n'); sys.exit(2)"
+    with pytest.raises(UserError, match="^record is not available yet$"):
+        LiveSource("x", command=[sys.executable, "-c", script])
+
+
+def test_index_compresses_keyframes() -> None:
+    index = EventIndex(header())
+    event = sample(0.0, 50)
+    index.add(event)
+    assert len(index.sample_blob[0]) < len(orjson.dumps(event))
+    assert orjson.loads(zlib.decompress(index.sample_blob[0]))["util"] == event["util"]
+
+
+def test_the_dashboard_never_imports_simpy() -> None:
+    import subprocess
+
+    code = ("import sys, tui.app, tui.sources.live, tui.sources.stdin, clustertop.commands.run, "
+            "clustertop.commands.replay, clustertop.commands.compare; "
+            "assert 'simpy' not in sys.modules, 'simpy imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_unknown_phase_codes_show_as_idle() -> None:
+    from tui.palette import known_phases
+
+    codes = np.array([1, 42, 10], dtype=np.uint8)      # 42: a phase a newer engine appended
+    assert known_phases(codes).tolist() == [1, CODE["idle"], 10]
+    lay = layout(Hierarchy.of(FLAGSHIP), View("site"), 146, 50)
+    phases = np.full(16384, 42, dtype=np.uint8)
+    assert set(lay.phase(known_phases(phases)).tolist()) == {CODE["idle"]}

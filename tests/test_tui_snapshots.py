@@ -1,0 +1,49 @@
+"""Snapshot tests of the dashboard's screens, from the small committed recordings in recordings/.
+
+Deterministic: paused at a fixed simulated time, a fixed terminal size, and no wall clock on screen.
+Regenerate after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update` and look at the
+report before committing.
+"""
+
+from __future__ import annotations
+
+from tui.app import ClusterTopApp
+from tui.sources.recording import RecordingSource
+
+FLAGSHIP_16K = "recordings/flagship-16k.jsonl.gz"
+FLAGSHIP_8K = "recordings/flagship-8k.jsonl.gz"
+SIZE = (200, 60)
+
+
+def replay(t: float = 30.0, *paths: str) -> ClusterTopApp:
+    sources = [RecordingSource(p) for p in (paths or (FLAGSHIP_16K,))]
+    return ClusterTopApp(sources, start_t=t, paused=True)
+
+
+def test_main_screen(snap_compare) -> None:
+    assert snap_compare(replay(), terminal_size=SIZE)
+
+
+def test_zoomed_to_a_pod(snap_compare) -> None:
+    assert snap_compare(replay(), terminal_size=SIZE, press=["j", "l", "l", "enter"])
+
+
+def test_zoomed_to_a_node(snap_compare) -> None:
+    assert snap_compare(replay(), terminal_size=SIZE, press=["l", "l", "enter", "l", "l", "j", "j", "enter",
+                                                             "enter"])
+
+
+def test_phase_colouring_during_a_fault(snap_compare) -> None:
+    assert snap_compare(replay(41.0), terminal_size=SIZE, press=["3"])
+
+
+def test_help(snap_compare) -> None:
+    assert snap_compare(replay(), terminal_size=SIZE, press=["question_mark"])
+
+
+def test_compare(snap_compare) -> None:
+    assert snap_compare(replay(30.0, FLAGSHIP_16K, FLAGSHIP_8K), terminal_size=SIZE)
+
+
+def test_too_small_terminal(snap_compare) -> None:
+    assert snap_compare(replay(), terminal_size=(80, 24))

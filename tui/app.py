@@ -1,0 +1,302 @@
+"""The clustertop dashboard app: one clock over one or two event sources, drawn at a fixed frame rate.
+
+Every frame the clock advances (wall time x speed, or to the live edge), each source folds the events up to
+the clock into its ClusterState, and the screen redraws what changed. Readers never post per-event messages: the
+frame timer polls them, so updates are coalesced to the frame rate however fast the engine writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import ClassVar
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from engine.state import ClusterState
+
+from . import jobinfo
+from .playback import Playback, format_clock, format_speed
+from .screens.compare import CompareScreen
+from .screens.dashboard import DashboardScreen
+from .screens.help import HelpScreen
+from .screens.main import MainScreen
+from .sources import Source, protocol
+
+FPS = 30
+
+
+class ClusterTopApp(App[None]):
+    """Live, replayed or compared clusters."""
+
+    TITLE = "clustertop"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_pause", "Play/Pause"),
+        Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
+        Binding("minus,underscore", "slower", "Slower", key_display="-"),
+        Binding("left", "seek(-1)", "Seek", key_display="←→"),
+        Binding("right", "seek(1)", "Seek", show=False),
+        Binding("shift+left", "seek(-10)", "Seek back x10", show=False),
+        Binding("shift+right", "seek(10)", "Seek forward x10", show=False),
+        Binding("home", "seek_start", "Start", show=False),
+        Binding("end", "seek_end", "End", show=False),
+        Binding("left_square_bracket", "prev_event", "Event", key_display="[]"),
+        Binding("right_square_bracket", "next_event", "Next event", show=False),
+        Binding("f", "follow_live", "Follow live", show=False),
+        Binding("i", "inject_fault", "Inject fault", show=False),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("s", "save_screenshot", "Screenshot", show=False),
+        Binding("t", "toggle_theme", "Theme", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, sources: list[Source], *, start_t: float | None = None, paused: bool = False,
+                 speed: float = 1.0, metric: str = "util", compare: bool = False,
+                 screenshot_dir: str = ".") -> None:
+        super().__init__()
+        self.sources = sources
+        self.compare = compare or len(sources) > 1
+        self.screenshot_dir = screenshot_dir
+        self.initial_metric = metric
+        self.status_note = ""
+        live = any(s.live for s in sources)
+        start = min(s.start_t for s in sources)
+        self.playback = Playback(t=start, start=start, end=self._end(), speed=speed, paused=paused,
+                                 follow=live and start_t is None and not paused)
+        if start_t is not None:
+            self.playback.t = min(max(start_t, start), max(self.playback.end, start))
+        self.states: list[ClusterState] = [s.state_at(self.playback.t) for s in sources]
+        self._cursors = [s.cursor_at(self.playback.t) for s in sources]
+        self._applied_t = self.playback.t
+        self._last_wall = time.monotonic()
+        self._seen_end = self.playback.end
+        self._reported_error = [False] * len(sources)
+        first = sources[0]
+        self.sub_title = f"{'live' if first.controllable else 'replay'} {first.name} · {jobinfo.describe(self.states[0])}"
+        if self.compare:
+            self.sub_title = f"compare {sources[0].name} ↔ {sources[1].name}"
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        for source in self.sources:
+            source.start()
+        screen: Screen[None] = CompareScreen() if self.compare else MainScreen()
+        self.dashboard = screen
+        self.push_screen(screen)
+        self._send(protocol.speed(self.playback.speed))
+        self.set_interval(1 / FPS, self.frame)
+
+    def on_unmount(self) -> None:
+        for source in self.sources:
+            source.close()
+
+    @property
+    def live(self) -> bool:
+        """A source is still being written (an engine or a pipe)."""
+        return any(s.live and not s.done for s in self.sources)
+
+    def _end(self) -> float:
+        ends = [s.end_t for s in self.sources]
+        return min(ends) if self.live else max(ends)
+
+    # -- the frame ----------------------------------------------------------------------------------------
+
+    def frame(self) -> None:
+        """Advance the clock by one frame and fold the new events into the states."""
+        now = time.monotonic()
+        dt, self._last_wall = now - self._last_wall, now
+        end = self._end()
+        t = self.playback.tick(dt, end)
+        changed = self.set_time(t)
+        if end != self._seen_end:
+            self._seen_end = end
+            changed = True
+        if self.playback.follow and self.playback.at_end and all(s.done for s in self.sources):
+            self.playback.follow = False           # the stream ended: nothing live to follow any more
+        if (not self.playback.paused and not self.playback.follow and self.playback.at_end
+                and all(s.done for s in self.sources)):
+            self.playback.paused = True
+            changed = True
+        for i, source in enumerate(self.sources):
+            if source.index.error and not self._reported_error[i]:
+                self._reported_error[i] = True
+                self.notify(source.index.error, title="stream stopped", severity="error", timeout=10)
+        if changed:
+            self.redraw()
+
+    def set_time(self, t: float) -> bool:
+        """Bring every state to simulated time t (folding events that arrived since); True when anything changed."""
+        changed = False
+        for i, source in enumerate(self.sources):
+            if t >= self._applied_t:
+                if source.index.count != self._cursors[i] or t != self._applied_t:
+                    version = self.states[i].version
+                    self.states[i], self._cursors[i] = source.advance(self.states[i], self._cursors[i], t)
+                    changed = changed or self.states[i].version != version or t != self._applied_t
+            else:
+                self.states[i] = source.state_at(t)
+                self._cursors[i] = source.cursor_at(t)
+                changed = True
+        self._applied_t = t
+        return changed
+
+    def redraw(self) -> None:
+        screen = getattr(self, "dashboard", None)
+        if isinstance(screen, DashboardScreen) and screen.is_mounted:
+            screen.update_frame()
+
+    # -- transport actions ----------------------------------------------------------------------------------
+
+    def action_toggle_pause(self) -> None:
+        paused = self.playback.toggle_pause()
+        if not paused and self.playback.at_end and not self.live:
+            self.seek(self.playback.start)   # play again from the start, as a player does
+            self.playback.paused = False
+        self._send(protocol.pause() if paused else protocol.resume())
+        self.redraw()
+
+    def action_faster(self) -> None:
+        self._set_speed(self.playback.faster())
+
+    def action_slower(self) -> None:
+        self._set_speed(self.playback.slower())
+
+    def _set_speed(self, speed: float) -> None:
+        self._send(protocol.speed(speed))
+        self.redraw()
+
+    def seek_step(self) -> float:
+        """One seek step: a hundredth of the run (at least one sample interval)."""
+        header = self.sources[0].header
+        span = max(self.playback.end - self.playback.start, float(header.get("duration_s") or 0) if
+                   self.live else 0.0)
+        return max(float(header.get("sample_interval_s") or 0.0), span / 100.0, 1e-3)
+
+    def seek(self, t: float) -> None:
+        self.playback.seek(t)
+        self.set_time(self.playback.t)
+        self.redraw()
+
+    def seek_fraction(self, fraction: float) -> None:
+        p = self.playback
+        self.seek(p.start + fraction * (p.end - p.start))
+
+    def action_seek(self, steps: float) -> None:
+        self.seek(self.playback.t + steps * self.seek_step())
+
+    def action_seek_start(self) -> None:
+        self.seek(self.playback.start)
+
+    def action_seek_end(self) -> None:
+        if self.live:
+            self.action_follow_live()
+        else:
+            self.seek(self.playback.end)
+
+    def _event_times(self) -> list[float]:
+        times: set[float] = set()
+        for source in self.sources:
+            times.update(source.index.event_times())
+        return sorted(times)
+
+    def action_prev_event(self) -> None:
+        earlier = [e for e in self._event_times() if e < self.playback.t - 1e-6]
+        if not earlier:
+            self.notify("No earlier event", timeout=2)
+            return
+        self.seek(earlier[-1])
+
+    def action_next_event(self) -> None:
+        later = [e for e in self._event_times() if e > self.playback.t + 1e-6]
+        if not later:
+            self.notify("No later event", timeout=2)
+            return
+        self.seek(later[0])
+
+    def action_follow_live(self) -> None:
+        if not self.live:
+            self.notify("Replaying a recording: nothing live to follow (end jumps to the end)", timeout=3)
+            return
+        self.playback.end = self._end()
+        self.playback.go_live()
+        self._send(protocol.resume())
+        self.set_time(self.playback.t)
+        self.redraw()
+
+    def action_inject_fault(self) -> None:
+        heatmap = self.screen.focused
+        gpu = getattr(heatmap, "cursor_gpu", None)
+        if gpu is None:
+            maps = list(self.dashboard.query("Heatmap"))
+            gpu = maps[0].cursor_gpu if maps else 0   # type: ignore[attr-defined]
+        sent = self._send(protocol.inject_fault(int(gpu)))
+        if sent:
+            self.notify(f"Fault injected at GPU {int(gpu):,}", timeout=3)
+        else:
+            self.notify("Faults can be injected only into a live engine", severity="warning", timeout=3)
+
+    def _send(self, command: dict[str, object]) -> bool:
+        sent = False
+        for source in self.sources:
+            if source.controllable:
+                sent = source.send(command) or sent
+        return sent
+
+    # -- app actions --------------------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def action_save_screenshot(self) -> None:
+        name = f"clustertop-{format_clock(self.playback.t).replace(':', '-').replace(' ', '_')}.svg"
+        path = self.save_screenshot(filename=name, path=self.screenshot_dir)
+        self.notify(f"Saved {path}", title="screenshot", timeout=4)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        commands = [
+            ("Play / pause", "Start or stop the simulated clock (space)", self.action_toggle_pause),
+            ("Faster", f"Speed up (now {format_speed(self.playback.speed)}) (+)", self.action_faster),
+            ("Slower", "Slow down (-)", self.action_slower),
+            ("Seek back", "One step back (left)", lambda: self.action_seek(-1)),
+            ("Seek forward", "One step forward (right)", lambda: self.action_seek(1)),
+            ("Go to start", "The first sample (home)", self.action_seek_start),
+            ("Go to end", "The last sample, or the live edge (end)", self.action_seek_end),
+            ("Previous event", "Jump to the previous fault, checkpoint, restart... ([)", self.action_prev_event),
+            ("Next event", "Jump to the next event (])", self.action_next_event),
+            ("Follow live", "Pin the clock to the engine (f)", self.action_follow_live),
+            ("Inject fault", "Fail the GPU under the cursor, live mode (i)", self.action_inject_fault),
+            ("Zoom in", "On the cursor's building, pod, rack or node (enter)", self._heatmap_action("zoom_in")),
+            ("Zoom out", "Back up the hierarchy (backspace)", self._heatmap_action("zoom_out")),
+            ("Colour by utilization", "Heatmap metric (1)", self._screen_action("metric", "util")),
+            ("Colour by power", "Heatmap metric (2)", self._screen_action("metric", "power")),
+            ("Colour by phase", "Computing, waiting on TP/PP/DP/CP/EP, bubble, idle, failed (3)",
+             self._screen_action("metric", "phase")),
+            ("Help", "Keys and colours (?)", self.action_help),
+            ("Toggle dark / light", "Switch theme (t)", self.action_toggle_theme),
+            ("Save SVG screenshot", "Write the screen to an SVG file (s)", self.action_save_screenshot),
+        ]
+        for title, help_text, callback in commands:
+            yield SystemCommand(title, help_text, callback)
+
+    def _heatmap_action(self, name: str) -> Callable[[], None]:
+        def run() -> None:
+            maps = list(self.dashboard.query("Heatmap"))
+            focused = self.dashboard.focused
+            target = focused if focused in maps else (maps[0] if maps else None)
+            if target is not None:
+                getattr(target, f"action_{name}")()
+        return run
+
+    def _screen_action(self, name: str, *args: str) -> Callable[[], None]:
+        def run() -> None:
+            getattr(self.dashboard, f"action_{name}")(*args)
+        return run

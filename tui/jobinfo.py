@@ -1,0 +1,64 @@
+"""What the header says about jobs and hardware, read defensively (older or newer recordings may lack keys)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.state import ClusterState, JobStatus
+
+DIMS = ("tp", "cp", "pp", "dp", "ep")
+
+
+def job_of(state: ClusterState, gpu: int) -> JobStatus | None:
+    for job in state.jobs.values():
+        if job.first_gpu <= gpu < job.first_gpu + job.gpus:
+            return job
+    return None
+
+
+def ranks(job: JobStatus, gpu: int) -> dict[str, int]:
+    """Parallel ranks of one GPU of a job (Llama 3 order: TP innermost, then CP, PP, DP outermost; EP within DP)."""
+    size = {d: max(1, int(job.info.get(d, 1) or 1)) for d in DIMS}
+    local = gpu - job.first_gpu
+    tp = local % size["tp"]
+    cp = local // size["tp"] % size["cp"]
+    pp = local // (size["tp"] * size["cp"]) % size["pp"]
+    dp = local // (size["tp"] * size["cp"] * size["pp"])
+    return {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": dp % size["ep"]}
+
+
+def layout_text(job: JobStatus) -> str:
+    return " ".join(f"{d.upper()}{int(job.info.get(d, 1) or 1)}" for d in DIMS if d != "ep" or job.info.get("ep", 1) != 1)
+
+
+def model_name(job: JobStatus) -> str:
+    model = job.info.get("model", "")
+    if isinstance(model, dict):
+        return str(model.get("name", ""))
+    return str(model)
+
+
+def memory_gb(job: JobStatus, stage: int) -> float | None:
+    """Memory per GPU when the header gives it: `memory_gb` as one number or one per pipeline stage."""
+    mem: Any = job.info.get("memory_gb")
+    if isinstance(mem, (int, float)):
+        return float(mem)
+    if isinstance(mem, list) and mem:
+        return float(mem[min(stage, len(mem) - 1)])
+    return None
+
+
+def cluster(state: ClusterState) -> dict[str, Any]:
+    return state.header.get("scenario", {}).get("cluster", {}) or {}
+
+
+def gpu_spec(state: ClusterState) -> dict[str, Any]:
+    gpu = cluster(state).get("gpu", {})
+    return gpu if isinstance(gpu, dict) else {"name": str(gpu)}
+
+
+def describe(state: ClusterState) -> str:
+    """'llama3-405b-16k · 16,384 × h100-sxm-80gb'"""
+    name = state.header.get("scenario", {}).get("name", "")
+    gpu = gpu_spec(state).get("name", "GPU")
+    return f"{name} · {state.gpus:,} × {gpu}"

@@ -1,0 +1,140 @@
+"""Colours of the heatmap: a ramp per continuous metric, one colour per phase, and cached Rich styles.
+
+Colours are small integer indices so a whole frame maps to colours with numpy; each (top, bottom) pair of a
+half-block cell gets one precomputed Rich Style.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from rich.color import Color
+from rich.style import Style
+
+from engine.phases import CODE, PHASES
+
+LEVELS = 32   # steps of a continuous ramp
+
+METRICS = ("util", "power", "phase")
+METRIC_TITLES = {"util": "utilization", "power": "power", "phase": "phase"}
+
+
+def _ramp(anchors: list[str], steps: int = LEVELS) -> list[str]:
+    """`steps` colours interpolated through the anchor colours."""
+    rgb = np.array([Color.parse(a).get_truecolor()[:3] for a in anchors], dtype=float)
+    xs = np.linspace(0, 1, len(anchors))
+    out = []
+    for x in np.linspace(0, 1, steps):
+        r, g, b = (np.interp(x, xs, rgb[:, k]) for k in range(3))
+        out.append(f"#{round(r):02x}{round(g):02x}{round(b):02x}")
+    return out
+
+
+# Utilization: dark when idle, bright when busy (viridis-like, readable on dark and light backgrounds).
+UTIL_RAMP = _ramp(["#1d1f3a", "#3b4c9c", "#21918c", "#5ec962", "#fde725"])
+# Power: magma-like, from idle draw to TDP.
+POWER_RAMP = _ramp(["#1b1030", "#51127c", "#b73779", "#fc8961", "#fcfdbf"])
+PHASE_COLORS = {
+    "idle": "#3a3a3a",
+    "compute": "#2fb344",
+    "tp": "#17becf",
+    "pp": "#4f7bff",
+    "dp": "#c45ad6",
+    "cp": "#8c6bff",
+    "ep": "#ff7fbf",
+    "bubble": "#ffb000",
+    "optimizer": "#a6e22e",
+    "checkpoint": "#e8e8ff",
+    "failed": "#ff2020",
+    "memory": "#d98c3f",
+}
+PHASE_LABELS = {
+    "idle": "idle", "compute": "computing", "tp": "wait TP", "pp": "wait PP", "dp": "wait DP",
+    "cp": "wait CP", "ep": "wait EP", "bubble": "bubble", "optimizer": "optimizer", "checkpoint": "checkpoint",
+    "failed": "failed", "memory": "memory-bound",
+}
+
+# Colour index space: continuous ramps use 0..LEVELS-1, phases PHASE_BASE + code; then the specials.
+PHASE_BASE = LEVELS
+BG = PHASE_BASE + len(PHASES)
+CURSOR = BG + 1
+LABEL = BG + 2
+TITLE = BG + 3
+COLOURS = TITLE + 1
+
+
+@dataclass(frozen=True)
+class Theme:
+    """What the heatmap needs from the app's theme."""
+
+    background: str
+    foreground: str
+    muted: str
+    cursor: str
+
+
+class StyleCache:
+    """Rich styles per (top, bottom) colour pair of a metric, built once per theme."""
+
+    def __init__(self, metric: str, theme: Theme) -> None:
+        self.theme = theme
+        table = UTIL_RAMP if metric == "util" else POWER_RAMP
+        self.colours: list[str] = list(table) + [PHASE_COLORS[p] for p in PHASES]
+        self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground]
+        self._rich = [Color.parse(c) for c in self.colours]
+        self._styles: dict[int, Style] = {}
+        self.label = Style(color=Color.parse(theme.muted), bgcolor=Color.parse(theme.background))
+        self.title = Style(color=Color.parse(theme.foreground), bgcolor=Color.parse(theme.background), bold=True)
+        self.blank = Style(bgcolor=Color.parse(theme.background))
+
+    def on(self, colour: int) -> Style:
+        """Readable text on a block of colour `colour` (for labels inside big pixels)."""
+        style = self._styles.get(-1 - colour)
+        if style is None:
+            r, g, b = self._rich[colour].get_truecolor()[:3]
+            dark = 0.299 * r + 0.587 * g + 0.114 * b > 140
+            style = Style(color="#000000" if dark else "#ffffff", bgcolor=self._rich[colour], bold=True)
+            self._styles[-1 - colour] = style
+        return style
+
+    def pair(self, code: int) -> Style:
+        """The style of a half-block cell: code = top * COLOURS + bottom."""
+        style = self._styles.get(code)
+        if style is None:
+            top, bottom = divmod(code, COLOURS)
+            style = Style(color=self._rich[top], bgcolor=self._rich[bottom])
+            self._styles[code] = style
+        return style
+
+
+def level_of(values: np.ndarray, top: float) -> np.ndarray:
+    """Continuous values (0..top) to ramp indices; NaN (no GPU) becomes the background."""
+    scaled = np.nan_to_num(values / top, nan=-1.0) if top > 0 else np.zeros_like(values)
+    idx = np.clip(np.rint(scaled * (LEVELS - 1)), 0, LEVELS - 1).astype(np.int16)
+    idx[scaled < 0] = BG
+    return idx
+
+
+def known_phases(codes: np.ndarray) -> np.ndarray:
+    """Phase codes this version knows; codes a newer engine appended show as idle rather than break the view."""
+    if codes.size and int(codes.max()) >= len(PHASES):
+        return np.where(codes < len(PHASES), codes, CODE["idle"]).astype(np.uint8)
+    return codes
+
+
+def phase_colour(codes: np.ndarray) -> np.ndarray:
+    return codes.astype(np.int16) + PHASE_BASE
+
+
+__all__ = [
+    "CODE",
+    "METRICS",
+    "PHASE_COLORS",
+    "PHASE_LABELS",
+    "StyleCache",
+    "Theme",
+    "known_phases",
+    "level_of",
+    "phase_colour",
+]

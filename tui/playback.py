@@ -1,0 +1,79 @@
+"""The transport: simulated time, speed, pause, seeking and following a live stream. Pure logic, no Textual."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Speeds in simulated seconds per wall-clock second: 0.1x to 1,000,000x in 1-2-5 steps.
+SPEEDS: tuple[float, ...] = tuple(m * 10.0 ** e for e in range(-1, 6) for m in (1, 2, 5)) + (1e6,)
+
+
+def format_speed(speed: float) -> str:
+    if speed >= 1000:
+        return f"{speed:,.0f}x"
+    return f"{speed:g}x"
+
+
+def format_clock(seconds: float) -> str:
+    """Simulated time as [Nd ]HH:MM:SS.s (always the same width for a given day count)."""
+    seconds = max(0.0, seconds)
+    days, rest = divmod(seconds, 86400.0)
+    h, rest = divmod(rest, 3600.0)
+    m, s = divmod(rest, 60.0)
+    clock = f"{int(h):02d}:{int(m):02d}:{s:04.1f}"
+    return f"{int(days)}d {clock}" if days >= 1 else clock
+
+
+@dataclass
+class Playback:
+    """Where the dashboard is on the simulated timeline and how fast it moves."""
+
+    t: float = 0.0
+    start: float = 0.0
+    end: float = 0.0          # latest time available (grows while a stream is written)
+    speed: float = 1.0
+    paused: bool = False
+    follow: bool = False      # pinned to the live edge (live mode)
+
+    def tick(self, wall_dt: float, end: float) -> float:
+        """Advance by one frame of wall time; returns the new simulated time."""
+        self.end = max(self.end, end)
+        if self.follow:
+            if not self.paused:
+                self.t = self.end
+            return self.t
+        if not self.paused:
+            self.t = min(self.end, self.t + max(0.0, wall_dt) * self.speed)
+        return self.t
+
+    def seek(self, t: float) -> float:
+        """Jump to t (clamped to what is available); leaves the live edge unless t is at it."""
+        self.t = min(max(t, self.start), self.end)
+        self.follow = False
+        return self.t
+
+    def seek_by(self, dt: float) -> float:
+        return self.seek(self.t + dt)
+
+    def faster(self) -> float:
+        bigger = [s for s in SPEEDS if s > self.speed * 1.0001]
+        self.speed = bigger[0] if bigger else SPEEDS[-1]
+        return self.speed
+
+    def slower(self) -> float:
+        smaller = [s for s in SPEEDS if s < self.speed / 1.0001]
+        self.speed = smaller[-1] if smaller else SPEEDS[0]
+        return self.speed
+
+    def toggle_pause(self) -> bool:
+        self.paused = not self.paused
+        return self.paused
+
+    def go_live(self) -> None:
+        self.follow = True
+        self.paused = False
+        self.t = self.end
+
+    @property
+    def at_end(self) -> bool:
+        return self.t >= self.end - 1e-9

@@ -1,0 +1,1 @@
+"""The dashboard's screens: the main dashboard, compare mode and help."""

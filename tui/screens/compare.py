@@ -1,0 +1,95 @@
+"""Compare mode: two clusters side by side on one clock, and a table of their figures and difference."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header, Static
+
+from ..palette import METRIC_TITLES
+from ..widgets.comparison import Comparison
+from ..widgets.heatmap import Heatmap
+from ..widgets.jobs import JobsPanel
+from ..widgets.legend import Legend
+from ..widgets.too_small import TooSmall
+from ..widgets.transport import TransportBar
+from .dashboard import DashboardScreen
+
+
+class CompareScreen(DashboardScreen):
+    """A and B, each with its heatmap and job figures; the difference below."""
+
+    MIN_SIZE = (110, 34)
+
+    DEFAULT_CSS = """
+    CompareScreen #sides {
+        height: 1fr;
+    }
+    CompareScreen .side {
+        width: 1fr;
+    }
+    CompareScreen .side-title {
+        height: 1;
+        padding: 0 1;
+        background: $boost;
+        text-style: bold;
+    }
+    CompareScreen .map {
+        height: 1fr;
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+    }
+    CompareScreen .map:focus-within {
+        border: round $accent;
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        app = self.app
+        yield Header(show_clock=False)
+        with Horizontal(id="sides"):
+            for i, (source, state) in enumerate(zip(app.sources, app.states)):   # type: ignore[attr-defined]
+                label = "AB"[i]
+                with Vertical(classes="side", id=f"side-{label.lower()}"):
+                    yield Static(f"{label}: {source.name}", classes="side-title")
+                    with Vertical(classes="map", id=f"map-{label.lower()}"):
+                        yield Heatmap(state, id=f"heatmap-{label.lower()}")
+                    yield Legend(id=f"legend-{label.lower()}")
+                    yield JobsPanel(id=f"jobs-{label.lower()}")
+        yield Comparison(id="comparison")
+        yield TransportBar(id="transport")
+        yield TooSmall()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#heatmap-a", Heatmap).focus()
+        self.update_frame()
+
+    def on_heatmap_view_changed(self, message: Heatmap.ViewChanged) -> None:
+        self.update_frame()
+
+    def on_transport_bar_seek(self, message: TransportBar.Seek) -> None:
+        self.app.seek_fraction(message.fraction)   # type: ignore[attr-defined]
+
+    def update_frame(self) -> None:
+        app = self.app
+        states = app.states   # type: ignore[attr-defined]
+        playback = app.playback   # type: ignore[attr-defined]
+        for i, state in enumerate(states):
+            label = "ab"[i]
+            heatmap = self.query_one(f"#heatmap-{label}", Heatmap)
+            heatmap.show(state)
+            gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
+            frame = self.query_one(f"#map-{label}")
+            title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
+            if frame.border_title != title:
+                frame.border_title = title
+            self.query_one(f"#legend-{label}", Legend).show(state, heatmap.metric, gpu0, gpu1,
+                                                           heatmap.layout_info.g)
+            self.query_one(f"#jobs-{label}", JobsPanel).show(state, playback.t)
+        names = (app.sources[0].name, app.sources[1].name)   # type: ignore[attr-defined]
+        self.query_one(Comparison).show(states[0], states[1], names)
+        events = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))   # type: ignore[attr-defined]
+        self.query_one(TransportBar).show(playback, live=app.live,   # type: ignore[attr-defined]
+                                          events=events, note=app.status_note)   # type: ignore[attr-defined]

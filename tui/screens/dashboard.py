@@ -1,0 +1,69 @@
+"""What every dashboard screen shares: the frame update hook, the metric keys and the too-small guard."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from ..palette import METRICS
+from ..widgets.heatmap import Heatmap
+from ..widgets.too_small import TooSmall
+
+
+class DashboardScreen(Screen[None]):
+    """A screen that draws the app's states; below MIN_SIZE it shows only 'enlarge to W x H'."""
+
+    MIN_SIZE = (100, 30)
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("m", "cycle_metric", "Metric"),
+        Binding("1", "metric('util')", "Utilization", show=False),
+        Binding("2", "metric('power')", "Power", show=False),
+        Binding("3", "metric('phase')", "Phase", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    DashboardScreen.-too-small > * {
+        display: none;
+    }
+    DashboardScreen.-too-small > TooSmall {
+        display: block;
+    }
+    """
+
+    def update_frame(self) -> None:
+        """Redraw from the app's current states (called once per frame when something changed)."""
+
+    @property
+    def heatmaps(self) -> list[Heatmap]:
+        return list(self.query(Heatmap))
+
+    def action_cycle_metric(self) -> None:
+        maps = self.heatmaps
+        if maps:
+            current = maps[0].metric
+            metric = METRICS[(METRICS.index(current) + 1) % len(METRICS)]
+            self.action_metric(metric)
+
+    def action_metric(self, metric: str) -> None:
+        for heatmap in self.heatmaps:
+            heatmap.metric = metric
+        self.update_frame()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.check_size()
+
+    def on_mount(self) -> None:
+        for heatmap in self.heatmaps:
+            heatmap.metric = getattr(self.app, "initial_metric", heatmap.metric)
+        self.check_size()
+
+    def check_size(self) -> None:
+        width, height = self.app.size
+        small = width < self.MIN_SIZE[0] or height < self.MIN_SIZE[1]
+        self.set_class(small, "-too-small")
+        for widget in self.query(TooSmall):
+            widget.show(self.MIN_SIZE, (width, height))

@@ -1,0 +1,96 @@
+"""The help screen: every key, what the colours mean, and where the numbers come from."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ..palette import PHASE_COLORS, PHASE_LABELS
+
+KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("Transport", (
+        ("space", "play / pause"),
+        ("+  -", "faster / slower: 0.1x to 1,000,000x simulated seconds per second"),
+        ("←  →", "seek back / forward (a hundredth of the run; shift: a tenth)"),
+        ("home  end", "start / end (end follows the engine in live mode)"),
+        ("[  ]", "previous / next event (fault, checkpoint, restart...)"),
+        ("f", "follow live (live mode)"),
+        ("click timeline", "seek there"),
+    )),
+    ("Heatmap", (
+        ("h j k l  ↑ ↓", "move the cursor (shift: 8 at a time); click selects"),
+        ("enter  z", "zoom in on the cursor: site, building, pod, rack, node"),
+        ("backspace  Z", "zoom out"),
+        ("scroll", "zoom in (up, at the mouse) / out (down); double click zooms in"),
+        ("m  1 2 3", "colour by utilization, power or phase"),
+        ("tab", "next panel (compare: the other cluster)"),
+    )),
+    ("App", (
+        ("i", "inject a fault at the cursor's GPU (live mode)"),
+        ("s", "save an SVG screenshot"),
+        ("t", "dark / light theme"),
+        ("ctrl+p", "command palette: every action by name"),
+        ("?", "this help (escape closes)"),
+        ("q", "quit"),
+    )),
+)
+
+
+def help_text() -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(justify="right", style="bold")
+    table.add_column(ratio=1)
+    for section, rows in KEYS:
+        table.add_row(Text(section, style="bold underline"), "")
+        for key, what in rows:
+            table.add_row(key, what)
+        table.add_row("", "")
+    table.add_row(Text("Phases", style="bold underline"), "")
+    for name, label in PHASE_LABELS.items():
+        swatch = Text("██ ", style=PHASE_COLORS[name])
+        swatch.append(label)
+        table.add_row("", swatch)
+    table.add_row("", "")
+    table.add_row(Text("Cells", style="bold underline"), "")
+    table.add_row("", "Each character cell holds two GPUs (or groups of GPUs), one above the other (▀). Where many GPUs "
+                      "share a pixel it shows their mean utilization or power, or their commonest phase; a failed GPU "
+                      "always shows. Columns are racks when they fit; titles name the pods and buildings.")
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and colours."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss_help", "Close")]
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+    }
+    HelpScreen > VerticalScroll {
+        width: 104;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        border: round $accent;
+        border-title-color: $text-accent;
+        background: $surface;
+        padding: 0 1;
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = "clustertop · help"
+            scroll.border_subtitle = "escape to close"
+            yield Static(help_text())
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss()

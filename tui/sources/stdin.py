@@ -1,0 +1,34 @@
+"""Standard input as a live stream (`clustertop record X -o - | clustertop replay -`).
+
+The dashboard reads its keyboard from stdin, so the pipe is moved to another file descriptor and the terminal
+(/dev/tty) takes its place before the app starts.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sys
+
+from engine.errors import UserError
+from engine.reader import GZIP_MAGIC
+
+from .stream import StreamSource, iter_lines
+
+
+def stdin_source() -> StreamSource:
+    """The stream on stdin, with the keyboard switched to the terminal."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UserError("stdin is a terminal; expected a stream, as in `clustertop record X -o - | clustertop "
+                        "replay -`", "-")
+    pipe = io.BufferedReader(os.fdopen(os.dup(0), "rb", buffering=0))   # type: ignore[arg-type]
+    stream = gzip.GzipFile(fileobj=pipe, mode="rb") if pipe.peek(2)[:2] == GZIP_MAGIC else pipe
+    source = StreamSource("<stdin>", iter_lines(stream, "<stdin>"))   # type: ignore[arg-type]
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR)
+    except OSError:
+        raise UserError("no terminal to read keys from (/dev/tty); run it in a terminal", "-") from None
+    os.dup2(tty, 0)
+    os.close(tty)
+    return source

@@ -1,0 +1,81 @@
+"""Streams read while they are written: stdin (`clustertop record X -o - | clustertop replay -`) and pipes.
+
+The header is read before the dashboard starts (a bad stream is a one-line error); the rest is read by a daemon
+thread that only appends to the index. The UI polls the index at its frame rate, so however fast lines arrive,
+the UI sees one coalesced update per frame and is never flooded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import IO, Any
+
+import orjson
+
+from engine import schema
+from engine.errors import UserError
+from engine.reader import iter_events
+
+from . import Source
+from .index import EventIndex
+
+LIVE_KEYFRAMES = 2048   # keyframes kept by an endless stream (memory stays flat)
+
+
+def iter_lines(stream: IO[bytes], name: str) -> Iterator[dict[str, Any]]:
+    """The header (checked), then each event of an open binary stream of JSON lines."""
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if not line.endswith(b"\n"):
+                return   # a truncated last line: the writer was stopped
+            raise UserError(f"line is not valid JSON ({exc.msg})", f"{name}:{number}") from None
+        if number == 1:
+            yield schema.check_header(event, f"{name}:1")
+            continue
+        if not isinstance(event, dict) or "type" not in event or "t" not in event:
+            raise UserError("expected an event object with \"t\" and \"type\"", f"{name}:{number}")
+        yield event
+
+
+class StreamSource(Source):
+    """Events from an iterator whose first item is the header, read on a background thread."""
+
+    live = True
+
+    def __init__(self, name: str, events: Iterator[dict[str, Any]], max_keyframes: int | None = LIVE_KEYFRAMES) -> None:
+        try:
+            header = next(events)
+        except StopIteration:
+            raise UserError("is empty; expected a clustertop event stream", name) from None
+        super().__init__(name, EventIndex(header, max_keyframes=max_keyframes))
+        self._events = events
+        self._thread = threading.Thread(target=self._read, name=f"reader:{name}", daemon=True)
+
+    @classmethod
+    def stdin(cls) -> StreamSource:
+        return cls("<stdin>", iter_events("-"))
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self.index.done:
+            self._thread.start()
+
+    def _read(self) -> None:
+        error: str | None = None
+        try:
+            for event in self._events:
+                self.index.add(event)
+        except UserError as exc:
+            error = str(exc)
+        except (OSError, ValueError) as exc:   # the pipe closed under us
+            error = f"{self.name}: stream ended: {exc}"
+        self.index.finish(error)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the stream has been read to its end (tests, benchmarks)."""
+        self._thread.join(timeout)
+        return self.index.done

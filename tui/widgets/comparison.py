@@ -1,0 +1,84 @@
+"""Compare mode's table: the figures of two clusters at the same simulated time, and their difference."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from engine.state import ClusterState
+
+from .. import format as fmt
+
+Figure = tuple[str, Callable[[ClusterState], float | None], Callable[[float], str], bool]
+
+
+def _job(state: ClusterState, attr: str) -> float | None:
+    jobs = list(state.jobs.values())
+    if not jobs:
+        return None
+    if attr in ("tokens_per_s",):
+        return sum(getattr(j, attr) for j in jobs) or None
+    value = getattr(jobs[0], attr)
+    return float(value) or None
+
+
+FIGURES: tuple[Figure, ...] = (
+    ("GPUs", lambda s: float(s.gpus), lambda v: f"{v:,.0f}", True),
+    ("step time", lambda s: _job(s, "step_time_s"), lambda v: f"{v:.2f} s", False),
+    ("tokens/s", lambda s: _job(s, "tokens_per_s"), fmt.si, True),
+    ("TFLOP/s per GPU", lambda s: _job(s, "tflops_per_gpu"), lambda v: f"{v:.0f}", True),
+    ("MFU", lambda s: _job(s, "mfu"), lambda v: f"{v * 100:.1f}%", True),
+    ("mean utilization", lambda s: float(s.util.mean()) if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
+    ("site power", lambda s: s.site_mw if s.samples else None, lambda v: f"{v:.2f} MW", False),
+    ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, fmt.si, True),
+)
+
+
+class Comparison(Static):
+    """figure | A | B | B − A | B / A, with the better side of each difference in green."""
+
+    DEFAULT_CSS = """
+    Comparison {
+        height: auto;
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+        padding: 0 1;
+    }
+    """
+
+    def on_mount(self) -> None:
+        self.border_title = "A against B at the same simulated time"
+        self._shown = ""
+
+    def show(self, a: ClusterState, b: ClusterState, names: tuple[str, str]) -> None:
+        table = Table(box=None, expand=True, padding=(0, 2), show_edge=False)
+        table.add_column("figure", style="dim")
+        table.add_column(f"A: {names[0]}", justify="right")
+        table.add_column(f"B: {names[1]}", justify="right")
+        table.add_column("B − A", justify="right")
+        table.add_column("B / A", justify="right")
+        key = []
+        for label, get, show, higher_better in FIGURES:
+            va, vb = get(a), get(b)
+            cells = [show(va) if va is not None else "—", show(vb) if vb is not None else "—"]
+            if va is not None and vb is not None and cells[0] == cells[1]:
+                diff_text, ratio = Text("="), Text("1.00x")
+            elif va is not None and vb is not None:
+                diff = vb - va
+                sign = "+" if diff > 0 else "−" if diff < 0 else "±"
+                better = (diff > 0) == higher_better
+                style = "" if abs(diff) < 1e-12 else ("green" if better else "red")
+                diff_text = Text(f"{sign}{show(abs(diff))}", style=style)
+                ratio = Text(f"{vb / va:.2f}x" if va else "—", style=style)
+            else:
+                diff_text, ratio = Text("—"), Text("—")
+            for cell in (diff_text, ratio):
+                cell.justify = "right"
+            table.add_row(label, *(Text(c, justify="right") for c in cells), diff_text, ratio)
+            key.append((label, *cells, diff_text.plain, ratio.plain))
+        if repr(key) != self._shown:
+            self._shown = repr(key)
+            self.update(table)

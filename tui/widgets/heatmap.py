@@ -1,0 +1,319 @@
+"""The cluster heatmap: one Line-API widget drawing every GPU, two per cell (half blocks), by physical place.
+
+Per frame: aggregate the state's per-GPU array per pixel with numpy, map to colour indices, look the two pixels
+of every cell up through the layout's index maps, and merge equal neighbouring cells into one Segment whose
+Style is cached per colour pair. The frame is cached until the state's version, the view, the metric, the
+cursor, the size or the theme changes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from rich.segment import Segment
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.color import Color
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.strip import Strip
+from textual.widget import Widget
+
+from engine.phases import PHASES
+from engine.state import ClusterState
+
+from .. import palette
+from ..grid import Hierarchy, Layout, View, layout
+from ..palette import PHASE_LABELS
+
+HALF = "▀"
+
+
+class Heatmap(Widget, can_focus=True):
+    """Every GPU of the cluster, coloured by a metric, with a cursor and zoom."""
+
+    DEFAULT_CSS = """
+    Heatmap {
+        width: 1fr;
+        height: 1fr;
+        background: $surface;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("k,up", "move(0, -1)", "Cursor up", show=False),
+        Binding("j,down", "move(0, 1)", "Cursor down", show=False),
+        Binding("h", "move(-1, 0)", "Cursor left", show=False),
+        Binding("l", "move(1, 0)", "Cursor right", show=False),
+        Binding("K", "move(0, -8)", "Cursor up x8", show=False),
+        Binding("J", "move(0, 8)", "Cursor down x8", show=False),
+        Binding("H", "move(-8, 0)", "Cursor left x8", show=False),
+        Binding("L", "move(8, 0)", "Cursor right x8", show=False),
+        Binding("enter,z", "zoom_in", "Zoom in"),
+        Binding("backspace,Z", "zoom_out", "Zoom out"),
+    ]
+
+    metric: reactive[str] = reactive("util")
+
+    class CursorMoved(Message):
+        """The cursor selects other GPUs: [gpu0, gpu1) under the cursor."""
+
+        def __init__(self, heatmap: Heatmap, gpu0: int, gpu1: int) -> None:
+            super().__init__()
+            self.heatmap = heatmap
+            self.gpu0 = gpu0
+            self.gpu1 = gpu1
+
+        @property
+        def control(self) -> Heatmap:
+            return self.heatmap
+
+    class ViewChanged(Message):
+        """Zoomed in or out, or switched metric."""
+
+        def __init__(self, heatmap: Heatmap) -> None:
+            super().__init__()
+            self.heatmap = heatmap
+
+        @property
+        def control(self) -> Heatmap:
+            return self.heatmap
+
+    def __init__(self, state: ClusterState, *, name: str | None = None, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.state = state
+        self.hierarchy = Hierarchy.of(state.topology)
+        self.view = View("site")
+        self.cursor_gpu = 0
+        self._layout: Layout | None = None
+        self._frame: list[Strip] | None = None
+        self._frame_key: tuple[object, ...] | None = None
+        self._styles: palette.StyleCache | None = None
+        self._styles_key: tuple[str, str] | None = None
+
+    # -- public -------------------------------------------------------------------------------------------
+
+    def show(self, state: ClusterState) -> None:
+        """Draw `state` (a new object after a seek, or the same one with a new version)."""
+        if state is not self.state or self._frame_key is None or self._frame_key[0] != state.version:
+            if state.topology != self.state.topology:
+                self.hierarchy = Hierarchy.of(state.topology)
+                self._layout = None
+            self.state = state
+            self.refresh()
+
+    @property
+    def layout_info(self) -> Layout:
+        """The current layout (computed for the widget's size)."""
+        return self._get_layout()
+
+    @property
+    def cursor_span(self) -> tuple[int, int]:
+        """GPUs [start, end) under the cursor."""
+        lay = self._get_layout()
+        return lay.gpus_of(lay.pixel_of(self.cursor_gpu))
+
+    def set_view(self, view: View) -> None:
+        self.view = view
+        start, end = view.span(self.hierarchy)
+        if not start <= self.cursor_gpu < end:
+            self.cursor_gpu = start
+        self._layout = None
+        self.refresh()
+        self.post_message(self.ViewChanged(self))
+        self._announce_cursor()
+
+    def set_cursor(self, gpu: int) -> None:
+        start, end = self.view.span(self.hierarchy)
+        gpu = min(max(int(gpu), start), end - 1)
+        if gpu != self.cursor_gpu:
+            self.cursor_gpu = gpu
+            self.refresh()
+        self._announce_cursor()
+
+    # -- actions ------------------------------------------------------------------------------------------
+
+    def action_move(self, dx: int, dy: int) -> None:
+        lay = self._get_layout()
+        pixel = lay.pixel_of(self.cursor_gpu)
+        step_x, step_y = (1 if dx > 0 else -1 if dx < 0 else 0), (1 if dy > 0 else -1 if dy < 0 else 0)
+        for _ in range(max(abs(dx), abs(dy))):
+            pixel = lay.neighbour(pixel, step_x, step_y)
+        self.set_cursor(lay.gpus_of(pixel)[0])
+
+    def action_zoom_in(self) -> None:
+        levels = self.hierarchy.levels()
+        i = levels.index(self.view.level)
+        if i + 1 >= len(levels):
+            self.notify("Already at one node: the finest zoom", timeout=2)
+            return
+        level = levels[i + 1]
+        self.set_view(View(level, self.cursor_gpu // self.hierarchy.size(level)))
+
+    def action_zoom_out(self) -> None:
+        levels = self.hierarchy.levels()
+        i = levels.index(self.view.level)
+        if i == 0:
+            return
+        level = levels[i - 1]
+        index = 0 if level == "site" else self.cursor_gpu // self.hierarchy.size(level)
+        self.set_view(View(level, index))
+
+    def action_cycle_metric(self) -> None:
+        metrics = palette.METRICS
+        self.metric = metrics[(metrics.index(self.metric) + 1) % len(metrics)]
+
+    def action_metric(self, metric: str) -> None:
+        self.metric = metric
+
+    def watch_metric(self) -> None:
+        self.refresh()
+        self.post_message(self.ViewChanged(self))
+
+    # -- mouse ------------------------------------------------------------------------------------------
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        lay = self._get_layout()
+        top, bottom = lay.at(offset.x, offset.y), lay.at(offset.x, offset.y, lower=True)
+        current = lay.pixel_of(self.cursor_gpu)
+        pixel = bottom if top == current and bottom >= 0 else top if top >= 0 else bottom
+        if pixel >= 0:
+            self.set_cursor(lay.gpus_of(pixel)[0])
+            if event.chain >= 2:
+                self.action_zoom_in()
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        lay = self._get_layout()
+        offset = event.get_content_offset(self)
+        pixel = lay.at(offset.x, offset.y) if offset is not None else -1
+        if pixel >= 0:
+            self.set_cursor(lay.gpus_of(pixel)[0])
+        self.action_zoom_in()
+        event.stop()
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self.action_zoom_out()
+        event.stop()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout = None
+
+    # -- rendering ----------------------------------------------------------------------------------------
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return container.height
+
+    def _announce_cursor(self) -> None:
+        gpu0, gpu1 = self.cursor_span
+        self.post_message(self.CursorMoved(self, gpu0, gpu1))
+
+    def _get_layout(self) -> Layout:
+        width, height = self.size.width or 1, self.size.height or 1
+        lay = self._layout
+        if lay is None or lay.width != width or lay.height != height or lay.view != self.view:
+            lay = self._layout = layout(self.hierarchy, self.view, width, height)
+        return lay
+
+    def _theme(self) -> palette.StyleCache:
+        variables = self.app.theme_variables
+        background = variables.get("surface", "#1e1e1e")
+        key = (self.metric, f"{self.app.theme}:{background}")
+        if self._styles is None or self._styles_key != key:
+            fg = Color.parse(variables.get("foreground", "#e0e0e0"))
+            bg = Color.parse(background)
+            muted = fg.blend(bg, 0.45)
+            cursor = "#ffffff" if self.app.current_theme.dark else "#000000"
+            self._styles = palette.StyleCache(self.metric, palette.Theme(bg.hex, fg.hex, muted.hex, cursor))
+            self._styles_key = key
+        return self._styles
+
+    def pixel_colours(self, lay: Layout) -> np.ndarray:
+        """Colour index of every pixel of the layout for the current metric (numpy, no loop over GPUs)."""
+        state = self.state
+        if self.metric == "phase":
+            return palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]), lay.gpu0))
+        if self.metric == "power":
+            gpu = state.header.get("scenario", {}).get("cluster", {}).get("gpu", {})
+            tdp = float(gpu.get("tdp_w") or 0) or float(state.power_w.max() or 1.0)
+            return palette.level_of(lay.mean(state.power_w), tdp)
+        return palette.level_of(lay.mean(state.util), 1.0)
+
+    def render_frame(self) -> list[Strip]:
+        """Every line of the heatmap for the current state (the work a frame costs)."""
+        lay = self._get_layout()
+        styles = self._theme()
+        colours = self.pixel_colours(lay).astype(np.int32)
+        if lay.pixels:
+            colours[lay.pixel_of(self.cursor_gpu)] = palette.CURSOR
+        # The last three entries are what negative cell codes select: title, label, blank.
+        table = np.concatenate([colours, np.array([palette.TITLE, palette.LABEL, palette.BG], dtype=np.int32)])
+        codes = table[lay.top] * palette.COLOURS + table[lay.bottom]
+        title_code = palette.TITLE * palette.COLOURS + palette.TITLE
+        label_code = palette.LABEL * palette.COLOURS + palette.LABEL
+        blank_code = palette.BG * palette.COLOURS + palette.BG
+        changes = codes[:, 1:] != codes[:, :-1]
+        strips: list[Strip] = []
+        width = lay.width
+        pair = styles.pair
+        for y in range(lay.height):
+            row = codes[y]
+            starts = [0, *(np.flatnonzero(changes[y]) + 1).tolist()]
+            ends = starts[1:] + [width]
+            values = row[starts].tolist()
+            text = lay.text[y]
+            segments = []
+            for start, end, code in zip(starts, ends, values):
+                if code == title_code:
+                    segments.append(Segment(text[start:end], styles.title))
+                elif code == label_code:
+                    segments.append(Segment(text[start:end], styles.label))
+                elif code == blank_code:
+                    segments.append(Segment(" " * (end - start), styles.blank))
+                else:
+                    segments.append(Segment(HALF * (end - start), pair(code)))
+            strips.append(Strip(segments, width))
+        if lay.scale >= 5:
+            self._label_blocks(lay, strips, table, styles)
+        return strips
+
+    def _label_blocks(self, lay: Layout, strips: list[Strip], table: np.ndarray, styles: palette.StyleCache) -> None:
+        """Write each GPU's number and value inside its block when blocks are big (rack and node views)."""
+        state = self.state
+        inner = lay.scale - 1
+        for pixel in range(lay.pixels):
+            gpu = lay.gpu0 + pixel * lay.g
+            if self.metric == "phase":
+                code = int(palette.known_phases(state.phase[gpu:gpu + 1])[0])
+                value = PHASE_LABELS.get(PHASES[code], "?") if code < len(PHASES) else "?"
+            elif self.metric == "power":
+                value = f"{float(state.power_w[gpu]):.0f} W"
+            else:
+                value = f"{float(state.util[gpu]) * 100:.0f}%"
+            x = int(lay.pixel_x[pixel]) + 1
+            y = (int(lay.pixel_yh[pixel]) + 1) // 2 + (1 if lay.scale >= 7 else 0)
+            style = styles.on(int(table[pixel]))
+            for row, text in ((y, f"GPU {gpu}"), (y + 1, value)):
+                bottom = (int(lay.pixel_yh[pixel]) + lay.scale) // 2
+                if row >= bottom or row >= len(strips):
+                    continue
+                text = text[:inner]
+                if x + len(text) > lay.width:
+                    continue
+                left, _, right = strips[row].divide([x, x + len(text), lay.width])
+                strips[row] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
+
+    def render_line(self, y: int) -> Strip:
+        key = (self.state.version, id(self.state), self.view, self.metric, self.cursor_gpu, self.size,
+               self.app.theme)
+        if self._frame is None or key != self._frame_key:
+            self._frame = self.render_frame()
+            self._frame_key = key
+        if y < len(self._frame):
+            return self._frame[y]
+        return Strip.blank(self.size.width, self._theme().blank)

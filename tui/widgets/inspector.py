@@ -1,0 +1,111 @@
+"""What the cursor selects: one GPU (place, ranks, phase, utilization, power, memory) or a group of GPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.text import Text
+from textual.widgets import Static
+
+from engine.phases import PHASES
+from engine.state import ClusterState
+
+from .. import jobinfo
+from ..grid import Hierarchy
+from ..palette import PHASE_COLORS, PHASE_LABELS, known_phases
+
+
+def place_text(h: Hierarchy, gpu0: int, gpu1: int) -> str:
+    if gpu1 - gpu0 == 1:
+        p = h.place(gpu0)
+        text = f"GPU {gpu0:,} · node {p['node']:,} slot {p['local']} · rack {p['rack']:,} · pod {p['pod']:,}"
+        if h.count("building") > 1:
+            text += f" · building {p['building']:,}"
+        return text
+    first, last = h.place(gpu0), h.place(gpu1 - 1)
+    parts = [f"GPUs {gpu0:,}–{gpu1 - 1:,} ({gpu1 - gpu0:,})"]
+    for level in ("node", "rack", "pod", "building"):
+        if level == "building" and h.count("building") <= 1:
+            continue
+        a, b = first[level], last[level]
+        parts.append(f"{level} {a:,}" if a == b else f"{level}s {a:,}–{b:,}")
+    return " · ".join(parts)
+
+
+def phase_shares(phases: np.ndarray) -> list[tuple[str, float]]:
+    counts = np.bincount(phases, minlength=len(PHASES))
+    total = max(1, int(counts.sum()))
+    return [(PHASES[i], counts[i] / total) for i in np.argsort(-counts) if counts[i]]
+
+
+class Inspector(Static):
+    """Three lines about the GPUs under the cursor."""
+
+    DEFAULT_CSS = """
+    Inspector {
+        height: 3;
+        padding: 0 1;
+        background: $boost;
+    }
+    """
+
+    def on_mount(self) -> None:
+        self._shown = ""
+
+    def show(self, state: ClusterState, gpu0: int, gpu1: int) -> None:
+        h = Hierarchy.of(state.topology)
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append("▶ ", style="bold")
+        text.append(place_text(h, gpu0, gpu1), style="bold")
+        text.append("\n")
+        job = jobinfo.job_of(state, gpu0)
+        if job is None:
+            text.append("no job", style="dim")
+        else:
+            text.append(f"job {job.name} ", style="bold")
+            r0 = jobinfo.ranks(job, gpu0)
+            if gpu1 - gpu0 == 1:
+                text.append(" · ".join(f"{d.upper()} {r0[d]}" for d in jobinfo.DIMS))
+            else:
+                r1 = jobinfo.ranks(job, min(gpu1, job.first_gpu + job.gpus) - 1)
+                spans = []
+                for d in jobinfo.DIMS:
+                    lo, hi = min(r0[d], r1[d]), max(r0[d], r1[d])
+                    size = int(job.info.get(d, 1) or 1)
+                    if size == 1:
+                        continue
+                    if d in ("tp", "cp", "pp") and gpu1 - gpu0 >= size * _stride(job, d):
+                        spans.append(f"{d.upper()} all {size}")
+                    else:
+                        spans.append(f"{d.upper()} {lo}" if lo == hi else f"{d.upper()} {lo}–{hi}")
+                text.append(" · ".join(spans))
+        text.append("\n")
+        util = state.util[gpu0:gpu1]
+        power = state.power_w[gpu0:gpu1]
+        phases = known_phases(state.phase[gpu0:gpu1])
+        if gpu1 - gpu0 == 1:
+            name = PHASES[int(phases[0])]
+            text.append("phase ", style="dim")
+            text.append(PHASE_LABELS.get(name, name), style=f"bold {PHASE_COLORS.get(name, '')}")
+            text.append(f" · util {float(util[0]) * 100:.0f}% · power {float(power[0]):.0f} W")
+            hbm = jobinfo.gpu_spec(state).get("hbm_gb")
+            mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu0)["pp"]) if job else None
+            if mem is not None:
+                text.append(f" · memory {mem:.1f}" + (f" / {float(hbm):.0f} GB" if hbm else " GB"))
+            elif hbm:
+                text.append(f" · memory — / {float(hbm):.0f} GB", style="dim")
+        else:
+            text.append(f"util {float(util.mean()) * 100:.0f}% ")
+            text.append(f"({float(util.min()) * 100:.0f}–{float(util.max()) * 100:.0f}) ", style="dim")
+            text.append(f"· power {float(power.sum(dtype=np.float64)) / 1e3:,.1f} kW ")
+            text.append("· ", style="dim")
+            for name, share in phase_shares(phases)[:4]:
+                text.append("■", style=PHASE_COLORS.get(name, ""))
+                text.append(f" {PHASE_LABELS.get(name, name)} {share * 100:.0f}% ")
+        if text.plain != self._shown:
+            self._shown = text.plain
+            self.update(text)
+
+
+def _stride(job: jobinfo.JobStatus, dim: str) -> int:
+    sizes = {d: int(job.info.get(d, 1) or 1) for d in jobinfo.DIMS}
+    return {"tp": 1, "cp": sizes["tp"], "pp": sizes["tp"] * sizes["cp"]}.get(dim, 1)

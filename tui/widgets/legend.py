@@ -1,0 +1,68 @@
+"""The legend of the heatmap: the metric's colour scale (or the phases and their share of the view's GPUs)."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.text import Text
+from textual.widgets import Static
+
+from engine.phases import PHASES
+from engine.state import ClusterState
+
+from .. import jobinfo
+from ..palette import PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP, known_phases
+
+LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory", "idle",
+                 "failed")
+
+
+class Legend(Static):
+    """One or two lines under the heatmap."""
+
+    DEFAULT_CSS = """
+    Legend {
+        height: auto;
+        max-height: 2;
+        padding: 0 1;
+    }
+    """
+
+    def on_mount(self) -> None:
+        self._shown = ""
+
+    def show(self, state: ClusterState, metric: str, gpu0: int, gpu1: int, per_pixel: int) -> None:
+        text = Text(overflow="fold")
+        if metric == "phase":
+            counts = np.bincount(known_phases(state.phase[gpu0:gpu1]), minlength=len(PHASES))
+            total = max(1, gpu1 - gpu0)
+            for name in LEGEND_PHASES:
+                code = PHASES.index(name)
+                share = counts[code] / total
+                if share == 0 and name not in ("compute", "failed", "idle", "bubble"):
+                    continue
+                text.append("█", style=PHASE_COLORS[name])
+                text.append(f" {PHASE_LABELS[name]} ")
+                shown = f"{share * 100:.0f}%" if share == 0 or share >= 0.01 else "<1%"
+                text.append(f"{shown}  ", style="bold red" if name == "failed" and share else "dim")
+        else:
+            ramp = UTIL_RAMP if metric == "util" else POWER_RAMP
+            if metric == "util":
+                low, high = "0%", "100% utilization"
+            else:
+                tdp = jobinfo.gpu_spec(state).get("tdp_w")
+                low, high = "0 W", f"{float(tdp):.0f} W (TDP) power" if tdp else "max power"
+            text.append(f"{low} ")
+            for colour in ramp[::2]:
+                text.append("█", style=colour)
+            text.append(f" {high}")
+            view = state.util[gpu0:gpu1] if metric == "util" else state.power_w[gpu0:gpu1]
+            if view.size:
+                mean = float(view.mean())
+                shown = f"{mean * 100:.0f}%" if metric == "util" else f"{mean:.0f} W"
+                text.append(f"   mean {shown}", style="bold")
+        unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs (mean)" if metric != "phase" else \
+            f"{per_pixel:,} GPUs (commonest; failed wins)"
+        text.append(f"   ▀ = {unit}", style="dim")
+        if text.plain != self._shown:
+            self._shown = text.plain
+            self.update(text)

@@ -1,0 +1,52 @@
+"""Site power: megawatts now with a sparkline, the GPUs' share, and the site budget where one is set."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from engine.state import ClusterState
+
+from .. import format as fmt
+from .. import jobinfo
+
+
+class PowerPanel(Static):
+    """Site MW now, its recent range as a sparkline, and against the budget."""
+
+    DEFAULT_CSS = """
+    PowerPanel {
+        height: auto;
+        border: round $panel-lighten-2;
+        border-title-color: $text-accent;
+        padding: 0 1;
+    }
+    """
+
+    def on_mount(self) -> None:
+        self.border_title = "power"
+        self._shown = ""
+
+    def show(self, state: ClusterState) -> None:
+        history = list(state.site_mw_history)
+        width = max(8, (self.size.width or 40) - 4)
+        text = Text()
+        text.append("site ", style="dim")
+        text.append(f"{state.site_mw:7.2f} MW", style="bold")
+        gpu_mw = float(state.power_w.sum(dtype="float64")) / 1e6
+        text.append(f"   GPUs {gpu_mw:6.2f} MW", style="dim")
+        text.append(f" · {float(state.power_w.mean()) if state.gpus else 0:,.0f} W/GPU\n", style="dim")
+        low, high = (min(history), max(history)) if history else (0.0, 0.0)
+        budget = jobinfo.cluster(state).get("site_power_budget_mw")
+        top = max(high, float(budget)) if budget else high
+        text.append(fmt.sparkline(history, width, 0.0, top or 1.0), style="yellow")
+        text.append(f"\nrange {low:.1f}–{high:.1f} MW ", style="dim")
+        text.append(f"  swing {high - low:.1f} MW", style="bold" if high - low >= 10 else "dim")
+        if budget:
+            share = state.site_mw / float(budget)
+            text.append(f"\nbudget {float(budget):,.0f} MW ", style="dim")
+            text.append(fmt.bar(share, 10), style="red" if share > 1 else "green")
+            text.append(f" {share * 100:.1f}%", style="red bold" if share > 1 else "")
+        if text.plain != self._shown:
+            self._shown = text.plain
+            self.update(text)
