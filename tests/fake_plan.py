@@ -172,3 +172,83 @@ def _merge(intervals: list[Interval], step: float) -> list[Interval]:
             out.append(iv)
     out[-1] = Interval(out[-1].start_s, step, out[-1].phase)
     return out
+
+
+# Small scenarios for the stream's tests: fast to simulate, with every feature of the flagship (pipeline, DP
+# replicas, several pods) plus a job that does not fit and idle GPUs.
+SMALL = """\
+name = "small"
+description = "64 GPUs in 2 pods: Llama 3.1 8B, TP 2, PP 4, DP 8"
+seed = 7
+duration = "30s"
+
+[cluster]
+gpu = "h100-sxm-80gb"
+gpus = 64
+gpus_per_node = 8
+gpus_per_rack = 16
+racks_per_pod = 2
+
+[[jobs]]
+name = "train"
+model = "llama3.1-8b"
+seq_len = 4096
+global_batch = 64
+tp = 2
+pp = 4
+dp = 8
+"""
+
+MIXED = """\
+name = "mixed"
+description = "96 GPUs: a 64-GPU job, an 8-GPU job that does not fit, 24 idle GPUs"
+seed = 3
+duration = "20s"
+
+[cluster]
+gpu = "h100-sxm-80gb"
+gpus = 96
+gpus_per_node = 8
+gpus_per_rack = 16
+racks_per_pod = 2
+
+[[jobs]]
+name = "train"
+model = "llama3.1-8b"
+seq_len = 4096
+global_batch = 64
+tp = 2
+pp = 4
+dp = 8
+
+[[jobs]]
+name = "too-big"
+model = "llama3.1-70b"
+seq_len = 4096
+global_batch = 16
+tp = 8
+pp = 1
+dp = 1
+zero = 0
+"""
+
+
+def write_scenario(directory: object, text: str = SMALL, name: str = "small.toml") -> str:
+    """Write a scenario file into a directory (a pytest tmp_path) and return its path."""
+    from pathlib import Path
+
+    path = Path(str(directory)) / name
+    path.write_text(text)
+    return str(path)
+
+
+# A script that runs the clustertop CLI with the fake planner, for subprocess tests (argv: tests dir, args...).
+CLI_WITH_FAKE_PLANNER = """\
+import sys
+sys.path.insert(0, sys.argv[1])
+from fake_plan import fake_planner
+import engine.run
+engine.run.default_planner = fake_planner
+from clustertop.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
