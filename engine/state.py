@@ -42,15 +42,17 @@ class JobStatus:
 
     __slots__ = ("name", "first_gpu", "gpus", "running", "info", "stop_reason", "_src")
 
-    def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False,
-                 info: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
+                 step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0, mfu: float = 0.0,
+                 tokens: float = 0.0, info: dict[str, Any] | None = None, stop_reason: str = "") -> None:
         self.name = name
         self.first_gpu = first_gpu
         self.gpus = gpus
         self.running = running
         self.info: dict[str, Any] = info if info is not None else {}   # the header's job entry (layout, model)
-        self.stop_reason = ""
-        self._src: dict[str, Any] = {}
+        self.stop_reason = stop_reason
+        self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
+                                     "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
 
     step = _kpi("step", "steps completed")
     step_time_s = _kpi("step_time_s", "seconds per step")
