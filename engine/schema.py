@@ -5,8 +5,12 @@ docs/events.md.
 
 - Line 1 is the header: {"type": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "scenario": {...},
   "topology": {...}, "jobs": [...], "seed": int, "sample_interval_s": float, "duration_s": float,
-  "tiers": [...], "phases": [...]}.
+  "sampling": "mean", "tiers": [...], "link_scope": {...}, "phases": [...], "phase_util": [...], "power": {...}}.
 - Every later line has "t" (simulated seconds, never decreasing) and "type".
+- Samples ("sample") carry full state as exact means over (t - interval, t]: "util" (integer percent), "power_w"
+  (integer W) and "phase" (the dominant phase code) per GPU, "links" (tier -> load 0..1, a list per pod for the
+  tiers inside pods), "site_mw", and "jobs" (each job's status).
+- Discrete events: "step", "job_start", "job_stop"; later issues add faults, checkpoints and power swings.
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
 
@@ -28,6 +32,12 @@ SAMPLE = "sample"
 STEP = "step"
 JOB_START = "job_start"
 JOB_STOP = "job_stop"
+FAULT = "fault"
+RESTART = "restart"
+MAINTENANCE = "maintenance"
+CHECKPOINT_START = "checkpoint_start"
+CHECKPOINT_END = "checkpoint_end"
+POWER_SWING = "power_swing"
 
 
 def rle_encode(values: np.ndarray) -> dict[str, list[Any]]:
