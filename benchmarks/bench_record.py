@@ -18,8 +18,9 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -37,8 +38,8 @@ def _planner() -> tuple[Callable[..., Any], bool]:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         from fake_plan import fake_planner
 
-        print("bench_record: engine/estimate.py is missing; using the synthetic planner of tests/fake_plan.py",
-              file=sys.stderr)
+        print("bench_record: engine/estimate.py is missing; using the synthetic planner of "
+              "tests/fake_plan.py", file=sys.stderr)
         return fake_planner, True
     from engine.run import default_planner
 
@@ -78,7 +79,7 @@ def _fold_decoding(path: Path) -> float:
     for event in reader.events():
         state.apply(event)
         if event["type"] == "sample":
-            state.util, state.power_w, state.phase
+            _ = (state.util, state.power_w, state.phase)
     return time.perf_counter() - start
 
 
@@ -98,7 +99,8 @@ def run() -> dict[str, float]:
         out["replay_flagship_54d_s"] = round(fold, 3)
         out["replay_vs_parse"] = round(fold / parse, 3)
         out["replay_decode_vs_parse"] = round(decode / parse, 3)
-        out["replay_vs_parse_6h"] = round(min(_fold(short) for _ in range(2)) / min(_parse_only(short) for _ in range(2)), 3)
+        fold_6h = min(_fold(short) for _ in range(2))
+        out["replay_vs_parse_6h"] = round(fold_6h / min(_parse_only(short) for _ in range(2)), 3)
         start = time.perf_counter()
         rec = Recording(str(long))
         rec.index()

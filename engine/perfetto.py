@@ -105,7 +105,8 @@ def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
             write({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": sort}})
         else:
             write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
-            write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": sort}})
+            write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+                   "args": {"sort_index": sort}})
 
     meta(CLUSTER_PID, f"Cluster ({gpus:,} GPUs)", 0)
     meta(CLUSTER_PID, "events", 0, CLUSTER_EVENTS_TID)
@@ -177,8 +178,8 @@ def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
             _begin(write, open_slices, pid, STATE_TID, "running", ts, args)
         elif kind == schema.JOB_STOP:
             _end(write, open_slices, pid, STATE_TID, "running", ts)
-            write({"ph": "i", "s": "t", "pid": pid, "tid": STATE_TID, "name": f"stop: {event.get('reason', '')}",
-                   "ts": ts, "args": args})
+            write({"ph": "i", "s": "t", "pid": pid, "tid": STATE_TID,
+                   "name": f"stop: {event.get('reason', '')}", "ts": ts, "args": args})
         elif kind.endswith("_start"):
             _begin(write, open_slices, pid, tid, kind[:-6], ts, args)
         elif kind.endswith("_end"):
@@ -215,4 +216,4 @@ def check_output(path: str) -> None:
     check(path)
 
 
-__all__ = ["export", "check_output", "UserError"]
+__all__ = ["UserError", "check_output", "export"]

@@ -20,9 +20,10 @@ import bisect
 import io
 import sys
 import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Callable, Iterable, Iterator
+from typing import IO, Any, BinaryIO, Self
 
 import orjson
 
@@ -52,7 +53,7 @@ def _open_raw(source: str | BinaryIO) -> tuple[IO[bytes], str, bool]:
         if path.is_dir():
             raise UserError("is a directory; expected a .jsonl or .jsonl.gz recording", source)
         try:
-            raw = open(path, "rb")
+            raw = open(path, "rb")  # noqa: SIM115 (the Reader owns and closes it)
         except FileNotFoundError:
             raise UserError("no such file", source) from None
         except OSError as exc:
@@ -76,7 +77,7 @@ def open_binary(source: str) -> IO[bytes]:
 class Lines:
     """Complete lines (without their newline) of a plain or gzip byte stream, in batches, in constant memory.
 
-    After iteration, `count` is the number of complete lines and `tail` the bytes of an unterminated last line.
+    After iteration, `count` is the number of complete lines, `tail` the bytes of an unterminated last line.
     """
 
     def __init__(self, raw: IO[bytes], name: str, warn: Warn | None = None, number: int = 0) -> None:
@@ -132,8 +133,8 @@ class Lines:
                 rest = b""
             if rest:
                 yield rest
-            self.warn(f"{self.name}: compressed stream ends early (the recorder was stopped?); using the complete "
-                      "lines")
+            self.warn(f"{self.name}: compressed stream ends early (the recorder was stopped?); "
+                      "using the complete lines")
 
     def batches(self) -> Iterator[list[bytes]]:
         """Lists of complete lines; `count` is updated before each list is handed out."""
@@ -192,7 +193,7 @@ class Reader:
         if self._owned:
             self.raw.close()
 
-    def __enter__(self) -> Reader:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -217,7 +218,8 @@ class Reader:
             header = orjson.loads(line)
         except orjson.JSONDecodeError:
             self.close()
-            raise UserError("line 1 is not JSON; expected a clustertop recording header", f"{self.name}:1") from None
+            raise UserError("line 1 is not JSON; expected a clustertop recording header",
+                            f"{self.name}:1") from None
         try:
             return schema.check_header(header, f"{self.name}:1")
         except UserError:
@@ -235,7 +237,7 @@ class Reader:
         return self.lines.count - len(batch)
 
     def events(self) -> Iterator[dict[str, Any]]:
-        """Every event after the header, in order (checked: an object with a number t that never decreases)."""
+        """Every event after the header, in order (checked: objects with a number t that never decreases)."""
         last = float("-inf")
         loads = orjson.loads
         try:
@@ -259,7 +261,7 @@ class Reader:
             self.close()
 
     def fold(self, state: ClusterState | None = None, until: float | None = None) -> ClusterState:
-        """Fold every event (or those with t <= until) into a ClusterState; the fast path of replay and seek."""
+        """Fold every event (or those with t <= until) into a ClusterState: the fast path of replay, seek."""
         state = state if state is not None else ClusterState(self.header)
         apply = state.apply
         loads = orjson.loads
@@ -466,7 +468,7 @@ class Recording:
         key = self.keyframe_before(t)
         if key is None:
             return Reader(self.path, self.warn)
-        raw = open(self.path, "rb")
+        raw = open(self.path, "rb")  # noqa: SIM115 (the Reader owns and closes it)
         raw.seek(key.offset)
         buffered = io.BufferedReader(raw)
         reader = Reader.__new__(Reader)

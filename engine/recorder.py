@@ -64,7 +64,7 @@ class Recorder:
             return cls(sys.stdout.buffer, compress=False, close_out=False)
         check_output(path)
         try:
-            out = open(path, "wb")
+            out = open(path, "wb")  # noqa: SIM115 (the Recorder owns and closes it)
         except OSError as exc:
             raise UserError(f"cannot write: {exc.strerror}", path) from None
         return cls(out, compress=path.endswith(".gz"))

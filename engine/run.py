@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -64,7 +65,7 @@ OPT = orjson.OPT_APPEND_NEWLINE
 
 
 def default_sample_interval(duration_s: float) -> float:
-    """A round interval giving at most about 5,000 samples: 0.2 s for 10 minutes, 5 s for 6 h, 20 min for 54 d."""
+    """A round interval giving at most about 5,000 samples: 0.2 s for 10 min, 5 s for 6 h, 20 min for 54 d."""
     want = duration_s / TARGET_SAMPLES
     for nice in NICE_INTERVALS:
         if nice >= want:
@@ -131,13 +132,15 @@ class CompiledPlan:
         if not (period > 0 and math.isfinite(period)):
             raise ValueError(f"plan for job {job.name!r} has step_time_s = {period}")
         if len(plan.stages) != job.pp:
-            raise ValueError(f"plan for job {job.name!r} has {len(plan.stages)} stage timelines, expected pp = {job.pp}")
+            raise ValueError(f"plan for job {job.name!r} has {len(plan.stages)} stage timelines, "
+                             f"expected pp = {job.pp}")
         eye = np.eye(NPH)
         tracks = []
         for s, stage in enumerate(plan.stages):
             starts = np.array([iv.start_s for iv in stage], dtype=np.float64)
             if starts.size == 0 or abs(starts[0]) > 1e-9 or np.any(np.diff(starts) < 0):
-                raise ValueError(f"plan for job {job.name!r}: stage {s} does not cover the step from 0 in order")
+                raise ValueError(f"plan for job {job.name!r}: stage {s} does not cover the step from 0 "
+                                 "in order")
             starts[0] = 0.0
             tracks.append((starts, eye[[CODE[iv.phase] for iv in stage]]))
         tier_tracks = [_tier_track(period, plan, tier) for tier in TIERS]
@@ -296,7 +299,7 @@ class RunStats:
 
 
 class Run:
-    """A scenario simulated over time. Construct (validates and plans every job), then `run(sink)` or `lines()`."""
+    """A scenario simulated over time. Construct (plans every job), then `run(sink)` or `lines()`."""
 
     def __init__(self, scenario: Scenario, *, duration_s: float | None = None, seed: int | None = None,
                  sample_s: float | None = None, planner: Planner | None = None) -> None:
@@ -387,7 +390,7 @@ class Run:
                          "gpus": j.gpus, "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep,
                          "virtual_stages": j.virtual_stages, "rank_order": ["tp", "cp", "pp", "dp"],
                          "tiers": t.layout.tiers(), "fits": t.plan is not None,
-                         **({"step_time_s": t.plan.kpi["step_time_s"], "mfu": t.plan.kpi["mfu"]} if t.plan else {})})
+                         **({k: t.plan.kpi[k] for k in ("step_time_s", "mfu")} if t.plan else {})})
         return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
                 "generator": "clustertop 0.1.0", "scenario": s, "topology": self.topology.summary(),
                 "jobs": jobs, "seed": self.seed, "sample_interval_s": self.sample_s,
@@ -507,13 +510,14 @@ class Run:
             self.blocks.append((pos, topo.gpus - pos, None))
         self.idle_gpus = topo.gpus - sum(t.job.gpus for t in self.tracks)
         pods = topo.pods
-        pod_gpus = np.minimum(topo.gpus_per_pod, topo.gpus - np.arange(pods) * topo.gpus_per_pod).astype(np.float64)
+        per_pod = topo.gpus_per_pod
+        pod_gpus = np.minimum(per_pod, topo.gpus - np.arange(pods) * per_pod).astype(np.float64)
         self.pod_weights = np.zeros((len(self.tracks), pods))
         for track in self.tracks:
             j = track.job
-            for pod in range(j.first_gpu // topo.gpus_per_pod, (j.first_gpu + j.gpus - 1) // topo.gpus_per_pod + 1):
-                lo = max(j.first_gpu, pod * topo.gpus_per_pod)
-                hi = min(j.first_gpu + j.gpus, (pod + 1) * topo.gpus_per_pod)
+            for pod in range(j.first_gpu // per_pod, (j.first_gpu + j.gpus - 1) // per_pod + 1):
+                lo = max(j.first_gpu, pod * per_pod)
+                hi = min(j.first_gpu + j.gpus, (pod + 1) * per_pod)
                 self.pod_weights[track.index, pod] = (hi - lo) / pod_gpus[pod]
         self.site_weights = np.array([t.job.gpus / topo.gpus for t in self.tracks])
         self.pod_tier_idx = [TIERS.index(t) for t in POD_TIERS]
@@ -566,9 +570,10 @@ class Run:
             while len(track.segments) > 1 and track.segments[0].end <= b:
                 track.segments.pop(0)
 
-    def _symmetric_arrays(self, per_job: dict[int, tuple[np.ndarray, ...]], idle_w: float) -> tuple[bytes, bytes, bytes]:
+    def _symmetric_arrays(self, per_job: dict[int, tuple[np.ndarray, ...]],
+                          idle_w: float) -> tuple[bytes, bytes, bytes]:
         """Run-length encode per replica pattern, tiled over the DP replicas; cached as serialized bytes."""
-        idle_power = int(round(idle_w))
+        idle_power = round(idle_w)
         keys = []
         for _, _, track in self.blocks:
             if track is not None:
@@ -632,7 +637,8 @@ class Run:
         util = np.rint(d_gpu @ PHASE_UTIL * (100.0 / span)).astype(np.int64)
         power = d_gpu @ self.power.phase_w / span
         phase = d_gpu.argmax(axis=1).astype(np.uint8)
-        return (orjson.dumps(schema.rle_encode(util)), orjson.dumps(schema.rle_encode(np.rint(power).astype(np.int64))),
+        watts = np.rint(power).astype(np.int64)
+        return (orjson.dumps(schema.rle_encode(util)), orjson.dumps(schema.rle_encode(watts)),
                 orjson.dumps(schema.rle_encode(phase)), float(power.sum()))
 
 

@@ -3,13 +3,14 @@
 Both sides import this module; it imports neither SimPy nor Textual. The full description with examples is
 docs/events.md.
 
-- Line 1 is the header: {"type": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "scenario": {...},
-  "topology": {...}, "jobs": [...], "seed": int, "sample_interval_s": float, "duration_s": float,
-  "sampling": "mean", "tiers": [...], "link_scope": {...}, "phases": [...], "phase_util": [...], "power": {...}}.
+- Line 1 is the header: {"type": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+  "scenario": {...}, "topology": {...}, "jobs": [...], "seed": int, "sample_interval_s": float,
+  "duration_s": float, "sampling": "mean", "tiers": [...], "link_scope": {...}, "phases": [...],
+  "phase_util": [...], "power": {...}}.
 - Every later line has "t" (simulated seconds, never decreasing) and "type".
-- Samples ("sample") carry full state as exact means over (t - interval, t]: "util" (integer percent), "power_w"
-  (integer W) and "phase" (the dominant phase code) per GPU, "links" (tier -> load 0..1, a list per pod for the
-  tiers inside pods), "site_mw", and "jobs" (each job's status).
+- Samples ("sample") carry full state as exact means over (t - interval, t]: "util" (integer percent),
+  "power_w" (integer W) and "phase" (the dominant phase code) per GPU, "links" (tier -> load 0..1, a list
+  per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
 - Discrete events: "step", "job_start", "job_stop"; later issues add faults, checkpoints and power swings.
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
@@ -141,5 +142,14 @@ def check_header(obj: Any, where: str) -> dict[str, Any]:
     return obj
 
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "PHASES", "rle_encode", "rle_decode", "rle_runs", "rle_tile", "rle_concat",
-           "check_header"]
+__all__ = [
+    "PHASES",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "check_header",
+    "rle_concat",
+    "rle_decode",
+    "rle_encode",
+    "rle_runs",
+    "rle_tile",
+]

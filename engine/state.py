@@ -14,7 +14,8 @@ refreshed without reading the attribute again).
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -40,16 +41,17 @@ def _kpi(key: str, doc: str) -> property:
 class JobStatus:
     """One job as the stream last described it."""
 
-    __slots__ = ("name", "first_gpu", "gpus", "running", "info", "stop_reason", "_src")
+    __slots__ = ("_src", "first_gpu", "gpus", "info", "name", "running", "stop_reason")
 
     def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
-                 step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0, mfu: float = 0.0,
-                 tokens: float = 0.0, info: dict[str, Any] | None = None, stop_reason: str = "") -> None:
+                 step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
+                 mfu: float = 0.0, tokens: float = 0.0, info: dict[str, Any] | None = None,
+                 stop_reason: str = "") -> None:
         self.name = name
         self.first_gpu = first_gpu
         self.gpus = gpus
         self.running = running
-        self.info: dict[str, Any] = info if info is not None else {}   # the header's job entry (layout, model)
+        self.info: dict[str, Any] = info if info is not None else {}   # the header's job entry (layout)
         self.stop_reason = stop_reason
         self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
                                      "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
@@ -69,7 +71,7 @@ class JobStatus:
 class _Lazy:
     """One per-GPU array: the latest run-length encoding, decoded into `array` on first read."""
 
-    __slots__ = ("array", "pending", "decoded", "scale")
+    __slots__ = ("array", "decoded", "pending", "scale")
 
     def __init__(self, array: np.ndarray, scale: float | None = None) -> None:
         self.array = array
@@ -105,11 +107,12 @@ class ClusterState:
         self._util = _Lazy(np.zeros(self.gpus, dtype=np.float32), scale=0.01)   # 0..1 (percent on the wire)
         self._power = _Lazy(np.zeros(self.gpus, dtype=np.float32))
         self._phase = _Lazy(np.full(self.gpus, CODE["idle"], dtype=np.uint8))
-        self.links: dict[str, np.ndarray] = {}                   # tier -> load 0..1 (one value, or one per pod)
+        self.links: dict[str, np.ndarray] = {}       # tier -> load 0..1 (one value, or one per pod)
         self.site_mw = 0.0
         self.jobs: dict[str, JobStatus] = {}
         for info in header.get("jobs", []):
-            self.jobs[info["name"]] = JobStatus(info["name"], int(info["first_gpu"]), int(info["gpus"]), info=info)
+            self.jobs[info["name"]] = JobStatus(info["name"], int(info["first_gpu"]), int(info["gpus"]),
+                                                info=info)
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG)
         self.site_mw_history: deque[float] = deque(maxlen=HISTORY)
         self.link_history: dict[str, deque[float]] = {}

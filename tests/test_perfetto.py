@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -34,7 +35,7 @@ def trace(tmp_path: Path) -> dict[str, Any]:
 
     run.add_process(later)
     recording = tmp_path / "r.jsonl.gz"
-    sink = Recorder(open(recording, "wb"), compress=True)
+    sink = Recorder(open(recording, "wb"), compress=True)  # noqa: SIM115 (closed by sink.close)
     run.run(sink)
     sink.close()
     out = tmp_path / "trace.json"
@@ -76,7 +77,7 @@ def test_counters_per_stage_pod_tier_and_power(trace: dict[str, Any]) -> None:
     assert {f"train stage {s:02d}" for s in range(4)} <= names
     assert {"pod 0", "pod 1", "pod 2"} <= names                   # 96 GPUs in pods of 32
     assert {"site power (MW)", "link node (%)", "link core (%)"} <= names
-    node = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "link node (%)"][0]
+    node = next(e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "link node (%)")
     assert set(node["args"]) == {"pod 0", "pod 1", "pod 2"}
     stage0 = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "train stage 00"]
     assert stage0[0]["ts"] == 0 and stage0[0]["args"]["util %"] == 100.0      # stage 0 starts the pipeline
@@ -88,7 +89,7 @@ def test_steps_slices_and_events(trace: dict[str, Any]) -> None:
     events = trace["traceEvents"]
     steps = [e for e in events if e["ph"] == "X"]
     assert steps and all(e["name"].startswith("step ") and "mfu" in e["args"] for e in steps)
-    for a, b in zip(steps, steps[1:]):
+    for a, b in itertools.pairwise(steps):
         if b["name"] != "step 7":                  # the step after the checkpoint restarts later
             assert b["ts"] == pytest.approx(a["ts"] + a["dur"], abs=1)
     slices = [(e["ph"], e["name"]) for e in events if e["ph"] in "BE"]

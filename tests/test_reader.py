@@ -26,7 +26,7 @@ TESTS = str(Path(__file__).parent)
 
 def write_recording(path: Path, scenario_path: str, **kw: Any) -> Run:
     run = Run(scenario.load(scenario_path), planner=fake_planner, **kw)
-    sink = Recorder(open(path, "wb"), compress=str(path).endswith(".gz"))
+    sink = Recorder(open(path, "wb"), compress=str(path).endswith(".gz"))  # noqa: SIM115
     run.run(sink)
     sink.close()
     return run
@@ -92,7 +92,7 @@ def test_stdin_pipe(recording: Path) -> None:
     code = ("import sys\nfrom engine.reader import fold\ns = fold('-')\n"
             "print(s.t, s.samples, s.jobs['train'].step)")
     done = subprocess.run([sys.executable, "-c", code], input=gzip.compress(recording.read_bytes()),
-                          capture_output=True, timeout=60)
+                          capture_output=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [b"30.0", b"121", str(int(30 // 0.7531)).encode()]
 
@@ -107,7 +107,7 @@ def test_corrupt_middle_line_names_it(recording: Path, tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r":10: "):
         list(iter_events(str(bad)))
     done = subprocess.run([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, "export", str(bad), "-o",
-                           str(tmp_path / "t.json")], capture_output=True, timeout=60)
+                           str(tmp_path / "t.json")], capture_output=True, timeout=60, check=False)
     assert done.returncode == 2 and b"bad.jsonl:10:" in done.stderr and b"Traceback" not in done.stderr
     assert done.stderr.count(b"\n") == 1 and not (tmp_path / "t.json").exists()
 

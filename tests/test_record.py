@@ -38,7 +38,7 @@ def record(*args: str) -> int:
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, *args], capture_output=True,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
 
 
 def test_record_plain_and_gzip_same_lines(small: str, tmp_path: Path) -> None:

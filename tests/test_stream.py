@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from fake_plan import MIXED, SMALL, fake_planner, write_scenario
+from fake_plan import MIXED, fake_planner, write_scenario
 
 from engine import scenario, schema
 from engine.phases import CODE
@@ -66,7 +67,7 @@ def test_rle_tile_and_concat_match_numpy() -> None:
 
 
 def test_header_replays_without_the_scenario(small: str) -> None:
-    run, events = run_events(small, duration_s=5.0, sample_s=1.0)
+    _run, events = run_events(small, duration_s=5.0, sample_s=1.0)
     header = events[0]
     assert header["type"] == "header" and header["schema_version"] == schema.SCHEMA_VERSION
     assert header["scenario"]["name"] == "small" and header["scenario"]["path"] == "small.toml"
@@ -170,7 +171,7 @@ def test_samples_are_exact_means(small: str) -> None:
     plan = run.tracks[0].plan.plan
     power = run.power.phase_w
     samples = [e for e in events if e["type"] == "sample"]
-    for prev, e in zip(samples, samples[1:]):
+    for prev, e in itertools.pairwise(samples):
         a, b = prev["t"], e["t"]
         grid = np.linspace(a, b, 40001)[:-1] + (b - a) / 80000      # midpoints, brute force
         for s in range(4):
@@ -230,7 +231,7 @@ def test_links_per_pod_and_site(small: str) -> None:
 
 
 def test_job_that_does_not_fit(tmp_path: Any) -> None:
-    run, events = run_events(write_scenario(tmp_path, MIXED), duration_s=3.0, sample_s=1.0)
+    _run, events = run_events(write_scenario(tmp_path, MIXED), duration_s=3.0, sample_s=1.0)
     header = events[0]
     assert [j["fits"] for j in header["jobs"]] == [True, False]
     stops = [e for e in events if e["type"] == "job_stop"]

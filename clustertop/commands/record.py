@@ -39,13 +39,15 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"sampling interval {format_duration(sample)} is longer than the recording "
                         f"({format_duration(duration)}); expected at most the duration", "--sample")
     check_output(args.output)
-    sim = engine_run.Run(s, duration_s=duration, seed=args.seed, sample_s=sample, planner=engine_run.default_planner)
+    sim = engine_run.Run(s, duration_s=duration, seed=args.seed, sample_s=sample,
+                         planner=engine_run.default_planner)
     recorder = Recorder.open(args.output)
     progress = Progress(sim.duration_s)
     start = time.monotonic()
     try:
         stats = sim.run(recorder, progress)
         recorder.close()
+        wall = time.monotonic() - start
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error; keep Python quiet about stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -59,13 +61,13 @@ def main(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if args.json:
+        jobs = {t.job.name: {"steps": t.step, "tokens": t.tokens_total, "fits": t.plan is not None}
+                for t in sim.tracks}
         summary: dict[str, Any] = {
             "scenario": s.name, "output": args.output, "seed": sim.seed, "steps": stats.steps,
-            "tokens": stats.tokens, "sim_seconds": stats.sim_seconds, "wall_seconds": round(time.monotonic() - start, 3),
-            "events": stats.events, "samples": stats.samples, "sample_interval_s": sim.sample_s,
-            "bytes": recorder.bytes_out, "jobs": {t.job.name: {"steps": t.step, "tokens": t.tokens_total,
-                                                               "fits": t.plan is not None} for t in sim.tracks},
-            **sim.summary}
+            "tokens": stats.tokens, "sim_seconds": stats.sim_seconds,
+            "wall_seconds": round(wall, 3), "events": stats.events, "samples": stats.samples,
+            "sample_interval_s": sim.sample_s, "bytes": recorder.bytes_out, "jobs": jobs, **sim.summary}
         text = orjson.dumps(summary).decode()
         print(text, file=sys.stderr if args.output == "-" else sys.stdout)
     return 0
