@@ -18,10 +18,12 @@ phases) matrix of durations per job) and run-length encoded per replica pattern,
 replicas; only GPUs with an override (issue 6: a failed node) take the per-GPU numpy path. Encoded arrays
 that did not change since an earlier sample are reused as serialized bytes.
 
-Hooks for later issues: `Run.emit` (any discrete event, time-ordered), `Run.switch` / `Run.resume` (change a
-job's activity at the current time), `Run.interrupt` (run a Perturbation inside the job's SimPy process),
-`Run.override` (a phase for a GPU range, e.g. a failed node), `Run.rng` (an independent random stream per
-named process), `Run.add_process`, `Run.summary` (extra keys for `record --json`), and engine/power.py.
+Hooks for later issues (docs/events.md, "Extending the run"): `Run.emit` (any discrete event, time-ordered),
+`Run.switch` / `Run.resume` (change a job's activity at the current time), `Run.interrupt` (run a
+Perturbation inside the job's SimPy process), `Run.override` (a phase for a GPU range, e.g. a failed node),
+`Run.rng` (an independent random stream per named process), `Run.add_process`, `Run.site_mw` / `Run.measure`
+(exact power and state over any window or at an instant), `Run.summary` (extra keys for `record --json`),
+and engine/power.py.
 """
 
 from __future__ import annotations
@@ -235,10 +237,17 @@ class JobTrack:
     tokens_total: int = 0
     last_kpi: dict[str, Any] = field(default_factory=dict)
     process: Any = None
+    _stage: np.ndarray | None = None
 
     @property
     def activity(self) -> Activity:
         return self.segments[-1].activity
+
+    def stage_index(self) -> np.ndarray:
+        """Pipeline stage of each of the job's GPUs (job-local order), computed once."""
+        if self._stage is None:
+            self._stage = self.layout.stage_of()
+        return self._stage
 
     def durations(self, a: float, b: float) -> np.ndarray:
         total = np.zeros((self.job.pp, NPH))
@@ -330,7 +339,7 @@ class Run:
         self.by_name = {t.job.name: t for t in self.tracks}
         self._prepare_sampling()
         self._sink: Sink | None = None
-        self._cache: dict[Any, bytes] = {}
+        self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
 
     # ----- hooks for later issues -------------------------------------------------------------------------
 
@@ -523,32 +532,45 @@ class Run:
         self.pod_tier_idx = [TIERS.index(t) for t in POD_TIERS]
         self.site_tier_idx = [i for i, t in enumerate(TIERS) if t not in POD_TIERS]
 
-    def _sample(self, a: float, b: float, t: float) -> None:
-        """Write the sample at time t: exact means over [a, b]."""
-        self.advance(t)
+    def measure(self, a: float, b: float) -> Measurement:
+        """Exact means over [a, b] (b > a) of what every stage of every job does; `b - a` tiny: the instant a.
+
+        Issue 6 can use it for the instantaneous site power (min/max, power swings) between samples.
+        """
         span = b - a
         watts = self.power.phase_w
-        idle_w = self.power.idle_w
-        gpu_watts = self.idle_gpus * idle_w
-        per_job: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        gpu_watts = self.idle_gpus * self.power.idle_w
+        stages: dict[int, StageMeans] = {}
         loads = np.zeros((len(self.tracks), len(TIERS)))
         for track in self.tracks:
             d = track.durations(a, b)
-            util = np.rint(d @ PHASE_UTIL * (100.0 / span)).astype(np.int64)
-            power = d @ watts / span
-            phase = d.argmax(axis=1)
-            per_job[track.index] = (util, power, phase, d)
+            means = StageMeans(d, np.rint(d @ PHASE_UTIL * (100.0 / span)).astype(np.int64), d @ watts / span,
+                               d.argmax(axis=1))
+            stages[track.index] = means
             j = track.job
-            gpu_watts += float(power.sum()) * (j.tp * j.cp * j.dp)
+            gpu_watts += float(means.power.sum()) * (j.tp * j.cp * j.dp)
             loads[track.index] = track.tier_load(a, b) / span
-        active = [o for o in self.overrides if o.start < b and o.end > a] if self.overrides else []
-        if active:
-            util_b, power_b, phase_b, gpu_watts = self._per_gpu_arrays(per_job, active, a, b, span)
+        overrides = [o for o in self.overrides if o.start < b and o.end > a]
+        if overrides:
+            gpu_watts = self._override_watts(stages, overrides, a, b)
+        return Measurement(a, b, stages, loads, gpu_watts, overrides)
+
+    def site_mw(self, a: float, b: float | None = None) -> float:
+        """Site power in MW: the mean over [a, b], or the instantaneous value at a when b is None."""
+        m = self.measure(a, a + INSTANT if b is None else b)
+        return self.power.site_mw(m.gpu_watts, self.topology.gpus)
+
+    def _sample(self, a: float, b: float, t: float) -> None:
+        """Write the sample at time t: exact means over [a, b]."""
+        self.advance(t)
+        m = self.measure(a, b)
+        if m.overrides:
+            util_b, power_b, phase_b = self._per_gpu_arrays(m)
         else:
-            util_b, power_b, phase_b = self._symmetric_arrays(per_job, idle_w)
+            util_b, power_b, phase_b = self._symmetric_arrays(m.stages)
         self.overrides = [o for o in self.overrides if o.end > b]
-        pod = loads.T @ self.pod_weights                  # (tiers, pods)
-        site = loads.T @ self.site_weights                # (tiers,)
+        pod = m.loads.T @ self.pod_weights                  # (tiers, pods)
+        site = m.loads.T @ self.site_weights                # (tiers,)
         links: dict[str, Any] = {}
         for i, tier in enumerate(TIERS):
             links[tier] = np.round(pod[i], 4).tolist() if tier in POD_TIERS else round(float(site[i]), 4)
@@ -558,7 +580,7 @@ class Run:
                                       "tokens_total": track.tokens_total}
             status.update(track.last_kpi)
             jobs[track.job.name] = status
-        site_mw = round(self.power.site_mw(gpu_watts, self.topology.gpus), 4)
+        site_mw = round(self.power.site_mw(m.gpu_watts, self.topology.gpus), 4)
         line = b"".join((b'{"t":', orjson.dumps(_t(t)), b',"type":"sample","util":', util_b, b',"power_w":',
                          power_b, b',"phase":', phase_b, b',"links":', orjson.dumps(links), b',"site_mw":',
                          orjson.dumps(site_mw), b',"jobs":', orjson.dumps(jobs), b"}\n"))
@@ -570,76 +592,123 @@ class Run:
             while len(track.segments) > 1 and track.segments[0].end <= b:
                 track.segments.pop(0)
 
-    def _symmetric_arrays(self, per_job: dict[int, tuple[np.ndarray, ...]],
-                          idle_w: float) -> tuple[bytes, bytes, bytes]:
+    def _symmetric_arrays(self, stages: dict[int, StageMeans]) -> tuple[bytes, bytes, bytes]:
         """Run-length encode per replica pattern, tiled over the DP replicas; cached as serialized bytes."""
-        idle_power = round(idle_w)
         keys = []
         for _, _, track in self.blocks:
             if track is not None:
-                util, power, phase, _ = per_job[track.index]
-                keys.append((util.tobytes(), np.rint(power).astype(np.int64).tobytes(), phase.tobytes()))
+                m = stages[track.index]
+                keys.append((m.util.tobytes(), m.watts.tobytes(), m.phase.tobytes()))
         key = tuple(keys)
         cached = self._cache.get(key)
         if cached is not None:
-            return cached  # type: ignore[return-value]
+            return cached
         fields: list[list[tuple[list[Any], list[int]]]] = [[], [], []]
-        idle_code = CODE["idle"]
-        for first, count, track in self.blocks:
+        idle = (0, round(self.power.idle_w), CODE["idle"])
+        for _, count, track in self.blocks:
             if track is None:
-                for f, value in zip(fields, (0, idle_power, idle_code)):
+                for f, value in zip(fields, idle):
                     f.append(([value], [count]))
                 continue
             j = track.job
-            util, power, phase, _ = per_job[track.index]
-            for f, values in zip(fields, (util, np.rint(power).astype(np.int64), phase)):
+            m = stages[track.index]
+            for f, values in zip(fields, (m.util, m.watts, m.phase)):
                 v, n = schema.rle_runs(values.tolist(), j.tp * j.cp)
                 f.append(schema.rle_tile(v, n, j.dp))
-        out = tuple(orjson.dumps(schema.rle_concat(f)) for f in fields)
+        out = (orjson.dumps(schema.rle_concat(fields[0])), orjson.dumps(schema.rle_concat(fields[1])),
+               orjson.dumps(schema.rle_concat(fields[2])))
         if len(self._cache) > 256:
             self._cache.clear()
-        self._cache[key] = out  # type: ignore[assignment]
-        return out  # type: ignore[return-value]
+        self._cache[key] = out
+        return out
 
-    def _per_gpu_arrays(self, per_job: dict[int, tuple[np.ndarray, ...]], active: list[Override],
-                        a: float, b: float, span: float) -> tuple[bytes, bytes, bytes, float]:
-        """Per-GPU numpy path when overrides break the symmetry: exact means over [a, b] per GPU."""
-        n = self.topology.gpus
-        d_gpu = np.zeros((n, NPH))
-        d_gpu[:, CODE["idle"]] = span
-        stage_index: dict[int, np.ndarray] = {}
+    def _override_rows(self, m_stages: dict[int, StageMeans], o: Override, a: float,
+                       b: float) -> tuple[int, np.ndarray] | None:
+        """Seconds in each phase over [a, b] of the GPUs of one override: (first GPU, rows (gpus, phases))."""
+        lo, hi = max(a, o.start), min(b, o.end)
+        first, last = max(o.first, 0), min(o.first + o.count, self.topology.gpus)
+        if hi <= lo or last <= first:
+            return None
+        w = hi - lo
+        rows = np.zeros((last - first, NPH))
+        rows[:, CODE["idle"]] = (b - a) - w           # GPUs without a job: idle outside the override
         for track in self.tracks:
             j = track.job
-            stage = track.layout.stage_of()
-            stage_index[track.index] = stage
-            d_gpu[j.first_gpu:j.first_gpu + j.gpus] = per_job[track.index][3][stage]
-        for o in active:
-            lo, hi = max(a, o.start), min(b, o.end)
-            w = hi - lo
-            first, last = max(o.first, 0), min(o.first + o.count, n)
-            if w <= 0 or last <= first:
+            s, e = max(first, j.first_gpu), min(last, j.first_gpu + j.gpus)
+            if e > s:
+                stage = track.stage_index()[s - j.first_gpu:e - j.first_gpu]
+                rows[s - first:e - first] = (m_stages[track.index].durations - track.durations(lo, hi))[stage]
+        rows[:, CODE[o.phase]] += w
+        np.maximum(rows, 0.0, out=rows)
+        return first, rows
+
+    def _override_watts(self, stages: dict[int, StageMeans], overrides: list[Override], a: float,
+                        b: float) -> float:
+        """Total GPU power with the overrides applied (later overrides win where they overlap)."""
+        power = self._base_arrays(stages)[1]
+        for o in overrides:
+            got = self._override_rows(stages, o, a, b)
+            if got is not None:
+                first, rows = got
+                power[first:first + rows.shape[0]] = rows @ self.power.phase_w / (b - a)
+        return float(power.sum())
+
+    def _base_arrays(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per-GPU (util %, power W, phase) broadcast from the stages: the per-GPU path's starting point."""
+        n = self.topology.gpus
+        util = np.zeros(n, dtype=np.int64)
+        power = np.full(n, self.power.idle_w)
+        phase = np.full(n, CODE["idle"], dtype=np.uint8)
+        for track in self.tracks:
+            j = track.job
+            m = stages[track.index]
+            stage = track.stage_index()
+            sl = slice(j.first_gpu, j.first_gpu + j.gpus)
+            util[sl], power[sl], phase[sl] = m.util[stage], m.power[stage], m.phase[stage]
+        return util, power, phase
+
+    def _per_gpu_arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes]:
+        """Per-GPU numpy path when overrides break the symmetry: exact means per GPU in their ranges."""
+        util, power, phase = self._base_arrays(m.stages)
+        span = m.b - m.a
+        for o in m.overrides:
+            got = self._override_rows(m.stages, o, m.a, m.b)
+            if got is None:
                 continue
-            # Replace what the GPUs did during the overlap by the override's phase.
-            for track in self.tracks:
-                j = track.job
-                s, e = max(first, j.first_gpu), min(last, j.first_gpu + j.gpus)
-                if e > s:
-                    during = track.durations(lo, hi)
-                    d_gpu[s:e] -= during[stage_index[track.index][s - j.first_gpu:e - j.first_gpu]]
-            covered = np.zeros(last - first, dtype=bool)
-            for track in self.tracks:
-                j = track.job
-                s, e = max(first, j.first_gpu), min(last, j.first_gpu + j.gpus)
-                if e > s:
-                    covered[s - first:e - first] = True
-            d_gpu[first:last][~covered, CODE["idle"]] -= w
-            d_gpu[first:last, CODE[o.phase]] += w
-        util = np.rint(d_gpu @ PHASE_UTIL * (100.0 / span)).astype(np.int64)
-        power = d_gpu @ self.power.phase_w / span
-        phase = d_gpu.argmax(axis=1).astype(np.uint8)
+            first, rows = got
+            sl = slice(first, first + rows.shape[0])
+            util[sl] = np.rint(rows @ PHASE_UTIL * (100.0 / span))
+            power[sl] = rows @ self.power.phase_w / span
+            phase[sl] = rows.argmax(axis=1)
         watts = np.rint(power).astype(np.int64)
         return (orjson.dumps(schema.rle_encode(util)), orjson.dumps(schema.rle_encode(watts)),
-                orjson.dumps(schema.rle_encode(phase)), float(power.sum()))
+                orjson.dumps(schema.rle_encode(phase)))
+
+
+@dataclass
+class StageMeans:
+    """One job over one window: per stage, seconds per phase and the means derived from them."""
+
+    durations: np.ndarray     # (pp, phases) seconds
+    util: np.ndarray          # (pp,) integer percent
+    power: np.ndarray         # (pp,) W (float)
+    phase: np.ndarray         # (pp,) dominant phase code
+
+    @property
+    def watts(self) -> np.ndarray:
+        return np.rint(self.power).astype(np.int64)
+
+
+@dataclass
+class Measurement:
+    """Everything a sample needs over [a, b]: per-job stage means, tier loads, GPU power, active overrides."""
+
+    a: float
+    b: float
+    stages: dict[int, StageMeans]
+    loads: np.ndarray          # (jobs, tiers) mean load 0..1
+    gpu_watts: float
+    overrides: list[Override]
 
 
 def _t(t: float) -> float:

@@ -307,3 +307,34 @@ def test_plan_must_cover_the_stages(small: str) -> None:
     bad = StepPlan(step_time_s=1.0, stages=((Interval(0.0, 1.0, "compute"),),))
     with pytest.raises(ValueError, match="stage timelines"):
         Run(scenario.load(small), planner=lambda s, j: bad)
+
+
+def test_site_power_between_samples(small: str) -> None:
+    """Issue 6 reads exact site power at any instant or over any window (power swings within a step)."""
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=10.0, sample_s=1.0)
+    list(run.lines())
+    period = run.tracks[0].plan.step_time_s
+    instants = [run.site_mw(2 * period + x) for x in np.linspace(0, period, 200, endpoint=False)]
+    assert max(instants) - min(instants) > 0.02                      # 64 GPUs: 700 W vs 90 W phases
+    mean = run.site_mw(2 * period, 3 * period)
+    assert min(instants) < mean < max(instants)
+    assert mean == pytest.approx(float(np.mean(instants)), rel=0.01)
+
+
+def test_overlapping_overrides_stay_physical(small: str) -> None:
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=3.0, sample_s=1.0)
+
+    def faults(run: Run) -> Any:
+        yield run.env.timeout(1.2)
+        run.override(0, 16, "failed")
+        yield run.env.timeout(0.3)
+        run.override(8, 16, "checkpoint")
+
+    run.add_process(faults)
+    samples = [e for e in map(orjson.loads, run.lines()) if e["type"] == "sample"]
+    for e in samples:
+        util = schema.rle_decode(e["util"])
+        watts = schema.rle_decode(e["power_w"])
+        assert (util >= 0).all() and (util <= 100).all() and (watts >= 90).all() and (watts <= 700).all()
+    phase = schema.rle_decode(samples[-1]["phase"])
+    assert set(phase[:8]) == {CODE["failed"]} and set(phase[8:24]) == {CODE["checkpoint"]}
