@@ -139,8 +139,7 @@ def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
     open_slices: dict[tuple[int, int, str], float] = {}
     steps = samples = 0
     last_t = 0.0
-    for event in reader.events():
-        state.apply(event)
+    for event in reader.applied(state):
         kind = event["type"]
         t = float(event["t"])
         last_t = t

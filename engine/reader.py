@@ -177,6 +177,10 @@ class _Backwards(ValueError):
     pass
 
 
+# What a malformed line can raise while parsing or folding it (orjson.JSONDecodeError is a ValueError).
+_BAD_EVENT = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
 class Reader:
     """One recording or stream: its header, then its events or a folded ClusterState."""
 
@@ -187,6 +191,7 @@ class Reader:
         self.lines = Lines(raw, self.name, self.warn)
         self._batches = self.lines.batches()
         self._first: list[bytes] = []
+        self.line = 1                    # line number of the event events() yielded last
         self.header = self._read_header()
 
     def close(self) -> None:
@@ -250,15 +255,27 @@ class Reader:
                         event["type"]
                         if t < last:
                             raise _Backwards(f"time goes backwards ({t} after {last})")
-                    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                    except _BAD_EVENT as exc:
                         raise _bad(self.name, base + i + 1, _describe(exc)) from None
                     last = t
+                    self.line = base + i + 1
                     yield event
             event = self._tail()
             if event is not None:
+                self.line = self.lines.count + 1
                 yield event
         finally:
             self.close()
+
+    def applied(self, state: ClusterState) -> Iterator[dict[str, Any]]:
+        """Fold every event into `state` and yield it afterwards (for consumers such as the exporter)."""
+        apply = state.apply
+        for event in self.events():
+            try:
+                apply(event)
+            except _BAD_EVENT as exc:
+                raise _bad(self.name, self.line, _describe(exc)) from None
+            yield event
 
     def fold(self, state: ClusterState | None = None, until: float | None = None) -> ClusterState:
         """Fold every event (or those with t <= until) into a ClusterState: the fast path of replay, seek."""
@@ -280,13 +297,13 @@ class Reader:
                             raise _Backwards(f"time goes backwards ({t} after {last})")
                         last = t
                         apply(event)
-                    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                    except _BAD_EVENT as exc:
                         raise _bad(self.name, base + i + 1, _describe(exc)) from None
             event = self._tail()
             if event is not None and event.get("t", 0) <= limit:
                 try:
                     apply(event)
-                except (KeyError, TypeError, ValueError) as exc:
+                except _BAD_EVENT as exc:
                     raise _bad(self.name, self.lines.count + 1, _describe(exc)) from None
             return state
         finally:
@@ -478,6 +495,7 @@ class Recording:
         reader.lines.gzip = self.gzip
         reader._batches = reader.lines.batches()
         reader._first = []
+        reader.line = key.line
         reader.header = self.header
         return reader
 

@@ -223,3 +223,33 @@ def test_reader_closes_its_file(recording: Path) -> None:
     reader = Reader(str(recording))
     assert sum(1 for _ in reader.events()) > 0
     assert reader.raw.closed
+
+
+def test_no_corruption_gives_a_traceback(recording: Path, tmp_path: Path) -> None:
+    """Random damage to a recording ends in a result (maybe with warnings) or a one-line UserError."""
+    from engine import perfetto
+
+    rng = np.random.default_rng(5)
+    data = recording.read_bytes()[:60_000]
+    packed = gzip.compress(data)
+    bad = tmp_path / "bad.jsonl"
+    for trial in range(150):
+        base = bytearray(packed if trial % 3 == 0 else data)
+        for _ in range(int(rng.integers(1, 4))):
+            pos = int(rng.integers(0, len(base)))
+            action = rng.integers(0, 3)
+            if action == 0:
+                base[pos] = int(rng.integers(0, 256))
+            elif action == 1:
+                del base[pos:pos + int(rng.integers(1, 50))]
+            else:
+                base[pos:pos] = rng.choice([b'"t":-1,', b"[]", b"null", b'{"v":[1],"n":[2]}', b"\n{}\n", b"9e999"])
+        bad.write_bytes(bytes(base))
+        for action in (lambda: fold(str(bad), warn=lambda m: None),
+                       lambda: perfetto.export(str(bad), str(tmp_path / "t.json"), warn=lambda m: None)):
+            try:
+                state = action()
+                if isinstance(state, ClusterState):
+                    _ = (state.util, state.power_w, state.phase)
+            except UserError as exc:
+                assert "\n" not in str(exc)
