@@ -62,6 +62,7 @@ TARGET_SAMPLES = 5000
 NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
                   3600.0, 7200.0, 21600.0, 86400.0)
 MAX_SAMPLES = 10_000_000
+MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fill a disk
 INSTANT = 1e-9            # the window of the t = 0 sample (its instantaneous state)
 OPT = orjson.OPT_APPEND_NEWLINE
 
@@ -337,6 +338,10 @@ class Run:
             compiled = CompiledPlan.of(scenario, job, plan) if plan is not None else None
             self.tracks.append(JobTrack(i, job, Layout(job, self.topology), compiled))
         self.by_name = {t.job.name: t for t in self.tracks}
+        steps = sum(self.duration_s / t.plan.step_time_s for t in self.tracks if t.plan is not None)
+        if steps > MAX_STEP_EVENTS:
+            raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
+                            f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)")
         self._prepare_sampling()
         self._sink: Sink | None = None
         self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}

@@ -17,7 +17,7 @@ from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, fake_planner, write_scenario
 
 import engine.run
 from clustertop.cli import main
-from engine import reader
+from engine import reader, scenario
 
 TESTS = str(Path(__file__).parent)
 
@@ -66,7 +66,9 @@ def test_json_summary(small: str, tmp_path: Path, capsys: pytest.CaptureFixture[
     summary = orjson.loads(capsys.readouterr().out)
     assert {"steps", "tokens", "sim_seconds", "wall_seconds", "events", "bytes"} <= set(summary)
     assert summary["bytes"] == out.stat().st_size
-    assert summary["sim_seconds"] == 20.0 and summary["steps"] == int(20.0 // 0.7531) 
+    plan = fake_planner(scenario.load(small), scenario.load(small).jobs[0])
+    assert plan is not None
+    assert summary["sim_seconds"] == 20.0 and summary["steps"] == int(20.0 // plan.step_time_s)
     assert summary["tokens"] == summary["steps"] * 64 * 4096
     with gzip.open(out) as f:
         assert summary["events"] == sum(1 for _ in f) - 1
@@ -93,6 +95,7 @@ def _BytesIO(data: bytes) -> Any:
     (["{small}", "--duration", "10s", "--sample", "1h"], "--sample"),
     (["{small}", "--duration", "54d", "--sample", "100ms"], "too many"),
     (["{small}", "--seed", "-3"], "--seed"),
+    (["{small}", "--duration", "500w"], "training steps"),
 ])
 def test_bad_input_writes_nothing(args: list[str], message: str, small: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
