@@ -377,7 +377,10 @@ class Run:
                                    track.tokens_total if tokens is None else tokens))
 
     def interrupt(self, track: JobTrack, perturbation: Perturbation) -> None:
-        """Run `perturbation(run, track)` inside the job's process (it may switch, wait, emit and resume)."""
+        """Run `perturbation(run, track)` inside the job's process (it may switch, wait, emit and resume).
+
+        A perturbation that arrives while another runs (a fault during a checkpoint) replaces it.
+        """
         track.process.interrupt(perturbation)
 
     def override(self, first: int, count: int, phase: str) -> Override:
@@ -454,11 +457,16 @@ class Run:
             return
         self.emit(schema.JOB_START, job=track.job.name)
         self.resume(track, 0, 0)
+        pending: Perturbation | None = None
         while True:
             try:
-                yield self.env.event()          # steady state: nothing to do until a perturbation
+                if pending is None:
+                    yield self.env.event()      # steady state: nothing to do until a perturbation
+                else:
+                    current, pending = pending, None
+                    yield from current(self, track)
             except simpy.Interrupt as stop:
-                yield from stop.cause(self, track)
+                pending = stop.cause            # a new perturbation replaces the one in progress
 
     def _sampler(self, progress: Callable[[float], None] | None) -> Generator[Any, Any, None]:
         self._sample(0.0, INSTANT, 0.0)

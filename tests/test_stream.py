@@ -338,3 +338,34 @@ def test_overlapping_overrides_stay_physical(small: str) -> None:
         assert (util >= 0).all() and (util <= 100).all() and (watts >= 90).all() and (watts <= 700).all()
     phase = schema.rle_decode(samples[-1]["phase"])
     assert set(phase[:8]) == {CODE["failed"]} and set(phase[8:24]) == {CODE["checkpoint"]}
+
+
+def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=12.0, sample_s=1.0)
+
+    def checkpoint(run: Run, track: Any) -> Any:
+        run.emit("checkpoint_start", job=track.job.name)
+        run.switch(track, Constant("checkpoint", track.job.pp))
+        yield run.env.timeout(3.0)
+        run.emit("checkpoint_end", job=track.job.name)
+        run.resume(track)
+
+    def fault(run: Run, track: Any) -> Any:
+        run.emit("fault", job=track.job.name)
+        run.switch(track, Constant("failed", track.job.pp))
+        yield run.env.timeout(2.0)
+        run.emit("restart", job=track.job.name)
+        run.resume(track, step=0, tokens=0)
+
+    def source(run: Run) -> Any:
+        yield run.env.timeout(2.0)
+        run.interrupt(run.tracks[0], checkpoint)
+        yield run.env.timeout(1.0)
+        run.interrupt(run.tracks[0], fault)
+
+    run.add_process(source)
+    events = [orjson.loads(line) for line in run.lines()]
+    kinds = [(e["t"], e["type"]) for e in events if e["type"] not in ("sample", "step", "header")]
+    assert kinds == [(0.0, "job_start"), (2.0, "checkpoint_start"), (3.0, "fault"), (5.0, "restart")]
+    steps = [e for e in events if e["type"] == "step" and e["t"] > 5.0]
+    assert steps[0]["step"] == 1 and steps[0]["tokens_total"] == 64 * 4096        # restarted from step 0
