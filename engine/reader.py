@@ -286,8 +286,7 @@ class Reader:
         limit = float("inf") if until is None else until
         try:
             for batch in self._all_batches():
-                base = self._line_base(batch)
-                for i, line in enumerate(batch):
+                for line in batch:
                     try:
                         event = loads(line)
                         t = event["t"]
@@ -298,7 +297,10 @@ class Reader:
                         last = t
                         apply(event)
                     except _BAD_EVENT as exc:
-                        raise _bad(self.name, base + i + 1, _describe(exc)) from None
+                        # The line number, found only on error: the first line object identical to this one
+                        # (an earlier equal line would have failed first).
+                        i = next(k for k, other in enumerate(batch) if other is line)
+                        raise _bad(self.name, self._line_base(batch) + i + 1, _describe(exc)) from None
             event = self._tail()
             if event is not None and event.get("t", 0) <= limit:
                 try:

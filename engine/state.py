@@ -140,7 +140,14 @@ class ClusterState:
         """Fold one event into the state."""
         self.t = event["t"]
         self.version += 1
-        handler = self._handlers.get(event["type"])
+        kind = event["type"]
+        if kind == "step":                 # the most frequent event: folded inline
+            job = self.jobs.get(event["job"])
+            if job is not None:
+                job._src = event
+                job.running = True
+            return
+        handler = self._handlers.get(kind)
         if handler is None:
             self.events.append(event)      # later issues' events (fault, checkpoint, ...) go to the log
         else:
