@@ -1,11 +1,14 @@
-"""`clustertop export`."""
+"""`clustertop export`: a recording as a Chrome Trace Event JSON file for the Perfetto UI."""
 
 from __future__ import annotations
 
 import argparse
 
-from engine.errors import UserError
+from engine import perfetto
 
 
 def main(args: argparse.Namespace) -> int:
-    raise UserError("export is not available yet in this version of clustertop")
+    perfetto.check_output(args.output)
+    if args.format == "perfetto":
+        perfetto.export(args.file, args.output)
+    return 0

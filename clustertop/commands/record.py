@@ -1,13 +1,73 @@
-"""`clustertop record`."""
+"""`clustertop record`: simulate a scenario headless and write its event stream (JSON Lines, .gz for gzip).
+
+Everything a user can get wrong (scenario, --duration, --sample, --seed, the output path, a job the cost model
+rejects) is checked before the output file is created, so a bad invocation writes nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
+from typing import Any
 
+import orjson
+
+from engine import run as engine_run
 from engine import scenario
 from engine.errors import UserError
+from engine.progress import Progress
+from engine.recorder import Recorder, check_output
+from engine.units import format_duration, parse_duration
+
+
+def _duration(text: str, flag: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UserError(str(exc), flag) from None
 
 
 def main(args: argparse.Namespace) -> int:
-    scenario.load(args.scenario)
-    raise UserError("record is not available yet in this version of clustertop")
+    s = scenario.load(args.scenario)
+    duration = _duration(args.duration, "--duration") if args.duration is not None else s.duration_s
+    sample = _duration(args.sample, "--sample") if args.sample is not None else None
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        raise UserError(f"expected an integer from 0 to 2^63-1, got {args.seed}", "--seed")
+    if sample is not None and sample > duration:
+        raise UserError(f"sampling interval {format_duration(sample)} is longer than the recording "
+                        f"({format_duration(duration)}); expected at most the duration", "--sample")
+    check_output(args.output)
+    sim = engine_run.Run(s, duration_s=duration, seed=args.seed, sample_s=sample,
+                         planner=engine_run.default_planner)
+    recorder = Recorder.open(args.output)
+    progress = Progress(sim.duration_s)
+    start = time.monotonic()
+    try:
+        stats = sim.run(recorder, progress)
+        recorder.close()
+        wall = time.monotonic() - start
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): not an error; keep Python quiet about stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except BaseException:
+        try:
+            recorder.close()      # a Ctrl-C still leaves a complete, readable file
+        except OSError:
+            pass
+        raise
+    finally:
+        progress.close()
+    if args.json:
+        jobs = {t.job.name: {"steps": t.step, "tokens": t.tokens_total, "fits": t.plan is not None}
+                for t in sim.tracks}
+        summary: dict[str, Any] = {
+            "scenario": s.name, "output": args.output, "seed": sim.seed, "steps": stats.steps,
+            "tokens": stats.tokens, "sim_seconds": stats.sim_seconds,
+            "wall_seconds": round(wall, 3), "events": stats.events, "samples": stats.samples,
+            "sample_interval_s": sim.sample_s, "bytes": recorder.bytes_out, "jobs": jobs, **sim.summary}
+        text = orjson.dumps(summary).decode()
+        print(text, file=sys.stderr if args.output == "-" else sys.stdout)
+    return 0

@@ -1,0 +1,123 @@
+"""Recording and replaying the flagship (llama3-405b-16k): the event stream's speed and size targets.
+
+- record_flagship_6h_s: 6 simulated hours at the default interval (5 s), to .jsonl.gz; target < 20 s.
+- record_flagship_54d_s: 54 simulated days (default interval 20 min), to .jsonl.gz; target < 120 s.
+- recording_flagship_54d_mb: its size; target < 100.
+- replay_vs_parse: folding the 54-day recording into a ClusterState, divided by only reading and parsing its
+  lines with orjson (same decompression and line splitting); target <= 2. Per-GPU arrays are decoded lazily,
+  when read (as the dashboard does at its frame rate); replay_decode_vs_parse also decodes every sample.
+- seek_index_54d_s (one pass over the 54-day file) and seek_54d_ms (mean of state_at at 20 random times).
+
+Until engine/estimate.py exists on this branch, the run uses the synthetic planner of tests/fake_plan.py and
+says so on stderr (and record_planner_fake = 1).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from engine import scenario
+from engine.reader import Reader, Recording
+from engine.recorder import Recorder
+from engine.run import Run
+from engine.state import ClusterState
+
+
+def _planner() -> tuple[Callable[..., Any], bool]:
+    try:
+        from engine.estimate import estimate_job  # noqa: F401
+    except ModuleNotFoundError:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from fake_plan import fake_planner
+
+        print("bench_record: engine/estimate.py is missing; using the synthetic planner of "
+              "tests/fake_plan.py", file=sys.stderr)
+        return fake_planner, True
+    from engine.run import default_planner
+
+    return default_planner, False
+
+
+def _record(path: Path, duration_s: float, planner: Callable[..., Any]) -> float:
+    start = time.perf_counter()
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=duration_s, planner=planner)
+    sink = Recorder.open(str(path))
+    run.run(sink)
+    sink.close()
+    return time.perf_counter() - start
+
+
+def _parse_only(path: Path) -> float:
+    start = time.perf_counter()
+    reader = Reader(str(path))
+    loads = orjson.loads
+    for batch in reader._all_batches():
+        for line in batch:
+            loads(line)
+    reader.close()
+    return time.perf_counter() - start
+
+
+def _fold(path: Path) -> float:
+    start = time.perf_counter()
+    Reader(str(path)).fold()
+    return time.perf_counter() - start
+
+
+def _fold_decoding(path: Path) -> float:
+    start = time.perf_counter()
+    reader = Reader(str(path))
+    state = ClusterState(reader.header)
+    for event in reader.events():
+        state.apply(event)
+        if event["type"] == "sample":
+            _ = (state.util, state.power_w, state.phase)
+    return time.perf_counter() - start
+
+
+def _interleaved(path: Path, repeats: int = 3) -> tuple[float, float, float]:
+    """Best of `repeats` for parse, fold and fold-with-decoding, interleaved so that load on a shared
+    machine hits all three alike."""
+    parse, fold, decode = [], [], []
+    for _ in range(repeats):
+        parse.append(_parse_only(path))
+        fold.append(_fold(path))
+        decode.append(_fold_decoding(path))
+    return min(parse), min(fold), min(decode)
+
+
+def run() -> dict[str, float]:
+    planner, fake = _planner()
+    out: dict[str, float] = {"record_planner_fake": float(fake)}
+    with tempfile.TemporaryDirectory() as tmp:
+        short, long = Path(tmp) / "6h.jsonl.gz", Path(tmp) / "54d.jsonl.gz"
+        out["record_flagship_6h_s"] = round(_record(short, 6 * 3600.0, planner), 3)
+        out["recording_flagship_6h_mb"] = round(short.stat().st_size / 1e6, 3)
+        out["record_flagship_54d_s"] = round(_record(long, 54 * 86400.0, planner), 3)
+        out["recording_flagship_54d_mb"] = round(long.stat().st_size / 1e6, 3)
+        parse, fold, decode = _interleaved(long)
+        out["parse_flagship_54d_s"] = round(parse, 3)
+        out["replay_flagship_54d_s"] = round(fold, 3)
+        out["replay_vs_parse"] = round(fold / parse, 3)
+        out["replay_decode_vs_parse"] = round(decode / parse, 3)
+        parse_6h, fold_6h, _ = _interleaved(short)
+        out["replay_vs_parse_6h"] = round(fold_6h / parse_6h, 3)
+        start = time.perf_counter()
+        rec = Recording(str(long))
+        rec.index()
+        out["seek_index_54d_s"] = round(time.perf_counter() - start, 3)
+        rng = random.Random(1)
+        times = [rng.uniform(0, 54 * 86400.0) for _ in range(20)]
+        start = time.perf_counter()
+        for t in times:
+            rec.state_at(t)
+        out["seek_54d_ms"] = round((time.perf_counter() - start) / len(times) * 1000, 2)
+    return out

@@ -1,0 +1,255 @@
+"""The reader: every source, bad recordings named by line, the lazy state, and seeking by keyframes."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, fake_planner, write_scenario
+
+from engine import recorder, scenario
+from engine.errors import UserError
+from engine.reader import Reader, Recording, fold, iter_events, iter_lines_events
+from engine.recorder import Recorder
+from engine.run import Run
+from engine.state import ClusterState
+
+TESTS = str(Path(__file__).parent)
+
+
+def write_recording(path: Path, scenario_path: str, **kw: Any) -> Run:
+    run = Run(scenario.load(scenario_path), planner=fake_planner, **kw)
+    sink = Recorder(open(path, "wb"), compress=str(path).endswith(".gz"))  # noqa: SIM115
+    run.run(sink)
+    sink.close()
+    return run
+
+
+@pytest.fixture
+def recording(tmp_path: Path) -> Path:
+    path = tmp_path / "r.jsonl"
+    write_recording(path, write_scenario(tmp_path), duration_s=30.0, sample_s=0.25)
+    return path
+
+
+def same_state(a: ClusterState, b: ClusterState) -> None:
+    assert a.t == b.t
+    assert np.array_equal(a.util, b.util) and np.array_equal(a.power_w, b.power_w)
+    assert np.array_equal(a.phase, b.phase) and a.site_mw == b.site_mw
+    for name, job in a.jobs.items():
+        other = b.jobs[name]
+        assert (job.running, job.step, job.tokens, job.mfu) == (other.running, other.step, other.tokens, other.mfu)
+    assert {k: v.tolist() for k, v in a.links.items()} == {k: v.tolist() for k, v in b.links.items()}
+
+
+def test_fold_matches_event_by_event(recording: Path) -> None:
+    events = list(iter_events(str(recording)))
+    state = ClusterState(events[0])
+    for event in events[1:]:
+        state.apply(event)
+    folded = fold(str(recording))
+    same_state(state, folded)
+    assert folded.t == 30.0 and folded.samples == 121 and folded.jobs["train"].step == int(30 // 0.7531)
+
+
+def test_lazy_arrays_are_decoded_in_place(recording: Path) -> None:
+    events = list(iter_events(str(recording)))
+    state = ClusterState(events[0])
+    util = state.util
+    seen = []
+    for event in events[1:]:
+        state.apply(event)
+        if event["type"] == "sample":
+            assert state.util is util            # the same array object, refreshed when read
+            seen.append(util.copy())
+    assert len({a.tobytes() for a in seen}) > 10
+
+
+def test_all_sources_agree(recording: Path, tmp_path: Path) -> None:
+    data = recording.read_bytes()
+    packed = tmp_path / "r.jsonl.gz"
+    packed.write_bytes(gzip.compress(data))
+    expected = fold(str(recording))
+    same_state(fold(str(packed)), expected)                                  # gzip by magic bytes
+    same_state(fold(io.BufferedReader(io.BytesIO(data))), expected)          # a stream (stdin, a pipe)
+    same_state(fold(io.BufferedReader(io.BytesIO(gzip.compress(data)))), expected)
+    engine_run = Run(scenario.load(write_scenario(tmp_path)), planner=fake_planner, duration_s=30.0, sample_s=0.25)
+    events = list(iter_lines_events(engine_run.lines()))                    # an in-process engine
+    state = ClusterState(events[0])
+    for event in events[1:]:
+        state.apply(event)
+    same_state(state, expected)
+
+
+def test_stdin_pipe(recording: Path) -> None:
+    code = ("import sys\nfrom engine.reader import fold\ns = fold('-')\n"
+            "print(s.t, s.samples, s.jobs['train'].step)")
+    done = subprocess.run([sys.executable, "-c", code], input=gzip.compress(recording.read_bytes()),
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [b"30.0", b"121", str(int(30 // 0.7531)).encode()]
+
+
+def test_corrupt_middle_line_names_it(recording: Path, tmp_path: Path) -> None:
+    lines = recording.read_bytes().split(b"\n")
+    lines[9] = lines[9][: len(lines[9]) // 2]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\n".join(lines))
+    with pytest.raises(UserError, match=r"bad\.jsonl:10: line is not valid JSON"):
+        fold(str(bad))
+    with pytest.raises(UserError, match=r":10: "):
+        list(iter_events(str(bad)))
+    done = subprocess.run([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, "export", str(bad), "-o",
+                           str(tmp_path / "t.json")], capture_output=True, timeout=60, check=False)
+    assert done.returncode == 2 and b"bad.jsonl:10:" in done.stderr and b"Traceback" not in done.stderr
+    assert done.stderr.count(b"\n") == 1 and not (tmp_path / "t.json").exists()
+
+
+def test_bad_events_are_named(recording: Path, tmp_path: Path) -> None:
+    lines = recording.read_bytes().split(b"\n")
+    cases = {b'{"type": "sample"}': "expected an event object", b"[1, 2]": "expected an event object",
+             b'{"t": 0.1, "type": "step", "job": "train"}': "time goes backwards",
+             b'{"t": 99, "type": "sample", "util": 5}': "expected an event object"}
+    for line, message in cases.items():
+        bad = tmp_path / "bad.jsonl"
+        bad.write_bytes(b"\n".join(lines[:20] + [line] + lines[20:]))
+        with pytest.raises(UserError, match=f"bad.jsonl:21: {message}"):
+            fold(str(bad))
+
+
+def test_newer_schema_version_is_refused(recording: Path, tmp_path: Path) -> None:
+    lines = recording.read_bytes().split(b"\n")
+    header = orjson.loads(lines[0])
+    header["schema_version"] = 2
+    newer = tmp_path / "newer.jsonl"
+    newer.write_bytes(b"\n".join([orjson.dumps(header)] + lines[1:]))
+    with pytest.raises(UserError, match="schema_version 2, newer than this clustertop understands"):
+        fold(str(newer))
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty"), (b"hello\n", "line 1 is not JSON"), (b'{"t": 0, "type": "sample"}\n', "line 1 must be the header"),
+    (b"\x1f\x8b\x08garbage-garbage", "corrupt compressed data"),
+])
+def test_not_a_recording(content: bytes, message: str, tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=message):
+        fold(str(path))
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such file"):
+        fold(str(tmp_path / "none.jsonl"))
+    with pytest.raises(UserError, match="is a directory"):
+        fold(str(tmp_path))
+
+
+def test_truncated_last_line_warns_and_keeps_the_prefix(recording: Path, tmp_path: Path) -> None:
+    data = recording.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(data[:-100])
+    total = data.count(b"\n")
+    warnings: list[str] = []
+    state = fold(str(cut), warn=warnings.append)
+    assert warnings == [f"{cut}:{total}: last line is truncated; using the {total - 1} complete lines"]
+    assert state.samples == 120
+    unterminated = tmp_path / "noeol.jsonl"                 # a complete last line without its newline is fine
+    unterminated.write_bytes(data[:-1])
+    warnings.clear()
+    same_state(fold(str(unterminated), warn=warnings.append), fold(str(recording)))
+    assert warnings == []
+
+
+def test_gzip_cut_short_warns(recording: Path, tmp_path: Path) -> None:
+    packed = gzip.compress(recording.read_bytes())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed[: len(packed) * 2 // 3])
+    warnings: list[str] = []
+    state = fold(str(cut), warn=warnings.append)
+    assert any("ends early" in w for w in warnings)
+    assert 0 < state.samples < 121
+
+
+# ----- seeking ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=[".jsonl", ".jsonl.gz"])
+def long_recording(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(recorder, "MEMBER_BYTES", 32 << 10)     # many gzip members in a short recording
+    path = tmp_path / f"long{request.param}"
+    write_recording(path, write_scenario(tmp_path, MIXED), duration_s=400.0, sample_s=0.5)
+    return path
+
+
+def test_index_has_keyframes(long_recording: Path) -> None:
+    rec = Recording(str(long_recording))
+    index = rec.index()
+    times = [k.t for k in index]
+    assert times == sorted(times) and len(index) > 10
+    if long_recording.suffix == ".gz":
+        assert gzip.decompress(long_recording.read_bytes()).count(b'"type":"sample"') == 801
+    else:
+        assert len(index) == 801 and times[0] == 0.0 and times[-1] == 400.0
+    lines = (gzip.decompress(long_recording.read_bytes()) if long_recording.suffix == ".gz"
+             else long_recording.read_bytes()).split(b"\n")
+    for key in index:
+        event = orjson.loads(lines[key.line - 1])
+        assert event["type"] == "sample" and event["t"] == key.t
+
+
+def test_seek_lands_on_the_right_state(long_recording: Path) -> None:
+    rec = Recording(str(long_recording))
+    for t in (0.0, 0.3, 17.77, 123.5, 250.0, 399.9, 400.0, 1e9):
+        expected = fold(str(long_recording), until=t)
+        got = rec.state_at(t)
+        same_state(got, expected)
+        assert got.t <= t
+
+
+def test_seek_on_stdin_is_refused() -> None:
+    with pytest.raises(UserError, match="seeking needs a file"):
+        Recording("-")
+
+
+def test_reader_closes_its_file(recording: Path) -> None:
+    reader = Reader(str(recording))
+    assert sum(1 for _ in reader.events()) > 0
+    assert reader.raw.closed
+
+
+def test_no_corruption_gives_a_traceback(recording: Path, tmp_path: Path) -> None:
+    """Random damage to a recording ends in a result (maybe with warnings) or a one-line UserError."""
+    from engine import perfetto
+
+    rng = np.random.default_rng(5)
+    data = recording.read_bytes()[:60_000]
+    packed = gzip.compress(data)
+    bad = tmp_path / "bad.jsonl"
+    for trial in range(150):
+        base = bytearray(packed if trial % 3 == 0 else data)
+        for _ in range(int(rng.integers(1, 4))):
+            pos = int(rng.integers(0, len(base)))
+            action = rng.integers(0, 3)
+            if action == 0:
+                base[pos] = int(rng.integers(0, 256))
+            elif action == 1:
+                del base[pos:pos + int(rng.integers(1, 50))]
+            else:
+                base[pos:pos] = rng.choice([b'"t":-1,', b"[]", b"null", b'{"v":[1],"n":[2]}', b"\n{}\n", b"9e999"])
+        bad.write_bytes(bytes(base))
+        for action in (lambda: fold(str(bad), warn=lambda m: None),
+                       lambda: perfetto.export(str(bad), str(tmp_path / "t.json"), warn=lambda m: None)):
+            try:
+                state = action()
+                if isinstance(state, ClusterState):
+                    _ = (state.util, state.power_w, state.phase)
+            except UserError as exc:
+                assert "\n" not in str(exc)

@@ -1,0 +1,371 @@
+"""The engine run: the stream it produces follows the plan exactly, in time order, deterministically."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from fake_plan import MIXED, fake_planner, write_scenario
+
+from engine import scenario, schema
+from engine.phases import CODE
+from engine.run import PHASE_UTIL, Constant, Run, default_sample_interval
+from engine.state import ClusterState
+from engine.timeline import Interval, StepPlan
+
+
+def run_events(path: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
+    run = Run(scenario.load(path), planner=kw.pop("planner", fake_planner), **kw)
+    return run, [orjson.loads(line) for line in run.lines()]
+
+
+def stage_values(event: dict[str, Any], key: str, tp: int = 2, pp: int = 4) -> np.ndarray:
+    """Per-stage values of the first replica (the GPUs of stage s are [s*tp, (s+1)*tp))."""
+    return schema.rle_decode(event[key])[: tp * pp: tp]
+
+
+@pytest.fixture
+def small(tmp_path: Any) -> str:
+    return write_scenario(tmp_path)
+
+
+# ----- run-length encoding -----------------------------------------------------------------------------------
+
+
+def test_rle_round_trip() -> None:
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 7, 1000, 16384):
+        for levels in (1, 2, 5, 100):
+            values = rng.integers(0, levels, size=size // 4 + 1).repeat(4)[:size]
+            rle = schema.rle_encode(values)
+            assert sum(rle["n"]) == size and all(a != b for a, b in zip(rle["v"], rle["v"][1:]))
+            assert np.array_equal(schema.rle_decode(rle), values)
+            out = np.zeros(size, dtype=np.int64)
+            assert np.array_equal(schema.rle_decode(rle, out=out), values)
+    with pytest.raises(ValueError):
+        schema.rle_decode({"v": [1, 2], "n": [3, 3]}, out=np.zeros(5))
+
+
+def test_rle_tile_and_concat_match_numpy() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        stages = rng.integers(0, 3, size=rng.integers(1, 6)).tolist()
+        group, reps = int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        v, n = schema.rle_runs(stages, group)
+        tiled = schema.rle_tile(v, n, reps)
+        gap = int(rng.integers(0, 3))
+        whole = schema.rle_concat([tiled, ([stages[-1]], [gap]) if gap else ([], []), ([9], [2])])
+        expected = np.concatenate([np.tile(np.repeat(stages, group), reps), [stages[-1]] * gap, [9, 9]])
+        assert np.array_equal(schema.rle_decode(whole), expected)
+        assert whole == schema.rle_encode(expected)      # merged: as short as a direct encoding
+
+
+# ----- header and ordering -----------------------------------------------------------------------------------
+
+
+def test_header_replays_without_the_scenario(small: str) -> None:
+    _run, events = run_events(small, duration_s=5.0, sample_s=1.0)
+    header = events[0]
+    assert header["type"] == "header" and header["schema_version"] == schema.SCHEMA_VERSION
+    assert header["scenario"]["name"] == "small" and header["scenario"]["path"] == "small.toml"
+    assert header["topology"]["gpus"] == 64 and header["topology"]["pods"] == 2
+    assert header["seed"] == 7 and header["sample_interval_s"] == 1.0 and header["duration_s"] == 5.0
+    job = header["jobs"][0]
+    assert {k: job[k] for k in ("name", "first_gpu", "gpus", "tp", "cp", "pp", "dp", "ep", "model", "kind")} == {
+        "name": "train", "first_gpu": 0, "gpus": 64, "tp": 2, "cp": 1, "pp": 4, "dp": 8, "ep": 1,
+        "model": "llama3.1-8b", "kind": "train"}
+    state = ClusterState(header)
+    for event in events[1:]:
+        state.apply(event)
+    assert state.jobs["train"].running and state.jobs["train"].step > 0
+
+
+def test_times_never_decrease_and_samples_are_regular(small: str) -> None:
+    _, events = run_events(small, duration_s=10.0, sample_s=0.3)
+    times = [e["t"] for e in events[1:]]
+    assert times == sorted(times)
+    samples = [e["t"] for e in events if e["type"] == "sample"]
+    assert samples[0] == 0.0 and samples[-1] == 10.0
+    assert np.allclose(np.diff(samples[:-1]), 0.3)
+
+
+def test_same_seed_same_bytes(tmp_path: Any) -> None:
+    path = write_scenario(tmp_path, MIXED)
+    a = b"".join(Run(scenario.load(path), planner=fake_planner, sample_s=0.5).lines())
+    b = b"".join(Run(scenario.load(path), planner=fake_planner, sample_s=0.5).lines())
+    assert a == b
+    c = b"".join(Run(scenario.load(path), planner=fake_planner, sample_s=0.5, seed=4).lines())
+    assert c != a and b'"seed":4' in c
+
+
+def test_default_interval_suits_the_duration() -> None:
+    assert default_sample_interval(600) == 0.2
+    assert default_sample_interval(6 * 3600) == 5.0
+    assert default_sample_interval(54 * 86400) == 1200.0
+    for d in (60, 3600, 86400, 54 * 86400, 365 * 86400):
+        assert d / default_sample_interval(d) <= 5000
+
+
+# ----- steps ------------------------------------------------------------------------------------------------
+
+
+def test_steps_follow_the_plan(small: str) -> None:
+    run, events = run_events(small, duration_s=30.0, sample_s=5.0)
+    plan = run.tracks[0].plan
+    assert plan is not None
+    period = plan.step_time_s
+    steps = [e for e in events if e["type"] == "step"]
+    assert len(steps) == int(30.0 // period)
+    for k, e in enumerate(steps, start=1):
+        assert e["step"] == k and e["t"] == pytest.approx(k * period, abs=1e-6)
+        assert e["tokens"] == 64 * 4096 and e["tokens_total"] == k * 64 * 4096
+        assert e["tokens_per_s"] == pytest.approx(64 * 4096 / period, rel=1e-6)
+        assert 0 < e["mfu"] < 1 and e["tflops_per_gpu"] == pytest.approx(e["mfu"] * 989.4, rel=1e-3)
+    assert run.stats.steps == len(steps) and run.stats.tokens == steps[-1]["tokens_total"]
+
+
+def test_fast_forward_does_not_simulate_steps_one_by_one(small: str) -> None:
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=86400.0, sample_s=3600.0)
+    woken = 0
+    step = run.env.step
+
+    def counting_step() -> None:
+        nonlocal woken
+        woken += 1
+        step()
+
+    run.env.step = counting_step  # type: ignore[method-assign]
+    lines = list(run.lines())
+    assert run.stats.steps > 100_000                       # a day of 0.75 s steps...
+    assert woken < 100                                     # ...in a few dozen SimPy events
+    assert len(lines) == 1 + 1 + run.stats.steps + 25      # header, job_start, steps, 25 samples
+
+
+# ----- samples follow the schedule ----------------------------------------------------------------------------
+
+
+def test_pipeline_fills_and_drains(small: str) -> None:
+    run, events = run_events(small, duration_s=1.6, sample_s=0.01)
+    samples = [e for e in events if e["type"] == "sample"]
+    util = np.array([stage_values(e, "util") for e in samples])     # (samples, stages)
+    phase = np.array([stage_values(e, "phase") for e in samples])
+    first_busy = [int(np.argmax(util[:, s] > 0)) for s in range(4)]
+    assert first_busy == sorted(first_busy) and first_busy[0] < first_busy[3]    # stage 0 starts first
+    assert phase[0, 0] == CODE["compute"] and (phase[0, 1:] == CODE["bubble"]).all()
+    # Within one step every stage spends time in the bubble; the last stage finishes its step first.
+    period = run.tracks[0].plan.step_time_s
+    one_step = [i for i, e in enumerate(samples) if 0 < e["t"] <= period]
+    assert all((phase[one_step, s] == CODE["bubble"]).any() for s in range(4))
+    last_compute = [max(i for i in one_step if phase[i, s] == CODE["compute"]) for s in range(4)]
+    assert last_compute[3] < last_compute[0]
+    # GPUs wait on communication: TP and PP waits appear, and the exposed DP reduction before the optimizer.
+    names = {int(p) for p in phase.ravel()}
+    assert {CODE["tp"], CODE["dp"], CODE["optimizer"]} & names
+
+
+def test_samples_are_exact_means(small: str) -> None:
+    run, events = run_events(small, duration_s=7.0, sample_s=0.37)
+    plan = run.tracks[0].plan.plan
+    power = run.power.phase_w
+    samples = [e for e in events if e["type"] == "sample"]
+    for prev, e in itertools.pairwise(samples):
+        a, b = prev["t"], e["t"]
+        grid = np.linspace(a, b, 40001)[:-1] + (b - a) / 80000      # midpoints, brute force
+        for s in range(4):
+            codes = plan_phase_at(plan, s, grid)
+            expected_util = 100 * PHASE_UTIL[codes].mean()
+            expected_power = power[codes].mean()
+            assert stage_values(e, "util")[s] == pytest.approx(expected_util, abs=0.6)
+            assert stage_values(e, "power_w")[s] == pytest.approx(expected_power, abs=0.6 + 0.002 * expected_power)
+
+
+def plan_phase_at(plan: StepPlan, stage: int, times: np.ndarray) -> np.ndarray:
+    ivs = plan.stages[stage]
+    starts = np.array([iv.start_s for iv in ivs])
+    codes = np.array([CODE[iv.phase] for iv in ivs])
+    return codes[np.searchsorted(starts, times % plan.step_time_s, side="right") - 1]
+
+
+def test_long_interval_means_match_the_plan_shares(small: str) -> None:
+    run, events = run_events(small, duration_s=600.0, sample_s=300.0)
+    plan = run.tracks[0].plan.plan
+    sample = [e for e in events if e["type"] == "sample"][-1]
+    for s in range(4):
+        compute = sum(iv.end_s - iv.start_s for iv in plan.stages[s] if iv.phase == "compute")
+        optimizer = sum(iv.end_s - iv.start_s for iv in plan.stages[s] if iv.phase == "optimizer")
+        share = (compute + 0.5 * optimizer) / plan.step_time_s
+        assert stage_values(sample, "util")[s] == round(100 * share)
+        assert stage_values(sample, "phase")[s] == CODE["compute"]
+
+
+def test_power_and_site_mw(small: str) -> None:
+    run, events = run_events(small, duration_s=3.0, sample_s=1.0)
+    gpu = run.scenario.cluster.gpu
+    first = events[2]
+    assert first["type"] == "sample" and first["t"] == 0
+    watts = schema.rle_decode(first["power_w"])
+    phases = schema.rle_decode(first["phase"])
+    assert set(watts[phases == CODE["compute"]]) == {gpu.tdp_w}
+    assert set(watts[phases == CODE["bubble"]]) == {gpu.idle_w}
+    for e in events:
+        if e["type"] == "sample":
+            total = schema.rle_decode(e["power_w"]).sum()
+            expected = (total + 64 * 575.0) * 1.1 * run.scenario.cluster.pue / 1e6
+            assert e["site_mw"] == pytest.approx(expected, abs=64 * 0.5 * 1.32 / 1e6 + 1e-4)
+
+
+def test_links_per_pod_and_site(small: str) -> None:
+    run, events = run_events(small, duration_s=2.0, sample_s=1.0)
+    sample = [e for e in events if e["type"] == "sample"][-1]
+    links = sample["links"]
+    assert set(links) == {"node", "leaf", "spine", "core", "campus"}
+    for tier in ("node", "leaf", "spine"):
+        assert isinstance(links[tier], list) and len(links[tier]) == 2
+    assert isinstance(links["core"], float) and isinstance(links["campus"], float)
+    tiers = run.tracks[0].layout.tiers()
+    assert links["node"][0] > 0 and tiers["tp"] == "node"
+    assert links[tiers["dp"]] != 0
+
+
+def test_job_that_does_not_fit(tmp_path: Any) -> None:
+    _run, events = run_events(write_scenario(tmp_path, MIXED), duration_s=3.0, sample_s=1.0)
+    header = events[0]
+    assert [j["fits"] for j in header["jobs"]] == [True, False]
+    stops = [e for e in events if e["type"] == "job_stop"]
+    assert stops == [{"t": 0.0, "type": "job_stop", "job": "too-big", "reason": "out of memory"}]
+    assert all(e["job"] == "train" for e in events if e["type"] == "step")
+    sample = [e for e in events if e["type"] == "sample"][-1]
+    util = schema.rle_decode(sample["util"])
+    phase = schema.rle_decode(sample["phase"])
+    assert (util[64:] == 0).all() and (phase[64:] == CODE["idle"]).all()
+    assert (util[:64] > 0).all()
+    assert sample["jobs"]["too-big"]["running"] is False and sample["jobs"]["train"]["running"] is True
+
+
+# ----- hooks for faults, checkpoints and power (issue 6) --------------------------------------------------------
+
+
+def test_perturbation_pauses_the_job_and_resumes(small: str) -> None:
+    """A checkpoint-like perturbation: the job's GPUs write for 2 s, then training resumes from that step."""
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=10.0, sample_s=1.0)
+
+    def checkpoint(run: Run, track: Any) -> Any:
+        run.emit("checkpoint_start", job=track.job.name, step=track.step)
+        run.switch(track, Constant("checkpoint", track.job.pp))
+        yield run.env.timeout(2.0)
+        run.emit("checkpoint_end", job=track.job.name)
+        run.resume(track)
+
+    def source(run: Run) -> Any:
+        yield run.env.timeout(4.0)
+        run.interrupt(run.tracks[0], checkpoint)
+
+    run.add_process(source)
+    events = [orjson.loads(line) for line in run.lines()]
+    period = run.tracks[0].plan.step_time_s
+    kinds = [e["type"] for e in events]
+    assert kinds.index("checkpoint_start") < kinds.index("checkpoint_end")
+    steps = [e for e in events if e["type"] == "step"]
+    before = [e for e in steps if e["t"] <= 4.0]
+    after = [e for e in steps if e["t"] > 4.0]
+    assert len(before) == int(4.0 // period) and after[0]["step"] == len(before) + 1
+    assert after[0]["t"] == pytest.approx(6.0 + period, abs=1e-6)      # restarted at 6 s, partial step lost
+    samples = {e["t"]: e for e in events if e["type"] == "sample"}
+    assert set(schema.rle_decode(samples[5.0]["phase"])) == {CODE["checkpoint"]}
+    assert set(schema.rle_decode(samples[5.0]["util"])) == {0}
+    assert samples[5.0]["jobs"]["train"]["running"] is False
+    assert samples[5.0]["site_mw"] < samples[3.0]["site_mw"]
+
+
+def test_override_marks_gpus_exactly(small: str) -> None:
+    """A failed node (8 GPUs) for the second half of one sample interval, then repaired."""
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=4.0, sample_s=1.0)
+
+    def fault(run: Run) -> Any:
+        yield run.env.timeout(1.5)
+        item = run.override(8, 8, "failed")
+        yield run.env.timeout(1.5)
+        run.clear_override(item)
+
+    run.add_process(fault)
+    samples = {e["t"]: e for e in map(orjson.loads, run.lines()) if e["type"] == "sample"}
+    ref = Run(scenario.load(small), planner=fake_planner, duration_s=4.0, sample_s=1.0)
+    plain = {e["t"]: e for e in map(orjson.loads, ref.lines()) if e["type"] == "sample"}
+    for t in (1.0, 4.0):
+        assert samples[t] == plain[t]
+    util2, base2 = schema.rle_decode(samples[2.0]["util"]), schema.rle_decode(plain[2.0]["util"])
+    assert np.array_equal(util2[:8], base2[:8]) and np.array_equal(util2[16:], base2[16:])
+    assert (util2[8:16] < base2[8:16]).all()
+    assert set(schema.rle_decode(samples[3.0]["phase"])[8:16]) == {CODE["failed"]}
+    assert set(schema.rle_decode(samples[3.0]["util"])[8:16]) == {0}
+
+
+def test_plan_must_cover_the_stages(small: str) -> None:
+    bad = StepPlan(step_time_s=1.0, stages=((Interval(0.0, 1.0, "compute"),),))
+    with pytest.raises(ValueError, match="stage timelines"):
+        Run(scenario.load(small), planner=lambda s, j: bad)
+
+
+def test_site_power_between_samples(small: str) -> None:
+    """Issue 6 reads exact site power at any instant or over any window (power swings within a step)."""
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=10.0, sample_s=1.0)
+    list(run.lines())
+    period = run.tracks[0].plan.step_time_s
+    instants = [run.site_mw(2 * period + x) for x in np.linspace(0, period, 200, endpoint=False)]
+    assert max(instants) - min(instants) > 0.02                      # 64 GPUs: 700 W vs 90 W phases
+    mean = run.site_mw(2 * period, 3 * period)
+    assert min(instants) < mean < max(instants)
+    assert mean == pytest.approx(float(np.mean(instants)), rel=0.01)
+
+
+def test_overlapping_overrides_stay_physical(small: str) -> None:
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=3.0, sample_s=1.0)
+
+    def faults(run: Run) -> Any:
+        yield run.env.timeout(1.2)
+        run.override(0, 16, "failed")
+        yield run.env.timeout(0.3)
+        run.override(8, 16, "checkpoint")
+
+    run.add_process(faults)
+    samples = [e for e in map(orjson.loads, run.lines()) if e["type"] == "sample"]
+    for e in samples:
+        util = schema.rle_decode(e["util"])
+        watts = schema.rle_decode(e["power_w"])
+        assert (util >= 0).all() and (util <= 100).all() and (watts >= 90).all() and (watts <= 700).all()
+    phase = schema.rle_decode(samples[-1]["phase"])
+    assert set(phase[:8]) == {CODE["failed"]} and set(phase[8:24]) == {CODE["checkpoint"]}
+
+
+def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=12.0, sample_s=1.0)
+
+    def checkpoint(run: Run, track: Any) -> Any:
+        run.emit("checkpoint_start", job=track.job.name)
+        run.switch(track, Constant("checkpoint", track.job.pp))
+        yield run.env.timeout(3.0)
+        run.emit("checkpoint_end", job=track.job.name)
+        run.resume(track)
+
+    def fault(run: Run, track: Any) -> Any:
+        run.emit("fault", job=track.job.name)
+        run.switch(track, Constant("failed", track.job.pp))
+        yield run.env.timeout(2.0)
+        run.emit("restart", job=track.job.name)
+        run.resume(track, step=0, tokens=0)
+
+    def source(run: Run) -> Any:
+        yield run.env.timeout(2.0)
+        run.interrupt(run.tracks[0], checkpoint)
+        yield run.env.timeout(1.0)
+        run.interrupt(run.tracks[0], fault)
+
+    run.add_process(source)
+    events = [orjson.loads(line) for line in run.lines()]
+    kinds = [(e["t"], e["type"]) for e in events if e["type"] not in ("sample", "step", "header")]
+    assert kinds == [(0.0, "job_start"), (2.0, "checkpoint_start"), (3.0, "fault"), (5.0, "restart")]
+    steps = [e for e in events if e["type"] == "step" and e["t"] > 5.0]
+    assert steps[0]["step"] == 1 and steps[0]["tokens_total"] == 64 * 4096        # restarted from step 0
