@@ -24,6 +24,14 @@ MAX_GPUS = 10_000_000
 
 
 @dataclass(frozen=True)
+class DegradedLinks:
+    """Part of a tier running below its capacity: e.g. half the spine uplinks of one pod down."""
+    tier: str                    # "leaf" | "spine" | "core" | "campus"
+    pod: int | None              # which pod's links (None: every pod)
+    capacity: float              # fraction of the links' bandwidth left (0 < capacity <= 1)
+
+
+@dataclass(frozen=True)
 class Cluster:
     gpu: GPU
     gpus: int
@@ -41,6 +49,8 @@ class Cluster:
     building_oversubscription: float
     pue: float
     site_power_budget_mw: float | None
+    ecmp_flows: int = 16                          # flows each connection is split over across ECMP paths
+    degraded: tuple[DegradedLinks, ...] = ()      # links running below capacity (failed optics, bad cables)
 
     @property
     def nodes(self) -> int:
@@ -187,6 +197,8 @@ CLUSTER_SPEC: dict[str, Field] = {
     "building_oversubscription": optional("float", 1.0, low=1.0, high=1000.0),
     "pue": optional("float", 1.2, low=1.0, high=3.0),
     "site_power_budget_mw": optional("float", None, positive=True, high=100_000.0),
+    "ecmp_flows": optional("int", 16, positive=True, high=1024),
+    "degraded": optional("any", None, doc="an array of [[cluster.degraded]] tables"),
 }
 
 JOB_SPEC: dict[str, Field] = {
@@ -310,9 +322,39 @@ def _cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
     if c["node_fabric"] == "nvswitch" and c["gpus_per_node"] > gpu.nvlink_domain:
         raise ctx.error("cluster.gpus_per_node", f"{c['gpus_per_node']} GPUs exceed the NVLink domain of "
                         f"{gpu.name} ({gpu.nvlink_domain}); expected at most {gpu.nvlink_domain}")
+    c["degraded"] = _degraded(ctx, c["degraded"], _pod_count(c))
     del c["gpu"], c["scale_out"]
     pcie = fabrics[c.pop("pcie")]
     return Cluster(gpu=gpu, scale_out=scale_out, nvlink=fabrics[gpu.nvlink], pcie=pcie, **c)
+
+
+DEGRADED_SPEC: dict[str, Field] = {
+    "tier": Field("str", choices=("leaf", "spine", "core", "campus")),
+    "pod": optional("int", None, low=0, high=MAX_GPUS),
+    "capacity": Field("float", positive=True, high=1.0),
+}
+
+
+def _pod_count(c: dict[str, Any]) -> int:
+    per_pod = c["gpus_per_rack"] * c["racks_per_pod"]
+    return -(-c["gpus"] // per_pod)
+
+
+def _degraded(ctx: Context, raw: Any, pods: int) -> tuple[DegradedLinks, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ctx.error("cluster.degraded", "expected an array of [[cluster.degraded]] tables")
+    out = []
+    for i, entry in enumerate(raw):
+        d = check_table(ctx, f"cluster.degraded[{i}]", entry, DEGRADED_SPEC)
+        if d["pod"] is not None and d["pod"] >= pods:
+            raise ctx.error(f"cluster.degraded[{i}].pod", f"pod {d['pod']} does not exist; the cluster has "
+                            f"{pods} pod(s), numbered from 0")
+        out.append(DegradedLinks(**d))
+    return tuple(out)
 
 
 def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> Job:
