@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from . import catalog
+from . import catalog, facility
 from .catalog import GPU, Fabric, Model
 from .errors import UserError
 from .fields import Context, Field, check_table, did_you_mean, optional
@@ -183,7 +183,7 @@ VARIABILITY_SPEC: dict[str, Field] = {
 
 CLUSTER_SPEC: dict[str, Field] = {
     "gpu": Field("str"),
-    "gpus": Field("int", positive=True, high=MAX_GPUS),
+    "gpus": Field("int", positive=True, high=MAX_GPUS, auto=True),   # "auto": as many as the power budget holds
     "gpus_per_node": optional("int", 8, positive=True, high=1024),
     "node_fabric": optional("str", "nvswitch", choices=("nvswitch", "pcie")),
     "pcie": optional("str", "pcie-gen5", choices=("pcie-gen4", "pcie-gen5")),
@@ -305,6 +305,14 @@ def _catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, Any]) -
 def _cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
     c = check_table(ctx, "cluster", table, CLUSTER_SPEC)
     gpu = _catalog_entry(ctx, "cluster.gpu", c["gpu"], catalog.gpus())
+    if c["gpus"] == "auto":
+        if c["site_power_budget_mw"] is None:
+            raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
+                            "or give a GPU count")
+        c["gpus"] = facility.gpus_for_budget(c["site_power_budget_mw"], gpu, c["pue"], c["gpus_per_rack"])
+        if c["gpus"] < c["gpus_per_rack"]:
+            raise ctx.error("cluster.site_power_budget_mw", f"{c['site_power_budget_mw']} MW does not power one "
+                            f"rack of {c['gpus_per_rack']} {gpu.name}")
     fabrics = catalog.fabrics()
     scale_out_names = {n: f for n, f in fabrics.items() if f.kind in ("ib", "roce")}
     scale_out = _catalog_entry(ctx, "cluster.scale_out", c["scale_out"], scale_out_names)
