@@ -12,7 +12,10 @@ SimPy is imported here and nowhere in engine/__init__.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import simpy
 
@@ -52,10 +55,11 @@ def check(schedule: str, p: int, v: int, m: int) -> str | None:
     return None
 
 
-def order(schedule: str, p: int, v: int, m: int, rank: int) -> list[OpKey]:
+@lru_cache(maxsize=1024)
+def order(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[OpKey, ...]:
     """The operations stage `rank` runs, in order."""
     if schedule == "gpipe":
-        return [("F", 0, i) for i in range(m)] + [("B", 0, i) for i in range(m)]
+        return tuple([("F", 0, i) for i in range(m)] + [("B", 0, i) for i in range(m)])
     total = m * v
     if v == 1:
         warm = min(p - rank - 1, m)
@@ -72,19 +76,35 @@ def order(schedule: str, p: int, v: int, m: int, rank: int) -> list[OpKey]:
     for j in range(total - warm):
         ops += [fwd(warm + j), bwd(j)]
     ops += [bwd(k) for k in range(total - warm, total)]
-    return ops
+    return tuple(ops)
 
 
-def peak_inflight(ops: list[OpKey], chunk_bytes: list[float]) -> float:
+def peak_inflight(ops: Sequence[OpKey], chunk_bytes: Sequence[float]) -> float:
     """Largest activation memory the stage holds: a forward allocates its chunk's bytes, a backward frees them."""
-    held = peak = 0.0
-    for kind, chunk, _ in ops:
-        if kind == "F":
-            held += chunk_bytes[chunk]
-            peak = max(peak, held)
-        else:
-            held -= chunk_bytes[chunk]
-    return peak
+    return max(itertools.accumulate((chunk_bytes[c] if kind == "F" else -chunk_bytes[c] for kind, c, _ in ops),
+                                    initial=0.0))
+
+
+@lru_cache(maxsize=256)
+def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[tuple[bool, int, int, int, int], ...], ...]:
+    """Per stage, its operations in order as (backward, chunk, microbatch, op id, id of the op it waits for or -1).
+
+    Ids number every operation of the step: ((kind * p + stage) * v + chunk) * m + microbatch.
+    """
+    def op_id(backward: bool, r: int, c: int, i: int) -> int:
+        return (((p if backward else 0) + r) * v + c) * m + i
+
+    def dependency(backward: bool, r: int, c: int, i: int) -> int:
+        if not backward:
+            if r > 0:
+                return op_id(False, r - 1, c, i)
+            return op_id(False, p - 1, c - 1, i) if c > 0 else -1
+        if r < p - 1:
+            return op_id(True, r + 1, c, i)
+        return op_id(True, 0, c + 1, i) if c < v - 1 else -1
+
+    return tuple(tuple((kind == "B", c, i, op_id(kind == "B", r, c, i), dependency(kind == "B", r, c, i))
+                       for kind, c, i in order(schedule, p, v, m, r)) for r in range(p))
 
 
 def simulate(schedule: str, p: int, v: int, m: int, fwd: list[list[list[Segment]]],
@@ -93,62 +113,55 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: list[list[list[Segment]
 
     send_fwd[r]: transfer time of activations out of stage r (to r + 1, or to stage 0 of the next chunk);
     send_bwd[r]: of gradients out of stage r (to r - 1, or to the last stage of the previous chunk).
+
+    One SimPy process per stage; each operation is one timeout (plus one for the transfer when the stage has
+    to wait for it). An operation whose input is not there yet waits for an event its producer triggers when
+    it finishes; inputs already there cost no event.
     """
     why = check(schedule, p, v, m)
     if why:
         raise UserError(why)
+    program = _program(schedule, p, v, m)
     env = simpy.Environment()
-    done: dict[tuple[str, int, int, int], simpy.Event] = {}
-    for r in range(p):
-        for c in range(v):
-            for i in range(m):
-                done[("F", r, c, i)] = env.event()
-                done[("B", r, c, i)] = env.event()
+    finished: list[float | None] = [None] * (2 * p * v * m)     # end time of every operation, once it ran
+    waiting: dict[int, simpy.Event] = {}                        # op id -> event its (single) consumer waits on
     results: list[StageRun | None] = [None] * p
-
-    def dependency(kind: str, r: int, c: int, i: int) -> tuple[simpy.Event, float] | None:
-        if kind == "F":
-            if r > 0:
-                return done[("F", r - 1, c, i)], send_fwd[r - 1]
-            if c > 0:
-                return done[("F", p - 1, c - 1, i)], send_fwd[p - 1]
-            return None
-        if r < p - 1:
-            return done[("B", r + 1, c, i)], send_bwd[r + 1]
-        if c < v - 1:
-            return done[("B", 0, c + 1, i)], send_bwd[0]
-        return None
 
     def stage(r: int):  # type: ignore[no-untyped-def]
         intervals: list[tuple[float, float, str]] = []
+        add = intervals.append
+        segments = ([tuple(s for s in fwd[r][c] if s[1] > 0) for c in range(v)],
+                    [tuple(s for s in bwd[r][c] if s[1] > 0) for c in range(v)])
+        delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
         last_b: dict[int, tuple[float, float]] = {}
         free = 0.0
-        for kind, c, i in order(schedule, p, v, m, r):
-            dep = dependency(kind, r, c, i)
-            if dep is not None:
-                event, delay = dep
-                produced = yield event
-                arrive = produced + delay
+        for backward, c, i, op, dep in program[r]:
+            if dep >= 0:
+                produced = finished[dep]
+                if produced is None:
+                    event = waiting[dep] = env.event()
+                    produced = yield event
+                arrive = produced + delays[backward]
                 if arrive > env.now:
                     yield env.timeout(arrive - env.now)
                 if env.now > free:
                     split = min(max(produced, free), env.now)
                     if split > free:
-                        intervals.append((free, split, "bubble"))
+                        add((free, split, "bubble"))
                     if env.now > split:
-                        intervals.append((split, env.now, "pp"))
-            start = env.now
-            segs = fwd[r][c] if kind == "F" else bwd[r][c]
-            t = start
-            for phase, dur in segs:
-                if dur > 0:
-                    intervals.append((t, t + dur, phase))
-                    t += dur
+                        add((split, env.now, "pp"))
+            start = t = env.now
+            for phase, dur in segments[backward][c]:
+                add((t, t + dur, phase))
+                t += dur
             yield env.timeout(t - start)
-            if kind == "B" and i == m - 1:
-                last_b[c] = (start, env.now)
             free = env.now
-            done[(kind, r, c, i)].succeed(env.now)
+            if backward and i == m - 1:
+                last_b[c] = (start, free)
+            finished[op] = free
+            event = waiting.pop(op, None)
+            if event is not None:
+                event.succeed(free)
         results[r] = StageRun(tuple(intervals), free, tuple(last_b.get(c, (free, free)) for c in range(v)))
 
     for r in range(p):
