@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from functools import lru_cache
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import collectives as col
@@ -82,6 +83,11 @@ class _Stage:
     layers: int
     embedding: bool
     output: bool
+    moe: int = 0          # how many of its layers are MoE layers
+
+    @property
+    def dense(self) -> int:
+        return self.layers - self.moe
 
 
 def _chunks(job: Job, v: int) -> list[list[_Stage]]:
@@ -94,14 +100,9 @@ def _chunks(job: Job, v: int) -> list[list[_Stage]]:
     out = [[_Stage(0, 0, False, False)] * v for _ in range(p)]
     for vs, n in enumerate(counts):
         c, r = divmod(vs, p)
-        out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1)
+        moe = sum(cm.is_moe_layer(job.model, i) for i in range(starts[vs], starts[vs] + n))
+        out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1, moe)
     return out
-
-
-def _layer_kinds(job: Job, st: _Stage) -> tuple[int, int]:
-    """(dense, MoE) layers in a chunk."""
-    moe = sum(cm.is_moe_layer(job.model, i) for i in range(st.first_layer, st.first_layer + st.layers))
-    return st.layers - moe, moe
 
 
 # ------------------------------------------------------------------------------------------ communication
@@ -159,8 +160,15 @@ class _Eval:
     microbatches: int = 0
 
 
+Passes = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]   # (forward, backward) segments
+
+
 class _JobModel:
-    """Everything about one job that does not depend on the auto settings, and the evaluation of a Config."""
+    """Everything about one job that does not depend on the auto settings, and the evaluation of a Config.
+
+    Costs that depend only on a chunk's blocks (not on its place in the pipeline) are computed once per
+    model and reused by every stage, configuration and evaluation with the same blocks.
+    """
 
     def __init__(self, cluster: Cluster, job: Job) -> None:
         self.cluster, self.job = cluster, job
@@ -169,16 +177,30 @@ class _JobModel:
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
+        self._chunk_cache: dict[int, list[list[_Stage]]] = {}
+        self._passes: dict[tuple[Any, ...], Passes] = {}
+        self._params: dict[_Stage, float] = {}
+
+    def chunks(self, v: int) -> list[list[_Stage]]:
+        if v not in self._chunk_cache:
+            self._chunk_cache[v] = _chunks(self.job, v)
+        return self._chunk_cache[v]
 
     # -- per chunk costs -------------------------------------------------------------------------------
-    def _chunk_passes(self, st: _Stage, sh: cm.Shard, recompute: str) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    def _chunk_passes(self, st: _Stage, micro_batch: int, recompute: str) -> Passes:
+        """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
+        key = (st.dense, st.moe, st.embedding, st.output, micro_batch, recompute)
+        if key not in self._passes:
+            self._passes[key] = self._compute_passes(st, _shard(self.job, micro_batch), recompute)
+        return self._passes[key]
+
+    def _compute_passes(self, st: _Stage, sh: cm.Shard, recompute: str) -> Passes:
         job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
-        dense, moe = _layer_kinds(job, st)
         blocks: list[tuple[cm.BlockCost, int]] = []
-        if dense:
-            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), dense))
-        if moe:
-            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), moe))
+        if st.dense:
+            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), st.dense))
+        if st.moe:
+            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), st.moe))
         if st.embedding:
             blocks.append((cm.embedding_cost(gpu, job.model, sh), 1))
         if st.output:
@@ -204,50 +226,52 @@ class _JobModel:
             rs = col.reduce_scatter(cl, net.dp, 4.0 * params).time_s
             f["dp"] = max(0.0, ag - f["compute"])
             b["dp"] = max(0.0, ag + rs - b["compute"])
-        return list(f.items()), list(b.items())
+        return tuple(f.items()), tuple(b.items())
 
     def _chunk_params(self, st: _Stage) -> float:
         """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
+        if st in self._params:
+            return self._params[st]
         job = self.job
-        dense, moe = _layer_kinds(job, st)
-        p = dense * cm.layer_params_per_gpu(job.model, False, job.tp, job.ep)
-        if moe:
-            p += moe * cm.layer_params_per_gpu(job.model, True, job.tp, job.ep)
+        p = st.dense * cm.layer_params_per_gpu(job.model, False, job.tp, job.ep)
+        if st.moe:
+            p += st.moe * cm.layer_params_per_gpu(job.model, True, job.tp, job.ep)
         emb = job.model.vocab * job.model.hidden / job.tp
         if st.embedding:
             p += emb
         if st.output and not (job.model.tied_embeddings and job.pp == 1):
             p += emb
+        self._params[st] = p
         return p
 
     def _expert_params(self, st: _Stage) -> float:
         job = self.job
-        _, moe = _layer_kinds(job, st)
-        if not moe:
+        if not st.moe:
             return 0.0
         experts = job.model.experts * cm._mlp_params(job.model.hidden, job.model.moe_ffn, job.model.ffn_activation)
-        return moe * experts / job.tp / job.ep
+        return st.moe * experts / job.tp / job.ep
 
     # -- memory ----------------------------------------------------------------------------------------
-    def memory(self, cfg: Config, chunks: list[list[_Stage]]) -> list[mem.StageMemory]:
+    def memory(self, cfg: Config) -> list[mem.StageMemory]:
         from .pipeline import order, peak_inflight
 
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = _shard(job, cfg.micro_batch)
+        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute)
+                     for moe in (False, True)}
+        full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
+                      for moe in (False, True)}
         out = []
-        for r, stage in enumerate(chunks):
+        for r, stage in enumerate(self.chunks(cfg.virtual_stages)):
             chunk_bytes = []
             for st in stage:
-                dense, moe = _layer_kinds(job, st)
-                per_tok = (dense * mem.activation_bytes_per_token(job.model, False, job.tp, sh.sp, cfg.recompute)
-                           + moe * mem.activation_bytes_per_token(job.model, True, job.tp, sh.sp, cfg.recompute))
+                per_tok = st.dense * per_token[False] + st.moe * per_token[True]
                 if st.embedding:
                     per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
                 chunk_bytes.append(per_tok * sh.tokens)
             held = peak_inflight(order(job.schedule, job.pp, cfg.virtual_stages, m, r), chunk_bytes)
-            moe_any = any(_layer_kinds(job, st)[1] for st in stage)
-            layer_full = mem.activation_bytes_per_token(job.model, moe_any, job.tp, sh.sp, "none") * sh.tokens
+            layer_full = full_layer[any(st.moe for st in stage)]
             transient = layer_full if cfg.recompute == "full" else 0.0
             # one layer's gradient working set (input/output grads, the largest intermediate) during backward
             transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
@@ -256,55 +280,58 @@ class _JobModel:
                 logits = 2 * sh.tokens * job.model.vocab / job.tp * 4.0
             params = sum(self._chunk_params(st) for st in stage)
             experts = sum(self._expert_params(st) for st in stage)
-            largest = max((self._chunk_params(_Stage(st.first_layer, 1, False, False)) for st in stage
-                           if st.layers), default=0.0)
+            largest = max((self._chunk_params(_first_layer(job, st)) for st in stage if st.layers), default=0.0)
             out.append(mem.stage_memory(params=params, expert_params=experts, largest_layer_params=largest,
                                         zero=job.zero, dp_shards=self.dp_shards, expert_shards=self.expert_shards,
                                         activations=held, transient=transient, logits=logits))
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
-    def evaluate(self, cfg: Config, simulate: bool = True) -> _Eval:
-        job, cl, gpu = self.job, self.cluster, self.gpu
-        p, v = job.pp, cfg.virtual_stages
-        m = self.per_replica // cfg.micro_batch
-        chunks = _chunks(job, v)
-        mems = self.memory(cfg, chunks)
+    def check(self, cfg: Config) -> _Eval:
+        """The configuration's memory and whether it fits (no simulation)."""
+        mems = self.memory(cfg)
         worst = max(mems, key=lambda s: s.total)
-        fits = all(s.total <= mem.capacity_bytes(gpu) for s in mems)
-        ev = _Eval(cfg, fits, worst, microbatches=m)
-        if not (fits and simulate):
-            return ev
+        fits = all(s.total <= mem.capacity_bytes(self.gpu) for s in mems)
+        return _Eval(cfg, fits, worst, microbatches=self.per_replica // cfg.micro_batch)
+
+    def evaluate(self, cfg: Config, simulate: bool = True, plan: bool = True) -> _Eval:
+        """Memory, and when it fits (and `simulate`) the simulated step; the StepPlan only when `plan`."""
+        ev = self.check(cfg)
+        if ev.fits and simulate:
+            self.run(ev, plan)
+        return ev
+
+    def run(self, ev: _Eval, plan: bool) -> None:
+        """Simulate the step of a configuration that fits: fills its step time, breakdown and (plan) StepPlan."""
+        job, cl, cfg = self.job, self.cluster, ev.config
+        p, v, m = job.pp, cfg.virtual_stages, ev.microbatches
+        chunks = self.chunks(v)
         sh = _shard(job, cfg.micro_batch)
-        fwd, bwd = [], []
-        for stage in chunks:
-            fs, bs = zip(*(self._chunk_passes(st, sh, cfg.recompute) for st in stage))
-            fwd.append(list(fs))
-            bwd.append(list(bs))
+        passes = [[self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in stage] for stage in chunks]
+        fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
+        bwd = tuple(tuple(b for _, b in stage) for stage in passes)
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-        send = [_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p)]
-        send_b = [send[(r - 1) % p] for r in range(p)]
-        args = (_freeze(fwd), _freeze(bwd), tuple(send), tuple(send_b))
+        send = tuple(_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p))
+        send_b = tuple(send[(r - 1) % p] for r in range(p))
         if m <= MAX_SIM_MICROBATCHES:
-            run = _simulate_cached(job.schedule, p, v, m, *args)
-            stages = [list(s.intervals) for s in run.stages]
+            run = _simulate_cached(job.schedule, p, v, m, fwd, bwd, send, send_b)
+            stages = [s.intervals for s in run.stages]
             ends = [s.end_s for s in run.stages]
-            last_b = [list(s.last_backward) for s in run.stages]
+            last_b = [s.last_backward for s in run.stages]
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
             m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
             m1 = max(step, m2 // 2 // step * step)
-            run1 = _simulate_cached(job.schedule, p, v, m1, *args)
-            run2 = _simulate_cached(job.schedule, p, v, m2, *args)
+            run1 = _simulate_cached(job.schedule, p, v, m1, fwd, bwd, send, send_b)
+            run2 = _simulate_cached(job.schedule, p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
-        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, stages, ends, last_b, fwd, bwd, m)
-        return ev
+        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, stages, ends, last_b, fwd, bwd, m, plan)
 
-    def _finish(self, cfg: Config, chunks: list[list[_Stage]], stages: list[list[tuple[float, float, str]]],
-                ends: list[float], last_b: list[list[tuple[float, float]]], fwd: list, bwd: list,
-                m: int) -> tuple[StepPlan, float, dict[str, float]]:
-        """Add DP gradient reduction, optimizer and parameter all-gather; build the plan and the breakdown."""
+    def _finish(self, cfg: Config, chunks: list[list[_Stage]], stages: Sequence[Sequence[tuple[float, float, str]]],
+                ends: list[float], last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple,
+                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
+        """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown and (plan) the StepPlan."""
         job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
         p = job.pp
         dp_end: list[float] = []
@@ -318,7 +345,7 @@ class _JobModel:
                 st = chunks[r][c]
                 params = self._chunk_params(st)
                 if job.zero >= 3:
-                    continue          # reduced per microbatch inside the backward (see _chunk_passes)
+                    continue          # reduced per microbatch inside the backward (see _compute_passes)
                 grads = 4.0 * params  # FP32 gradients (Megatron: accumulated and reduced in FP32)
                 comm = col.allreduce(cl, net.dp, grads) if job.zero == 0 else col.reduce_scatter(cl, net.dp, grads)
                 dp_busy += comm.time_s / p
@@ -346,7 +373,7 @@ class _JobModel:
         plan_stages = []
         totals: dict[str, float] = {}
         for r in range(p):
-            iv = list(stages[r])
+            iv = []
             if dp_end[r] > ends[r]:
                 iv.append((ends[r], dp_end[r], "dp"))
             if sync > dp_end[r]:
@@ -358,21 +385,23 @@ class _JobModel:
                 iv.append((sync + opt_time, sync + opt_time + ag_by_stage[r], "dp"))
             if sync + opt_time + ag_by_stage[r] < step:
                 iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
-            merged = _merge(iv, step)
-            plan_stages.append(merged)
-            for it in merged:
-                totals[it.phase] = totals.get(it.phase, 0.0) + (it.end_s - it.start_s) / p
-        tokens = job.global_batch * job.seq_len
-        flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
-        tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
-        plan = StepPlan(step_time_s=step, stages=tuple(tuple(s) for s in plan_stages), tier_load=tier_load,
-                        tokens=tokens, model_flops=flops)
+            merged = _merge(itertools.chain(stages[r], iv), step)
+            for a, b, phase in merged:
+                totals[phase] = totals.get(phase, 0.0) + (b - a) / p
+            if plan:
+                plan_stages.append(tuple(Interval(a, b, phase) for a, b, phase in merged))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
-        return plan, step, breakdown
+        if not plan:
+            return None, step, breakdown
+        tokens = job.global_batch * job.seq_len
+        flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
+        tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
+        return (StepPlan(step_time_s=step, stages=tuple(plan_stages), tier_load=tier_load, tokens=tokens,
+                         model_flops=flops), step, breakdown)
 
-    def _tier_load(self, cfg: Config, fwd: list, bwd: list, m: int, step: float, dp_busy: float) -> dict[str, float]:
+    def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float, dp_busy: float) -> dict[str, float]:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
         job, cl, net = self.job, self.cluster, self.net
         sh = _shard(job, cfg.micro_batch)
@@ -404,17 +433,18 @@ class _JobModel:
         return {t: round(min(1.0, x), 4) for t, x in load.items()}
 
 
-def _freeze(x: list) -> tuple:
-    return tuple(tuple(tuple(segs) for segs in stage) for stage in x)
+def _first_layer(job: Job, st: _Stage) -> _Stage:
+    """The chunk's first layer alone."""
+    return _Stage(st.first_layer, 1, False, False, int(cm.is_moe_layer(job.model, st.first_layer)))
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
 def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
                      send_b: tuple):  # type: ignore[no-untyped-def]
+    """The pipeline simulation, kept for the same exact inputs (the search and the plan run it again)."""
     from .pipeline import simulate
 
-    return simulate(schedule, p, v, m, [list(map(list, s)) for s in fwd], [list(map(list, s)) for s in bwd],
-                    list(send), list(send_b))
+    return simulate(schedule, p, v, m, fwd, bwd, send, send_b)
 
 
 def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list, list]:
@@ -444,28 +474,34 @@ def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list,
     return stages, ends, last_b
 
 
-def _merge(intervals: list[tuple[float, float, str]], end: float) -> list[Interval]:
-    """Contiguous intervals covering [0, end]: gaps become bubble, adjacent equal phases merge."""
-    out: list[Interval] = []
-    t = 0.0
+def _merge(intervals: Iterable[tuple[float, float, str]], end: float) -> list[tuple[float, float, str]]:
+    """Contiguous (start, end, phase) runs covering [0, end]: gaps become bubble, adjacent equal phases merge."""
+    out: list[tuple[float, float, str]] = []
+    run_start, run_phase = 0.0, ""          # the run being extended ("": none yet)
+    t = 0.0                                 # where the covered time ends
     for a, b, phase in sorted(intervals):
         if b <= t:
             continue
         a = max(a, t)
-        if a > t:
-            out = _push(out, t, a, "bubble")
-        out = _push(out, a, b, phase)
+        if a > t:                           # a gap: bubble from t to a
+            if run_phase != "bubble":
+                if run_phase:
+                    out.append((run_start, t, run_phase))
+                run_start, run_phase = t, "bubble"
+            t = a
+        if phase != run_phase:
+            if run_phase:
+                out.append((run_start, t, run_phase))
+            run_start, run_phase = a, phase
         t = b
     if end > t:
-        out = _push(out, t, end, "bubble")
-    return out
-
-
-def _push(out: list[Interval], a: float, b: float, phase: str) -> list[Interval]:
-    if out and out[-1].phase == phase:
-        out[-1] = Interval(out[-1].start_s, b, phase)
-    else:
-        out.append(Interval(a, b, phase))
+        if run_phase != "bubble":
+            if run_phase:
+                out.append((run_start, t, run_phase))
+            run_start, run_phase = t, "bubble"
+        t = end
+    if run_phase:
+        out.append((run_start, t, run_phase))
     return out
 
 
@@ -495,9 +531,12 @@ def candidates(job: Job) -> list[Config]:
     return out
 
 
-def _search(model: _JobModel, configs: list[Config]) -> tuple[_Eval, bool]:
-    """The fastest configuration that fits, or (the one needing least memory, False) when none fits."""
-    evals = [model.evaluate(c, simulate=False) for c in configs]
+def _search(model: _JobModel, configs: list[Config], plan: bool = True) -> tuple[_Eval, bool]:
+    """The fastest configuration that fits, or (the one needing least memory, False) when none fits.
+
+    Only the chosen configuration gets a StepPlan (when `plan`): the others are compared by step time.
+    """
+    evals = [model.check(c) for c in configs]
     fitting = [e for e in evals if e.fits]
     if not fitting:
         return min(evals, key=lambda e: e.memory.total), False
@@ -506,24 +545,23 @@ def _search(model: _JobModel, configs: list[Config]) -> tuple[_Eval, bool]:
     for e in sorted(fitting, key=lambda e: _guess(model, e.config)):
         if best is not None and _lower_bound(model, e.config) >= best.step_s:
             continue
-        full = model.evaluate(e.config)
-        if best is None or full.step_s < best.step_s - 1e-12:
-            best = full
+        model.run(e, plan=False)
+        if best is None or e.step_s < best.step_s - 1e-12:
+            best = e
     assert best is not None
+    if plan:
+        model.run(best, plan=True)     # the same simulation (cached), now with its plan
     return best, True
 
 
 def _work(model: _JobModel, cfg: Config) -> float:
     """Busiest stage's compute time per step (no waiting): a lower bound of the step."""
-    job = model.job
-    sh = _shard(job, cfg.micro_batch)
     m = model.per_replica // cfg.micro_batch
-    chunks = _chunks(job, cfg.virtual_stages)
     worst = 0.0
-    for stage in chunks:
+    for stage in model.chunks(cfg.virtual_stages):
         t = 0.0
         for st in stage:
-            f, b = model._chunk_passes(st, sh, cfg.recompute)
+            f, b = model._chunk_passes(st, cfg.micro_batch, cfg.recompute)
             t += sum(d for _, d in f) + sum(d for _, d in b)
         worst = max(worst, t)
     return worst * m
@@ -541,8 +579,12 @@ def _guess(model: _JobModel, cfg: Config) -> float:
 
 # ------------------------------------------------------------------------------------------------- API
 
-def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
-    """The cost of one training step of `job` on the scenario's cluster."""
+def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = True) -> JobEstimate:
+    """The cost of one training step of `job` on the scenario's cluster.
+
+    plan=False leaves out the StepPlan (`plan` is None) and hints=False the hint of settings that would fit
+    (`note` stays empty): a sweep needs neither, and every other figure is the same.
+    """
     cluster = scenario.cluster
     model = _JobModel(cluster, job)
     configs = candidates(job)
@@ -550,14 +592,13 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
         raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
                         f"{job.schedule} schedule with pp = {job.pp} and {job.global_batch // job.dp} "
                         "sequences per replica")
-    best, fits = _search(model, configs)
+    best, fits = _search(model, configs, plan)
     cfg = best.config
     resolved = dataclasses.replace(job, micro_batch=cfg.micro_batch, virtual_stages=cfg.virtual_stages,
                                    recompute=cfg.recompute)
     chosen = {k: getattr(cfg, k) for k in ("micro_batch", "virtual_stages", "recompute")
               if getattr(job, k) == "auto"}
-    tiers = Layout(resolved, Topology.of(cluster)).tiers()
-    tiers = {d: tiers[d] for d in DIMS}
+    tiers = _tiers(cluster, job)
     mem_gb = best.memory.parts_gb()
     total_gb = round(best.memory.total / mem.GB, 2)
     cap = round(mem.capacity_bytes(cluster.gpu) / mem.GB, 2)
@@ -565,7 +606,7 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
                                "memory_gb_per_gpu": total_gb, "capacity_gb": cap, "chosen": chosen,
                                "tiers": tiers, "job": resolved, "microbatches": best.microbatches}
     if not fits:
-        common["note"] = _fit_hint(model, job)
+        common["note"] = _fit_hint(model, job) if hints else ""
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
                            hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None, **common)
     step = best.step_s
@@ -579,14 +620,18 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
                        plan=best.plan, **common)
 
 
+def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
+    """The tier each parallel dimension crosses (depends on the layout only, not on the auto settings)."""
+    tiers = Layout(job, Topology.of(cluster)).tiers()
+    return {d: tiers[d] for d in DIMS}
+
+
 def _fit_hint(model: _JobModel, job: Job) -> str:
     """When fixed settings do not fit: the settings that would, with every auto setting searched."""
     autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
-    configs = candidates(dataclasses.replace(job, **autos))
-    fitting = [c for c in configs if model.evaluate(c, simulate=False).fits]
-    if not fitting:
+    best, fits = _search(model, candidates(dataclasses.replace(job, **autos)), plan=False)
+    if not fits:
         return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
-    best, _ = _search(model, fitting)
     changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
     return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
 
@@ -607,10 +652,10 @@ def cluster_summary(cluster: Cluster) -> dict[str, float]:
             "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6)}
 
 
-def estimate(scenario: Scenario) -> ScenarioEstimate:
-    """Every job of the scenario, in scenario order."""
+def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
+    """Every job of the scenario, in scenario order (plan, hints: as for estimate_job)."""
     out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
-    out.jobs = [estimate_job(scenario, job) for job in scenario.jobs]
+    out.jobs = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
     return out
 
 
