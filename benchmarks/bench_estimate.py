@@ -11,7 +11,7 @@ FLAGSHIP = "llama3-405b-16k"
 def _clear_caches() -> None:
     from engine import collectives, compute, estimate
 
-    for fn in (compute.layer_cost, compute.embedding_cost, compute.output_cost, collectives.route,
+    for fn in (compute.layer_cost, compute.embedding_cost, compute.output_cost, collectives._route,
                estimate._net, estimate._simulate_cached):
         fn.cache_clear()
 

@@ -118,7 +118,8 @@ class _Net:
 
 
 @lru_cache(maxsize=64)
-def _net(cluster: Cluster, job: Job) -> _Net:
+def _net(cluster: Cluster, job: col.Placement) -> _Net:
+    """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them)."""
     topo = Topology.of(cluster)
     stride = job.tp * job.cp
     first = job.first_gpu
@@ -173,7 +174,7 @@ class _JobModel:
     def __init__(self, cluster: Cluster, job: Job) -> None:
         self.cluster, self.job = cluster, job
         self.gpu = cluster.gpu
-        self.net = _net(cluster, job)
+        self.net = _net(cluster, col.placement(job))
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
