@@ -107,16 +107,19 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[tuple[bool, i
                        for kind, c, i in order(schedule, p, v, m, r)) for r in range(p))
 
 
-def simulate(schedule: str, p: int, v: int, m: int, fwd: list[list[list[Segment]]],
-             bwd: list[list[list[Segment]]], send_fwd: list[float], send_bwd: list[float]) -> PipelineRun:
+def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Sequence[Segment]]],
+             bwd: Sequence[Sequence[Sequence[Segment]]], send_fwd: Sequence[float],
+             send_bwd: Sequence[float]) -> PipelineRun:
     """Run one step. fwd[r][c] / bwd[r][c]: segments of one microbatch of chunk c on stage r.
 
     send_fwd[r]: transfer time of activations out of stage r (to r + 1, or to stage 0 of the next chunk);
     send_bwd[r]: of gradients out of stage r (to r - 1, or to the last stage of the previous chunk).
 
-    One SimPy process per stage; each operation is one timeout (plus one for the transfer when the stage has
-    to wait for it). An operation whose input is not there yet waits for an event its producer triggers when
-    it finishes; inputs already there cost no event.
+    One SimPy process per stage, one timeout per operation: the wait for its input's transfer (when it has
+    not arrived yet) and its segments. An operation whose producer has not finished yet first waits for an
+    event the producer triggers when it does; an input already there costs no event. Each process keeps its
+    own clock, adding exactly what SimPy's clock would add (waits, then the segments), so times do not
+    depend on how SimPy rounds the sum of a wait and a run.
     """
     why = check(schedule, p, v, m)
     if why:
@@ -134,34 +137,37 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: list[list[list[Segment]
                     [tuple(s for s in bwd[r][c] if s[1] > 0) for c in range(v)])
         delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
         last_b: dict[int, tuple[float, float]] = {}
-        free = 0.0
+        now = env.now           # this stage's clock
+        free = 0.0              # when its last operation finished
         for backward, c, i, op, dep in program[r]:
             if dep >= 0:
                 produced = finished[dep]
                 if produced is None:
                     event = waiting[dep] = env.event()
                     produced = yield event
+                if produced > now:
+                    now = produced
                 arrive = produced + delays[backward]
-                if arrive > env.now:
-                    yield env.timeout(arrive - env.now)
-                if env.now > free:
-                    split = min(max(produced, free), env.now)
+                if arrive > now:
+                    now += arrive - now                 # waiting for the transfer
+                if now > free:
+                    split = min(max(produced, free), now)
                     if split > free:
                         add((free, split, "bubble"))
-                    if env.now > split:
-                        add((split, env.now, "pp"))
-            start = t = env.now
+                    if now > split:
+                        add((split, now, "pp"))
+            start = t = now
             for phase, dur in segments[backward][c]:
                 add((t, t + dur, phase))
                 t += dur
-            yield env.timeout(t - start)
-            free = env.now
+            now = free = start + (t - start)
             if backward and i == m - 1:
                 last_b[c] = (start, free)
-            finished[op] = free
+            finished[op] = free             # known from now on: its consumer need not wait for the event
             event = waiting.pop(op, None)
             if event is not None:
                 event.succeed(free)
+            yield env.timeout(max(0.0, free - env.now))
         results[r] = StageRun(tuple(intervals), free, tuple(last_b.get(c, (free, free)) for c in range(v)))
 
     for r in range(p):
