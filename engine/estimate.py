@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from .errors import UserError
 from .layout import DIMS, Layout
+from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals
 from .scenario import Cluster, Job, Scenario
 from .timeline import Interval, StepPlan
 from .topology import TIERS, Topology
@@ -316,9 +319,7 @@ class _JobModel:
         send_b = tuple(send[(r - 1) % p] for r in range(p))
         if m <= MAX_SIM_MICROBATCHES:
             run = _simulate_cached(job.schedule, p, v, m, fwd, bwd, send, send_b)
-            stages = [s.intervals for s in run.stages]
-            ends = [s.end_s for s in run.stages]
-            last_b = [s.last_backward for s in run.stages]
+            intervals, ends, last_b = run.intervals, run.ends, run.last_backward
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
@@ -327,11 +328,12 @@ class _JobModel:
             run1 = _simulate_cached(job.schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _simulate_cached(job.schedule, p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
-        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, stages, ends, last_b, fwd, bwd, m, plan)
+            intervals = Intervals.of(stages)
+        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m, plan)
 
-    def _finish(self, cfg: Config, chunks: list[list[_Stage]], stages: Sequence[Sequence[tuple[float, float, str]]],
-                ends: list[float], last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple,
-                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
+    def _finish(self, cfg: Config, chunks: list[list[_Stage]], intervals: Intervals, ends: list[float],
+                last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
+                plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown and (plan) the StepPlan."""
         job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
         p = job.pp
@@ -371,8 +373,7 @@ class _JobModel:
         opt_time = max(opt_by_stage)
         ag_time = max(ag_by_stage)
         step = sync + opt_time + ag_time
-        plan_stages = []
-        totals: dict[str, float] = {}
+        after = []                 # each stage's intervals after its pipeline schedule
         for r in range(p):
             iv = []
             if dp_end[r] > ends[r]:
@@ -386,11 +387,12 @@ class _JobModel:
                 iv.append((sync + opt_time, sync + opt_time + ag_by_stage[r], "dp"))
             if sync + opt_time + ag_by_stage[r] < step:
                 iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
-            merged = _merge(itertools.chain(stages[r], iv), step)
-            for a, b, phase in merged:
-                totals[phase] = totals.get(phase, 0.0) + (b - a) / p
-            if plan:
-                plan_stages.append(tuple(Interval(a, b, phase) for a, b, phase in merged))
+            after.append(iv)
+        runs = _merge(intervals.then(Intervals.of(after)), step, p)
+        # each phase's time summed over the runs, stage after stage, as a mean over the stages
+        length = (runs.end - runs.start) / p
+        totals = {PHASE_NAMES[code]: float(np.add.accumulate(length[runs.phase == code])[-1])
+                  for code in np.unique(runs.phase).tolist()}
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
@@ -399,7 +401,10 @@ class _JobModel:
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
-        return (StepPlan(step_time_s=step, stages=tuple(plan_stages), tier_load=tier_load, tokens=tokens,
+        stages: list[list[Interval]] = [[] for _ in range(p)]
+        for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(), runs.phase.tolist()):
+            stages[r].append(Interval(a, b, PHASE_NAMES[code]))
+        return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load, tokens=tokens,
                          model_flops=flops), step, breakdown)
 
     def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float, dp_busy: float) -> dict[str, float]:
@@ -475,35 +480,56 @@ def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list,
     return stages, ends, last_b
 
 
-def _merge(intervals: Iterable[tuple[float, float, str]], end: float) -> list[tuple[float, float, str]]:
-    """Contiguous (start, end, phase) runs covering [0, end]: gaps become bubble, adjacent equal phases merge."""
-    out: list[tuple[float, float, str]] = []
-    run_start, run_phase = 0.0, ""          # the run being extended ("": none yet)
-    t = 0.0                                 # where the covered time ends
-    for a, b, phase in sorted(intervals):
-        if b <= t:
-            continue
-        a = max(a, t)
-        if a > t:                           # a gap: bubble from t to a
-            if run_phase != "bubble":
-                if run_phase:
-                    out.append((run_start, t, run_phase))
-                run_start, run_phase = t, "bubble"
-            t = a
-        if phase != run_phase:
-            if run_phase:
-                out.append((run_start, t, run_phase))
-            run_start, run_phase = a, phase
-        t = b
-    if end > t:
-        if run_phase != "bubble":
-            if run_phase:
-                out.append((run_start, t, run_phase))
-            run_start, run_phase = t, "bubble"
-        t = end
-    if run_phase:
-        out.append((run_start, t, run_phase))
-    return out
+def _merge(iv: Intervals, end: float, stages: int) -> Intervals:
+    """Each stage's runs covering [0, end]: what walking its intervals sorted by (start, end, phase) makes of
+    them. An interval ending where the covered time already is is dropped, one starting before it is clipped,
+    a gap becomes bubble, and adjacent equal phases merge into one run."""
+    iv = _sorted(iv, stages)
+    bounds = np.searchsorted(iv.stage, np.arange(stages + 1))
+    covered = np.empty(len(iv.end))          # covered time after each interval: the stage's running maximum
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        covered[lo:hi] = np.maximum.accumulate(iv.end[lo:hi])
+    before = np.concatenate([[0.0], covered[:-1]])
+    before[bounds[:-1][bounds[:-1] < len(before)]] = 0.0
+    before = np.maximum(before, 0.0)         # covered time before each interval
+    done = np.array([max(0.0, covered[hi - 1]) if hi > lo else 0.0 for lo, hi in itertools.pairwise(bounds.tolist())])
+    kept = iv.end > before
+    start = np.maximum(iv.start, before)
+    gap = kept & (start > before)
+    # the pieces: before each kept interval the gap it leaves (bubble), then the interval; at the end of each
+    # stage the bubble until `end`
+
+    def pieces(gaps: Any, kept: np.ndarray, tail: Any) -> np.ndarray:
+        pairs = np.stack(np.broadcast_arrays(gaps, kept), axis=1).ravel()
+        return np.insert(pairs, 2 * bounds[1:], tail)
+
+    bubble = PHASE_CODE["bubble"]
+    ok = pieces(gap, kept, end > done)
+    stage = pieces(iv.stage, iv.stage, np.arange(stages))[ok]
+    a, b = pieces(before, start, done)[ok], pieces(start, iv.end, end)[ok]
+    code = pieces(np.int8(bubble), iv.phase, np.int8(bubble))[ok]
+    first = np.ones(len(code), dtype=bool)  # the pieces that start a run
+    first[1:] = (code[1:] != code[:-1]) | (stage[1:] != stage[:-1])
+    last = np.append(first[1:], True)
+    return Intervals(stage[first], a[first], b[last], code[first])
+
+
+def _sorted(iv: Intervals, stages: int) -> Intervals:
+    """Each stage's intervals sorted by (start, end, phase). The schedule emits them in that order but for
+    rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
+    a, b, c, r = iv.start, iv.end, iv.phase, iv.stage
+    x, y = slice(None, -1), slice(1, None)
+    in_order = (a[x] < a[y]) | ((a[x] == a[y]) & ((b[x] < b[y]) | ((b[x] == b[y]) & (c[x] <= c[y]))))
+    unsorted = np.unique(r[y][~in_order & (r[x] == r[y])])
+    if not len(unsorted):
+        return iv
+    a, b, c = a.copy(), b.copy(), c.copy()
+    bounds = np.searchsorted(r, np.arange(stages + 1))
+    for s in unsorted.tolist():
+        lo, hi = bounds[s], bounds[s + 1]
+        idx = lo + np.lexsort((c[lo:hi], b[lo:hi], a[lo:hi]))
+        a[lo:hi], b[lo:hi], c[lo:hi] = a[idx], b[idx], c[idx]
+    return Intervals(r, a, b, c)
 
 
 # ----------------------------------------------------------------------------------------------- search

@@ -15,14 +15,49 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
+import numpy as np
 import simpy
 
 from .errors import UserError
+from .phases import PHASES
 
 Segment = tuple[str, float]          # (phase, seconds)
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
+
+# Phase codes of Intervals, numbered in the order of the names so that sorting by code sorts by name.
+PHASE_NAMES = tuple(sorted(PHASES))
+PHASE_CODE = {name: code for code, name in enumerate(PHASE_NAMES)}
+
+
+@dataclass(frozen=True, eq=False)
+class Intervals:
+    """Intervals (start, end, phase) of every stage as flat arrays: stage after stage, each stage's in the
+    order it went through them."""
+
+    stage: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    phase: np.ndarray                # codes into PHASE_NAMES
+
+    @classmethod
+    def of(cls, stages: Sequence[Sequence[tuple[float, float, str]]]) -> Intervals:
+        flat = [(r, a, b, PHASE_CODE[phase]) for r, s in enumerate(stages) for a, b, phase in s]
+        r, a, b, c = zip(*flat) if flat else ((), (), (), ())
+        return cls(np.array(r, dtype=np.intp), np.array(a, dtype=float), np.array(b, dtype=float),
+                   np.array(c, dtype=np.int8))
+
+    def of_stage(self, r: int) -> tuple[tuple[float, float, str], ...]:
+        lo, hi = np.searchsorted(self.stage, [r, r + 1])
+        return tuple(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(),
+                         [PHASE_NAMES[c] for c in self.phase[lo:hi].tolist()]))
+
+    def then(self, other: Intervals) -> Intervals:
+        """Each stage's intervals followed by the other's of that stage."""
+        at = np.searchsorted(self.stage, other.stage, side="right")
+        return Intervals(*(np.insert(x, at, y) for x, y in zip(
+            (self.stage, self.start, self.end, self.phase), (other.stage, other.start, other.end, other.phase))))
 
 
 @dataclass(frozen=True)
@@ -34,13 +69,87 @@ class StageRun:
     last_backward: tuple[tuple[float, float], ...]   # per chunk: (start, end) of its last backward
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PipelineRun:
-    stages: tuple[StageRun, ...]
+    """One simulated step: for every stage r and its k-th operation (in the stage's order), when the input it
+    waited for was produced (NaN: none from another stage), when it started and when it ended."""
+
+    program: _Program
+    segments: _Segments
+    produced: np.ndarray             # [stage, operation]
+    start: np.ndarray
+    end: np.ndarray
 
     @property
     def end_s(self) -> float:
-        return max(s.end_s for s in self.stages)
+        return float(self.end[:, -1].max())
+
+    @property
+    def ends(self) -> list[float]:
+        """When each stage finished its last operation."""
+        return self.end[:, -1].tolist()
+
+    @property
+    def last_backward(self) -> list[list[tuple[float, float]]]:
+        """Per stage and chunk: (start, end) of the chunk's last backward."""
+        k = self.program.last_backward
+        rows = np.arange(k.shape[0])[:, None]
+        return [list(zip(a, b)) for a, b in zip(self.start[rows, k].tolist(), self.end[rows, k].tolist())]
+
+    @cached_property
+    def intervals(self) -> Intervals:
+        """Every stage's intervals in the order it went through them: per operation the wait for its input
+        (bubble until the input was produced, pp while it travelled), then its segments."""
+        prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)  # previous end
+        waited = ~np.isnan(self.produced) & (self.start > prev)
+        split = np.minimum(np.maximum(self.produced, prev), self.start)
+        starts, ends = [prev, split], [split, self.start]
+        phases = [np.full(prev.shape, PHASE_CODE["bubble"]), np.full(prev.shape, PHASE_CODE["pp"])]
+        present = [waited & (split > prev), waited & (self.start > split)]
+        kind, chunk = self.program.kind, self.program.chunk
+        stage = np.arange(kind.shape[0])[:, None]
+        durations = self.segments.duration[stage, kind, chunk]          # [stage, operation, segment]
+        t = self.start
+        for j in range(durations.shape[2]):
+            d = durations[:, :, j]
+            starts.append(t)
+            t = t + d
+            ends.append(t)
+            phases.append(self.segments.phase[stage, kind, chunk, j])
+            present.append(d > 0)
+        keep = np.stack(present, axis=2)                                  # [stage, operation, slot]
+        stages = np.broadcast_to(stage[:, :, None], keep.shape)
+        return Intervals(stages[keep], np.stack(starts, axis=2)[keep], np.stack(ends, axis=2)[keep],
+                         np.stack(phases, axis=2)[keep].astype(np.int8))
+
+    @cached_property
+    def stages(self) -> tuple[StageRun, ...]:
+        iv = self.intervals
+        return tuple(StageRun(iv.of_stage(r), end, tuple(lb))
+                     for r, (end, lb) in enumerate(zip(self.ends, self.last_backward)))
+
+
+@dataclass(frozen=True, eq=False)
+class _Segments:
+    """Segments of one microbatch as arrays [stage, kind (0 forward, 1 backward), chunk, segment]: the
+    positive durations in order, padded with zeros."""
+
+    duration: np.ndarray
+    phase: np.ndarray
+
+    @classmethod
+    def of(cls, fwd: Sequence[Sequence[Sequence[Segment]]], bwd: Sequence[Sequence[Sequence[Segment]]]) -> _Segments:
+        table = [[[[s for s in chunk if s[1] > 0] for chunk in stage] for stage in kind] for kind in (fwd, bwd)]
+        p, v = len(fwd), len(fwd[0])
+        n = max(len(c) for kind in table for stage in kind for c in stage)
+        duration = np.zeros((p, 2, v, max(n, 1)))
+        phase = np.zeros((p, 2, v, max(n, 1)), dtype=np.int8)
+        for k, kind in enumerate(table):
+            for r, stage in enumerate(kind):
+                for c, segs in enumerate(stage):
+                    for j, (name, d) in enumerate(segs):
+                        duration[r, k, c, j], phase[r, k, c, j] = d, PHASE_CODE[name]
+        return cls(duration, phase)
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
@@ -85,12 +194,19 @@ def peak_inflight(ops: Sequence[OpKey], chunk_bytes: Sequence[float]) -> float:
                                     initial=0.0))
 
 
-@lru_cache(maxsize=256)
-def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[tuple[bool, int, int, int, int], ...], ...]:
-    """Per stage, its operations in order as (backward, chunk, microbatch, op id, id of the op it waits for or -1).
+@dataclass(frozen=True, eq=False)
+class _Program:
+    """The operations of every stage, numbered: op id ((kind * p + stage) * v + chunk) * m + microbatch."""
 
-    Ids number every operation of the step: ((kind * p + stage) * v + chunk) * m + microbatch.
-    """
+    ops: tuple[tuple[tuple[bool, int, int, int, int], ...], ...]   # per stage: (backward, chunk, microbatch,
+    #                                                                  op id, id of the op it waits for or -1)
+    kind: np.ndarray               # [stage, operation]: 0 forward, 1 backward
+    chunk: np.ndarray              # [stage, operation]
+    last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+
+@lru_cache(maxsize=256)
+def _program(schedule: str, p: int, v: int, m: int) -> _Program:
     def op_id(backward: bool, r: int, c: int, i: int) -> int:
         return (((p if backward else 0) + r) * v + c) * m + i
 
@@ -103,8 +219,12 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[tuple[bool, i
             return op_id(True, r + 1, c, i)
         return op_id(True, 0, c + 1, i) if c < v - 1 else -1
 
-    return tuple(tuple((kind == "B", c, i, op_id(kind == "B", r, c, i), dependency(kind == "B", r, c, i))
-                       for kind, c, i in order(schedule, p, v, m, r)) for r in range(p))
+    stages = [order(schedule, p, v, m, r) for r in range(p)]
+    ops = tuple(tuple((kind == "B", c, i, op_id(kind == "B", r, c, i), dependency(kind == "B", r, c, i))
+                      for kind, c, i in stage) for r, stage in enumerate(stages))
+    last = [[stage.index(("B", c, m - 1)) for c in range(v)] for stage in stages]
+    return _Program(ops, np.array([[kind == "B" for kind, _, _ in stage] for stage in stages], dtype=np.intp),
+                    np.array([[c for _, c, _ in stage] for stage in stages], dtype=np.intp), np.array(last))
 
 
 def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Sequence[Segment]]],
@@ -116,30 +236,31 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
     send_bwd[r]: of gradients out of stage r (to r - 1, or to the last stage of the previous chunk).
 
     One SimPy process per stage, one timeout per operation: the wait for its input's transfer (when it has
-    not arrived yet) and its segments. An operation whose producer has not finished yet first waits for an
-    event the producer triggers when it does; an input already there costs no event. Each process keeps its
-    own clock, adding exactly what SimPy's clock would add (waits, then the segments), so times do not
-    depend on how SimPy rounds the sum of a wait and a run.
+    not arrived yet) and its segments. An operation's end is known when it starts; its consumer waits on an
+    event only when the producer has not started it yet. Each process keeps its own clock, making exactly the
+    additions SimPy's clock made, and records per operation when its input was produced, when it started and
+    when it ended: the intervals are derived from these (PipelineRun.intervals).
     """
     why = check(schedule, p, v, m)
     if why:
         raise UserError(why)
     program = _program(schedule, p, v, m)
+    segments = _Segments.of(fwd, bwd)
     env = simpy.Environment()
-    finished: list[float | None] = [None] * (2 * p * v * m)     # end time of every operation, once it ran
+    finished: list[float | None] = [None] * (2 * p * v * m)     # end time of every operation once it started
     waiting: dict[int, simpy.Event] = {}                        # op id -> event its (single) consumer waits on
-    results: list[StageRun | None] = [None] * p
+    records: list[tuple[list[float], list[float], list[float]] | None] = [None] * p
+    nan = float("nan")
 
     def stage(r: int):  # type: ignore[no-untyped-def]
-        intervals: list[tuple[float, float, str]] = []
-        add = intervals.append
-        segments = ([tuple(s for s in fwd[r][c] if s[1] > 0) for c in range(v)],
-                    [tuple(s for s in bwd[r][c] if s[1] > 0) for c in range(v)])
+        produced_at: list[float] = []
+        started: list[float] = []
+        ended: list[float] = []
+        durations = [[[d for _, d in fwd[r][c] if d > 0] for c in range(v)],
+                     [[d for _, d in bwd[r][c] if d > 0] for c in range(v)]]
         delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
-        last_b: dict[int, tuple[float, float]] = {}
         now = env.now           # this stage's clock
-        free = 0.0              # when its last operation finished
-        for backward, c, i, op, dep in program[r]:
+        for backward, c, _, op, dep in program.ops[r]:
             if dep >= 0:
                 produced = finished[dep]
                 if produced is None:
@@ -150,32 +271,29 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
                 arrive = produced + delays[backward]
                 if arrive > now:
                     now += arrive - now                 # waiting for the transfer
-                if now > free:
-                    split = min(max(produced, free), now)
-                    if split > free:
-                        add((free, split, "bubble"))
-                    if now > split:
-                        add((split, now, "pp"))
+            else:
+                produced = nan
             start = t = now
-            for phase, dur in segments[backward][c]:
-                add((t, t + dur, phase))
-                t += dur
-            now = free = start + (t - start)
-            if backward and i == m - 1:
-                last_b[c] = (start, free)
-            finished[op] = free             # known from now on: its consumer need not wait for the event
+            for d in durations[backward][c]:
+                t += d
+            now = start + (t - start)
+            produced_at.append(produced)
+            started.append(start)
+            ended.append(now)
+            finished[op] = now
             event = waiting.pop(op, None)
             if event is not None:
-                event.succeed(free)
-            yield env.timeout(max(0.0, free - env.now))
-        results[r] = StageRun(tuple(intervals), free, tuple(last_b.get(c, (free, free)) for c in range(v)))
+                event.succeed(now)
+            yield env.timeout(max(0.0, now - env.now))
+        records[r] = (produced_at, started, ended)
 
     for r in range(p):
         env.process(stage(r))
     env.run()
-    if any(s is None for s in results):
+    if any(rec is None for rec in records):
         raise RuntimeError(f"pipeline schedule {schedule} p={p} v={v} m={m} deadlocked")
-    return PipelineRun(tuple(s for s in results if s is not None))
+    produced, started, ended = (np.array(x, dtype=float) for x in zip(*records))
+    return PipelineRun(program, segments, produced, started, ended)
 
 
 def split_layers(layers: int, stages: int) -> list[int]:
