@@ -235,11 +235,15 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
     send_fwd[r]: transfer time of activations out of stage r (to r + 1, or to stage 0 of the next chunk);
     send_bwd[r]: of gradients out of stage r (to r - 1, or to the last stage of the previous chunk).
 
-    One SimPy process per stage, one timeout per operation: the wait for its input's transfer (when it has
-    not arrived yet) and its segments. An operation's end is known when it starts; its consumer waits on an
-    event only when the producer has not started it yet. Each process keeps its own clock, making exactly the
-    additions SimPy's clock made, and records per operation when its input was produced, when it started and
-    when it ended: the intervals are derived from these (PipelineRun.intervals).
+    One SimPy process per stage goes through the stage's operations in order. An operation starts when the
+    stage is free and its input has arrived (its producer's end plus the transfer); its segments then give
+    its end, which the process announces at once. The process goes straight on to the next operation when
+    that one's input has been announced; when it has not, the process sleeps until the stage is free and, if
+    the input is still not announced, waits for an event the producer triggers when it announces it. So
+    SimPy only handles the waits, not one event per operation. Each process keeps its own clock, making
+    exactly the additions SimPy's clock made when every wait and every operation was a timeout, and records
+    per operation when its input was produced, when it started and when it ended: the intervals are derived
+    from these (PipelineRun.intervals).
     """
     why = check(schedule, p, v, m)
     if why:
@@ -263,6 +267,9 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
         for backward, c, _, op, dep in program.ops[r]:
             if dep >= 0:
                 produced = finished[dep]
+                if produced is None and now > env.now:
+                    yield env.timeout(now - env.now)    # busy until its last operation ends
+                    produced = finished[dep]
                 if produced is None:
                     event = waiting[dep] = env.event()
                     produced = yield event
@@ -284,7 +291,7 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
             event = waiting.pop(op, None)
             if event is not None:
                 event.succeed(now)
-            yield env.timeout(max(0.0, now - env.now))
+        yield env.timeout(max(0.0, now - env.now))
         records[r] = (produced_at, started, ended)
 
     for r in range(p):
