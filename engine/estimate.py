@@ -22,6 +22,7 @@ import numpy as np
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
+from .catalog import Model
 from .errors import UserError
 from .layout import DIMS, Layout
 from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals
@@ -93,19 +94,19 @@ class _Stage:
         return self.layers - self.moe
 
 
-def _chunks(job: Job, v: int) -> list[list[_Stage]]:
-    """chunks[r][c]: the virtual stage c * pp + r of stage r."""
+@lru_cache(maxsize=256)
+def _chunks(model: Model, p: int, v: int) -> tuple[tuple[_Stage, ...], ...]:
+    """chunks[r][c]: the virtual stage c * p + r of stage r."""
     from .pipeline import split_layers
 
-    p = job.pp
-    counts = split_layers(job.model.layers, p * v)
+    counts = split_layers(model.layers, p * v)
     starts = list(itertools.accumulate([0] + counts))
     out = [[_Stage(0, 0, False, False)] * v for _ in range(p)]
     for vs, n in enumerate(counts):
         c, r = divmod(vs, p)
-        moe = sum(cm.is_moe_layer(job.model, i) for i in range(starts[vs], starts[vs] + n))
+        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n))
         out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1, moe)
-    return out
+    return tuple(map(tuple, out))
 
 
 # ------------------------------------------------------------------------------------------ communication
@@ -167,6 +168,18 @@ class _Eval:
 Passes = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]   # (forward, backward) segments
 
 
+@dataclass(frozen=True)
+class _StageFacts:
+    """What one pipeline stage holds (all its chunks), on one GPU."""
+
+    params: float
+    expert_params: float
+    largest_layer_params: float
+    layers: int
+    moe: bool                 # holds a MoE layer
+    output: bool              # holds the output layer
+
+
 class _JobModel:
     """Everything about one job that does not depend on the auto settings, and the evaluation of a Config.
 
@@ -181,14 +194,24 @@ class _JobModel:
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
-        self._chunk_cache: dict[int, list[list[_Stage]]] = {}
+        self._stage_cache: dict[int, list[_StageFacts]] = {}
+        self._grad_comm: dict[float, float] = {}
         self._passes: dict[tuple[Any, ...], Passes] = {}
-        self._params: dict[_Stage, float] = {}
+        self._params: dict[tuple[int, int, bool, bool], float] = {}
 
-    def chunks(self, v: int) -> list[list[_Stage]]:
-        if v not in self._chunk_cache:
-            self._chunk_cache[v] = _chunks(self.job, v)
-        return self._chunk_cache[v]
+    def chunks(self, v: int) -> tuple[tuple[_Stage, ...], ...]:
+        return _chunks(self.job.model, self.job.pp, v)
+
+    def stages(self, v: int) -> list[_StageFacts]:
+        if v not in self._stage_cache:
+            self._stage_cache[v] = [_StageFacts(
+                params=sum(self._chunk_params(st) for st in stage),
+                expert_params=sum(self._expert_params(st) for st in stage),
+                largest_layer_params=max((self._chunk_params(_first_layer(self.job, st)) for st in stage
+                                          if st.layers), default=0.0),
+                layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
+                output=any(st.output for st in stage)) for stage in self.chunks(v)]
+        return self._stage_cache[v]
 
     # -- per chunk costs -------------------------------------------------------------------------------
     def _chunk_passes(self, st: _Stage, micro_batch: int, recompute: str) -> Passes:
@@ -234,8 +257,9 @@ class _JobModel:
 
     def _chunk_params(self, st: _Stage) -> float:
         """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
-        if st in self._params:
-            return self._params[st]
+        key = (st.dense, st.moe, st.embedding, st.output)
+        if key in self._params:
+            return self._params[key]
         job = self.job
         p = st.dense * cm.layer_params_per_gpu(job.model, False, job.tp, job.ep)
         if st.moe:
@@ -245,7 +269,7 @@ class _JobModel:
             p += emb
         if st.output and not (job.model.tied_embeddings and job.pp == 1):
             p += emb
-        self._params[st] = p
+        self._params[key] = p
         return p
 
     def _expert_params(self, st: _Stage) -> float:
@@ -257,7 +281,7 @@ class _JobModel:
 
     # -- memory ----------------------------------------------------------------------------------------
     def memory(self, cfg: Config) -> list[mem.StageMemory]:
-        from .pipeline import order, peak_inflight
+        from .pipeline import peak_inflight
 
         job = self.job
         m = self.per_replica // cfg.micro_batch
@@ -266,28 +290,29 @@ class _JobModel:
                      for moe in (False, True)}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
                       for moe in (False, True)}
-        out = []
-        for r, stage in enumerate(self.chunks(cfg.virtual_stages)):
-            chunk_bytes = []
+        chunks = self.chunks(cfg.virtual_stages)
+        chunk_bytes = []
+        for stage in chunks:
+            chunk_bytes.append([])
             for st in stage:
                 per_tok = st.dense * per_token[False] + st.moe * per_token[True]
                 if st.embedding:
                     per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-                chunk_bytes.append(per_tok * sh.tokens)
-            held = peak_inflight(order(job.schedule, job.pp, cfg.virtual_stages, m, r), chunk_bytes)
-            layer_full = full_layer[any(st.moe for st in stage)]
+                chunk_bytes[-1].append(per_tok * sh.tokens)
+        held = peak_inflight(job.schedule, job.pp, cfg.virtual_stages, m, chunk_bytes)
+        out = []
+        for stage, activations in zip(self.stages(cfg.virtual_stages), held):
+            layer_full = full_layer[stage.moe]
             transient = layer_full if cfg.recompute == "full" else 0.0
             # one layer's gradient working set (input/output grads, the largest intermediate) during backward
             transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
             logits = 0.0
-            if any(st.output for st in stage):
+            if stage.output:
                 logits = 2 * sh.tokens * job.model.vocab / job.tp * 4.0
-            params = sum(self._chunk_params(st) for st in stage)
-            experts = sum(self._expert_params(st) for st in stage)
-            largest = max((self._chunk_params(_first_layer(job, st)) for st in stage if st.layers), default=0.0)
-            out.append(mem.stage_memory(params=params, expert_params=experts, largest_layer_params=largest,
-                                        zero=job.zero, dp_shards=self.dp_shards, expert_shards=self.expert_shards,
-                                        activations=held, transient=transient, logits=logits))
+            out.append(mem.stage_memory(params=stage.params, expert_params=stage.expert_params,
+                                        largest_layer_params=stage.largest_layer_params, zero=job.zero,
+                                        dp_shards=self.dp_shards, expert_shards=self.expert_shards,
+                                        activations=activations, transient=transient, logits=logits))
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
@@ -331,7 +356,7 @@ class _JobModel:
             intervals = Intervals.of(stages)
         ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m, plan)
 
-    def _finish(self, cfg: Config, chunks: list[list[_Stage]], intervals: Intervals, ends: list[float],
+    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], intervals: Intervals, ends: list[float],
                 last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
                 plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown and (plan) the StepPlan."""
@@ -342,29 +367,25 @@ class _JobModel:
         ag_time = opt_time = 0.0
         opt_by_stage = []
         ag_by_stage = []
-        for r in range(p):
+        for r, stage in enumerate(self.stages(cfg.virtual_stages)):
             t_stream = 0.0
             for c in reversed(range(cfg.virtual_stages)):
                 st = chunks[r][c]
-                params = self._chunk_params(st)
                 if job.zero >= 3:
                     continue          # reduced per microbatch inside the backward (see _compute_passes)
-                grads = 4.0 * params  # FP32 gradients (Megatron: accumulated and reduced in FP32)
-                comm = col.allreduce(cl, net.dp, grads) if job.zero == 0 else col.reduce_scatter(cl, net.dp, grads)
-                dp_busy += comm.time_s / p
+                comm_s = self._gradient_reduction(self._chunk_params(st))
+                dp_busy += comm_s / p
                 b0, b1 = last_b[r][c]
                 n_layers = max(1, st.layers)
                 # buckets: the first is ready after one layer's backward, the last after the chunk's
-                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm.time_s,
-                               b1 + comm.time_s / n_layers)
+                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm_s, b1 + comm_s / n_layers)
             dp_end.append(max(ends[r], t_stream))
-            params = sum(self._chunk_params(st) for st in chunks[r])
             shards = self.dp_shards if job.zero >= 1 else 1
-            opt_by_stage.append(cm.optimizer_time(gpu, params, shards))
+            opt_by_stage.append(cm.optimizer_time(gpu, stage.params, shards))
             if job.zero in (1, 2):
-                ag = col.all_gather(cl, net.dp, cm.BF16 * params).time_s
+                ag = col.all_gather(cl, net.dp, cm.BF16 * stage.params).time_s
                 # overlapped with the next step's first forward but for the first layer's bucket
-                n_layers = max(1, sum(st.layers for st in chunks[r]))
+                n_layers = max(1, stage.layers)
                 ag_by_stage.append(ag / n_layers)
                 dp_busy += ag / p
             else:
@@ -406,6 +427,14 @@ class _JobModel:
             stages[r].append(Interval(a, b, PHASE_NAMES[code]))
         return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load, tokens=tokens,
                          model_flops=flops), step, breakdown)
+
+    def _gradient_reduction(self, params: float) -> float:
+        """Seconds to reduce a chunk's FP32 gradients (Megatron: accumulated and reduced in FP32) over DP."""
+        if params not in self._grad_comm:
+            grads, cl, route = 4.0 * params, self.cluster, self.net.dp
+            comm = col.allreduce(cl, route, grads) if self.job.zero == 0 else col.reduce_scatter(cl, route, grads)
+            self._grad_comm[params] = comm.time_s
+        return self._grad_comm[params]
 
     def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float, dp_busy: float) -> dict[str, float]:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""

@@ -12,10 +12,10 @@ SimPy is imported here and nowhere in engine/__init__.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Any
 
 import numpy as np
 import simpy
@@ -188,10 +188,13 @@ def order(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[OpKey, ...]
     return tuple(ops)
 
 
-def peak_inflight(ops: Sequence[OpKey], chunk_bytes: Sequence[float]) -> float:
-    """Largest activation memory the stage holds: a forward allocates its chunk's bytes, a backward frees them."""
-    return max(itertools.accumulate((chunk_bytes[c] if kind == "F" else -chunk_bytes[c] for kind, c, _ in ops),
-                                    initial=0.0))
+def peak_inflight(schedule: str, p: int, v: int, m: int, chunk_bytes: Sequence[Sequence[float]]) -> list[float]:
+    """Per stage, the largest activation memory it holds: going through its operations in order, a forward
+    allocates its chunk's bytes (chunk_bytes[stage][chunk]), a backward frees them."""
+    program = _program(schedule, p, v, m)
+    held = np.asarray(chunk_bytes, dtype=float)[np.arange(p)[:, None], program.chunk]
+    held[program.kind == 1] *= -1.0
+    return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,24 +210,24 @@ class _Program:
 
 @lru_cache(maxsize=256)
 def _program(schedule: str, p: int, v: int, m: int) -> _Program:
-    def op_id(backward: bool, r: int, c: int, i: int) -> int:
-        return (((p if backward else 0) + r) * v + c) * m + i
+    ops = np.array([[(kind == "B", c, i) for kind, c, i in order(schedule, p, v, m, r)] for r in range(p)],
+                   dtype=np.intp).reshape(p, -1, 3)
+    kind, chunk, micro = ops[:, :, 0], ops[:, :, 1], ops[:, :, 2]
+    stage = np.arange(p)[:, None]
 
-    def dependency(backward: bool, r: int, c: int, i: int) -> int:
-        if not backward:
-            if r > 0:
-                return op_id(False, r - 1, c, i)
-            return op_id(False, p - 1, c - 1, i) if c > 0 else -1
-        if r < p - 1:
-            return op_id(True, r + 1, c, i)
-        return op_id(True, 0, c + 1, i) if c < v - 1 else -1
+    def op_id(backward: Any, r: Any, c: Any) -> np.ndarray:
+        return ((backward * p + r) * v + c) * m + micro
 
-    stages = [order(schedule, p, v, m, r) for r in range(p)]
-    ops = tuple(tuple((kind == "B", c, i, op_id(kind == "B", r, c, i), dependency(kind == "B", r, c, i))
-                      for kind, c, i in stage) for r, stage in enumerate(stages))
-    last = [[stage.index(("B", c, m - 1)) for c in range(v)] for stage in stages]
-    return _Program(ops, np.array([[kind == "B" for kind, _, _ in stage] for stage in stages], dtype=np.intp),
-                    np.array([[c for _, c, _ in stage] for stage in stages], dtype=np.intp), np.array(last))
+    # forward: from the previous stage, or from the last stage's previous chunk; backward: the other way
+    fwd_dep = np.where(stage > 0, op_id(0, stage - 1, chunk), np.where(chunk > 0, op_id(0, p - 1, chunk - 1), -1))
+    bwd_dep = np.where(stage < p - 1, op_id(1, stage + 1, chunk), np.where(chunk < v - 1, op_id(1, 0, chunk + 1), -1))
+    dep = np.where(kind == 1, bwd_dep, fwd_dep)
+    ids = op_id(kind, stage, chunk)
+    is_last = (kind == 1) & (micro == m - 1)
+    last = [[np.flatnonzero(is_last[r] & (chunk[r] == c))[0] for c in range(v)] for r in range(p)]
+    steps = tuple(tuple(zip(kind[r].astype(bool).tolist(), chunk[r].tolist(), micro[r].tolist(), ids[r].tolist(),
+                            dep[r].tolist())) for r in range(p))
+    return _Program(steps, kind, chunk, np.array(last, dtype=np.intp))
 
 
 def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Sequence[Segment]]],
@@ -265,21 +268,22 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
         delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
         now = env.now           # this stage's clock
         for backward, c, _, op, dep in program.ops[r]:
-            if dep >= 0:
+            if dep < 0:
+                produced = nan
+            else:
                 produced = finished[dep]
-                if produced is None and now > env.now:
-                    yield env.timeout(now - env.now)    # busy until its last operation ends
-                    produced = finished[dep]
                 if produced is None:
-                    event = waiting[dep] = env.event()
-                    produced = yield event
+                    if now > env.now:
+                        yield env.timeout(now - env.now)    # busy until its last operation ends
+                        produced = finished[dep]
+                    if produced is None:
+                        waiting[dep] = event = env.event()
+                        produced = yield event
                 if produced > now:
                     now = produced
                 arrive = produced + delays[backward]
                 if arrive > now:
-                    now += arrive - now                 # waiting for the transfer
-            else:
-                produced = nan
+                    now += arrive - now                     # waiting for the transfer
             start = t = now
             for d in durations[backward][c]:
                 t += d
@@ -288,9 +292,8 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
             started.append(start)
             ended.append(now)
             finished[op] = now
-            event = waiting.pop(op, None)
-            if event is not None:
-                event.succeed(now)
+            if op in waiting:
+                waiting.pop(op).succeed(now)
         yield env.timeout(max(0.0, now - env.now))
         records[r] = (produced_at, started, ended)
 
