@@ -194,7 +194,6 @@ class _JobModel:
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
-        self._stage_cache: dict[int, list[_StageFacts]] = {}
         self._grad_comm: dict[float, float] = {}
         self._passes: dict[tuple[Any, ...], Passes] = {}
         self._params: dict[tuple[int, int, bool, bool], float] = {}
@@ -202,16 +201,9 @@ class _JobModel:
     def chunks(self, v: int) -> tuple[tuple[_Stage, ...], ...]:
         return _chunks(self.job.model, self.job.pp, v)
 
-    def stages(self, v: int) -> list[_StageFacts]:
-        if v not in self._stage_cache:
-            self._stage_cache[v] = [_StageFacts(
-                params=sum(self._chunk_params(st) for st in stage),
-                expert_params=sum(self._expert_params(st) for st in stage),
-                largest_layer_params=max((self._chunk_params(_first_layer(self.job, st)) for st in stage
-                                          if st.layers), default=0.0),
-                layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
-                output=any(st.output for st in stage)) for stage in self.chunks(v)]
-        return self._stage_cache[v]
+    def stages(self, v: int) -> tuple[_StageFacts, ...]:
+        job = self.job
+        return _stage_facts(job.model, job.tp, job.ep, job.pp, v)
 
     # -- per chunk costs -------------------------------------------------------------------------------
     def _chunk_passes(self, st: _Stage, micro_batch: int, recompute: str) -> Passes:
@@ -256,28 +248,10 @@ class _JobModel:
         return tuple(f.items()), tuple(b.items())
 
     def _chunk_params(self, st: _Stage) -> float:
-        """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
         key = (st.dense, st.moe, st.embedding, st.output)
-        if key in self._params:
-            return self._params[key]
-        job = self.job
-        p = st.dense * cm.layer_params_per_gpu(job.model, False, job.tp, job.ep)
-        if st.moe:
-            p += st.moe * cm.layer_params_per_gpu(job.model, True, job.tp, job.ep)
-        emb = job.model.vocab * job.model.hidden / job.tp
-        if st.embedding:
-            p += emb
-        if st.output and not (job.model.tied_embeddings and job.pp == 1):
-            p += emb
-        self._params[key] = p
-        return p
-
-    def _expert_params(self, st: _Stage) -> float:
-        job = self.job
-        if not st.moe:
-            return 0.0
-        experts = job.model.experts * cm._mlp_params(job.model.hidden, job.model.moe_ffn, job.model.ffn_activation)
-        return st.moe * experts / job.tp / job.ep
+        if key not in self._params:
+            self._params[key] = _chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
+        return self._params[key]
 
     # -- memory ----------------------------------------------------------------------------------------
     def memory(self, cfg: Config) -> list[mem.StageMemory]:
@@ -468,9 +442,38 @@ class _JobModel:
         return {t: round(min(1.0, x), 4) for t, x in load.items()}
 
 
-def _first_layer(job: Job, st: _Stage) -> _Stage:
-    """The chunk's first layer alone."""
-    return _Stage(st.first_layer, 1, False, False, int(cm.is_moe_layer(job.model, st.first_layer)))
+def _chunk_params(model: Model, tp: int, ep: int, pp: int, st: _Stage) -> float:
+    """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
+    p = st.dense * cm.layer_params_per_gpu(model, False, tp, ep)
+    if st.moe:
+        p += st.moe * cm.layer_params_per_gpu(model, True, tp, ep)
+    emb = model.vocab * model.hidden / tp
+    if st.embedding:
+        p += emb
+    if st.output and not (model.tied_embeddings and pp == 1):
+        p += emb
+    return p
+
+
+def _expert_params(model: Model, tp: int, ep: int, st: _Stage) -> float:
+    if not st.moe:
+        return 0.0
+    experts = model.experts * cm._mlp_params(model.hidden, model.moe_ffn, model.ffn_activation)
+    return st.moe * experts / tp / ep
+
+
+@lru_cache(maxsize=256)
+def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_StageFacts, ...]:
+    def first_layer(st: _Stage) -> _Stage:
+        return _Stage(st.first_layer, 1, False, False, int(cm.is_moe_layer(model, st.first_layer)))
+
+    return tuple(_StageFacts(
+        params=sum(_chunk_params(model, tp, ep, pp, st) for st in stage),
+        expert_params=sum(_expert_params(model, tp, ep, st) for st in stage),
+        largest_layer_params=max((_chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage if st.layers),
+                                 default=0.0),
+        layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
+        output=any(st.output for st in stage)) for stage in _chunks(model, pp, v))
 
 
 @lru_cache(maxsize=64)
