@@ -679,10 +679,19 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                        plan=best.plan, **common)
 
 
+_TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
+
+
 def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
-    """The tier each parallel dimension crosses (depends on the layout only, not on the auto settings)."""
-    tiers = Layout(job, Topology.of(cluster)).tiers()
-    return {d: tiers[d] for d in DIMS}
+    """The tier each parallel dimension crosses: it depends on the job's placement only (kept for the next
+    job with the same placement, as a sweep has many)."""
+    key = (cluster, col.placement(job))
+    if key not in _TIERS:
+        if len(_TIERS) >= 256:
+            _TIERS.clear()
+        tiers = Layout(job, Topology.of(cluster)).tiers()
+        _TIERS[key] = {d: tiers[d] for d in DIMS}
+    return dict(_TIERS[key])
 
 
 def _fit_hint(model: _JobModel, job: Job) -> str:
