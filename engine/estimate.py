@@ -599,6 +599,9 @@ def _search(model: _JobModel, configs: list[Config], plan: bool = True) -> tuple
     fitting = [e for e in evals if e.fits]
     if not fitting:
         return min(evals, key=lambda e: e.memory.total), False
+    if len(fitting) == 1:
+        model.run(fitting[0], plan)
+        return fitting[0], True
     # cheap lower bound first: fewer recomputation, more interleaving, bigger microbatches tend to win
     best: _Eval | None = None
     for e in sorted(fitting, key=lambda e: _guess(model, e.config)):
