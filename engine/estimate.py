@@ -195,6 +195,7 @@ class _JobModel:
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
         self._grad_comm: dict[float, float] = {}
+        self._updates: dict[float, tuple[float, float]] = {}
         self._passes: dict[tuple[Any, ...], Passes] = {}
         self._params: dict[tuple[int, int, bool, bool], float] = {}
 
@@ -334,7 +335,7 @@ class _JobModel:
                 last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
                 plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown and (plan) the StepPlan."""
-        job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
+        job = self.job
         p = job.pp
         dp_end: list[float] = []
         dp_busy = 0.0
@@ -354,10 +355,9 @@ class _JobModel:
                 # buckets: the first is ready after one layer's backward, the last after the chunk's
                 t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm_s, b1 + comm_s / n_layers)
             dp_end.append(max(ends[r], t_stream))
-            shards = self.dp_shards if job.zero >= 1 else 1
-            opt_by_stage.append(cm.optimizer_time(gpu, stage.params, shards))
+            optimizer, ag = self._update(stage.params)
+            opt_by_stage.append(optimizer)
             if job.zero in (1, 2):
-                ag = col.all_gather(cl, net.dp, cm.BF16 * stage.params).time_s
                 # overlapped with the next step's first forward but for the first layer's bucket
                 n_layers = max(1, stage.layers)
                 ag_by_stage.append(ag / n_layers)
@@ -401,6 +401,14 @@ class _JobModel:
             stages[r].append(Interval(a, b, PHASE_NAMES[code]))
         return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load, tokens=tokens,
                          model_flops=flops), step, breakdown)
+
+    def _update(self, params: float) -> tuple[float, float]:
+        """Seconds of the optimizer step and of the BF16 parameter all-gather (ZeRO-1/2) of a stage's params."""
+        if params not in self._updates:
+            shards = self.dp_shards if self.job.zero >= 1 else 1
+            ag = col.all_gather(self.cluster, self.net.dp, cm.BF16 * params).time_s if self.job.zero in (1, 2) else 0.0
+            self._updates[params] = (cm.optimizer_time(self.gpu, params, shards), ag)
+        return self._updates[params]
 
     def _gradient_reduction(self, params: float) -> float:
         """Seconds to reduce a chunk's FP32 gradients (Megatron: accumulated and reduced in FP32) over DP."""
