@@ -25,7 +25,7 @@ from . import memory as mem
 from .catalog import Model
 from .errors import UserError
 from .layout import DIMS, Layout
-from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals
+from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, check, peak_inflight, simulate, split_layers
 from .scenario import Cluster, Job, Scenario
 from .timeline import Interval, StepPlan
 from .topology import TIERS, Topology
@@ -97,8 +97,6 @@ class _Stage:
 @lru_cache(maxsize=256)
 def _chunks(model: Model, p: int, v: int) -> tuple[tuple[_Stage, ...], ...]:
     """chunks[r][c]: the virtual stage c * p + r of stage r."""
-    from .pipeline import split_layers
-
     counts = split_layers(model.layers, p * v)
     starts = list(itertools.accumulate([0] + counts))
     out = [[_Stage(0, 0, False, False)] * v for _ in range(p)]
@@ -256,8 +254,6 @@ class _JobModel:
 
     # -- memory ----------------------------------------------------------------------------------------
     def memory(self, cfg: Config) -> list[mem.StageMemory]:
-        from .pipeline import peak_inflight
-
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = _shard(job, cfg.micro_batch)
@@ -291,19 +287,12 @@ class _JobModel:
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
-    def check(self, cfg: Config) -> _Eval:
+    def check_memory(self, cfg: Config) -> _Eval:
         """The configuration's memory and whether it fits (no simulation)."""
         mems = self.memory(cfg)
         worst = max(mems, key=lambda s: s.total)
         fits = all(s.total <= mem.capacity_bytes(self.gpu) for s in mems)
         return _Eval(cfg, fits, worst, microbatches=self.per_replica // cfg.micro_batch)
-
-    def evaluate(self, cfg: Config, simulate: bool = True, plan: bool = True) -> _Eval:
-        """Memory, and when it fits (and `simulate`) the simulated step; the StepPlan only when `plan`."""
-        ev = self.check(cfg)
-        if ev.fits and simulate:
-            self.run(ev, plan)
-        return ev
 
     def run(self, ev: _Eval, plan: bool) -> None:
         """Simulate the step of a configuration that fits: fills its step time, breakdown and (plan) StepPlan."""
@@ -488,8 +477,6 @@ def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_Stag
 def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
                      send_b: tuple):  # type: ignore[no-untyped-def]
     """The pipeline simulation, kept for the same exact inputs (the search and the plan run it again)."""
-    from .pipeline import simulate
-
     return simulate(schedule, p, v, m, fwd, bwd, send, send_b)
 
 
@@ -580,8 +567,6 @@ def _divisors(n: int) -> list[int]:
 
 def candidates(job: Job) -> list[Config]:
     """Every configuration the "auto" settings may take (fixed settings stay as given)."""
-    from .pipeline import check
-
     per_replica = job.global_batch // job.dp
     mbs = [job.micro_batch] if job.micro_batch != "auto" else [d for d in _divisors(per_replica) if d <= 64]
     if job.virtual_stages != "auto":
@@ -603,7 +588,7 @@ def _search(model: _JobModel, configs: list[Config], plan: bool = True) -> tuple
 
     Only the chosen configuration gets a StepPlan (when `plan`): the others are compared by step time.
     """
-    evals = [model.check(c) for c in configs]
+    evals = [model.check_memory(c) for c in configs]
     fitting = [e for e in evals if e.fits]
     if not fitting:
         return min(evals, key=lambda e: e.memory.total), False
