@@ -1,8 +1,8 @@
 """Speed of `clustertop estimate` on the 16K-GPU flagship: fixed settings, and every setting "auto".
 
 Keys:
-- estimate_flagship_s: one estimate of llama3-405b-16k with its plan (what `clustertop estimate` and the engine run
-  need), caches cleared before each run.
+- estimate_flagship_s: one estimate of llama3-405b-16k with its plan (what `clustertop estimate` and the
+  engine run need), caches cleared before each run.
 - estimate_flagship_auto_s: the same with micro_batch, virtual_stages and recompute all "auto" (the search).
 - estimate_flagship_fast_s: the flagship without the plan and the fit hint (what a sweep asks for).
 """

@@ -65,7 +65,7 @@ def _block_sizes(topo: Topology) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (engine/layout.py)."""
+    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (see layout.py)."""
 
     first_gpu: int
     gpus: int

@@ -125,8 +125,8 @@ def _net(cluster: Cluster, job: col.Placement) -> _Net:
     topo = Topology.of(cluster)
     stride = job.tp * job.cp
     first = job.first_gpu
-    tiers = tuple(int(topo.tier_between(first + r * stride, first + ((r + 1) % job.pp) * stride))
-                  for r in range(job.pp))
+    r = np.arange(job.pp)
+    tiers = tuple(topo.tier_between(first + r * stride, first + (r + 1) % job.pp * stride).tolist())
     dp_dims = ("dp", "cp") if job.cp > 1 else ("dp",)
     pp = col.route(cluster, job, ("pp",))
     return _Net(tp=col.route(cluster, job, ("tp",)), cp=col.route(cluster, job, ("cp",)),
@@ -295,12 +295,13 @@ class _JobModel:
         return _Eval(cfg, fits, worst, microbatches=self.per_replica // cfg.micro_batch)
 
     def run(self, ev: _Eval, plan: bool) -> None:
-        """Simulate the step of a configuration that fits: fills its step time, breakdown and (plan) StepPlan."""
+        """Simulate a configuration that fits: its step time, breakdown and (when `plan`) StepPlan."""
         job, cl, cfg = self.job, self.cluster, ev.config
         p, v, m = job.pp, cfg.virtual_stages, ev.microbatches
         chunks = self.chunks(v)
         sh = _shard(job, cfg.micro_batch)
-        passes = [[self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in stage] for stage in chunks]
+        passes = [[self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in stage]
+                  for stage in chunks]
         fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
         bwd = tuple(tuple(b for _, b in stage) for stage in passes)
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
@@ -318,12 +319,14 @@ class _JobModel:
             run2 = _simulate_cached(job.schedule, p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
             intervals = Intervals.of(stages)
-        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m, plan)
+        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m,
+                                                        plan)
 
-    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], intervals: Intervals, ends: list[float],
-                last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
-                plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
-        """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown and (plan) the StepPlan."""
+    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], intervals: Intervals,
+                ends: list[float], last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple,
+                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
+        """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown, and the StepPlan when
+        `plan`."""
         job = self.job
         p = job.pp
         dp_end: list[float] = []
@@ -386,16 +389,19 @@ class _JobModel:
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
         stages: list[list[Interval]] = [[] for _ in range(p)]
-        for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(), runs.phase.tolist()):
+        for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(),
+                                 runs.phase.tolist()):
             stages[r].append(Interval(a, b, PHASE_NAMES[code]))
-        return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load, tokens=tokens,
-                         model_flops=flops), step, breakdown)
+        return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load,
+                         tokens=tokens, model_flops=flops), step, breakdown)
 
     def _update(self, params: float) -> tuple[float, float]:
-        """Seconds of the optimizer step and of the BF16 parameter all-gather (ZeRO-1/2) of a stage's params."""
+        """Seconds of the optimizer step and of the parameter all-gather (ZeRO-1/2) for a stage's params."""
         if params not in self._updates:
             shards = self.dp_shards if self.job.zero >= 1 else 1
-            ag = col.all_gather(self.cluster, self.net.dp, cm.BF16 * params).time_s if self.job.zero in (1, 2) else 0.0
+            ag = 0.0
+            if self.job.zero in (1, 2):
+                ag = col.all_gather(self.cluster, self.net.dp, cm.BF16 * params).time_s
             self._updates[params] = (cm.optimizer_time(self.gpu, params, shards), ag)
         return self._updates[params]
 
@@ -403,11 +409,13 @@ class _JobModel:
         """Seconds to reduce a chunk's FP32 gradients (Megatron: accumulated and reduced in FP32) over DP."""
         if params not in self._grad_comm:
             grads, cl, route = 4.0 * params, self.cluster, self.net.dp
-            comm = col.allreduce(cl, route, grads) if self.job.zero == 0 else col.reduce_scatter(cl, route, grads)
+            reduce = col.allreduce if self.job.zero == 0 else col.reduce_scatter
+            comm = reduce(cl, route, grads)
             self._grad_comm[params] = comm.time_s
         return self._grad_comm[params]
 
-    def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float, dp_busy: float) -> dict[str, float]:
+    def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float,
+                   dp_busy: float) -> dict[str, float]:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
         job, cl, net = self.job, self.cluster, self.net
         sh = _shard(job, cfg.micro_batch)
@@ -467,8 +475,8 @@ def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_Stag
     return tuple(_StageFacts(
         params=sum(_chunk_params(model, tp, ep, pp, st) for st in stage),
         expert_params=sum(_expert_params(model, tp, ep, st) for st in stage),
-        largest_layer_params=max((_chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage if st.layers),
-                                 default=0.0),
+        largest_layer_params=max((_chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage
+                                  if st.layers), default=0.0),
         layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
         output=any(st.output for st in stage)) for stage in _chunks(model, pp, v))
 
@@ -519,7 +527,8 @@ def _merge(iv: Intervals, end: float, stages: int) -> Intervals:
     before = np.concatenate([[0.0], covered[:-1]])
     before[bounds[:-1][bounds[:-1] < len(before)]] = 0.0
     before = np.maximum(before, 0.0)         # covered time before each interval
-    done = np.array([max(0.0, covered[hi - 1]) if hi > lo else 0.0 for lo, hi in itertools.pairwise(bounds.tolist())])
+    done = np.array([max(0.0, covered[hi - 1]) if hi > lo else 0.0
+                     for lo, hi in itertools.pairwise(bounds.tolist())])
     kept = iv.end > before
     start = np.maximum(iv.start, before)
     gap = kept & (start > before)

@@ -56,8 +56,9 @@ class Intervals:
     def then(self, other: Intervals) -> Intervals:
         """Each stage's intervals followed by the other's of that stage."""
         at = np.searchsorted(self.stage, other.stage, side="right")
-        return Intervals(*(np.insert(x, at, y) for x, y in zip(
-            (self.stage, self.start, self.end, self.phase), (other.stage, other.start, other.end, other.phase))))
+        mine, theirs = (self.stage, self.start, self.end, self.phase), (other.stage, other.start, other.end,
+                                                                         other.phase)
+        return Intervals(*(np.insert(x, at, y) for x, y in zip(mine, theirs)))
 
 
 @dataclass(frozen=True)
@@ -129,27 +130,32 @@ class PipelineRun:
                      for r, (end, lb) in enumerate(zip(self.ends, self.last_backward)))
 
 
+Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
+
+
 @dataclass(frozen=True, eq=False)
 class _Segments:
-    """Segments of one microbatch as arrays [stage, kind (0 forward, 1 backward), chunk, segment]: the
-    positive durations in order, padded with zeros."""
+    """The segments that take time (positive durations), in order: durations[stage][kind][chunk] (kind 0
+    forward, 1 backward), and the same as arrays [stage, kind, chunk, segment] padded with zeros."""
 
+    durations: list[list[list[list[float]]]]
     duration: np.ndarray
     phase: np.ndarray
 
     @classmethod
-    def of(cls, fwd: Sequence[Sequence[Sequence[Segment]]], bwd: Sequence[Sequence[Sequence[Segment]]]) -> _Segments:
-        table = [[[[s for s in chunk if s[1] > 0] for chunk in stage] for stage in kind] for kind in (fwd, bwd)]
-        p, v = len(fwd), len(fwd[0])
-        n = max(len(c) for kind in table for stage in kind for c in stage)
-        duration = np.zeros((p, 2, v, max(n, 1)))
-        phase = np.zeros((p, 2, v, max(n, 1)), dtype=np.int8)
-        for k, kind in enumerate(table):
-            for r, stage in enumerate(kind):
-                for c, segs in enumerate(stage):
+    def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
+        table = [[[[s for s in chunk if s[1] > 0] for chunk in kind[r]] for kind in (fwd, bwd)]
+                 for r in range(len(fwd))]
+        n = max(1, max(len(segs) for stage in table for kind in stage for segs in kind))
+        duration = np.zeros((len(fwd), 2, len(fwd[0]), n))
+        phase = np.zeros(duration.shape, dtype=np.int8)
+        for r, stage in enumerate(table):
+            for k, kind in enumerate(stage):
+                for c, segs in enumerate(kind):
                     for j, (name, d) in enumerate(segs):
                         duration[r, k, c, j], phase[r, k, c, j] = d, PHASE_CODE[name]
-        return cls(duration, phase)
+        durations = [[[[d for _, d in segs] for segs in kind] for kind in stage] for stage in table]
+        return cls(durations, duration, phase)
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
@@ -164,31 +170,36 @@ def check(schedule: str, p: int, v: int, m: int) -> str | None:
     return None
 
 
+def _operations(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[np.ndarray, ...]:
+    """The operations stage `rank` runs, in order: kinds (0 forward, 1 backward), chunks, microbatches."""
+    if schedule == "gpipe":
+        i = np.arange(m)
+        return np.repeat([0, 1], m), np.zeros(2 * m, dtype=np.intp), np.concatenate([i, i])
+    total = m * v
+    warm = min(p - rank - 1, m) if v == 1 else min(2 * (p - rank - 1) + (v - 1) * p, total)
+    steady = total - warm
+    # the warm-up forwards, then one forward and one backward, then the remaining backwards; k numbers the
+    # forwards (and the backwards) in the order they run
+    kind = np.concatenate([np.zeros(warm, dtype=np.intp), np.tile([0, 1], steady),
+                           np.ones(warm, dtype=np.intp)])
+    alternate = np.stack([np.arange(warm, total), np.arange(steady)], axis=1).ravel()
+    k = np.concatenate([np.arange(warm), alternate, np.arange(steady, total)])
+    if v == 1:
+        return kind, np.zeros_like(k), k
+    # interleaved: rounds of p microbatches through chunks 0, 1, ... (backwards through v - 1, v - 2, ...)
+    chunk = k % (p * v) // p
+    return kind, np.where(kind == 1, v - 1 - chunk, chunk), k // (p * v) * p + k % p
+
+
 @lru_cache(maxsize=1024)
 def order(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[OpKey, ...]:
     """The operations stage `rank` runs, in order."""
-    if schedule == "gpipe":
-        return tuple([("F", 0, i) for i in range(m)] + [("B", 0, i) for i in range(m)])
-    total = m * v
-    if v == 1:
-        warm = min(p - rank - 1, m)
-    else:
-        warm = min(2 * (p - rank - 1) + (v - 1) * p, total)
-
-    def fwd(k: int) -> OpKey:
-        return ("F", (k % (p * v)) // p, (k // (p * v)) * p + k % p) if v > 1 else ("F", 0, k)
-
-    def bwd(k: int) -> OpKey:
-        return ("B", v - 1 - (k % (p * v)) // p, (k // (p * v)) * p + k % p) if v > 1 else ("B", 0, k)
-
-    ops = [fwd(k) for k in range(warm)]
-    for j in range(total - warm):
-        ops += [fwd(warm + j), bwd(j)]
-    ops += [bwd(k) for k in range(total - warm, total)]
-    return tuple(ops)
+    kind, chunk, micro = _operations(schedule, p, v, m, rank)
+    return tuple(zip(["FB"[x] for x in kind.tolist()], chunk.tolist(), micro.tolist()))
 
 
-def peak_inflight(schedule: str, p: int, v: int, m: int, chunk_bytes: Sequence[Sequence[float]]) -> list[float]:
+def peak_inflight(schedule: str, p: int, v: int, m: int,
+                  chunk_bytes: Sequence[Sequence[float]]) -> list[float]:
     """Per stage, the largest activation memory it holds: going through its operations in order, a forward
     allocates its chunk's bytes (chunk_bytes[stage][chunk]), a backward frees them."""
     program = _program(schedule, p, v, m)
@@ -201,8 +212,8 @@ def peak_inflight(schedule: str, p: int, v: int, m: int, chunk_bytes: Sequence[S
 class _Program:
     """The operations of every stage, numbered: op id ((kind * p + stage) * v + chunk) * m + microbatch."""
 
-    ops: tuple[tuple[tuple[bool, int, int, int, int], ...], ...]   # per stage: (backward, chunk, microbatch,
-    #                                                                  op id, id of the op it waits for or -1)
+    ops: tuple[tuple[tuple[bool, int, int, int], ...], ...]   # per stage: (backward, chunk, op id, id of the
+    #                                                             operation it waits for or -1)
     kind: np.ndarray               # [stage, operation]: 0 forward, 1 backward
     chunk: np.ndarray              # [stage, operation]
     last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
@@ -210,28 +221,28 @@ class _Program:
 
 @lru_cache(maxsize=256)
 def _program(schedule: str, p: int, v: int, m: int) -> _Program:
-    ops = np.array([[(kind == "B", c, i) for kind, c, i in order(schedule, p, v, m, r)] for r in range(p)],
-                   dtype=np.intp).reshape(p, -1, 3)
-    kind, chunk, micro = ops[:, :, 0], ops[:, :, 1], ops[:, :, 2]
+    kind, chunk, micro = (np.stack(x) for x in zip(*(_operations(schedule, p, v, m, r) for r in range(p))))
     stage = np.arange(p)[:, None]
 
     def op_id(backward: Any, r: Any, c: Any) -> np.ndarray:
         return ((backward * p + r) * v + c) * m + micro
 
-    # forward: from the previous stage, or from the last stage's previous chunk; backward: the other way
-    fwd_dep = np.where(stage > 0, op_id(0, stage - 1, chunk), np.where(chunk > 0, op_id(0, p - 1, chunk - 1), -1))
-    bwd_dep = np.where(stage < p - 1, op_id(1, stage + 1, chunk), np.where(chunk < v - 1, op_id(1, 0, chunk + 1), -1))
+    # a forward waits for the previous stage (stage 0: the last stage's previous chunk); a backward for the
+    # next stage (the last stage: stage 0's next chunk)
+    fwd_dep = np.where(stage > 0, op_id(0, stage - 1, chunk),
+                       np.where(chunk > 0, op_id(0, p - 1, chunk - 1), -1))
+    bwd_dep = np.where(stage < p - 1, op_id(1, stage + 1, chunk),
+                       np.where(chunk < v - 1, op_id(1, 0, chunk + 1), -1))
     dep = np.where(kind == 1, bwd_dep, fwd_dep)
     ids = op_id(kind, stage, chunk)
     is_last = (kind == 1) & (micro == m - 1)
     last = [[np.flatnonzero(is_last[r] & (chunk[r] == c))[0] for c in range(v)] for r in range(p)]
-    steps = tuple(tuple(zip(kind[r].astype(bool).tolist(), chunk[r].tolist(), micro[r].tolist(), ids[r].tolist(),
-                            dep[r].tolist())) for r in range(p))
-    return _Program(steps, kind, chunk, np.array(last, dtype=np.intp))
+    ops = tuple(tuple(zip(kind[r].astype(bool).tolist(), chunk[r].tolist(), ids[r].tolist(), dep[r].tolist()))
+                for r in range(p))
+    return _Program(ops, kind, chunk, np.array(last, dtype=np.intp))
 
 
-def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Sequence[Segment]]],
-             bwd: Sequence[Sequence[Sequence[Segment]]], send_fwd: Sequence[float],
+def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
              send_bwd: Sequence[float]) -> PipelineRun:
     """Run one step. fwd[r][c] / bwd[r][c]: segments of one microbatch of chunk c on stage r.
 
@@ -254,8 +265,8 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
     program = _program(schedule, p, v, m)
     segments = _Segments.of(fwd, bwd)
     env = simpy.Environment()
-    finished: list[float | None] = [None] * (2 * p * v * m)     # end time of every operation once it started
-    waiting: dict[int, simpy.Event] = {}                        # op id -> event its (single) consumer waits on
+    finished: list[float | None] = [None] * (2 * p * v * m)     # end of every operation, once it started
+    waiting: dict[int, simpy.Event] = {}                        # op id -> event its one consumer waits on
     records: list[tuple[list[float], list[float], list[float]] | None] = [None] * p
     nan = float("nan")
 
@@ -263,11 +274,10 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Sequence[Sequence[Seque
         produced_at: list[float] = []
         started: list[float] = []
         ended: list[float] = []
-        durations = [[[d for _, d in fwd[r][c] if d > 0] for c in range(v)],
-                     [[d for _, d in bwd[r][c] if d > 0] for c in range(v)]]
+        durations = segments.durations[r]
         delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
         now = env.now           # this stage's clock
-        for backward, c, _, op, dep in program.ops[r]:
+        for backward, c, op, dep in program.ops[r]:
             if dep < 0:
                 produced = nan
             else:

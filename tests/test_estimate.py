@@ -204,8 +204,8 @@ def test_the_sweep_fast_path_gives_the_same_figures(name: str) -> None:
 
 @pytest.mark.parametrize("kw", [{"micro_batch": "auto", "virtual_stages": "auto", "recompute": "auto"},
                                 {"schedule": "gpipe", "virtual_stages": 1, "recompute": "full", "zero": 3},
-                                {"global_batch": 128 * 320, "micro_batch": 1}])       # 320 microbatches: extended
-def test_the_fast_path_gives_the_same_figures_for_searches_and_long_steps(kw: dict) -> None:  # type: ignore[type-arg]
+                                {"global_batch": 128 * 320, "micro_batch": 1}])   # 320 microbatches: extended
+def test_the_fast_path_gives_the_same_figures_for_searches_and_long_steps(kw: dict[str, object]) -> None:
     s, job = _flagship(**kw)
     fast, full = _fast_and_full(dataclasses.replace(s, jobs=(job,)))
     assert to_json(fast) == to_json(full)
