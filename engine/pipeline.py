@@ -144,18 +144,19 @@ class _Segments:
 
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
-        table = [[[[s for s in chunk if s[1] > 0] for chunk in kind[r]] for kind in (fwd, bwd)]
-                 for r in range(len(fwd))]
-        n = max(1, max(len(segs) for stage in table for kind in stage for segs in kind))
-        duration = np.zeros((len(fwd), 2, len(fwd[0]), n))
-        phase = np.zeros(duration.shape, dtype=np.int8)
-        for r, stage in enumerate(table):
-            for k, kind in enumerate(stage):
-                for c, segs in enumerate(kind):
-                    for j, (name, d) in enumerate(segs):
-                        duration[r, k, c, j], phase[r, k, c, j] = d, PHASE_CODE[name]
-        durations = [[[[d for _, d in segs] for segs in kind] for kind in stage] for stage in table]
-        return cls(durations, duration, phase)
+        kept: dict[int, tuple[list[float], list[int]]] = {}     # stages mostly share their chunks' segments
+
+        def positive(segs: Sequence[Segment]) -> tuple[list[float], list[int]]:
+            if id(segs) not in kept:
+                kept[id(segs)] = ([d for _, d in segs if d > 0], [PHASE_CODE[name] for name, d in segs if d > 0])
+            return kept[id(segs)]
+
+        table = [[[positive(segs) for segs in kind[r]] for kind in (fwd, bwd)] for r in range(len(fwd))]
+        n = max(1, max(len(d) for d, _ in kept.values()))
+        duration = np.array([[[d + [0.0] * (n - len(d)) for d, _ in kind] for kind in stage] for stage in table])
+        phase = np.array([[[c + [0] * (n - len(c)) for _, c in kind] for kind in stage] for stage in table],
+                         dtype=np.int8)
+        return cls([[[d for d, _ in kind] for kind in stage] for stage in table], duration, phase)
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
