@@ -8,6 +8,8 @@ Keys:
   real shape): the ceiling the sweep machinery itself allows.
 - sweep_overhead_us_per_point: CPU time per point of the machinery in one process (build the point's table,
   validate it with the loader, serialize the record, rank it), trivial estimator.
+- sweep_cpu_us_per_point: CPU time per point of the whole sweep with the performance model in one process
+  (best of 3): what sweep_points_per_s costs, steadier than a wall-clock rate on a machine other work shares.
 - sweep_invalid_points: how many of the 1,000 points the loader refuses (the axes include invalid ones).
 """
 
@@ -53,6 +55,17 @@ def _time(estimator: sweep.Estimator, workers: int | None, repeat: int) -> tuple
     return best, ranking
 
 
+def _cpu(estimator: sweep.Estimator, repeat: int) -> float:
+    """Least CPU time of `repeat` full runs in this process (one worker)."""
+    best = float("inf")
+    for _ in range(repeat):
+        with tempfile.TemporaryFile() as sink:
+            started = time.process_time()
+            sweep.sweep_to(sweep.plan(BASE, AXES, estimator), sink, workers=1)
+            best = min(best, time.process_time() - started)
+    return best
+
+
 def run() -> dict[str, float]:
     figures: dict[str, float] = {}
     try:
@@ -71,4 +84,6 @@ def run() -> dict[str, float]:
     figures["sweep_trivial_points_per_s"] = round(1000 / elapsed, 1)
     elapsed, _ = _time(trivial, 1, 3)
     figures["sweep_overhead_us_per_point"] = round(elapsed / 1000 * 1e6, 1)
+    if key == "sweep_points_per_s":
+        figures["sweep_cpu_us_per_point"] = round(_cpu(estimator, 3) / 1000 * 1e6, 1)
     return figures

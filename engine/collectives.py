@@ -63,7 +63,26 @@ def _block_sizes(topo: Topology) -> dict[str, int]:
     return {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
 
 
-def members(job: Job, dims: tuple[str, ...]) -> np.ndarray:
+@dataclass(frozen=True)
+class Placement:
+    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (see layout.py)."""
+
+    first_gpu: int
+    gpus: int
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+
+
+def placement(job: Job | Placement) -> Placement:
+    if isinstance(job, Placement):
+        return job
+    return Placement(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.dp, job.ep)
+
+
+def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     """Job-local GPU indices of every group over `dims`, shape (groups, size), members in ring order."""
     grid = np.arange(job.gpus).reshape(job.dp, job.pp, job.cp, job.tp)
     if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/layout.py)
@@ -79,9 +98,16 @@ def members(job: Job, dims: tuple[str, ...]) -> np.ndarray:
     return moved.reshape(-1, size)
 
 
+def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern: str = "ring") -> Route:
+    """Placement facts of the groups over `dims` ("ring" for collectives and p2p chains, "all2all" for EP).
+
+    They depend on the job's placement only: jobs that differ in anything else share them (cached).
+    """
+    return _route(cluster, placement(job), dims, pattern)
+
+
 @lru_cache(maxsize=256)
-def route(cluster: Cluster, job: Job, dims: tuple[str, ...], pattern: str = "ring") -> Route:
-    """Placement facts of the groups over `dims` ("ring" for collectives and p2p chains, "all2all" for EP)."""
+def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str) -> Route:
     topo = Topology.of(cluster)
     groups = members(job, dims) + job.first_gpu
     size = groups.shape[1]

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
+from .catalog import Model
 from .errors import UserError
 from .layout import DIMS, Layout
+from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, check, peak_inflight, simulate, split_layers
 from .scenario import Cluster, Job, Scenario
 from .timeline import Interval, StepPlan
 from .topology import TIERS, Topology
@@ -82,26 +87,24 @@ class _Stage:
     layers: int
     embedding: bool
     output: bool
+    moe: int = 0          # how many of its layers are MoE layers
+
+    @property
+    def dense(self) -> int:
+        return self.layers - self.moe
 
 
-def _chunks(job: Job, v: int) -> list[list[_Stage]]:
-    """chunks[r][c]: the virtual stage c * pp + r of stage r."""
-    from .pipeline import split_layers
-
-    p = job.pp
-    counts = split_layers(job.model.layers, p * v)
+@lru_cache(maxsize=256)
+def _chunks(model: Model, p: int, v: int) -> tuple[tuple[_Stage, ...], ...]:
+    """chunks[r][c]: the virtual stage c * p + r of stage r."""
+    counts = split_layers(model.layers, p * v)
     starts = list(itertools.accumulate([0] + counts))
     out = [[_Stage(0, 0, False, False)] * v for _ in range(p)]
     for vs, n in enumerate(counts):
         c, r = divmod(vs, p)
-        out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1)
-    return out
-
-
-def _layer_kinds(job: Job, st: _Stage) -> tuple[int, int]:
-    """(dense, MoE) layers in a chunk."""
-    moe = sum(cm.is_moe_layer(job.model, i) for i in range(st.first_layer, st.first_layer + st.layers))
-    return st.layers - moe, moe
+        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n))
+        out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1, moe)
+    return tuple(map(tuple, out))
 
 
 # ------------------------------------------------------------------------------------------ communication
@@ -117,12 +120,13 @@ class _Net:
 
 
 @lru_cache(maxsize=64)
-def _net(cluster: Cluster, job: Job) -> _Net:
+def _net(cluster: Cluster, job: col.Placement) -> _Net:
+    """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them)."""
     topo = Topology.of(cluster)
     stride = job.tp * job.cp
     first = job.first_gpu
-    tiers = tuple(int(topo.tier_between(first + r * stride, first + ((r + 1) % job.pp) * stride))
-                  for r in range(job.pp))
+    r = np.arange(job.pp)
+    tiers = tuple(topo.tier_between(first + r * stride, first + (r + 1) % job.pp * stride).tolist())
     dp_dims = ("dp", "cp") if job.cp > 1 else ("dp",)
     pp = col.route(cluster, job, ("pp",))
     return _Net(tp=col.route(cluster, job, ("tp",)), cp=col.route(cluster, job, ("cp",)),
@@ -159,26 +163,62 @@ class _Eval:
     microbatches: int = 0
 
 
+Passes = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]   # (forward, backward) segments
+
+
+@dataclass(frozen=True)
+class _StageFacts:
+    """What one pipeline stage holds (all its chunks), on one GPU."""
+
+    params: float
+    expert_params: float
+    largest_layer_params: float
+    layers: int
+    moe: bool                 # holds a MoE layer
+    output: bool              # holds the output layer
+
+
 class _JobModel:
-    """Everything about one job that does not depend on the auto settings, and the evaluation of a Config."""
+    """Everything about one job that does not depend on the auto settings, and the evaluation of a Config.
+
+    Costs that depend only on a chunk's blocks (not on its place in the pipeline) are computed once per
+    model and reused by every stage, configuration and evaluation with the same blocks.
+    """
 
     def __init__(self, cluster: Cluster, job: Job) -> None:
         self.cluster, self.job = cluster, job
         self.gpu = cluster.gpu
-        self.net = _net(cluster, job)
+        self.net = _net(cluster, col.placement(job))
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
+        self._grad_comm: dict[float, float] = {}
+        self._updates: dict[float, tuple[float, float]] = {}
+        self._passes: dict[tuple[Any, ...], Passes] = {}
+        self._params: dict[tuple[int, int, bool, bool], float] = {}
+
+    def chunks(self, v: int) -> tuple[tuple[_Stage, ...], ...]:
+        return _chunks(self.job.model, self.job.pp, v)
+
+    def stages(self, v: int) -> tuple[_StageFacts, ...]:
+        job = self.job
+        return _stage_facts(job.model, job.tp, job.ep, job.pp, v)
 
     # -- per chunk costs -------------------------------------------------------------------------------
-    def _chunk_passes(self, st: _Stage, sh: cm.Shard, recompute: str) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    def _chunk_passes(self, st: _Stage, micro_batch: int, recompute: str) -> Passes:
+        """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
+        key = (st.dense, st.moe, st.embedding, st.output, micro_batch, recompute)
+        if key not in self._passes:
+            self._passes[key] = self._compute_passes(st, _shard(self.job, micro_batch), recompute)
+        return self._passes[key]
+
+    def _compute_passes(self, st: _Stage, sh: cm.Shard, recompute: str) -> Passes:
         job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
-        dense, moe = _layer_kinds(job, st)
         blocks: list[tuple[cm.BlockCost, int]] = []
-        if dense:
-            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), dense))
-        if moe:
-            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), moe))
+        if st.dense:
+            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), st.dense))
+        if st.moe:
+            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), st.moe))
         if st.embedding:
             blocks.append((cm.embedding_cost(gpu, job.model, sh), 1))
         if st.output:
@@ -204,137 +244,114 @@ class _JobModel:
             rs = col.reduce_scatter(cl, net.dp, 4.0 * params).time_s
             f["dp"] = max(0.0, ag - f["compute"])
             b["dp"] = max(0.0, ag + rs - b["compute"])
-        return list(f.items()), list(b.items())
+        return tuple(f.items()), tuple(b.items())
 
     def _chunk_params(self, st: _Stage) -> float:
-        """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
-        job = self.job
-        dense, moe = _layer_kinds(job, st)
-        p = dense * cm.layer_params_per_gpu(job.model, False, job.tp, job.ep)
-        if moe:
-            p += moe * cm.layer_params_per_gpu(job.model, True, job.tp, job.ep)
-        emb = job.model.vocab * job.model.hidden / job.tp
-        if st.embedding:
-            p += emb
-        if st.output and not (job.model.tied_embeddings and job.pp == 1):
-            p += emb
-        return p
-
-    def _expert_params(self, st: _Stage) -> float:
-        job = self.job
-        _, moe = _layer_kinds(job, st)
-        if not moe:
-            return 0.0
-        experts = job.model.experts * cm._mlp_params(job.model.hidden, job.model.moe_ffn, job.model.ffn_activation)
-        return moe * experts / job.tp / job.ep
+        key = (st.dense, st.moe, st.embedding, st.output)
+        if key not in self._params:
+            self._params[key] = _chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
+        return self._params[key]
 
     # -- memory ----------------------------------------------------------------------------------------
-    def memory(self, cfg: Config, chunks: list[list[_Stage]]) -> list[mem.StageMemory]:
-        from .pipeline import order, peak_inflight
-
+    def memory(self, cfg: Config) -> list[mem.StageMemory]:
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = _shard(job, cfg.micro_batch)
-        out = []
-        for r, stage in enumerate(chunks):
-            chunk_bytes = []
+        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute)
+                     for moe in (False, True)}
+        full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
+                      for moe in (False, True)}
+        chunks = self.chunks(cfg.virtual_stages)
+        chunk_bytes = []
+        for stage in chunks:
+            chunk_bytes.append([])
             for st in stage:
-                dense, moe = _layer_kinds(job, st)
-                per_tok = (dense * mem.activation_bytes_per_token(job.model, False, job.tp, sh.sp, cfg.recompute)
-                           + moe * mem.activation_bytes_per_token(job.model, True, job.tp, sh.sp, cfg.recompute))
+                per_tok = st.dense * per_token[False] + st.moe * per_token[True]
                 if st.embedding:
                     per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-                chunk_bytes.append(per_tok * sh.tokens)
-            held = peak_inflight(order(job.schedule, job.pp, cfg.virtual_stages, m, r), chunk_bytes)
-            moe_any = any(_layer_kinds(job, st)[1] for st in stage)
-            layer_full = mem.activation_bytes_per_token(job.model, moe_any, job.tp, sh.sp, "none") * sh.tokens
+                chunk_bytes[-1].append(per_tok * sh.tokens)
+        held = peak_inflight(job.schedule, job.pp, cfg.virtual_stages, m, chunk_bytes)
+        out = []
+        for stage, activations in zip(self.stages(cfg.virtual_stages), held):
+            layer_full = full_layer[stage.moe]
             transient = layer_full if cfg.recompute == "full" else 0.0
             # one layer's gradient working set (input/output grads, the largest intermediate) during backward
             transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
             logits = 0.0
-            if any(st.output for st in stage):
+            if stage.output:
                 logits = 2 * sh.tokens * job.model.vocab / job.tp * 4.0
-            params = sum(self._chunk_params(st) for st in stage)
-            experts = sum(self._expert_params(st) for st in stage)
-            largest = max((self._chunk_params(_Stage(st.first_layer, 1, False, False)) for st in stage
-                           if st.layers), default=0.0)
-            out.append(mem.stage_memory(params=params, expert_params=experts, largest_layer_params=largest,
-                                        zero=job.zero, dp_shards=self.dp_shards, expert_shards=self.expert_shards,
-                                        activations=held, transient=transient, logits=logits))
+            out.append(mem.stage_memory(params=stage.params, expert_params=stage.expert_params,
+                                        largest_layer_params=stage.largest_layer_params, zero=job.zero,
+                                        dp_shards=self.dp_shards, expert_shards=self.expert_shards,
+                                        activations=activations, transient=transient, logits=logits))
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
-    def evaluate(self, cfg: Config, simulate: bool = True) -> _Eval:
-        job, cl, gpu = self.job, self.cluster, self.gpu
-        p, v = job.pp, cfg.virtual_stages
-        m = self.per_replica // cfg.micro_batch
-        chunks = _chunks(job, v)
-        mems = self.memory(cfg, chunks)
+    def check_memory(self, cfg: Config) -> _Eval:
+        """The configuration's memory and whether it fits (no simulation)."""
+        mems = self.memory(cfg)
         worst = max(mems, key=lambda s: s.total)
-        fits = all(s.total <= mem.capacity_bytes(gpu) for s in mems)
-        ev = _Eval(cfg, fits, worst, microbatches=m)
-        if not (fits and simulate):
-            return ev
+        fits = all(s.total <= mem.capacity_bytes(self.gpu) for s in mems)
+        return _Eval(cfg, fits, worst, microbatches=self.per_replica // cfg.micro_batch)
+
+    def run(self, ev: _Eval, plan: bool) -> None:
+        """Simulate a configuration that fits: its step time, breakdown and (when `plan`) StepPlan."""
+        job, cl, cfg = self.job, self.cluster, ev.config
+        p, v, m = job.pp, cfg.virtual_stages, ev.microbatches
+        chunks = self.chunks(v)
         sh = _shard(job, cfg.micro_batch)
-        fwd, bwd = [], []
-        for stage in chunks:
-            fs, bs = zip(*(self._chunk_passes(st, sh, cfg.recompute) for st in stage))
-            fwd.append(list(fs))
-            bwd.append(list(bs))
+        passes = [[self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in stage]
+                  for stage in chunks]
+        fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
+        bwd = tuple(tuple(b for _, b in stage) for stage in passes)
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-        send = [_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p)]
-        send_b = [send[(r - 1) % p] for r in range(p)]
-        args = (_freeze(fwd), _freeze(bwd), tuple(send), tuple(send_b))
+        send = tuple(_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p))
+        send_b = tuple(send[(r - 1) % p] for r in range(p))
         if m <= MAX_SIM_MICROBATCHES:
-            run = _simulate_cached(job.schedule, p, v, m, *args)
-            stages = [list(s.intervals) for s in run.stages]
-            ends = [s.end_s for s in run.stages]
-            last_b = [list(s.last_backward) for s in run.stages]
+            run = _simulate_cached(job.schedule, p, v, m, fwd, bwd, send, send_b)
+            intervals, ends, last_b = run.intervals, run.ends, run.last_backward
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
             m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
             m1 = max(step, m2 // 2 // step * step)
-            run1 = _simulate_cached(job.schedule, p, v, m1, *args)
-            run2 = _simulate_cached(job.schedule, p, v, m2, *args)
+            run1 = _simulate_cached(job.schedule, p, v, m1, fwd, bwd, send, send_b)
+            run2 = _simulate_cached(job.schedule, p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
-        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, stages, ends, last_b, fwd, bwd, m)
-        return ev
+            intervals = Intervals.of(stages)
+        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m,
+                                                        plan)
 
-    def _finish(self, cfg: Config, chunks: list[list[_Stage]], stages: list[list[tuple[float, float, str]]],
-                ends: list[float], last_b: list[list[tuple[float, float]]], fwd: list, bwd: list,
-                m: int) -> tuple[StepPlan, float, dict[str, float]]:
-        """Add DP gradient reduction, optimizer and parameter all-gather; build the plan and the breakdown."""
-        job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
+    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], intervals: Intervals,
+                ends: list[float], last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple,
+                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
+        """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown, and the StepPlan when
+        `plan`."""
+        job = self.job
         p = job.pp
         dp_end: list[float] = []
         dp_busy = 0.0
         ag_time = opt_time = 0.0
         opt_by_stage = []
         ag_by_stage = []
-        for r in range(p):
+        for r, stage in enumerate(self.stages(cfg.virtual_stages)):
             t_stream = 0.0
             for c in reversed(range(cfg.virtual_stages)):
                 st = chunks[r][c]
-                params = self._chunk_params(st)
                 if job.zero >= 3:
-                    continue          # reduced per microbatch inside the backward (see _chunk_passes)
-                grads = 4.0 * params  # FP32 gradients (Megatron: accumulated and reduced in FP32)
-                comm = col.allreduce(cl, net.dp, grads) if job.zero == 0 else col.reduce_scatter(cl, net.dp, grads)
-                dp_busy += comm.time_s / p
+                    continue          # reduced per microbatch inside the backward (see _compute_passes)
+                comm_s = self._gradient_reduction(self._chunk_params(st))
+                dp_busy += comm_s / p
                 b0, b1 = last_b[r][c]
                 n_layers = max(1, st.layers)
                 # buckets: the first is ready after one layer's backward, the last after the chunk's
-                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm.time_s,
-                               b1 + comm.time_s / n_layers)
+                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm_s, b1 + comm_s / n_layers)
             dp_end.append(max(ends[r], t_stream))
-            params = sum(self._chunk_params(st) for st in chunks[r])
-            shards = self.dp_shards if job.zero >= 1 else 1
-            opt_by_stage.append(cm.optimizer_time(gpu, params, shards))
+            optimizer, ag = self._update(stage.params)
+            opt_by_stage.append(optimizer)
             if job.zero in (1, 2):
-                ag = col.all_gather(cl, net.dp, cm.BF16 * params).time_s
                 # overlapped with the next step's first forward but for the first layer's bucket
-                n_layers = max(1, sum(st.layers for st in chunks[r]))
+                n_layers = max(1, stage.layers)
                 ag_by_stage.append(ag / n_layers)
                 dp_busy += ag / p
             else:
@@ -343,10 +360,9 @@ class _JobModel:
         opt_time = max(opt_by_stage)
         ag_time = max(ag_by_stage)
         step = sync + opt_time + ag_time
-        plan_stages = []
-        totals: dict[str, float] = {}
+        after = []                 # each stage's intervals after its pipeline schedule
         for r in range(p):
-            iv = list(stages[r])
+            iv = []
             if dp_end[r] > ends[r]:
                 iv.append((ends[r], dp_end[r], "dp"))
             if sync > dp_end[r]:
@@ -358,21 +374,48 @@ class _JobModel:
                 iv.append((sync + opt_time, sync + opt_time + ag_by_stage[r], "dp"))
             if sync + opt_time + ag_by_stage[r] < step:
                 iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
-            merged = _merge(iv, step)
-            plan_stages.append(merged)
-            for it in merged:
-                totals[it.phase] = totals.get(it.phase, 0.0) + (it.end_s - it.start_s) / p
-        tokens = job.global_batch * job.seq_len
-        flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
-        tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
-        plan = StepPlan(step_time_s=step, stages=tuple(tuple(s) for s in plan_stages), tier_load=tier_load,
-                        tokens=tokens, model_flops=flops)
+            after.append(iv)
+        runs = _merge(intervals.then(Intervals.of(after)), step, p)
+        # each phase's time summed over the runs, stage after stage, as a mean over the stages
+        length = (runs.end - runs.start) / p
+        totals = {PHASE_NAMES[code]: float(np.add.accumulate(length[runs.phase == code])[-1])
+                  for code in np.unique(runs.phase).tolist()}
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
-        return plan, step, breakdown
+        if not plan:
+            return None, step, breakdown
+        tokens = job.global_batch * job.seq_len
+        flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
+        tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
+        stages: list[list[Interval]] = [[] for _ in range(p)]
+        for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(),
+                                 runs.phase.tolist()):
+            stages[r].append(Interval(a, b, PHASE_NAMES[code]))
+        return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load,
+                         tokens=tokens, model_flops=flops), step, breakdown)
 
-    def _tier_load(self, cfg: Config, fwd: list, bwd: list, m: int, step: float, dp_busy: float) -> dict[str, float]:
+    def _update(self, params: float) -> tuple[float, float]:
+        """Seconds of the optimizer step and of the parameter all-gather (ZeRO-1/2) for a stage's params."""
+        if params not in self._updates:
+            shards = self.dp_shards if self.job.zero >= 1 else 1
+            ag = 0.0
+            if self.job.zero in (1, 2):
+                ag = col.all_gather(self.cluster, self.net.dp, cm.BF16 * params).time_s
+            self._updates[params] = (cm.optimizer_time(self.gpu, params, shards), ag)
+        return self._updates[params]
+
+    def _gradient_reduction(self, params: float) -> float:
+        """Seconds to reduce a chunk's FP32 gradients (Megatron: accumulated and reduced in FP32) over DP."""
+        if params not in self._grad_comm:
+            grads, cl, route = 4.0 * params, self.cluster, self.net.dp
+            reduce = col.allreduce if self.job.zero == 0 else col.reduce_scatter
+            comm = reduce(cl, route, grads)
+            self._grad_comm[params] = comm.time_s
+        return self._grad_comm[params]
+
+    def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float,
+                   dp_busy: float) -> dict[str, float]:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
         job, cl, net = self.job, self.cluster, self.net
         sh = _shard(job, cfg.micro_batch)
@@ -404,17 +447,45 @@ class _JobModel:
         return {t: round(min(1.0, x), 4) for t, x in load.items()}
 
 
-def _freeze(x: list) -> tuple:
-    return tuple(tuple(tuple(segs) for segs in stage) for stage in x)
+def _chunk_params(model: Model, tp: int, ep: int, pp: int, st: _Stage) -> float:
+    """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
+    p = st.dense * cm.layer_params_per_gpu(model, False, tp, ep)
+    if st.moe:
+        p += st.moe * cm.layer_params_per_gpu(model, True, tp, ep)
+    emb = model.vocab * model.hidden / tp
+    if st.embedding:
+        p += emb
+    if st.output and not (model.tied_embeddings and pp == 1):
+        p += emb
+    return p
+
+
+def _expert_params(model: Model, tp: int, ep: int, st: _Stage) -> float:
+    if not st.moe:
+        return 0.0
+    experts = model.experts * cm._mlp_params(model.hidden, model.moe_ffn, model.ffn_activation)
+    return st.moe * experts / tp / ep
 
 
 @lru_cache(maxsize=256)
+def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_StageFacts, ...]:
+    def first_layer(st: _Stage) -> _Stage:
+        return _Stage(st.first_layer, 1, False, False, int(cm.is_moe_layer(model, st.first_layer)))
+
+    return tuple(_StageFacts(
+        params=sum(_chunk_params(model, tp, ep, pp, st) for st in stage),
+        expert_params=sum(_expert_params(model, tp, ep, st) for st in stage),
+        largest_layer_params=max((_chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage
+                                  if st.layers), default=0.0),
+        layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
+        output=any(st.output for st in stage)) for stage in _chunks(model, pp, v))
+
+
+@lru_cache(maxsize=64)
 def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
                      send_b: tuple):  # type: ignore[no-untyped-def]
-    from .pipeline import simulate
-
-    return simulate(schedule, p, v, m, [list(map(list, s)) for s in fwd], [list(map(list, s)) for s in bwd],
-                    list(send), list(send_b))
+    """The pipeline simulation, kept for the same exact inputs (the search and the plan run it again)."""
+    return simulate(schedule, p, v, m, fwd, bwd, send, send_b)
 
 
 def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list, list]:
@@ -444,29 +515,57 @@ def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list,
     return stages, ends, last_b
 
 
-def _merge(intervals: list[tuple[float, float, str]], end: float) -> list[Interval]:
-    """Contiguous intervals covering [0, end]: gaps become bubble, adjacent equal phases merge."""
-    out: list[Interval] = []
-    t = 0.0
-    for a, b, phase in sorted(intervals):
-        if b <= t:
-            continue
-        a = max(a, t)
-        if a > t:
-            out = _push(out, t, a, "bubble")
-        out = _push(out, a, b, phase)
-        t = b
-    if end > t:
-        out = _push(out, t, end, "bubble")
-    return out
+def _merge(iv: Intervals, end: float, stages: int) -> Intervals:
+    """Each stage's runs covering [0, end]: what walking its intervals sorted by (start, end, phase) makes of
+    them. An interval ending where the covered time already is is dropped, one starting before it is clipped,
+    a gap becomes bubble, and adjacent equal phases merge into one run."""
+    iv = _sorted(iv, stages)
+    bounds = np.searchsorted(iv.stage, np.arange(stages + 1))
+    covered = np.empty(len(iv.end))          # covered time after each interval: the stage's running maximum
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        covered[lo:hi] = np.maximum.accumulate(iv.end[lo:hi])
+    before = np.concatenate([[0.0], covered[:-1]])
+    before[bounds[:-1][bounds[:-1] < len(before)]] = 0.0
+    before = np.maximum(before, 0.0)         # covered time before each interval
+    done = np.array([max(0.0, covered[hi - 1]) if hi > lo else 0.0
+                     for lo, hi in itertools.pairwise(bounds.tolist())])
+    kept = iv.end > before
+    start = np.maximum(iv.start, before)
+    gap = kept & (start > before)
+    # the pieces: before each kept interval the gap it leaves (bubble), then the interval; at the end of each
+    # stage the bubble until `end`
+
+    def pieces(gaps: Any, kept: np.ndarray, tail: Any) -> np.ndarray:
+        pairs = np.stack(np.broadcast_arrays(gaps, kept), axis=1).ravel()
+        return np.insert(pairs, 2 * bounds[1:], tail)
+
+    bubble = PHASE_CODE["bubble"]
+    ok = pieces(gap, kept, end > done)
+    stage = pieces(iv.stage, iv.stage, np.arange(stages))[ok]
+    a, b = pieces(before, start, done)[ok], pieces(start, iv.end, end)[ok]
+    code = pieces(np.int8(bubble), iv.phase, np.int8(bubble))[ok]
+    first = np.ones(len(code), dtype=bool)  # the pieces that start a run
+    first[1:] = (code[1:] != code[:-1]) | (stage[1:] != stage[:-1])
+    last = np.append(first[1:], True)
+    return Intervals(stage[first], a[first], b[last], code[first])
 
 
-def _push(out: list[Interval], a: float, b: float, phase: str) -> list[Interval]:
-    if out and out[-1].phase == phase:
-        out[-1] = Interval(out[-1].start_s, b, phase)
-    else:
-        out.append(Interval(a, b, phase))
-    return out
+def _sorted(iv: Intervals, stages: int) -> Intervals:
+    """Each stage's intervals sorted by (start, end, phase). The schedule emits them in that order but for
+    rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
+    a, b, c, r = iv.start, iv.end, iv.phase, iv.stage
+    x, y = slice(None, -1), slice(1, None)
+    in_order = (a[x] < a[y]) | ((a[x] == a[y]) & ((b[x] < b[y]) | ((b[x] == b[y]) & (c[x] <= c[y]))))
+    unsorted = np.unique(r[y][~in_order & (r[x] == r[y])])
+    if not len(unsorted):
+        return iv
+    a, b, c = a.copy(), b.copy(), c.copy()
+    bounds = np.searchsorted(r, np.arange(stages + 1))
+    for s in unsorted.tolist():
+        lo, hi = bounds[s], bounds[s + 1]
+        idx = lo + np.lexsort((c[lo:hi], b[lo:hi], a[lo:hi]))
+        a[lo:hi], b[lo:hi], c[lo:hi] = a[idx], b[idx], c[idx]
+    return Intervals(r, a, b, c)
 
 
 # ----------------------------------------------------------------------------------------------- search
@@ -477,8 +576,6 @@ def _divisors(n: int) -> list[int]:
 
 def candidates(job: Job) -> list[Config]:
     """Every configuration the "auto" settings may take (fixed settings stay as given)."""
-    from .pipeline import check
-
     per_replica = job.global_batch // job.dp
     mbs = [job.micro_batch] if job.micro_batch != "auto" else [d for d in _divisors(per_replica) if d <= 64]
     if job.virtual_stages != "auto":
@@ -495,35 +592,40 @@ def candidates(job: Job) -> list[Config]:
     return out
 
 
-def _search(model: _JobModel, configs: list[Config]) -> tuple[_Eval, bool]:
-    """The fastest configuration that fits, or (the one needing least memory, False) when none fits."""
-    evals = [model.evaluate(c, simulate=False) for c in configs]
+def _search(model: _JobModel, configs: list[Config], plan: bool = True) -> tuple[_Eval, bool]:
+    """The fastest configuration that fits, or (the one needing least memory, False) when none fits.
+
+    Only the chosen configuration gets a StepPlan (when `plan`): the others are compared by step time.
+    """
+    evals = [model.check_memory(c) for c in configs]
     fitting = [e for e in evals if e.fits]
     if not fitting:
         return min(evals, key=lambda e: e.memory.total), False
+    if len(fitting) == 1:
+        model.run(fitting[0], plan)
+        return fitting[0], True
     # cheap lower bound first: fewer recomputation, more interleaving, bigger microbatches tend to win
     best: _Eval | None = None
     for e in sorted(fitting, key=lambda e: _guess(model, e.config)):
         if best is not None and _lower_bound(model, e.config) >= best.step_s:
             continue
-        full = model.evaluate(e.config)
-        if best is None or full.step_s < best.step_s - 1e-12:
-            best = full
+        model.run(e, plan=False)
+        if best is None or e.step_s < best.step_s - 1e-12:
+            best = e
     assert best is not None
+    if plan:
+        model.run(best, plan=True)     # the same simulation (cached), now with its plan
     return best, True
 
 
 def _work(model: _JobModel, cfg: Config) -> float:
     """Busiest stage's compute time per step (no waiting): a lower bound of the step."""
-    job = model.job
-    sh = _shard(job, cfg.micro_batch)
     m = model.per_replica // cfg.micro_batch
-    chunks = _chunks(job, cfg.virtual_stages)
     worst = 0.0
-    for stage in chunks:
+    for stage in model.chunks(cfg.virtual_stages):
         t = 0.0
         for st in stage:
-            f, b = model._chunk_passes(st, sh, cfg.recompute)
+            f, b = model._chunk_passes(st, cfg.micro_batch, cfg.recompute)
             t += sum(d for _, d in f) + sum(d for _, d in b)
         worst = max(worst, t)
     return worst * m
@@ -541,8 +643,12 @@ def _guess(model: _JobModel, cfg: Config) -> float:
 
 # ------------------------------------------------------------------------------------------------- API
 
-def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
-    """The cost of one training step of `job` on the scenario's cluster."""
+def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = True) -> JobEstimate:
+    """The cost of one training step of `job` on the scenario's cluster.
+
+    plan=False leaves out the StepPlan (`plan` is None) and hints=False the hint of settings that would fit
+    (`note` stays empty): a sweep needs neither, and every other figure is the same.
+    """
     cluster = scenario.cluster
     model = _JobModel(cluster, job)
     configs = candidates(job)
@@ -550,14 +656,13 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
         raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
                         f"{job.schedule} schedule with pp = {job.pp} and {job.global_batch // job.dp} "
                         "sequences per replica")
-    best, fits = _search(model, configs)
+    best, fits = _search(model, configs, plan)
     cfg = best.config
     resolved = dataclasses.replace(job, micro_batch=cfg.micro_batch, virtual_stages=cfg.virtual_stages,
                                    recompute=cfg.recompute)
     chosen = {k: getattr(cfg, k) for k in ("micro_batch", "virtual_stages", "recompute")
               if getattr(job, k) == "auto"}
-    tiers = Layout(resolved, Topology.of(cluster)).tiers()
-    tiers = {d: tiers[d] for d in DIMS}
+    tiers = _tiers(cluster, job)
     mem_gb = best.memory.parts_gb()
     total_gb = round(best.memory.total / mem.GB, 2)
     cap = round(mem.capacity_bytes(cluster.gpu) / mem.GB, 2)
@@ -565,7 +670,7 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
                                "memory_gb_per_gpu": total_gb, "capacity_gb": cap, "chosen": chosen,
                                "tiers": tiers, "job": resolved, "microbatches": best.microbatches}
     if not fits:
-        common["note"] = _fit_hint(model, job)
+        common["note"] = _fit_hint(model, job) if hints else ""
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
                            hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None, **common)
     step = best.step_s
@@ -579,14 +684,27 @@ def estimate_job(scenario: Scenario, job: Job) -> JobEstimate:
                        plan=best.plan, **common)
 
 
+_TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
+
+
+def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
+    """The tier each parallel dimension crosses: it depends on the job's placement only (kept for the next
+    job with the same placement, as a sweep has many)."""
+    key = (cluster, col.placement(job))
+    if key not in _TIERS:
+        if len(_TIERS) >= 256:
+            _TIERS.clear()
+        tiers = Layout(job, Topology.of(cluster)).tiers()
+        _TIERS[key] = {d: tiers[d] for d in DIMS}
+    return dict(_TIERS[key])
+
+
 def _fit_hint(model: _JobModel, job: Job) -> str:
     """When fixed settings do not fit: the settings that would, with every auto setting searched."""
     autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
-    configs = candidates(dataclasses.replace(job, **autos))
-    fitting = [c for c in configs if model.evaluate(c, simulate=False).fits]
-    if not fitting:
+    best, fits = _search(model, candidates(dataclasses.replace(job, **autos)), plan=False)
+    if not fits:
         return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
-    best, _ = _search(model, fitting)
     changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
     return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
 
@@ -607,10 +725,10 @@ def cluster_summary(cluster: Cluster) -> dict[str, float]:
             "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6)}
 
 
-def estimate(scenario: Scenario) -> ScenarioEstimate:
-    """Every job of the scenario, in scenario order."""
+def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
+    """Every job of the scenario, in scenario order (plan, hints: as for estimate_job)."""
     out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
-    out.jobs = [estimate_job(scenario, job) for job in scenario.jobs]
+    out.jobs = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
     return out
 
 

@@ -12,14 +12,53 @@ SimPy is imported here and nowhere in engine/__init__.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import Any
 
+import numpy as np
 import simpy
 
 from .errors import UserError
+from .phases import PHASES
 
 Segment = tuple[str, float]          # (phase, seconds)
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
+
+# Phase codes of Intervals, numbered in the order of the names so that sorting by code sorts by name.
+PHASE_NAMES = tuple(sorted(PHASES))
+PHASE_CODE = {name: code for code, name in enumerate(PHASE_NAMES)}
+
+
+@dataclass(frozen=True, eq=False)
+class Intervals:
+    """Intervals (start, end, phase) of every stage as flat arrays: stage after stage, each stage's in the
+    order it went through them."""
+
+    stage: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    phase: np.ndarray                # codes into PHASE_NAMES
+
+    @classmethod
+    def of(cls, stages: Sequence[Sequence[tuple[float, float, str]]]) -> Intervals:
+        flat = [(r, a, b, PHASE_CODE[phase]) for r, s in enumerate(stages) for a, b, phase in s]
+        r, a, b, c = zip(*flat) if flat else ((), (), (), ())
+        return cls(np.array(r, dtype=np.intp), np.array(a, dtype=float), np.array(b, dtype=float),
+                   np.array(c, dtype=np.int8))
+
+    def of_stage(self, r: int) -> tuple[tuple[float, float, str], ...]:
+        lo, hi = np.searchsorted(self.stage, [r, r + 1])
+        return tuple(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(),
+                         [PHASE_NAMES[c] for c in self.phase[lo:hi].tolist()]))
+
+    def then(self, other: Intervals) -> Intervals:
+        """Each stage's intervals followed by the other's of that stage."""
+        at = np.searchsorted(self.stage, other.stage, side="right")
+        mine, theirs = (self.stage, self.start, self.end, self.phase), (other.stage, other.start, other.end,
+                                                                         other.phase)
+        return Intervals(*(np.insert(x, at, y) for x, y in zip(mine, theirs)))
 
 
 @dataclass(frozen=True)
@@ -31,13 +70,93 @@ class StageRun:
     last_backward: tuple[tuple[float, float], ...]   # per chunk: (start, end) of its last backward
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PipelineRun:
-    stages: tuple[StageRun, ...]
+    """One simulated step: for every stage r and its k-th operation (in the stage's order), when the input it
+    waited for was produced (NaN: none from another stage), when it started and when it ended."""
+
+    program: _Program
+    segments: _Segments
+    produced: np.ndarray             # [stage, operation]
+    start: np.ndarray
+    end: np.ndarray
 
     @property
     def end_s(self) -> float:
-        return max(s.end_s for s in self.stages)
+        return float(self.end[:, -1].max())
+
+    @property
+    def ends(self) -> list[float]:
+        """When each stage finished its last operation."""
+        return self.end[:, -1].tolist()
+
+    @property
+    def last_backward(self) -> list[list[tuple[float, float]]]:
+        """Per stage and chunk: (start, end) of the chunk's last backward."""
+        k = self.program.last_backward
+        rows = np.arange(k.shape[0])[:, None]
+        return [list(zip(a, b)) for a, b in zip(self.start[rows, k].tolist(), self.end[rows, k].tolist())]
+
+    @cached_property
+    def intervals(self) -> Intervals:
+        """Every stage's intervals in the order it went through them: per operation the wait for its input
+        (bubble until the input was produced, pp while it travelled), then its segments."""
+        prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)  # previous end
+        waited = ~np.isnan(self.produced) & (self.start > prev)
+        split = np.minimum(np.maximum(self.produced, prev), self.start)
+        starts, ends = [prev, split], [split, self.start]
+        phases = [np.full(prev.shape, PHASE_CODE["bubble"]), np.full(prev.shape, PHASE_CODE["pp"])]
+        present = [waited & (split > prev), waited & (self.start > split)]
+        kind, chunk = self.program.kind, self.program.chunk
+        stage = np.arange(kind.shape[0])[:, None]
+        durations = self.segments.duration[stage, kind, chunk]          # [stage, operation, segment]
+        t = self.start
+        for j in range(durations.shape[2]):
+            d = durations[:, :, j]
+            starts.append(t)
+            t = t + d
+            ends.append(t)
+            phases.append(self.segments.phase[stage, kind, chunk, j])
+            present.append(d > 0)
+        keep = np.stack(present, axis=2)                                  # [stage, operation, slot]
+        stages = np.broadcast_to(stage[:, :, None], keep.shape)
+        return Intervals(stages[keep], np.stack(starts, axis=2)[keep], np.stack(ends, axis=2)[keep],
+                         np.stack(phases, axis=2)[keep].astype(np.int8))
+
+    @cached_property
+    def stages(self) -> tuple[StageRun, ...]:
+        iv = self.intervals
+        return tuple(StageRun(iv.of_stage(r), end, tuple(lb))
+                     for r, (end, lb) in enumerate(zip(self.ends, self.last_backward)))
+
+
+Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
+
+
+@dataclass(frozen=True, eq=False)
+class _Segments:
+    """The segments that take time (positive durations), in order: durations[stage][kind][chunk] (kind 0
+    forward, 1 backward), and the same as arrays [stage, kind, chunk, segment] padded with zeros."""
+
+    durations: list[list[list[list[float]]]]
+    duration: np.ndarray
+    phase: np.ndarray
+
+    @classmethod
+    def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
+        kept: dict[int, tuple[list[float], list[int]]] = {}     # stages mostly share their chunks' segments
+
+        def positive(segs: Sequence[Segment]) -> tuple[list[float], list[int]]:
+            if id(segs) not in kept:
+                kept[id(segs)] = ([d for _, d in segs if d > 0], [PHASE_CODE[name] for name, d in segs if d > 0])
+            return kept[id(segs)]
+
+        table = [[[positive(segs) for segs in kind[r]] for kind in (fwd, bwd)] for r in range(len(fwd))]
+        n = max(1, max(len(d) for d, _ in kept.values()))
+        duration = np.array([[[d + [0.0] * (n - len(d)) for d, _ in kind] for kind in stage] for stage in table])
+        phase = np.array([[[c + [0] * (n - len(c)) for _, c in kind] for kind in stage] for stage in table],
+                         dtype=np.int8)
+        return cls([[[d for d, _ in kind] for kind in stage] for stage in table], duration, phase)
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
@@ -52,111 +171,150 @@ def check(schedule: str, p: int, v: int, m: int) -> str | None:
     return None
 
 
-def order(schedule: str, p: int, v: int, m: int, rank: int) -> list[OpKey]:
-    """The operations stage `rank` runs, in order."""
+def _operations(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[np.ndarray, ...]:
+    """The operations stage `rank` runs, in order: kinds (0 forward, 1 backward), chunks, microbatches."""
     if schedule == "gpipe":
-        return [("F", 0, i) for i in range(m)] + [("B", 0, i) for i in range(m)]
+        i = np.arange(m)
+        return np.repeat([0, 1], m), np.zeros(2 * m, dtype=np.intp), np.concatenate([i, i])
     total = m * v
+    warm = min(p - rank - 1, m) if v == 1 else min(2 * (p - rank - 1) + (v - 1) * p, total)
+    steady = total - warm
+    # the warm-up forwards, then one forward and one backward, then the remaining backwards; k numbers the
+    # forwards (and the backwards) in the order they run
+    kind = np.concatenate([np.zeros(warm, dtype=np.intp), np.tile([0, 1], steady),
+                           np.ones(warm, dtype=np.intp)])
+    alternate = np.stack([np.arange(warm, total), np.arange(steady)], axis=1).ravel()
+    k = np.concatenate([np.arange(warm), alternate, np.arange(steady, total)])
     if v == 1:
-        warm = min(p - rank - 1, m)
-    else:
-        warm = min(2 * (p - rank - 1) + (v - 1) * p, total)
-
-    def fwd(k: int) -> OpKey:
-        return ("F", (k % (p * v)) // p, (k // (p * v)) * p + k % p) if v > 1 else ("F", 0, k)
-
-    def bwd(k: int) -> OpKey:
-        return ("B", v - 1 - (k % (p * v)) // p, (k // (p * v)) * p + k % p) if v > 1 else ("B", 0, k)
-
-    ops = [fwd(k) for k in range(warm)]
-    for j in range(total - warm):
-        ops += [fwd(warm + j), bwd(j)]
-    ops += [bwd(k) for k in range(total - warm, total)]
-    return ops
+        return kind, np.zeros_like(k), k
+    # interleaved: rounds of p microbatches through chunks 0, 1, ... (backwards through v - 1, v - 2, ...)
+    chunk = k % (p * v) // p
+    return kind, np.where(kind == 1, v - 1 - chunk, chunk), k // (p * v) * p + k % p
 
 
-def peak_inflight(ops: list[OpKey], chunk_bytes: list[float]) -> float:
-    """Largest activation memory the stage holds: a forward allocates its chunk's bytes, a backward frees them."""
-    held = peak = 0.0
-    for kind, chunk, _ in ops:
-        if kind == "F":
-            held += chunk_bytes[chunk]
-            peak = max(peak, held)
-        else:
-            held -= chunk_bytes[chunk]
-    return peak
+@lru_cache(maxsize=1024)
+def order(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[OpKey, ...]:
+    """The operations stage `rank` runs, in order."""
+    kind, chunk, micro = _operations(schedule, p, v, m, rank)
+    return tuple(zip(["FB"[x] for x in kind.tolist()], chunk.tolist(), micro.tolist()))
 
 
-def simulate(schedule: str, p: int, v: int, m: int, fwd: list[list[list[Segment]]],
-             bwd: list[list[list[Segment]]], send_fwd: list[float], send_bwd: list[float]) -> PipelineRun:
+def peak_inflight(schedule: str, p: int, v: int, m: int,
+                  chunk_bytes: Sequence[Sequence[float]]) -> list[float]:
+    """Per stage, the largest activation memory it holds: going through its operations in order, a forward
+    allocates its chunk's bytes (chunk_bytes[stage][chunk]), a backward frees them."""
+    program = _program(schedule, p, v, m)
+    held = np.asarray(chunk_bytes, dtype=float)[np.arange(p)[:, None], program.chunk]
+    held[program.kind == 1] *= -1.0
+    return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
+
+
+@dataclass(frozen=True, eq=False)
+class _Program:
+    """The operations of every stage, numbered: op id ((kind * p + stage) * v + chunk) * m + microbatch."""
+
+    ops: tuple[tuple[tuple[bool, int, int, int], ...], ...]   # per stage: (backward, chunk, op id, id of the
+    #                                                             operation it waits for or -1)
+    kind: np.ndarray               # [stage, operation]: 0 forward, 1 backward
+    chunk: np.ndarray              # [stage, operation]
+    last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+
+@lru_cache(maxsize=256)
+def _program(schedule: str, p: int, v: int, m: int) -> _Program:
+    kind, chunk, micro = (np.stack(x) for x in zip(*(_operations(schedule, p, v, m, r) for r in range(p))))
+    stage = np.arange(p)[:, None]
+
+    def op_id(backward: Any, r: Any, c: Any) -> np.ndarray:
+        return ((backward * p + r) * v + c) * m + micro
+
+    # a forward waits for the previous stage (stage 0: the last stage's previous chunk); a backward for the
+    # next stage (the last stage: stage 0's next chunk)
+    fwd_dep = np.where(stage > 0, op_id(0, stage - 1, chunk),
+                       np.where(chunk > 0, op_id(0, p - 1, chunk - 1), -1))
+    bwd_dep = np.where(stage < p - 1, op_id(1, stage + 1, chunk),
+                       np.where(chunk < v - 1, op_id(1, 0, chunk + 1), -1))
+    dep = np.where(kind == 1, bwd_dep, fwd_dep)
+    ids = op_id(kind, stage, chunk)
+    is_last = (kind == 1) & (micro == m - 1)
+    last = [[np.flatnonzero(is_last[r] & (chunk[r] == c))[0] for c in range(v)] for r in range(p)]
+    ops = tuple(tuple(zip(kind[r].astype(bool).tolist(), chunk[r].tolist(), ids[r].tolist(), dep[r].tolist()))
+                for r in range(p))
+    return _Program(ops, kind, chunk, np.array(last, dtype=np.intp))
+
+
+def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
+             send_bwd: Sequence[float]) -> PipelineRun:
     """Run one step. fwd[r][c] / bwd[r][c]: segments of one microbatch of chunk c on stage r.
 
     send_fwd[r]: transfer time of activations out of stage r (to r + 1, or to stage 0 of the next chunk);
     send_bwd[r]: of gradients out of stage r (to r - 1, or to the last stage of the previous chunk).
+
+    One SimPy process per stage goes through the stage's operations in order. An operation starts when the
+    stage is free and its input has arrived (its producer's end plus the transfer); its segments then give
+    its end, which the process announces at once. The process goes straight on to the next operation when
+    that one's input has been announced; when it has not, the process sleeps until the stage is free and, if
+    the input is still not announced, waits for an event the producer triggers when it announces it. So
+    SimPy only handles the waits, not one event per operation. Each process keeps its own clock, making
+    exactly the additions SimPy's clock made when every wait and every operation was a timeout, and records
+    per operation when its input was produced, when it started and when it ended: the intervals are derived
+    from these (PipelineRun.intervals).
     """
     why = check(schedule, p, v, m)
     if why:
         raise UserError(why)
+    program = _program(schedule, p, v, m)
+    segments = _Segments.of(fwd, bwd)
     env = simpy.Environment()
-    done: dict[tuple[str, int, int, int], simpy.Event] = {}
-    for r in range(p):
-        for c in range(v):
-            for i in range(m):
-                done[("F", r, c, i)] = env.event()
-                done[("B", r, c, i)] = env.event()
-    results: list[StageRun | None] = [None] * p
-
-    def dependency(kind: str, r: int, c: int, i: int) -> tuple[simpy.Event, float] | None:
-        if kind == "F":
-            if r > 0:
-                return done[("F", r - 1, c, i)], send_fwd[r - 1]
-            if c > 0:
-                return done[("F", p - 1, c - 1, i)], send_fwd[p - 1]
-            return None
-        if r < p - 1:
-            return done[("B", r + 1, c, i)], send_bwd[r + 1]
-        if c < v - 1:
-            return done[("B", 0, c + 1, i)], send_bwd[0]
-        return None
+    finished: list[float | None] = [None] * (2 * p * v * m)     # end of every operation, once it started
+    waiting: dict[int, simpy.Event] = {}                        # op id -> event its one consumer waits on
+    records: list[tuple[list[float], list[float], list[float]] | None] = [None] * p
+    nan = float("nan")
 
     def stage(r: int):  # type: ignore[no-untyped-def]
-        intervals: list[tuple[float, float, str]] = []
-        last_b: dict[int, tuple[float, float]] = {}
-        free = 0.0
-        for kind, c, i in order(schedule, p, v, m, r):
-            dep = dependency(kind, r, c, i)
-            if dep is not None:
-                event, delay = dep
-                produced = yield event
-                arrive = produced + delay
-                if arrive > env.now:
-                    yield env.timeout(arrive - env.now)
-                if env.now > free:
-                    split = min(max(produced, free), env.now)
-                    if split > free:
-                        intervals.append((free, split, "bubble"))
-                    if env.now > split:
-                        intervals.append((split, env.now, "pp"))
-            start = env.now
-            segs = fwd[r][c] if kind == "F" else bwd[r][c]
-            t = start
-            for phase, dur in segs:
-                if dur > 0:
-                    intervals.append((t, t + dur, phase))
-                    t += dur
-            yield env.timeout(t - start)
-            if kind == "B" and i == m - 1:
-                last_b[c] = (start, env.now)
-            free = env.now
-            done[(kind, r, c, i)].succeed(env.now)
-        results[r] = StageRun(tuple(intervals), free, tuple(last_b.get(c, (free, free)) for c in range(v)))
+        produced_at: list[float] = []
+        started: list[float] = []
+        ended: list[float] = []
+        durations = segments.durations[r]
+        delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
+        now = env.now           # this stage's clock
+        for backward, c, op, dep in program.ops[r]:
+            if dep < 0:
+                produced = nan
+            else:
+                produced = finished[dep]
+                if produced is None:
+                    if now > env.now:
+                        yield env.timeout(now - env.now)    # busy until its last operation ends
+                        produced = finished[dep]
+                    if produced is None:
+                        waiting[dep] = event = env.event()
+                        produced = yield event
+                if produced > now:
+                    now = produced
+                arrive = produced + delays[backward]
+                if arrive > now:
+                    now += arrive - now                     # waiting for the transfer
+            start = t = now
+            for d in durations[backward][c]:
+                t += d
+            now = start + (t - start)
+            produced_at.append(produced)
+            started.append(start)
+            ended.append(now)
+            finished[op] = now
+            if op in waiting:
+                waiting.pop(op).succeed(now)
+        yield env.timeout(max(0.0, now - env.now))
+        records[r] = (produced_at, started, ended)
 
     for r in range(p):
         env.process(stage(r))
     env.run()
-    if any(s is None for s in results):
+    if any(rec is None for rec in records):
         raise RuntimeError(f"pipeline schedule {schedule} p={p} v={v} m={m} deadlocked")
-    return PipelineRun(tuple(s for s in results if s is not None))
+    produced, started, ended = (np.array(x, dtype=float) for x in zip(*records))
+    return PipelineRun(program, segments, produced, started, ended)
 
 
 def split_layers(layers: int, stages: int) -> list[int]:

@@ -43,9 +43,12 @@ _NUMBER = re.compile(r"\d[\d,._]*")
 
 
 def estimate_json(s: Scenario) -> dict[str, Any]:
-    """The default estimator: the performance model's `clustertop estimate --json` object."""
+    """The default estimator: the performance model's `clustertop estimate --json` object.
+
+    Without the StepPlan and the fit hint, which the JSON object does not hold (the figures are the same).
+    """
     from .estimate import estimate, to_json
-    return to_json(estimate(s))
+    return to_json(estimate(s, plan=False, hints=False))
 
 
 @dataclass(frozen=True)

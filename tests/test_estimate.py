@@ -103,6 +103,7 @@ def test_fixed_settings_that_do_not_fit_get_a_hint() -> None:
     job = dataclasses.replace(s.jobs[0], micro_batch=16, virtual_stages=1, recompute="none")
     e = estimate_job(s, job)
     assert not e.fits and "fits with" in e.note
+    assert estimate_job(s, job, hints=False).note == ""
 
 
 def test_gpipe_holds_every_microbatch() -> None:
@@ -149,19 +150,13 @@ def test_cluster_power() -> None:
     assert c["facility_power_mw"] == pytest.approx(c["it_power_mw"] * 1.2, rel=1e-4)
 
 
-def test_table_output(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", "llama3-405b-8k"]) == 0
     out = capsys.readouterr().out
     for needle in ("layout", "TP 8 (node)", "DP 64 (core)", "memory", "weights", "fits"):
         assert needle in out
-    # The published layout without interleaving or recomputation does not fit: the table says what would.
-    text = scenario.resolve_path("llama3-405b-8k").read_text()
-    oom = tmp_path / "oom.toml"
-    oom.write_text(text.replace("virtual_stages = 4", "virtual_stages = 1").replace('"selective"', '"none"'))
-    assert main(["estimate", str(oom)]) == 0
-    out = capsys.readouterr().out
-    for needle in ("OUT OF MEMORY", "hint"):
-        assert needle in out
+    assert main(["estimate", "single-gpu-405b"]) == 0
+    assert "OUT OF MEMORY" in (out := capsys.readouterr().out) and "hint" in out
     assert main(["estimate", "no-such-scenario"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -182,3 +177,36 @@ def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # t
     assert short.step_time_s == pytest.approx(exact.step_time_s, rel=0.01)
     for stage in short.plan.stages:
         assert stage[-1].end_s == pytest.approx(short.step_time_s)
+
+
+def _fast_and_full(s):  # type: ignore[no-untyped-def]
+    """estimate(s) without and with the plan and hints, each computed from scratch."""
+    import engine.estimate as est
+
+    est._simulate_cached.cache_clear()
+    fast = estimate(s, plan=False, hints=False)
+    est._simulate_cached.cache_clear()
+    return fast, estimate(s)
+
+
+@pytest.mark.parametrize("name", sorted(scenario.builtin_names()))
+def test_the_sweep_fast_path_gives_the_same_figures(name: str) -> None:
+    fast, full = _fast_and_full(scenario.load(name))
+    assert to_json(fast) == to_json(full)
+    for a, b in zip(fast.jobs, full.jobs, strict=True):
+        assert a.plan is None and a.note == ""
+        assert (a.step_time_s, a.breakdown_s, a.memory_gb, a.memory_gb_per_gpu, a.fits, a.chosen) == \
+            (b.step_time_s, b.breakdown_s, b.memory_gb, b.memory_gb_per_gpu, b.fits, b.chosen)
+        assert (b.plan is not None) == b.fits
+        if b.plan is not None:
+            assert b.plan.step_time_s == a.step_time_s
+
+
+@pytest.mark.parametrize("kw", [{"micro_batch": "auto", "virtual_stages": "auto", "recompute": "auto"},
+                                {"schedule": "gpipe", "virtual_stages": 1, "recompute": "full", "zero": 3},
+                                {"global_batch": 128 * 320, "micro_batch": 1}])   # 320 microbatches: extended
+def test_the_fast_path_gives_the_same_figures_for_searches_and_long_steps(kw: dict[str, object]) -> None:
+    s, job = _flagship(**kw)
+    fast, full = _fast_and_full(dataclasses.replace(s, jobs=(job,)))
+    assert to_json(fast) == to_json(full)
+    assert fast.jobs[0].step_time_s == full.jobs[0].step_time_s and full.jobs[0].plan is not None

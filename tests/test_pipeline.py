@@ -60,12 +60,11 @@ def test_slowest_stage_sets_the_pace() -> None:
 
 def test_first_stage_holds_p_microbatches_under_1f1b_and_m_under_gpipe() -> None:
     p, m = 8, 32
-    for r in range(p):
-        assert peak_inflight(order("1f1b", p, 1, m, r), [1.0]) == p - r
-    assert peak_inflight(order("gpipe", p, 1, m, 0), [1.0]) == m
+    assert peak_inflight("1f1b", p, 1, m, [[1.0]] * p) == [p - r for r in range(p)]
+    assert peak_inflight("gpipe", p, 1, m, [[1.0]] * p) == [m] * p
     # interleaving keeps more chunks alive on the first stage, each 1/v of the stage
     v = 2
-    held = peak_inflight(order("1f1b", p, v, m, 0), [1.0 / v] * v)
+    held = peak_inflight("1f1b", p, v, m, [[1.0 / v] * v] * p)[0]
     assert p < held <= p + (p - 1) / v + 1
 
 
