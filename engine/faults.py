@@ -488,7 +488,7 @@ class JobDriver:
         for item in self.held:
             run.clear_override(item)
         run.emit(schema.RESTART, job=self.name, reason=self.down_reason, from_checkpoint_step=self.saved.step,
-                 lost_steps=steps, lost_tokens=tokens, lost_s=round(lost_s, 3),
+                 tokens_total=self.saved.tokens, lost_steps=steps, lost_tokens=tokens, lost_s=round(lost_s, 3),
                  downtime_s=round(env.now - self.down_since, 3), interruptions=self.down_faults,
                  spare_nodes=len(self.failed_nodes))
         self.tokens_lost += tokens
