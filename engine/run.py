@@ -503,6 +503,7 @@ class Run:
     def resume(self, track: JobTrack, step: int | None = None, tokens: int | None = None) -> None:
         """Start (or restart, e.g. from a checkpoint's step) training now, at the day's clock speed."""
         assert track.stretched is not None
+        self.advance(self.env.now)            # the step counter is current
         self.switch(track, Running(self._plan_now(track), self.env.now, track.step if step is None else step,
                                    track.tokens_total if tokens is None else tokens))
 
@@ -605,7 +606,7 @@ class Run:
         factor = self.diurnal(self.env.now)
         track.tuned_at = self.env.now
         if factor != track.factor:
-            self.switch(track, Running(self._plan_now(track), self.env.now, track.step, track.tokens_total))
+            self.resume(track)
 
     # ----- the run ----------------------------------------------------------------------------------------
 

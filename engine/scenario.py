@@ -169,7 +169,7 @@ FAULTS_SPEC: dict[str, Field] = {
 }
 
 INJECT_SPEC: dict[str, Field] = {
-    "at": Field("str", parse=parse_duration),
+    "at": Field("str", parse=parse_duration, doc='a duration from the start, such as "30s"'),
     "gpu": Field("int", low=0, high=MAX_GPUS),
     "cause": optional("str", "Faulty GPU"),
 }
