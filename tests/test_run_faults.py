@@ -6,6 +6,7 @@ restart times, the work lost, the hardware shown failed, spares, and the counts 
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -180,7 +181,7 @@ def test_asynchronous_checkpoints_write_behind_training(tmp_path: Any) -> None:
     start = of(events, "checkpoint_start")[0]
     assert start["mode"] == "async"
     steps = of(events, "step")
-    resumed = [e for e in steps if e["t"] > start["t"]][0]
+    resumed = next(e for e in steps if e["t"] > start["t"])
     assert resumed["t"] == pytest.approx(start["t"] + plan.stall_s + p, abs=1e-6)   # only the snapshot stalls
     end = of(events, "checkpoint_end")[0]
     assert end["ok"] is False and end["t"] == 14.0          # the fault came before the write was complete
@@ -257,7 +258,7 @@ def test_random_interruptions_are_the_scheduled_ones(tmp_path: Any) -> None:
     assert sum(e["interruptions"] for e in restarts) <= len(drawn) + len(planned)
     assert len(restarts) < len(drawn) + len(planned)           # some arrived while the job was down
     steps = of(events, "step")
-    assert all(b["step"] == a["step"] + 1 or b["step"] <= a["step"] for a, b in zip(steps, steps[1:]))
+    assert all(b["step"] == a["step"] + 1 or b["step"] <= a["step"] for a, b in itertools.pairwise(steps))
     kept = r.tracks[0].driver
     assert kept is not None
     assert r.summary["effective_training_time"] == pytest.approx(kept.kept_productive_s() / day, abs=1e-4)
