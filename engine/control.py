@@ -155,6 +155,7 @@ class Pacer:
         """The whole run, paced: simulated time advances by speed x wall time, except while paused."""
         run = self.run
         run.start(sink, progress)
+        run.advance_to(0.0)                    # jobs start: a fault injected at once has a job to hit
         flush = getattr(sink, "flush", None)
         end = run.duration_s
         sim = 0.0
