@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, metavar="N", help="random seed (default: the scenario's)")
     p.add_argument("--sample", metavar="D", help="sampling interval, e.g. \"1s\" (default: suits the duration)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout when writing to a file")
+    p.add_argument("--control", action="store_true",
+                   help="live mode: pace the output and read commands (speed, pause, resume, inject_fault) as "
+                        "JSON lines on stdin")
 
     p = add("estimate", "what one training step costs: time, throughput, MFU, memory",
             epilog="examples:\n  clustertop estimate llama3-405b-16k\n  clustertop estimate my.toml --json")

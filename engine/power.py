@@ -1,10 +1,18 @@
 """Power: what a GPU draws in each phase, and what the site draws for it.
 
-Simple on purpose (issue 6 extends it): a GPU draws its TDP while computing, its memory-bound figure in
-memory-bound phases (optimizer, decode) and its idle figure while it waits (communication, bubble,
-checkpoint, failed or no job). Every GPU brings a server overhead (CPUs, NICs, fans, PSU losses; 575 W per
-H100 from shared/reference/hardware.toml, scaled by TDP for other GPUs), storage and network add 10% of IT
-power, and cooling multiplies the lot by the PUE.
+Per GPU, by phase and GPU type (engine/catalogs/gpus.toml):
+- busy computing: its TDP (large GEMMs run at the board's power limit);
+- memory-bound work (optimizer, decode): its memory-bound figure;
+- waiting (on communication, in the pipeline bubble, on a checkpoint write, or with no job): its idle/waiting
+  figure (the catalog's `idle_w`, measured on idle and waiting boards);
+- failed: off (0 W): the GPU has fallen off the bus or its node is being drained.
+
+Every GPU brings its server overhead (host CPUs, NICs, fans, PSU losses; `server_overhead_w` in the GPU catalog,
+575 W per H100 from shared/reference/hardware.toml [facility]), storage and network add 10% of IT power, and
+cooling multiplies the lot by the PUE. A failed GPU's host stays powered while it is drained and diagnosed.
+
+A `power_swing` event is written when the site's load level changes at once by more than `swing_threshold_mw`:
+5% of the site's power or 2 MW, whichever is smaller (the engine/run.py docstring says what a level is).
 """
 
 from __future__ import annotations
@@ -17,12 +25,13 @@ import numpy as np
 from .phases import CODE, PHASES
 from .scenario import Cluster
 
-H100_TDP_W = 700.0
-H100_SERVER_OVERHEAD_W = 575.0   # hardware.toml [facility] h100_server_overhead_w_per_gpu
 IT_OVERHEAD = 0.10               # hardware.toml [facility] it_overhead_storage_network
+SWING_SHARE = 0.05               # a power swing: a sudden change of more than 5% of the site's power...
+SWING_MW = 2.0                   # ...or of more than 2 MW (a large site), whichever is smaller
 
 COMPUTE_PHASES = ("compute",)
 MEMORY_PHASES = ("optimizer", "memory")
+OFF_PHASES = ("failed",)
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,7 @@ class PowerModel:
     overhead_w_per_gpu: float
     it_overhead: float
     pue: float
+    budget_mw: float | None = None
 
     @classmethod
     def of(cls, cluster: Cluster) -> PowerModel:
@@ -40,8 +50,10 @@ class PowerModel:
             watts[CODE[name]] = gpu.tdp_w
         for name in MEMORY_PHASES:
             watts[CODE[name]] = gpu.memory_bound_w
-        return cls(phase_w=watts, overhead_w_per_gpu=H100_SERVER_OVERHEAD_W * gpu.tdp_w / H100_TDP_W,
-                   it_overhead=IT_OVERHEAD, pue=cluster.pue)
+        for name in OFF_PHASES:
+            watts[CODE[name]] = 0.0
+        return cls(phase_w=watts, overhead_w_per_gpu=gpu.server_overhead(), it_overhead=IT_OVERHEAD,
+                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw)
 
     @property
     def idle_w(self) -> float:
@@ -52,8 +64,16 @@ class PowerModel:
         it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead)
         return it * self.pue / 1e6
 
+    def swing_threshold_mw(self, site_mw: float) -> float:
+        """The smallest sudden change of the site's load that is a power swing."""
+        return min(SWING_MW, SWING_SHARE * site_mw)
+
+    def over_budget(self, site_mw: float) -> bool:
+        return self.budget_mw is not None and site_mw > self.budget_mw
+
     def describe(self) -> dict[str, Any]:
         """The model's figures, for the recording header."""
         return {"phase_w": {name: float(self.phase_w[code]) for code, name in enumerate(PHASES)},
                 "server_overhead_w_per_gpu": self.overhead_w_per_gpu, "it_overhead": self.it_overhead,
-                "pue": self.pue}
+                "pue": self.pue, "site_power_budget_mw": self.budget_mw,
+                "swing": {"share": SWING_SHARE, "mw": SWING_MW}}

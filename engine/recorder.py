@@ -91,6 +91,12 @@ class Recorder:
         self._drain(zlib.Z_SYNC_FLUSH)
         self.out.flush()
 
+    def flush(self) -> None:
+        """Write out what is buffered now (paced live runs); gzip: a sync flush, so a reader can decompress it."""
+        if self.buffer:
+            self._drain(zlib.Z_SYNC_FLUSH)
+        self.out.flush()
+
     def _drain(self, mode: int) -> None:
         data = b"".join(self.buffer)
         self.buffer.clear()

@@ -3,9 +3,10 @@
 Each job's time is a sequence of segments, each with an activity: `Running` (the job's StepPlan repeated
 from a start time: a periodic, piecewise-constant timeline per pipeline stage) or `Constant` (every GPU of
 the job in one phase: idle, failed, checkpoint). Nothing happens between perturbations that is not already
-in the plan, so the run fast-forwards: SimPy only wakes up for samples and perturbations (job start/stop now;
-faults, checkpoints and restarts in issue 6), and step events are generated in closed form (step k of a
-segment ends at t0 + k * step_time_s) right before any later line is written.
+in the plan, so the run fast-forwards: SimPy only wakes up for samples and perturbations (job start, faults,
+checkpoints, restarts, maintenance, the day's clock changes), and step events are generated in closed form
+(step k of a segment ends at t0 + k * step_time_s) right before any later line is written. Each training job is
+driven by engine/faults.py's JobDriver (checkpoints, interruptions, restarts).
 
 Sampling semantics: the sample at time t carries the exact mean over the sample interval (t - interval, t]
 of every per-GPU quantity: utilization and power are time averages, and the phase is the one the GPU spent
@@ -14,16 +15,31 @@ steps times the per-step integral, plus prefix integrals looked up in a cumulati
 time grid and no re-simulation of steps. The sample at t = 0 is the instantaneous state at the start.
 
 Symmetry: all DP replicas of a stage follow the same timeline, so a sample is computed per stage (a (pp,
-phases) matrix of durations per job) and run-length encoded per replica pattern, then tiled over the
-replicas; only GPUs with an override (issue 6: a failed node) take the per-GPU numpy path. Encoded arrays
-that did not change since an earlier sample are reused as serialized bytes.
+phases) matrix of durations per job) and broadcast over "unit runs" (one per stage per replica, tp * cp GPUs);
+only GPUs that break the symmetry are computed apart and spliced into the runs: stragglers (below) and GPUs
+under an override (a failed node). Encoded arrays that did not change since an earlier sample are reused.
 
-Hooks for later issues (docs/events.md, "Extending the run"): `Run.emit` (any discrete event, time-ordered),
-`Run.switch` / `Run.resume` (change a job's activity at the current time), `Run.interrupt` (run a
-Perturbation inside the job's SimPy process), `Run.override` (a phase for a GPU range, e.g. a failed node),
-`Run.rng` (an independent random stream per named process), `Run.add_process`, `Run.site_mw` / `Run.measure`
-(exact power and state over any window or at an instant), `Run.summary` (extra keys for `record --json`),
-and engine/power.py.
+Stragglers and thermals: every GPU has a speed factor (lognormal around 1, plus a small fraction of markedly slow
+GPUs; scenario [variability]) drawn once per seed. Synchronous training waits for the slowest GPU: a job's step
+is its plan plus a wait of (1 / slowest speed - 1) of the step at the end of the step, in which every GPU waits
+on the data-parallel reduction ("dp") except the slow ones, which spend their share of it computing. GPUs whose
+extra computing changes their utilization by at least one percentage point (the stream's resolution), and the
+slowest GPU of each job, are drawn on their own; the others follow the nominal timeline. On top, the day's
+temperatures lower GPU clocks: the step stretches by a factor whose peak-to-trough swing is the scenario's
+diurnal_amplitude (a cosine over 24 h, slowest at 14:00; a run starts at midnight), applied per 15 minutes at a
+step boundary.
+
+Power: besides the exact means of the samples, the run follows the site's load level (each running job at its
+step-mean power, everything else at its phase's power) and its instantaneous extremes (a step's highest and
+lowest draw: all stages computing, all waiting together). When the level jumps by more than the threshold of
+engine/power.py (a checkpoint, a fault, a restart), a `power_swing` event says from and to what.
+
+Hooks (docs/events.md, "Extending the run"): `Run.emit` (any discrete event, time-ordered), `Run.switch` /
+`Run.resume` (change a job's activity at the current time), `Run.interrupt` (run a Perturbation, a Fault or a
+planned maintenance inside the job's SimPy process), `Run.override` (a phase for a GPU range, e.g. a failed
+node), `Run.rng` (an independent random stream per named process), `Run.add_process`, `Run.site_mw` /
+`Run.measure` (exact power and state over any window or at an instant), `Run.summary` (extra keys for
+`record --json`), `Run.inject_fault` and `Run.advance_to` (live control, engine/control.py).
 """
 
 from __future__ import annotations
@@ -38,7 +54,7 @@ import numpy as np
 import orjson
 import simpy
 
-from . import schema
+from . import faults, schema
 from .errors import UserError
 from .layout import Layout
 from .phases import CODE, PHASES
@@ -64,7 +80,16 @@ NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 3
 MAX_SAMPLES = 10_000_000
 MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fill a disk
 INSTANT = 1e-9            # the window of the t = 0 sample (its instantaneous state)
+BOUNDARY = 1e-9           # a time within this share of a step from a step boundary is on it (rounding)
 OPT = orjson.OPT_APPEND_NEWLINE
+OPT_ARRAYS = orjson.OPT_SERIALIZE_NUMPY
+
+DAY = 86400.0
+HOTTEST_S = 14 * 3600.0   # GPU clocks are lowest at the day's temperature peak, mid-afternoon (runs start at 00:00)
+RETUNE_S = 900.0          # the day's clock factor is applied per 15-minute window, at a step boundary
+VISIBLE_UTIL = 0.01       # a straggler is drawn on its own when it computes >= 1 point of utilization more
+WAIT = CODE["dp"]         # where GPUs wait for a straggler: the data-parallel gradient reduction
+COMPUTE = CODE["compute"]
 
 
 def default_sample_interval(duration_s: float) -> float:
@@ -107,36 +132,73 @@ class Periodic:
         self.full = self._g(self.base + self.period) - self.g0
 
     def _g(self, q: np.ndarray) -> np.ndarray:
-        i = np.clip(np.searchsorted(self.xs, q, side="right") - 1, 0, self.xs.size - 1)
+        i = np.minimum(np.maximum(np.searchsorted(self.xs, q, side="right") - 1, 0), self.xs.size - 1)
         return self.cum[i] + (q - self.xs[i])[:, None] * self.vals[i]
 
     def at(self, x: float) -> np.ndarray:
         """Integral of every track from 0 to x (x >= 0): shape (tracks, width)."""
         k = math.floor(x / self.period)
         frac = min(max(x - k * self.period, 0.0), self.period)
+        if frac <= BOUNDARY * self.period:           # on a step boundary (segments start and end there)
+            return k * self.full
+        if frac >= (1.0 - BOUNDARY) * self.period:
+            return (k + 1) * self.full
         return k * self.full + self._g(self.base + frac) - self.g0
 
     def integral(self, xa: float, xb: float) -> np.ndarray:
         return self.at(xb) - self.at(xa)
 
+    def scaled(self, k: float) -> Periodic:
+        """The same tracks with time stretched by k (every integral scales by k)."""
+        out = object.__new__(Periodic)
+        out.period = self.period * k
+        out.xs, out.vals, out.cum = self.xs * k, self.vals, self.cum * k
+        out.base, out.g0, out.full = self.base * k, self.g0 * k, self.full * k
+        return out
+
+    def extremes(self, weights: np.ndarray) -> tuple[float, float]:
+        """Lowest and highest instantaneous sum over the tracks of `vals @ weights` (e.g. watts of all stages)."""
+        w = self.vals @ weights
+        track = np.searchsorted(self.base, self.xs, side="right") - 1
+        grid = np.unique(self.xs - self.base[track])
+        total = np.zeros(grid.size)
+        for b in self.base:
+            total += w[np.clip(np.searchsorted(self.xs, grid + b, side="right") - 1, 0, w.size - 1)]
+        return float(total.min()), float(total.max())
+
+
+def _kpi(tokens: int, flops: float, gpus: int, peak: float, period: float) -> dict[str, Any]:
+    tflops = flops / period / gpus / 1e12
+    return {"step_time_s": round(period, 6), "tokens": tokens, "tokens_per_s": round(tokens / period, 1),
+            "tflops_per_gpu": round(tflops, 2), "mfu": round(tflops / peak, 4)}
+
 
 @dataclass
 class CompiledPlan:
-    """A StepPlan prepared for exact integrals, with the per-step KPIs of its step events."""
+    """A StepPlan prepared for exact integrals, with the per-step KPIs of its step events.
+
+    With `extra_s` > 0 every stage waits ("dp") for that long after the plan's step: the wait for the job's
+    slowest GPU. `scaled(k)` stretches the whole step (the day's clocks).
+    """
 
     plan: StepPlan
     phases: Periodic          # tracks: pipeline stages; width: phase codes (one-hot)
     tiers: Periodic           # tracks: TIERS; width 1 (load 0..1)
     kpi: dict[str, Any]
+    extra: Periodic | None = None     # one track, width 1: 1 during the wait for the slowest GPU
+    watts: tuple[float, float, float] = (0.0, 0.0, 0.0)   # GPU W of one replica: step mean, lowest, highest
+    figures: tuple[int, float, int, float] = (0, 0.0, 1, 1.0)   # tokens, model FLOPs, GPUs, peak TFLOP/s
 
     @classmethod
-    def of(cls, scenario: Scenario, job: Job, plan: StepPlan) -> CompiledPlan:
-        period = float(plan.step_time_s)
-        if not (period > 0 and math.isfinite(period)):
-            raise ValueError(f"plan for job {job.name!r} has step_time_s = {period}")
+    def of(cls, scenario: Scenario, job: Job, plan: StepPlan, extra_s: float = 0.0,
+           phase_w: np.ndarray | None = None) -> CompiledPlan:
+        step = float(plan.step_time_s)
+        if not (step > 0 and math.isfinite(step)):
+            raise ValueError(f"plan for job {job.name!r} has step_time_s = {step}")
         if len(plan.stages) != job.pp:
             raise ValueError(f"plan for job {job.name!r} has {len(plan.stages)} stage timelines, "
                              f"expected pp = {job.pp}")
+        period = step + extra_s
         eye = np.eye(NPH)
         tracks = []
         for s, stage in enumerate(plan.stages):
@@ -145,18 +207,38 @@ class CompiledPlan:
                 raise ValueError(f"plan for job {job.name!r}: stage {s} does not cover the step from 0 "
                                  "in order")
             starts[0] = 0.0
-            tracks.append((starts, eye[[CODE[iv.phase] for iv in stage]]))
-        tier_tracks = [_tier_track(period, plan, tier) for tier in TIERS]
+            codes = [CODE[iv.phase] for iv in stage]
+            if extra_s > 0:
+                starts, codes = np.append(starts, step), codes + [WAIT]
+            tracks.append((starts, eye[codes]))
+        tier_tracks = []
+        for tier in TIERS:
+            starts, load = _tier_track(step, plan, tier)
+            if extra_s > 0:
+                starts, load = np.append(starts, step), np.vstack([load, [[0.0]]])
+            tier_tracks.append((starts, load))
+        extra = Periodic(period, [(np.array([0.0, step]), np.array([[0.0], [1.0]]))]) if extra_s > 0 else None
         tokens = int(plan.tokens or job.tokens_per_step)
-        tflops = plan.model_flops / period / job.gpus / 1e12
-        peak = scenario.cluster.gpu.peak_tflops(job.precision)
-        kpi = {"step_time_s": round(period, 6), "tokens": tokens, "tokens_per_s": round(tokens / period, 1),
-               "tflops_per_gpu": round(tflops, 2), "mfu": round(tflops / peak, 4)}
-        return cls(plan, Periodic(period, tracks), Periodic(period, tier_tracks), kpi)
+        figures = (tokens, float(plan.model_flops), job.gpus, scenario.cluster.gpu.peak_tflops(job.precision))
+        phases = Periodic(period, tracks)
+        watts = (0.0, 0.0, 0.0)
+        if phase_w is not None:
+            lo, hi = phases.extremes(phase_w)
+            width = job.tp * job.cp
+            watts = (float((phases.full @ phase_w).sum()) / period * width, lo * width, hi * width)
+        return cls(plan, phases, Periodic(period, tier_tracks), _kpi(*figures, period), extra, watts, figures)
 
     @property
     def step_time_s(self) -> float:
         return self.phases.period
+
+    def scaled(self, k: float) -> CompiledPlan:
+        """The plan with every interval stretched by k: same power, k times the step time."""
+        if k == 1.0:
+            return self
+        return CompiledPlan(self.plan, self.phases.scaled(k), self.tiers.scaled(k),
+                            _kpi(*self.figures, self.step_time_s * k),
+                            self.extra.scaled(k) if self.extra is not None else None, self.watts, self.figures)
 
 
 def _tier_track(period: float, plan: StepPlan, tier: str) -> tuple[np.ndarray, np.ndarray]:
@@ -186,6 +268,10 @@ class Activity:
         """Integral of each tier's load over [a, b] (load-seconds), in TIERS order."""
         return np.zeros(len(TIERS))
 
+    def extra(self, a: float, b: float) -> float:
+        """Seconds of [a, b] in which the job waits for its slowest GPU."""
+        return 0.0
+
 
 class Running(Activity):
     """Training: the plan's step repeated from t0; steps step0+1, step0+2, ... end at t0 + k * step_time_s."""
@@ -204,6 +290,11 @@ class Running(Activity):
 
     def tier_load(self, a: float, b: float) -> np.ndarray:
         return self.plan.tiers.integral(a - self.t0, b - self.t0)[:, 0]
+
+    def extra(self, a: float, b: float) -> float:
+        if self.plan.extra is None:
+            return 0.0
+        return float(self.plan.extra.integral(a - self.t0, b - self.t0)[0, 0])
 
 
 class Constant(Activity):
@@ -226,18 +317,35 @@ class Segment:
 
 
 @dataclass
+class Stragglers:
+    """A job's GPUs drawn on their own: slow enough that their extra computing shows."""
+
+    gpus: np.ndarray          # global GPU indices, sorted
+    stage: np.ndarray         # their pipeline stages
+    phi: np.ndarray           # share of the job's wait for the slowest GPU each spends computing (0..1]
+    speed: float              # the job's speed: its slowest GPU's factor (1 = nominal)
+
+
+@dataclass
 class JobTrack:
     """One job in the run: its layout, plan, segments of activity and progress."""
 
     index: int
     job: Job
     layout: Layout
-    plan: CompiledPlan | None
+    plan: CompiledPlan | None            # the cost model's step (the header's figures)
     segments: list[Segment] = field(default_factory=list)
     step: int = 0
     tokens_total: int = 0
     last_kpi: dict[str, Any] = field(default_factory=dict)
     process: Any = None
+    stretched: CompiledPlan | None = None    # the step with the wait for the slowest GPU
+    stragglers: Stragglers | None = None
+    driver: faults.JobDriver | None = None
+    productive_s: float = 0.0                # time of the steps completed (since the last restart's checkpoint)
+    tuned_at: float = 0.0                    # when the day's clock factor was last applied
+    factor: float = 1.0                      # that factor
+    variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
     _stage: np.ndarray | None = None
 
     @property
@@ -266,6 +374,14 @@ class JobTrack:
                 total += seg.activity.tier_load(lo, hi)
         return total
 
+    def extra(self, a: float, b: float) -> float:
+        total = 0.0
+        for seg in self.segments:
+            lo, hi = max(a, seg.start), min(b, seg.end)
+            if hi > lo:
+                total += seg.activity.extra(lo, hi)
+        return total
+
 
 class Perturbation(Protocol):
     """Something that interrupts a job (a fault, a checkpoint): runs inside the job's SimPy process."""
@@ -275,7 +391,7 @@ class Perturbation(Protocol):
 
 @dataclass
 class Override:
-    """A phase forced on a GPU range from `start` to `end` (issue 6: a failed node, a straggler's stall)."""
+    """A phase forced on a GPU range from `start` to `end` (a failed node, a failed link's GPU)."""
 
     first: int
     count: int
@@ -328,7 +444,7 @@ class Run:
         self.power = PowerModel.of(scenario.cluster)
         self.env = simpy.Environment()
         self.stats = RunStats()
-        self.summary: dict[str, Any] = {}          # extra keys for `record --json` (issue 6)
+        self.summary: dict[str, Any] = {}          # extra keys for `record --json`
         self.overrides: list[Override] = []
         self._extra: list[Callable[[Run], Generator[Any, Any, None]]] = []
         planner = planner or default_planner
@@ -342,11 +458,20 @@ class Run:
         if steps > MAX_STEP_EVENTS:
             raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
                             f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)")
+        self.speeds = self._draw_speeds()
+        for track in self.tracks:
+            if track.plan is not None:
+                self._stretch(track)
+        self.spares = faults.SparePool(scenario.faults.spare_nodes, scenario.faults.repair_s)
         self._prepare_sampling()
         self._sink: Sink | None = None
         self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
+        self._level_mw: float | None = None       # the site's load level (power swings)
+        self.site_min_mw = math.inf               # instantaneous extremes of site power over the run
+        self.site_max_mw = -math.inf
+        self._power_pending = False
 
-    # ----- hooks for later issues -------------------------------------------------------------------------
+    # ----- hooks ------------------------------------------------------------------------------------------
 
     def rng(self, name: str) -> np.random.Generator:
         """An independent random stream per named process (adding a process does not shift the others)."""
@@ -369,15 +494,22 @@ class Run:
         if track.segments:
             track.segments[-1].end = now
         track.segments.append(Segment(now, math.inf, activity))
+        self._power_changed()
+
+    def constant(self, track: JobTrack, phase: str) -> Constant:
+        """An activity with all of the job's GPUs in one phase."""
+        return Constant(phase, track.job.pp)
 
     def resume(self, track: JobTrack, step: int | None = None, tokens: int | None = None) -> None:
-        """Start (or restart, e.g. from a checkpoint's step) training now."""
-        assert track.plan is not None
-        self.switch(track, Running(track.plan, self.env.now, track.step if step is None else step,
+        """Start (or restart, e.g. from a checkpoint's step) training now, at the day's clock speed."""
+        assert track.stretched is not None
+        self.advance(self.env.now)            # the step counter is current
+        self.switch(track, Running(self._plan_now(track), self.env.now, track.step if step is None else step,
                                    track.tokens_total if tokens is None else tokens))
 
-    def interrupt(self, track: JobTrack, perturbation: Perturbation) -> None:
-        """Run `perturbation(run, track)` inside the job's process (it may switch, wait, emit and resume).
+    def interrupt(self, track: JobTrack, perturbation: Any) -> None:
+        """Interrupt the job's process with a Perturbation (run inside it: it may switch, wait, emit and resume),
+        an engine.faults.Fault, or engine.faults.PLANNED (maintenance).
 
         A perturbation that arrives while another runs (a fault during a checkpoint) replaces it.
         """
@@ -388,10 +520,93 @@ class Run:
         self.advance(self.env.now)
         item = Override(first, count, phase, self.env.now)
         self.overrides.append(item)
+        self._power_changed()
         return item
 
     def clear_override(self, item: Override) -> None:
         item.end = self.env.now
+        self._power_changed()
+
+    def inject_fault(self, gpu: int, cause: str = "Faulty GPU") -> None:
+        """A fault at one GPU now (its node or link, by cause): the job on it stops and restarts from its last
+        checkpoint; a GPU with no job has its node out for repair."""
+        fault = faults.fault_at(self.env.now, gpu, cause, self.topology.gpus_per_node, injected=True)
+        for track in self.tracks:
+            j = track.job
+            if j.first_gpu <= gpu < j.first_gpu + j.gpus and track.driver is not None:
+                self.interrupt(track, fault)
+                return
+        self.env.process(self._idle_fault(fault))
+
+    # ----- stragglers and the day's clocks ----------------------------------------------------------------
+
+    def _draw_speeds(self) -> np.ndarray | None:
+        """Every GPU's speed factor, drawn once per seed: lognormal around 1, times slow_gpu_factor for a few."""
+        v = self.scenario.variability
+        if v.straggler_sigma <= 0 and v.slow_gpu_fraction <= 0:
+            return None
+        rng = self.rng("variability.speed")
+        n = self.topology.gpus
+        speeds = np.exp(rng.standard_normal(n) * v.straggler_sigma) if v.straggler_sigma > 0 else np.ones(n)
+        if v.slow_gpu_fraction > 0:
+            speeds[rng.random(n) < v.slow_gpu_fraction] *= v.slow_gpu_factor
+        return speeds
+
+    def _stretch(self, track: JobTrack) -> None:
+        """The job's step with the wait for its slowest GPU, and the GPUs drawn on their own."""
+        assert track.plan is not None
+        j, nominal = track.job, track.plan
+        step = nominal.step_time_s
+        slowest = 1.0
+        speeds = None
+        if self.speeds is not None:
+            speeds = self.speeds[j.first_gpu:j.first_gpu + j.gpus]
+            slowest = min(1.0, float(speeds.min()))      # the cost model's step is that of a nominal GPU
+        k = 1.0 / slowest
+        track.stretched = CompiledPlan.of(self.scenario, j, nominal.plan, (k - 1.0) * step, self.power.phase_w)
+        if speeds is None or k == 1.0:
+            return
+        stage = track.stage_index()
+        compute_share = nominal.phases.full[:, COMPUTE] / step                      # per stage
+        phi = compute_share[stage] * np.clip(1.0 / speeds - 1.0, 0.0, None) / (k - 1.0)
+        shown = phi * (k - 1.0) / k >= VISIBLE_UTIL
+        shown[int(np.argmin(speeds))] = True
+        idx = np.flatnonzero(shown)
+        track.stragglers = Stragglers(j.first_gpu + idx, stage[idx].astype(np.int64), np.minimum(phi[idx], 1.0),
+                                      slowest)
+
+    def diurnal(self, t: float) -> float:
+        """How much longer a step takes at time t than at night: 1 / throughput over the day."""
+        amplitude = self.scenario.variability.diurnal_amplitude
+        if amplitude <= 0:
+            return 1.0
+        mid = (math.floor(t / RETUNE_S) + 0.5) * RETUNE_S
+        return 1.0 / (1.0 - amplitude / 2 * (1.0 + math.cos(2 * math.pi * (mid - HOTTEST_S) / DAY)))
+
+    def _plan_now(self, track: JobTrack) -> CompiledPlan:
+        assert track.stretched is not None
+        track.tuned_at = self.env.now
+        track.factor = factor = self.diurnal(self.env.now)
+        plan = track.variants.get(factor)
+        if plan is None:
+            plan = track.variants[factor] = track.stretched.scaled(factor)   # one per 15 minutes of the day
+        return plan
+
+    def next_retune(self, track: JobTrack) -> float:
+        """When the day's clock factor next changes for a job (inf: never)."""
+        if self.scenario.variability.diurnal_amplitude <= 0:
+            return math.inf
+        return (math.floor(track.tuned_at / RETUNE_S + 1e-9) + 1) * RETUNE_S
+
+    def retune(self, track: JobTrack) -> None:
+        """At a step boundary: continue training at the current clock factor."""
+        act = track.activity
+        if not isinstance(act, Running):
+            return
+        factor = self.diurnal(self.env.now)
+        track.tuned_at = self.env.now
+        if factor != track.factor:
+            self.resume(track)
 
     # ----- the run ----------------------------------------------------------------------------------------
 
@@ -403,11 +618,21 @@ class Run:
         jobs = []
         for t in self.tracks:
             j = t.job
-            jobs.append({"name": j.name, "kind": "train", "model": j.model.name, "first_gpu": j.first_gpu,
-                         "gpus": j.gpus, "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep,
-                         "virtual_stages": j.virtual_stages, "rank_order": ["tp", "cp", "pp", "dp"],
-                         "tiers": t.layout.tiers(), "fits": t.plan is not None,
-                         **({k: t.plan.kpi[k] for k in ("step_time_s", "mfu")} if t.plan else {})})
+            entry = {"name": j.name, "kind": "train", "model": j.model.name, "first_gpu": j.first_gpu,
+                     "gpus": j.gpus, "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep,
+                     "virtual_stages": j.virtual_stages, "rank_order": ["tp", "cp", "pp", "dp"],
+                     "tiers": t.layout.tiers(), "fits": t.plan is not None,
+                     **({k: t.plan.kpi[k] for k in ("step_time_s", "mfu")} if t.plan else {})}
+            if t.plan is not None:
+                ck = faults.checkpoint_plan(self.scenario, j)
+                entry["checkpoint"] = {"mode": ck.mode, "gb": round(ck.state_bytes / 1e9, 1),
+                                       "write_s": round(ck.write_s, 3), "stall_s": round(ck.stall_s, 3),
+                                       "interval_s": round(ck.interval_s, 1) if math.isfinite(ck.interval_s)
+                                       else None}
+                st = t.stragglers
+                entry["speed"] = round(st.speed, 4) if st else 1.0
+                entry["slow_gpus"] = st.gpus.tolist() if st else []
+            jobs.append(entry)
         return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
                 "generator": "clustertop 0.1.0", "scenario": s, "topology": self.topology.summary(),
                 "jobs": jobs, "seed": self.seed, "sample_interval_s": self.sample_s,
@@ -418,17 +643,17 @@ class Run:
 
     def run(self, sink: Sink, progress: Callable[[float], None] | None = None) -> RunStats:
         """Write the whole stream to `sink`; `progress(t)` after every sample."""
-        self._start(sink, progress)
+        self.start(sink, progress)
         env, end = self.env, self.duration_s
         while env.peek() <= end:
             env.step()
-        self.stats.sim_seconds = self.duration_s
+        self.finish()
         return self.stats
 
     def lines(self) -> Iterator[bytes]:
         """The stream as lines, produced as the simulation advances (for an in-process consumer)."""
         sink = _ListSink()
-        self._start(sink, None)
+        self.start(sink, None)
         env, end = self.env, self.duration_s
         while True:
             if sink.lines:
@@ -437,36 +662,94 @@ class Run:
             if env.peek() > end:
                 break
             env.step()
-        self.stats.sim_seconds = self.duration_s
+        self.finish()
 
-    def _start(self, sink: Sink, progress: Callable[[float], None] | None) -> None:
+    def start(self, sink: Sink, progress: Callable[[float], None] | None = None) -> None:
+        """Write the header and start every process (then step `env`, or call `advance_to`, and `finish`)."""
         if self._sink is not None:
             raise RuntimeError("a Run runs once")
         self._sink = sink
         sink.write(orjson.dumps(self.header(), option=OPT))
+        env, f = self.env, self.scenario.faults
         for track in self.tracks:
-            track.process = self.env.process(self._job(track))
+            track.process = env.process(self._job(track))
+        for track in self.tracks:
+            if track.plan is not None and f.enabled:
+                env.process(self._fault_source(track))
+                env.process(self._planned_source(track))
+        if f.inject:
+            env.process(self._injections())
         for factory in self._extra:
-            self.env.process(factory(self))
-        self.env.process(self._sampler(progress))
+            env.process(factory(self))
+        env.process(self._sampler(progress))
+
+    def advance_to(self, t: float) -> None:
+        """Simulate up to time t (at most the duration) and write every line up to it (paced live runs)."""
+        env = self.env
+        t = min(t, self.duration_s)
+        if t > env.now:
+            env.run(until=t)
+        while env.peek() <= env.now:          # what is due now (an injected fault while paused)
+            env.step()
+        self.advance(env.now)
+
+    def finish(self) -> None:
+        """After the last event: the summary (`record --json`)."""
+        end = self.duration_s
+        while self.env.peek() <= end:
+            self.env.step()
+        self.stats.sim_seconds = end
+        drivers = [t for t in self.tracks if t.driver is not None]
+        weight = sum(t.job.gpus for t in drivers)
+        kept = sum(t.job.gpus * t.driver.kept_productive_s() for t in drivers if t.driver)
+        self.summary.update({
+            "interruptions_unexpected": sum(t.driver.interruptions for t in drivers if t.driver),
+            "interruptions_planned": sum(t.driver.planned for t in drivers if t.driver),
+            "effective_training_time": round(kept / (weight * end), 4) if weight else None,
+            "site_mw_min": round(self.site_min_mw, 4) if math.isfinite(self.site_min_mw) else None,
+            "site_mw_max": round(self.site_max_mw, 4) if math.isfinite(self.site_max_mw) else None,
+            "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver)})
 
     def _job(self, track: JobTrack) -> Generator[Any, Any, None]:
         if track.plan is None:
             self.switch(track, Constant("idle", track.job.pp))
             self.emit(schema.JOB_STOP, job=track.job.name, reason="out of memory")
             return
-        self.emit(schema.JOB_START, job=track.job.name)
-        self.resume(track, 0, 0)
-        pending: Perturbation | None = None
-        while True:
-            try:
-                if pending is None:
-                    yield self.env.event()      # steady state: nothing to do until a perturbation
-                else:
-                    current, pending = pending, None
-                    yield from current(self, track)
-            except simpy.Interrupt as stop:
-                pending = stop.cause            # a new perturbation replaces the one in progress
+        track.driver = faults.JobDriver(self, track)
+        yield from track.driver.process()
+
+    def _fault_source(self, track: JobTrack) -> Generator[Any, Any, None]:
+        """The job's unexpected faults (Table 5 causes), drawn for the whole run and delivered in time."""
+        j, f = track.job, self.scenario.faults
+        for fault in faults.schedule(j.first_gpu, j.gpus, self.topology.gpus_per_node, 0.0, self.duration_s,
+                                     self.seed, f.rate_scale, stream=f"{j.name}/"):
+            yield self.env.timeout(max(fault.t - self.env.now, 0.0))
+            self.interrupt(track, fault)
+
+    def _planned_source(self, track: JobTrack) -> Generator[Any, Any, None]:
+        f = self.scenario.faults
+        for t in faults.planned(0.0, self.duration_s, f.planned_per_day, self.seed, track.job.name):
+            yield self.env.timeout(max(t - self.env.now, 0.0))
+            self.interrupt(track, faults.PLANNED)
+
+    def _injections(self) -> Generator[Any, Any, None]:
+        """The scenario's [[faults.inject]] entries."""
+        for inj in self.scenario.faults.inject:
+            if inj.at_s > self.duration_s:
+                break
+            yield self.env.timeout(max(inj.at_s - self.env.now, 0.0))
+            self.inject_fault(inj.gpu, inj.cause)
+
+    def _idle_fault(self, fault: faults.Fault) -> Generator[Any, Any, None]:
+        """A fault on GPUs that run no job: nothing stops, the hardware is out until repaired."""
+        self.emit(schema.FAULT, **faults.fault_fields(self, fault))
+        gpn = self.topology.gpus_per_node
+        if fault.scope == "job":
+            return
+        item = (self.override(fault.gpu // gpn * gpn, gpn, "failed") if fault.scope == "node"
+                else self.override(fault.gpu, 1, "failed"))
+        yield self.env.timeout(self.scenario.faults.repair_s)
+        self.clear_override(item)
 
     def _sampler(self, progress: Callable[[float], None] | None) -> Generator[Any, Any, None]:
         self._sample(0.0, INSTANT, 0.0)
@@ -504,6 +787,7 @@ class Run:
             track.step = act.step0 + k
             kpi = act.plan.kpi
             track.tokens_total = act.tokens0 + k * kpi["tokens"]
+            track.productive_s += act.plan.step_time_s
             track.last_kpi = kpi
             self.stats.steps += 1
             self.stats.tokens += kpi["tokens"]
@@ -515,10 +799,76 @@ class Run:
         self._sink.write(orjson.dumps(event, option=OPT))
         self.stats.events += 1
 
+    # ----- the site's load: levels, extremes, power swings --------------------------------------------------
+
+    def _power_changed(self) -> None:
+        """Something changed what GPUs draw: look at the site once everything at this instant is done."""
+        if self._power_pending or self._sink is None:
+            return
+        self._power_pending = True
+        self.env.timeout(0).callbacks.append(self._check_power)
+
+    def _check_power(self, _event: Any = None) -> None:
+        self._power_pending = False
+        level, lo, hi = self._site_power()
+        self.site_min_mw = min(self.site_min_mw, lo)
+        self.site_max_mw = max(self.site_max_mw, hi)
+        prev, self._level_mw = self._level_mw, level
+        if prev is not None and abs(level - prev) > self.power.swing_threshold_mw(prev):
+            fields: dict[str, Any] = {"from_mw": round(prev, 3), "to_mw": round(level, 3),
+                                      "delta_mw": round(level - prev, 3)}
+            if self.power.over_budget(level):
+                fields["over_budget"] = True
+            self.emit(schema.POWER_SWING, **fields)
+
+    def _job_watts(self, track: JobTrack) -> tuple[float, float, float]:
+        """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants."""
+        act = track.segments[-1].activity if track.segments else None
+        w = self.power.phase_w
+        if isinstance(act, Running):
+            reps = track.job.dp
+            level, lo, hi = (x * reps for x in act.plan.watts)
+            st = track.stragglers
+            if st is not None and act.plan.extra is not None:
+                share = float(act.plan.extra.full[0, 0]) / act.plan.step_time_s
+                level += float(st.phi.sum()) * share * (w[COMPUTE] - w[WAIT])
+            return level, lo, hi
+        if isinstance(act, Constant):
+            x = float(w[CODE[act.phase]]) * track.job.gpus
+            return x, x, x
+        x = self.power.idle_w * track.job.gpus
+        return x, x, x
+
+    def _site_power(self) -> tuple[float, float, float]:
+        """Site MW now: (level, lowest, highest), with the overrides in force."""
+        w = self.power.phase_w
+        idle = self.power.idle_w
+        level = lo = hi = self.idle_gpus * idle
+        per_gpu: list[tuple[int, int, float]] = []
+        for track in self.tracks:
+            a, b, c = self._job_watts(track)
+            level, lo, hi = level + a, lo + b, hi + c
+            per_gpu.append((track.job.first_gpu, track.job.gpus, a / track.job.gpus))
+        now = self.env.now
+        for o in self.overrides:
+            if not o.start <= now < o.end:
+                continue
+            covered = 0
+            delta = 0.0
+            for first, count, mean in per_gpu:
+                n = max(0, min(o.first + o.count, first + count) - max(o.first, first))
+                covered += n
+                delta += n * (w[CODE[o.phase]] - mean)
+            delta += (o.count - covered) * (w[CODE[o.phase]] - idle)
+            level, lo, hi = level + delta, lo + delta, hi + delta
+        n = self.topology.gpus
+        return (float(self.power.site_mw(level, n)), float(self.power.site_mw(lo, n)),
+                float(self.power.site_mw(hi, n)))
+
     # ----- samples ----------------------------------------------------------------------------------------
 
     def _prepare_sampling(self) -> None:
-        """Precompute the GPU blocks (jobs and idle gaps, in GPU order) and per-pod weights of each job."""
+        """Precompute the GPU blocks, the unit runs (a stage of a replica, or an idle gap) and pod weights."""
         topo = self.topology
         self.blocks: list[tuple[int, int, JobTrack | None]] = []
         pos = 0
@@ -531,6 +881,27 @@ class Run:
         if pos < topo.gpus:
             self.blocks.append((pos, topo.gpus - pos, None))
         self.idle_gpus = topo.gpus - sum(t.job.gpus for t in self.tracks)
+        # Rows: one per (job, stage), in track order, then the idle row. A unit run is tp*cp GPUs of one stage of
+        # one replica (or an idle gap): GPUs that share every value unless something breaks the symmetry.
+        self.row_offset = np.cumsum([0] + [t.job.pp for t in self.tracks])
+        self.idle_row = int(self.row_offset[-1])
+        starts: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        for first, count, track in self.blocks:
+            if track is None:
+                starts.append(np.array([first]))
+                rows.append(np.array([self.idle_row]))
+                continue
+            j = track.job
+            units = np.arange(j.pp * j.dp)
+            starts.append(first + units * (j.tp * j.cp))
+            rows.append(self.row_offset[track.index] + units % j.pp)
+        self.unit_starts = np.concatenate(starts).astype(np.int64)
+        self.unit_rows = np.concatenate(rows).astype(np.int64)
+        slow = [t.stragglers.gpus for t in self.tracks if t.stragglers is not None]
+        self.slow_gpus = np.concatenate(slow) if slow else np.zeros(0, np.int64)
+        self.slow_order = np.argsort(self.slow_gpus, kind="stable")
+        self.static_split = self._split(self.slow_gpus[self.slow_order])
         pods = topo.pods
         per_pod = topo.gpus_per_pod
         pod_gpus = np.minimum(per_pod, topo.gpus - np.arange(pods) * per_pod).astype(np.float64)
@@ -545,11 +916,17 @@ class Run:
         self.pod_tier_idx = [TIERS.index(t) for t in POD_TIERS]
         self.site_tier_idx = [i for i, t in enumerate(TIERS) if t not in POD_TIERS]
 
-    def measure(self, a: float, b: float) -> Measurement:
-        """Exact means over [a, b] (b > a) of what every stage of every job does; `b - a` tiny: the instant a.
+    def _split(self, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Unit runs with each of `gpus` (sorted, unique) a run of its own: (starts, rows, index of each GPU)."""
+        if gpus.size == 0:
+            return self.unit_starts, self.unit_rows, np.zeros(0, np.int64)
+        cuts = np.concatenate([gpus, gpus + 1])
+        starts = np.union1d(self.unit_starts, cuts[cuts < self.topology.gpus])
+        rows = self.unit_rows[np.searchsorted(self.unit_starts, starts, side="right") - 1]
+        return starts, rows, np.searchsorted(starts, gpus)
 
-        Issue 6 can use it for the instantaneous site power (min/max, power swings) between samples.
-        """
+    def measure(self, a: float, b: float) -> Measurement:
+        """Exact means over [a, b] (b > a) of what every stage of every job does; `b - a` tiny: the instant a."""
         span = b - a
         watts = self.power.phase_w
         gpu_watts = self.idle_gpus * self.power.idle_w
@@ -564,23 +941,66 @@ class Run:
             gpu_watts += float(means.power.sum()) * (j.tp * j.cp * j.dp)
             loads[track.index] = track.tier_load(a, b) / span
         overrides = [o for o in self.overrides if o.start < b and o.end > a]
-        if overrides:
-            gpu_watts = self._override_watts(stages, overrides, a, b)
-        return Measurement(a, b, stages, loads, gpu_watts, overrides)
+        patch = self._patch(stages, overrides, a, b)
+        if patch is not None:
+            gpu_watts += float(patch.power.sum() - self._row_values(stages)[1][patch.rows].sum())
+        return Measurement(a, b, stages, loads, gpu_watts, overrides, patch)
 
     def site_mw(self, a: float, b: float | None = None) -> float:
         """Site power in MW: the mean over [a, b], or the instantaneous value at a when b is None."""
         m = self.measure(a, a + INSTANT if b is None else b)
         return self.power.site_mw(m.gpu_watts, self.topology.gpus)
 
+    def _patch(self, stages: dict[int, StageMeans], overrides: list[Override], a: float,
+               b: float) -> Patch | None:
+        """Per-GPU means of the GPUs that break the symmetry: stragglers, then overrides (later ones win)."""
+        pos: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        for track in self.tracks:
+            st = track.stragglers
+            if st is None:
+                continue
+            r = stages[track.index].durations[st.stage]
+            extra = track.extra(a, b)
+            if extra > 0:
+                shift = st.phi * extra
+                r[:, COMPUTE] += shift
+                r[:, WAIT] = np.maximum(r[:, WAIT] - shift, 0.0)
+            pos.append(st.gpus)
+            rows.append(r)
+        static = True
+        for o in overrides:
+            got = self._override_rows(stages, o, a, b)
+            if got is not None:
+                first, r = got
+                pos.append(np.arange(first, first + r.shape[0]))
+                rows.append(r)
+                static = False
+        if not pos:
+            return None
+        p, r = np.concatenate(pos), np.concatenate(rows)
+        if static:
+            p, r = p[self.slow_order], r[self.slow_order]
+        else:
+            last = p.size - 1 - np.unique(p[::-1], return_index=True)[1]      # the last row of each GPU wins
+            p, r = p[last], r[last]
+        span = b - a
+        return Patch(p, np.rint(r @ PHASE_UTIL * (100.0 / span)).astype(np.int64), r @ self.power.phase_w / span,
+                     r.argmax(axis=1), static,
+                     self.unit_rows[np.searchsorted(self.unit_starts, p, side="right") - 1])
+
+    def _row_values(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(util %, power W, phase) per row: the stages of every job in track order, then the idle row."""
+        util = np.concatenate([stages[t.index].util for t in self.tracks] + [np.zeros(1, np.int64)])
+        power = np.concatenate([stages[t.index].power for t in self.tracks] + [np.array([self.power.idle_w])])
+        phase = np.concatenate([stages[t.index].phase for t in self.tracks] + [np.array([CODE["idle"]])])
+        return util, power, phase
+
     def _sample(self, a: float, b: float, t: float) -> None:
         """Write the sample at time t: exact means over [a, b]."""
         self.advance(t)
         m = self.measure(a, b)
-        if m.overrides:
-            util_b, power_b, phase_b = self._per_gpu_arrays(m)
-        else:
-            util_b, power_b, phase_b = self._symmetric_arrays(m.stages)
+        util_b, power_b, phase_b = self._arrays(m)
         self.overrides = [o for o in self.overrides if o.end > b]
         pod = m.loads.T @ self.pod_weights                  # (tiers, pods)
         site = m.loads.T @ self.site_weights                # (tiers,)
@@ -592,11 +1012,19 @@ class Run:
             status: dict[str, Any] = {"running": track.activity.running, "step": track.step,
                                       "tokens_total": track.tokens_total}
             status.update(track.last_kpi)
+            d = track.driver
+            if d is not None:
+                elapsed = t - d.started
+                status["effective_training_time"] = round(min(1.0, d.kept_productive_s() / elapsed), 4) \
+                    if elapsed > 0 else 0.0
+                status["interruptions"] = d.interruptions + d.planned
+                status["tokens_lost"] = d.tokens_lost
             jobs[track.job.name] = status
         site_mw = round(self.power.site_mw(m.gpu_watts, self.topology.gpus), 4)
+        budget = b',"over_budget":true' if self.power.over_budget(site_mw) else b""
         line = b"".join((b'{"t":', orjson.dumps(_t(t)), b',"type":"sample","util":', util_b, b',"power_w":',
                          power_b, b',"phase":', phase_b, b',"links":', orjson.dumps(links), b',"site_mw":',
-                         orjson.dumps(site_mw), b',"jobs":', orjson.dumps(jobs), b"}\n"))
+                         orjson.dumps(site_mw), budget, b',"jobs":', orjson.dumps(jobs), b"}\n"))
         assert self._sink is not None
         self._sink.keyframe(line)
         self.stats.events += 1
@@ -605,35 +1033,45 @@ class Run:
             while len(track.segments) > 1 and track.segments[0].end <= b:
                 track.segments.pop(0)
 
-    def _symmetric_arrays(self, stages: dict[int, StageMeans]) -> tuple[bytes, bytes, bytes]:
-        """Run-length encode per replica pattern, tiled over the DP replicas; cached as serialized bytes."""
-        keys = []
-        for _, _, track in self.blocks:
-            if track is not None:
-                m = stages[track.index]
-                keys.append((m.util.tobytes(), m.watts.tobytes(), m.phase.tobytes()))
-        key = tuple(keys)
-        cached = self._cache.get(key)
+    def _arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes]:
+        """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch spliced
+        in, equal neighbours merged. Cached as serialized bytes for samples that come out the same."""
+        key: list[bytes] = []
+        for track in self.tracks:
+            s = m.stages[track.index]
+            key += (s.util.tobytes(), s.watts.tobytes(), s.phase.tobytes())
+        p = m.patch
+        if p is not None:
+            key += (p.gpus.tobytes(), p.util.tobytes(), p.watts.tobytes(), p.phase.tobytes())
+        cache_key = tuple(key)
+        cached = self._cache.get(cache_key)
         if cached is not None:
             return cached
-        fields: list[list[tuple[list[Any], list[int]]]] = [[], [], []]
-        idle = (0, round(self.power.idle_w), CODE["idle"])
-        for _, count, track in self.blocks:
-            if track is None:
-                for f, value in zip(fields, idle):
-                    f.append(([value], [count]))
-                continue
-            j = track.job
-            m = stages[track.index]
-            for f, values in zip(fields, (m.util, m.watts, m.phase)):
-                v, n = schema.rle_runs(values.tolist(), j.tp * j.cp)
-                f.append(schema.rle_tile(v, n, j.dp))
-        out = (orjson.dumps(schema.rle_concat(fields[0])), orjson.dumps(schema.rle_concat(fields[1])),
-               orjson.dumps(schema.rle_concat(fields[2])))
+        util, power, phase = self._row_values(m.stages)
+        row_values = (util, np.rint(power).astype(np.int64), phase)
+        if p is None:
+            starts, rows, at = self.unit_starts, self.unit_rows, None
+        elif p.static:
+            starts, rows, at = self.static_split
+        else:
+            starts, rows, at = self._split(p.gpus)
+        patched = (p.util, p.watts, p.phase) if p is not None else (None, None, None)
+        n = self.topology.gpus
+        out = []
+        for values, extra in zip(row_values, patched):
+            v = values[rows]
+            if at is not None and extra is not None:
+                v[at] = extra
+            keep = np.empty(v.size, dtype=bool)
+            keep[0] = True
+            np.not_equal(v[1:], v[:-1], out=keep[1:])
+            first = starts[keep]
+            out.append(orjson.dumps({"v": v[keep], "n": np.diff(first, append=n)}, option=OPT_ARRAYS))
+        result = (out[0], out[1], out[2])
         if len(self._cache) > 256:
             self._cache.clear()
-        self._cache[key] = out
-        return out
+        self._cache[cache_key] = result
+        return result
 
     def _override_rows(self, m_stages: dict[int, StageMeans], o: Override, a: float,
                        b: float) -> tuple[int, np.ndarray] | None:
@@ -655,48 +1093,6 @@ class Run:
         np.maximum(rows, 0.0, out=rows)
         return first, rows
 
-    def _override_watts(self, stages: dict[int, StageMeans], overrides: list[Override], a: float,
-                        b: float) -> float:
-        """Total GPU power with the overrides applied (later overrides win where they overlap)."""
-        power = self._base_arrays(stages)[1]
-        for o in overrides:
-            got = self._override_rows(stages, o, a, b)
-            if got is not None:
-                first, rows = got
-                power[first:first + rows.shape[0]] = rows @ self.power.phase_w / (b - a)
-        return float(power.sum())
-
-    def _base_arrays(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-GPU (util %, power W, phase) broadcast from the stages: the per-GPU path's starting point."""
-        n = self.topology.gpus
-        util = np.zeros(n, dtype=np.int64)
-        power = np.full(n, self.power.idle_w)
-        phase = np.full(n, CODE["idle"], dtype=np.uint8)
-        for track in self.tracks:
-            j = track.job
-            m = stages[track.index]
-            stage = track.stage_index()
-            sl = slice(j.first_gpu, j.first_gpu + j.gpus)
-            util[sl], power[sl], phase[sl] = m.util[stage], m.power[stage], m.phase[stage]
-        return util, power, phase
-
-    def _per_gpu_arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes]:
-        """Per-GPU numpy path when overrides break the symmetry: exact means per GPU in their ranges."""
-        util, power, phase = self._base_arrays(m.stages)
-        span = m.b - m.a
-        for o in m.overrides:
-            got = self._override_rows(m.stages, o, m.a, m.b)
-            if got is None:
-                continue
-            first, rows = got
-            sl = slice(first, first + rows.shape[0])
-            util[sl] = np.rint(rows @ PHASE_UTIL * (100.0 / span))
-            power[sl] = rows @ self.power.phase_w / span
-            phase[sl] = rows.argmax(axis=1)
-        watts = np.rint(power).astype(np.int64)
-        return (orjson.dumps(schema.rle_encode(util)), orjson.dumps(schema.rle_encode(watts)),
-                orjson.dumps(schema.rle_encode(phase)))
-
 
 @dataclass
 class StageMeans:
@@ -713,6 +1109,22 @@ class StageMeans:
 
 
 @dataclass
+class Patch:
+    """Per-GPU means of the GPUs computed apart (stragglers, overrides), sorted by GPU."""
+
+    gpus: np.ndarray          # GPU indices, sorted, unique
+    util: np.ndarray          # integer percent
+    power: np.ndarray         # W (float)
+    phase: np.ndarray         # dominant phase code
+    static: bool              # stragglers only (their GPUs are the precomputed ones)
+    rows: np.ndarray          # the row each GPU would follow without the patch
+
+    @property
+    def watts(self) -> np.ndarray:
+        return np.rint(self.power).astype(np.int64)
+
+
+@dataclass
 class Measurement:
     """Everything a sample needs over [a, b]: per-job stage means, tier loads, GPU power, active overrides."""
 
@@ -722,6 +1134,7 @@ class Measurement:
     loads: np.ndarray          # (jobs, tiers) mean load 0..1
     gpu_watts: float
     overrides: list[Override]
+    patch: Patch | None = None
 
 
 def _t(t: float) -> float:

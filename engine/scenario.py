@@ -98,6 +98,14 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Injection:
+    """A fault scheduled by the scenario ([[faults.inject]]), for demos and tests."""
+    at_s: float                  # when, from the start of the run
+    gpu: int                     # the GPU hit (its node or NIC link, depending on the cause)
+    cause: str                   # a Llama 3 Table 5 cause (engine/catalogs/faults.toml)
+
+
+@dataclass(frozen=True)
 class Faults:
     """Random interruptions (Llama 3 Table 5 causes), detection and restart."""
     enabled: bool
@@ -108,6 +116,7 @@ class Faults:
     repair_s: float              # time to repair a failed node when no spare is left
     planned_per_day: float       # planned interruptions (maintenance, upgrades) per job per day
     planned_s: float             # duration of a planned interruption
+    inject: tuple[Injection, ...] = ()   # scheduled faults, in time order
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,13 @@ FAULTS_SPEC: dict[str, Field] = {
     "repair": optional("str", 4 * 3600.0, parse=parse_duration),
     "planned_per_day": optional("float", 47 / 54, low=0.0, high=1000.0),
     "planned": optional("str", 1200.0, parse=parse_duration),
+    "inject": optional("any", None, doc="an array of [[faults.inject]] tables"),
+}
+
+INJECT_SPEC: dict[str, Field] = {
+    "at": Field("str", parse=parse_duration, doc='a duration from the start, such as "30s"'),
+    "gpu": Field("int", low=0, high=MAX_GPUS),
+    "cause": optional("str", "Faulty GPU"),
 }
 
 CHECKPOINT_SPEC: dict[str, Field] = {
@@ -286,13 +302,39 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
     f = check_table(ctx, "faults", top["faults"] or {}, FAULTS_SPEC)
     faults = Faults(enabled=f["enabled"], rate_scale=f["rate_scale"], detection_s=f["detection"],
                     restart_s=f["restart"], spare_nodes=f["spare_nodes"], repair_s=f["repair"],
-                    planned_per_day=f["planned_per_day"], planned_s=f["planned"])
+                    planned_per_day=f["planned_per_day"], planned_s=f["planned"],
+                    inject=_injections(ctx, f["inject"], cluster))
     c = check_table(ctx, "checkpoint", top["checkpoint"] or {}, CHECKPOINT_SPEC)
     checkpoint = Checkpoint(interval_s=c["interval"], mode=c["mode"], storage_tb_s=c["storage_tb_s"])
     v = check_table(ctx, "variability", top["variability"] or {}, VARIABILITY_SPEC)
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
                     duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
                     checkpoint=checkpoint, variability=Variability(**v), path=path)
+
+
+def _injections(ctx: Context, raw: Any, cluster: Cluster) -> tuple[Injection, ...]:
+    """[[faults.inject]]: faults at given times and GPUs, with a Table 5 cause."""
+    from .faults import causes  # the fault catalog; imported here so that loading it stays lazy
+
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ctx.error("faults.inject", "expected an array of [[faults.inject]] tables (at, gpu, cause)")
+    names = [c.name for c in causes()]
+    out = []
+    for i, entry in enumerate(raw):
+        path = f"faults.inject[{i}]"
+        e = check_table(ctx, path, entry, INJECT_SPEC)
+        if e["gpu"] >= cluster.gpus:
+            raise ctx.error(f"{path}.gpu", f"GPU {e['gpu']:,} is not in the cluster; expected 0 to "
+                            f"{cluster.gpus - 1:,}")
+        if e["cause"] not in names:
+            raise ctx.error(f"{path}.cause", f"unknown cause {e['cause']!r}{did_you_mean(e['cause'], names)}; "
+                            f"expected a Llama 3 Table 5 cause such as \"Faulty GPU\" or \"Software bug\"")
+        out.append(Injection(at_s=e["at"], gpu=e["gpu"], cause=e["cause"]))
+    return tuple(sorted(out, key=lambda x: (x.at_s, x.gpu)))
 
 
 def _catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, Any]) -> Any:

@@ -39,20 +39,33 @@ def _kpi(key: str, doc: str) -> property:
 
 
 class JobStatus:
-    """One job as the stream last described it."""
+    """One job as the stream last described it.
 
-    __slots__ = ("_src", "first_gpu", "gpus", "info", "name", "running", "stop_reason")
+    Besides the step figures: `down` (stopped by a fault or maintenance, until its restart), `interruptions`
+    (faults and maintenance so far, as Llama 3 counts them), `tokens_lost` (work lost to restarts from
+    checkpoints), `checkpoints` (written), `effective_training_time` (share of the time since the job started
+    spent on steps whose work is kept; from the latest sample).
+    """
+
+    __slots__ = ("_src", "checkpoints", "down", "effective_training_time", "first_gpu", "gpus", "info",
+                 "interruptions", "name", "running", "stop_reason", "tokens_lost")
 
     def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
                  step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
                  mfu: float = 0.0, tokens: float = 0.0, info: dict[str, Any] | None = None,
-                 stop_reason: str = "") -> None:
+                 stop_reason: str = "", interruptions: int = 0, tokens_lost: int = 0, checkpoints: int = 0,
+                 effective_training_time: float | None = None, down: bool = False) -> None:
         self.name = name
         self.first_gpu = first_gpu
         self.gpus = gpus
         self.running = running
         self.info: dict[str, Any] = info if info is not None else {}   # the header's job entry (layout)
         self.stop_reason = stop_reason
+        self.interruptions = interruptions
+        self.tokens_lost = tokens_lost
+        self.checkpoints = checkpoints
+        self.effective_training_time = effective_training_time
+        self.down = down
         self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
                                      "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
 
@@ -109,6 +122,8 @@ class ClusterState:
         self._phase = _Lazy(np.full(self.gpus, CODE["idle"], dtype=np.uint8))
         self.links: dict[str, np.ndarray] = {}       # tier -> load 0..1 (one value, or one per pod)
         self.site_mw = 0.0
+        self.budget_mw: float | None = header.get("power", {}).get("site_power_budget_mw")
+        self.over_budget = False             # the latest sample's mean site power exceeds the budget
         self.jobs: dict[str, JobStatus] = {}
         for info in header.get("jobs", []):
             self.jobs[info["name"]] = JobStatus(info["name"], int(info["first_gpu"]), int(info["gpus"]),
@@ -119,7 +134,9 @@ class ClusterState:
         self.version = 0   # bumped on every change; widgets redraw when it moves
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             schema.SAMPLE: self._sample, schema.STEP: self._step, schema.JOB_START: self._job_event,
-            schema.JOB_STOP: self._job_event, schema.HEADER: _ignore}
+            schema.JOB_STOP: self._job_event, schema.HEADER: _ignore, schema.FAULT: self._fault,
+            schema.MAINTENANCE: self._maintenance, schema.RESTART: self._restart,
+            schema.CHECKPOINT_END: self._checkpoint_end}
 
     @property
     def util(self) -> np.ndarray:
@@ -148,10 +165,10 @@ class ClusterState:
                 job.running = True
             return
         handler = self._handlers.get(kind)
-        if handler is None:
-            self.events.append(event)      # later issues' events (fault, checkpoint, ...) go to the log
-        else:
+        if handler is not None:
             handler(event)
+        if kind not in _UNLOGGED:
+            self.events.append(event)      # every discrete event goes to the log (steps are folded above)
 
     def _step(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event["job"])
@@ -164,7 +181,35 @@ class ClusterState:
         if job is not None:
             job.running = event["type"] == schema.JOB_START
             job.stop_reason = "" if job.running else str(event.get("reason", ""))
-        self.events.append(event)
+
+    def _fault(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event.get("job") or "")
+        if job is not None:          # `running` stays as the samples say it (they carry it every interval)
+            job.down = True
+            job.interruptions += 1
+
+    def _maintenance(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event.get("job") or "")
+        if job is not None:
+            job.interruptions += 1
+
+    def _restart(self, event: dict[str, Any]) -> None:
+        """Training again from a checkpoint: the step and token counters go back to it."""
+        job = self.jobs.get(event.get("job") or "")
+        if job is None:
+            return
+        job.running = True
+        job.down = False
+        job.tokens_lost += int(event.get("lost_tokens", 0))
+        back = {k: event[src] for k, src in (("step", "from_checkpoint_step"), ("tokens_total", "tokens_total"))
+                if src in event}
+        if back:
+            job._src = {**job._src, **back}
+
+    def _checkpoint_end(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event.get("job") or "")
+        if job is not None and event.get("ok", True):
+            job.checkpoints += 1
 
     def _sample(self, event: dict[str, Any]) -> None:
         self.samples += 1
@@ -184,11 +229,19 @@ class ClusterState:
         if "site_mw" in event:
             self.site_mw = float(event["site_mw"])
             self.site_mw_history.append(self.site_mw)
+        self.over_budget = bool(event.get("over_budget", False))
         for name, status in event.get("jobs", {}).items():
             job = self.jobs.get(name)
             if job is not None:
                 job.running = bool(status.get("running", job.running))
                 job._src = status
+                if "interruptions" in status:
+                    job.interruptions = int(status["interruptions"])
+                    job.tokens_lost = int(status.get("tokens_lost", job.tokens_lost))
+                    job.effective_training_time = status.get("effective_training_time")
+
+
+_UNLOGGED = frozenset({schema.SAMPLE, schema.HEADER, schema.STEP})
 
 
 def _ignore(event: dict[str, Any]) -> None:

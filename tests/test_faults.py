@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
+import pytest
 
-from engine import faults
+from engine import faults, scenario
+from engine.compute import total_params
 
 DAYS54 = 54 * 86400.0
 
@@ -71,3 +74,53 @@ def test_young_daly() -> None:
     t = faults.young_daly_interval(5.0, 466 / DAYS54)
     assert 250 < t < 400
     assert faults.young_daly_interval(5.0, 0.0) == float("inf")
+
+
+def test_each_job_draws_its_own_faults() -> None:
+    a = faults.schedule(0, 16384, 8, 0.0, 7 * 86400.0, seed=7, stream="pretrain/")
+    b = faults.schedule(0, 16384, 8, 0.0, 7 * 86400.0, seed=7, stream="ablation/")
+    assert a != b and a == faults.schedule(0, 16384, 8, 0.0, 7 * 86400.0, seed=7, stream="pretrain/")
+
+
+def test_a_fault_at_a_gpu_names_its_component() -> None:
+    gpu = faults.fault_at(5.0, 4915, "Faulty GPU", 8)
+    assert (gpu.component, gpu.index, gpu.gpu, gpu.scope, gpu.injected) == ("gpu", 4915, 4915, "node", True)
+    host = faults.fault_at(5.0, 4915, "Power supply", 8)
+    assert (host.component, host.index, host.scope) == ("node", 614, "node")
+    link = faults.fault_at(5.0, 4915, "Network switch/cable", 8)
+    assert (link.component, link.index, link.scope) == ("link", 4915, "link")
+    assert faults.fault_at(5.0, 3, "Software bug", 8).scope == "job"
+
+
+def test_spares_come_back_from_repair() -> None:
+    pool = faults.SparePool(spares=2, repair_s=100.0)
+    pool.fail(0.0)
+    pool.fail(10.0)
+    assert pool.ready_at(2, 20.0) == 20.0
+    pool.take(2, 20.0)
+    assert pool.ready_at(1, 30.0) == 100.0 and pool.ready_at(2, 30.0) == 110.0
+    assert pool.ready_at(3, 30.0) == float("inf")
+    assert pool.ready_at(1, 100.0) == 100.0
+    pool.take(1, 100.0)
+    with pytest.raises(ValueError):
+        pool.take(1, 100.0)
+
+
+def test_flagship_checkpoint_cost_and_interval() -> None:
+    s = scenario.load("llama3-405b-16k")
+    job = s.jobs[0]
+    params = total_params(job.model)[0]
+    assert 400e9 < params < 410e9
+    plan = faults.checkpoint_plan(s, job)
+    # 14 bytes per parameter (BF16 weights, FP32 master weights and Adam moments) at 2 TB/s (Tectonic sustained).
+    assert plan.state_bytes == 14 * params and plan.write_s == pytest.approx(14 * params / 2e12)
+    assert plan.mode == "sync" and plan.stall_s == plan.write_s
+    rate = (419 + 47) / DAYS54
+    assert faults.expected_rate(16384, 8, 1.0, 47 / 54) == pytest.approx(rate)
+    assert plan.interval_s == pytest.approx((2 * plan.write_s / rate) ** 0.5)        # Young/Daly: ~4 minutes
+    assert 200 < plan.interval_s < 300
+    async_plan = faults.checkpoint_plan(dataclasses.replace(s, checkpoint=dataclasses.replace(
+        s.checkpoint, mode="async")), job)
+    local = 2 * params / 128 + 12 * params / (128 * 128)          # TP 8 x PP 16 shards, ZeRO-1 over DP 128
+    assert async_plan.stall_s == pytest.approx(local / 64e9)      # PCIe gen5 x16 to host memory
+    assert async_plan.interval_s < plan.interval_s

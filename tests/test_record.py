@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, fake_planner, write_scenario
+from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, SMALL, fake_planner, write_scenario
 
 import engine.run
 from clustertop.cli import main
@@ -27,9 +27,25 @@ def fake_cost_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine.run, "default_planner", fake_planner)
 
 
+# No faults, checkpoints or stragglers unless a test asks for them: steps then follow the plan exactly.
+QUIET = """
+[faults]
+enabled = false
+rate_scale = 0.0
+planned_per_day = 0.0
+
+[variability]
+straggler_sigma = 0.0
+slow_gpu_fraction = 0.0
+diurnal_amplitude = 0.0
+"""
+RUN_KEYS = {"interruptions_unexpected", "interruptions_planned", "effective_training_time", "site_mw_min",
+            "site_mw_max", "checkpoints"}
+
+
 @pytest.fixture
 def small(tmp_path: Path) -> str:
-    return write_scenario(tmp_path)
+    return write_scenario(tmp_path, SMALL + QUIET)
 
 
 def record(*args: str) -> int:
@@ -72,6 +88,28 @@ def test_json_summary(small: str, tmp_path: Path, capsys: pytest.CaptureFixture[
     assert summary["tokens"] == summary["steps"] * 64 * 4096
     with gzip.open(out) as f:
         assert summary["events"] == sum(1 for _ in f) - 1
+
+
+def test_json_summary_has_the_run_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_scenario(tmp_path, SMALL + "\n[faults]\nrate_scale = 3000.0\nplanned_per_day = 10.0\n")
+    out = tmp_path / "r.jsonl"
+    assert record(path, "-o", str(out), "--duration", "1d", "--json") == 0
+    summary = orjson.loads(capsys.readouterr().out)
+    before = {"scenario", "output", "seed", "steps", "tokens", "sim_seconds", "wall_seconds", "events", "samples",
+              "sample_interval_s", "bytes", "jobs"}
+    assert set(summary) == before | RUN_KEYS
+    events = list(reader.iter_events(str(out)))[1:]
+    kinds = [e["type"] for e in events]
+    assert summary["interruptions_unexpected"] == kinds.count("fault") > 10
+    assert summary["interruptions_planned"] == kinds.count("maintenance") > 2
+    assert summary["checkpoints"] == sum(1 for e in events if e["type"] == "checkpoint_end" and e["ok"]) > 50
+    site = [e["site_mw"] for e in events if e["type"] == "sample"]
+    assert summary["site_mw_min"] <= min(site) < max(site) <= summary["site_mw_max"]
+    last = [e for e in events if e["type"] == "sample"][-1]
+    assert 0.1 < summary["effective_training_time"] < 0.9        # ~40 restarts of 25 min each
+    assert summary["effective_training_time"] == last["jobs"]["train"]["effective_training_time"]
+    state = reader.fold(str(out))
+    assert state.jobs["train"].interruptions == summary["interruptions_unexpected"] + summary["interruptions_planned"]
 
 
 def test_record_to_stdout_pipes_into_the_reader(small: str) -> None:
@@ -135,7 +173,7 @@ def test_bad_scenario_subprocess_one_line(tmp_path: Path) -> None:
 
 def test_job_that_does_not_fit_is_recorded(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    assert record(write_scenario(tmp_path, MIXED), "-o", str(out), "--duration", "2s") == 0
+    assert record(write_scenario(tmp_path, MIXED + QUIET), "-o", str(out), "--duration", "2s") == 0
     state = reader.fold(str(out))
     assert state.jobs["too-big"].running is False and state.jobs["too-big"].stop_reason == "out of memory"
     assert state.jobs["train"].running and state.jobs["train"].step == 2

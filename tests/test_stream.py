@@ -8,13 +8,31 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from fake_plan import MIXED, fake_planner, write_scenario
+from fake_plan import MIXED, SMALL, fake_planner, write_scenario
 
 from engine import scenario, schema
 from engine.phases import CODE
 from engine.run import PHASE_UTIL, Constant, Run, default_sample_interval
 from engine.state import ClusterState
 from engine.timeline import Interval, StepPlan
+
+# The stream's mechanics are tested on a cluster with no faults, no checkpoints and no stragglers (issue 6's
+# behaviour has its own tests in test_run_faults.py): steps then follow the cost model's plan exactly.
+QUIET = """
+[faults]
+enabled = false
+rate_scale = 0.0
+planned_per_day = 0.0
+
+[variability]
+straggler_sigma = 0.0
+slow_gpu_fraction = 0.0
+diurnal_amplitude = 0.0
+"""
+
+
+def quiet(directory: Any, text: str = SMALL, name: str = "small.toml") -> str:
+    return write_scenario(directory, text + QUIET, name)
 
 
 def run_events(path: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
@@ -29,7 +47,7 @@ def stage_values(event: dict[str, Any], key: str, tp: int = 2, pp: int = 4) -> n
 
 @pytest.fixture
 def small(tmp_path: Any) -> str:
-    return write_scenario(tmp_path)
+    return quiet(tmp_path)
 
 
 # ----- run-length encoding -----------------------------------------------------------------------------------
@@ -231,7 +249,7 @@ def test_links_per_pod_and_site(small: str) -> None:
 
 
 def test_job_that_does_not_fit(tmp_path: Any) -> None:
-    _run, events = run_events(write_scenario(tmp_path, MIXED), duration_s=3.0, sample_s=1.0)
+    _run, events = run_events(quiet(tmp_path, MIXED), duration_s=3.0, sample_s=1.0)
     header = events[0]
     assert [j["fits"] for j in header["jobs"]] == [True, False]
     stops = [e for e in events if e["type"] == "job_stop"]
@@ -335,7 +353,7 @@ def test_overlapping_overrides_stay_physical(small: str) -> None:
     for e in samples:
         util = schema.rle_decode(e["util"])
         watts = schema.rle_decode(e["power_w"])
-        assert (util >= 0).all() and (util <= 100).all() and (watts >= 90).all() and (watts <= 700).all()
+        assert (util >= 0).all() and (util <= 100).all() and (watts >= 0).all() and (watts <= 700).all()
     phase = schema.rle_decode(samples[-1]["phase"])
     assert set(phase[:8]) == {CODE["failed"]} and set(phase[8:24]) == {CODE["checkpoint"]}
 
@@ -365,7 +383,7 @@ def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
 
     run.add_process(source)
     events = [orjson.loads(line) for line in run.lines()]
-    kinds = [(e["t"], e["type"]) for e in events if e["type"] not in ("sample", "step", "header")]
+    kinds = [(e["t"], e["type"]) for e in events if e["type"] not in ("sample", "step", "header", "power_swing")]
     assert kinds == [(0.0, "job_start"), (2.0, "checkpoint_start"), (3.0, "fault"), (5.0, "restart")]
     steps = [e for e in events if e["type"] == "step" and e["t"] > 5.0]
     assert steps[0]["step"] == 1 and steps[0]["tokens_total"] == 64 * 4096        # restarted from step 0

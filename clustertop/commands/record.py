@@ -2,6 +2,10 @@
 
 Everything a user can get wrong (scenario, --duration, --sample, --seed, the output path, a job the cost model
 rejects) is checked before the output file is created, so a bad invocation writes nothing.
+
+With --control (the dashboard's live mode), commands arrive as JSON lines on stdin and the output is paced to the
+commanded speed (engine/control.py). The --json summary includes the run's interruptions, effective training
+time, site power extremes and checkpoints (engine/run.py `Run.summary`).
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from typing import Any
 
 import orjson
 
+from engine import control, scenario
 from engine import run as engine_run
-from engine import scenario
 from engine.errors import UserError
 from engine.progress import Progress
 from engine.recorder import Recorder, check_output
@@ -45,7 +49,10 @@ def main(args: argparse.Namespace) -> int:
     progress = Progress(sim.duration_s)
     start = time.monotonic()
     try:
-        stats = sim.run(recorder, progress)
+        if getattr(args, "control", False):
+            stats = control.Pacer(sim, control.Commands(sys.stdin.buffer)).drive(recorder, progress)
+        else:
+            stats = sim.run(recorder, progress)
         recorder.close()
         wall = time.monotonic() - start
     except BrokenPipeError:

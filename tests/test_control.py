@@ -1,0 +1,156 @@
+"""Live control, engine side: the protocol, pacing, pause and resume, injected faults, and `record --control`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fake_plan import CLI_WITH_FAKE_PLANNER, SMALL, fake_planner, write_scenario
+
+from engine import control, scenario
+from engine.run import Run
+from tui.sources import protocol
+
+TESTS = str(Path(__file__).parent)
+QUIET = """
+[faults]
+enabled = false
+rate_scale = 0.0
+planned_per_day = 0.0
+detection = "5s"
+restart = "20s"
+
+[variability]
+straggler_sigma = 0.0
+slow_gpu_fraction = 0.0
+diurnal_amplitude = 0.0
+"""
+
+
+def test_protocol_round_trip_and_the_dashboard_uses_the_same() -> None:
+    for command in (control.speed(250), control.pause(), control.resume(), control.inject_fault(4321)):
+        line = control.encode(command)
+        assert line.endswith(b"\n") and control.decode(line) == command
+    assert control.decode(b'{"cmd": "speed", "value": 2}') == {"cmd": "speed", "value": 2}
+    for bad in (b"not json", b"[1]", b'{"cmd": "reboot"}', b'{"cmd": "speed"}', b'{"cmd": "speed", "value": true}',
+                b'{"cmd": "inject_fault", "gpu": "7"}', b'{"cmd": "inject_fault", "gpu": false}'):
+        assert control.decode(bad) is None
+    with pytest.raises(ValueError):
+        control.encode({"cmd": "reboot"})
+    assert protocol.encode is control.encode and protocol.decode is control.decode
+    assert protocol.COMMANDS == control.COMMANDS and protocol.inject_fault(3) == control.inject_fault(3)
+
+
+class Script:
+    """Commands delivered at given ticks, and a wall clock that advances by one tick per wait."""
+
+    def __init__(self, batches: dict[int, list[dict[str, Any]]], eof_at: int) -> None:
+        self.batches = batches
+        self.eof_at = eof_at
+        self.eof = False
+        self.tick = 0
+        self.now = 0.0
+        self.sim: list[float] = []          # simulated time when each wait began
+        self.run: Run | None = None
+
+    def wait(self, timeout: float | None) -> list[dict[str, Any]]:
+        assert self.run is not None
+        self.sim.append(self.run.env.now)
+        self.tick += 1
+        self.now += control.TICK_S
+        self.eof = self.tick >= self.eof_at
+        return self.batches.get(self.tick, [])
+
+    def clock(self) -> float:
+        return self.now
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.flushes = 0
+
+    def write(self, line: bytes) -> None:
+        self.lines.append(line)
+
+    keyframe = write
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_paced_run_follows_speed_pause_resume_and_injects(tmp_path: Any) -> None:
+    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=120.0,
+            sample_s=1.0)
+    script = Script({3: [control.speed(100)], 10: [control.pause()], 12: [control.inject_fault(13)],
+                     13: [control.inject_fault(64)], 15: [control.resume()]}, eof_at=20)
+    script.run = r
+    warnings: list[str] = []
+    pacer = control.Pacer(r, script, clock=script.clock, warn=warnings.append)  # type: ignore[arg-type]
+    sink = Lines()
+    stats = pacer.drive(sink)
+    sim = script.sim
+    assert sim[1] == pytest.approx(0.05) and sim[2] == pytest.approx(0.1)            # 1 s per s at first
+    assert sim[4] - sim[3] == pytest.approx(5.0)                                     # then 100 s per s
+    assert sim[10] == sim[11] == sim[12] == sim[14]                                  # paused
+    assert sim[16] - sim[15] == pytest.approx(5.0)
+    events = [orjson.loads(line) for line in sink.lines]
+    (fault,) = [e for e in events if e["type"] == "fault"]
+    assert fault["t"] == pytest.approx(sim[11], abs=1e-6) and fault["gpu"] == 13 and fault["injected"]
+    (restart,) = [e for e in events if e["type"] == "restart"]
+    assert restart["t"] == pytest.approx(fault["t"] + 25.0)
+    assert warnings == ["inject_fault: GPU 64 is not in the cluster; expected 0 to 63"]
+    assert stats.sim_seconds == 120.0 and events[-1]["t"] == 120.0 and sink.flushes >= 20
+    assert r.summary["interruptions_unexpected"] == 1
+
+
+def test_the_fault_is_written_while_paused(tmp_path: Any) -> None:
+    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=10.0,
+            sample_s=1.0)
+    sink = Lines()
+    seen: list[int] = []
+
+    class Watch(Script):
+        def wait(self, timeout: float | None) -> list[dict[str, Any]]:
+            seen.append(sum(b'"type":"fault"' in line for line in sink.lines))
+            return super().wait(timeout)
+
+    script = Watch({2: [control.pause()], 4: [control.inject_fault(3)], 8: [control.resume()]}, eof_at=9)
+    script.run = r
+    control.Pacer(r, script, clock=script.clock).drive(sink)  # type: ignore[arg-type]
+    assert seen[4] == 1          # the next look after the command: written, though still paused
+
+
+def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, *args], input=stdin,
+                          capture_output=True, timeout=60, check=False)
+
+
+def test_record_control_writes_the_same_stream(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, SMALL + "\n[faults]\nrate_scale = 3000.0\n")   # faults, stragglers...
+    plain, paced = tmp_path / "plain.jsonl", tmp_path / "paced.jsonl"
+    assert cli("record", path, "-o", str(plain), "--duration", "2h").returncode == 0
+    done = cli("record", path, "-o", str(paced), "--duration", "2h", "--control",
+               stdin=control.encode(control.speed(1e6)))
+    assert done.returncode == 0, done.stderr
+    assert paced.read_bytes() == plain.read_bytes() and b'"type":"fault"' in plain.read_bytes()
+
+
+def test_record_control_paces_and_injects(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, SMALL + QUIET)
+    out = tmp_path / "live.jsonl"
+    commands = control.encode(control.speed(20)) + control.encode(control.inject_fault(13))
+    done = cli("record", path, "-o", str(out), "--duration", "10s", "--control", "--json", stdin=commands)
+    assert done.returncode == 0, done.stderr
+    summary = orjson.loads(done.stdout)
+    assert summary["wall_seconds"] >= 0.45                        # 10 simulated seconds at 20 per second
+    assert summary["interruptions_unexpected"] == 1
+    events = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    (fault,) = [e for e in events if e["type"] == "fault"]
+    assert fault["gpu"] == 13 and fault["injected"] and fault["t"] < 1.0
+    unpaced = cli("record", path, "-o", str(tmp_path / "fast.jsonl"), "--duration", "10s", "--json")
+    assert orjson.loads(unpaced.stdout)["wall_seconds"] < 0.3
