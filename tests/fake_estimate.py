@@ -75,7 +75,7 @@ def _job(s: Scenario, job: Job) -> dict[str, Any]:
             "chosen": {"micro_batch": micro, "virtual_stages": v, "recompute": recompute}}
 
 
-def estimate(s: Scenario) -> FakeEstimate:
+def estimate(s: Scenario, plan: bool = True, hints: bool = True) -> FakeEstimate:
     return FakeEstimate(s, tuple(_job(s, job) for job in s.jobs))
 
 
