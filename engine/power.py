@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from .facility import IT_OVERHEAD
 from .phases import CODE, PHASES
 from .scenario import Cluster
 
-IT_OVERHEAD = 0.10               # hardware.toml [facility] it_overhead_storage_network
 SWING_SHARE = 0.05               # a power swing: a sudden change of more than 5% of the site's power...
 SWING_MW = 2.0                   # ...or of more than 2 MW (a large site), whichever is smaller
 
