@@ -921,7 +921,11 @@ class Run:
         if gpus.size == 0:
             return self.unit_starts, self.unit_rows, np.zeros(0, np.int64)
         cuts = np.concatenate([gpus, gpus + 1])
-        starts = np.union1d(self.unit_starts, cuts[cuts < self.topology.gpus])
+        cuts = np.unique(cuts[cuts < self.topology.gpus])       # few: the GPUs that break the symmetry
+        units = self.unit_starts                                  # many, sorted: merge, do not re-sort
+        at = np.searchsorted(units, cuts)
+        new = cuts[(at >= units.size) | (units[np.minimum(at, units.size - 1)] != cuts)]
+        starts = np.insert(units, np.searchsorted(units, new), new)
         rows = self.unit_rows[np.searchsorted(self.unit_starts, starts, side="right") - 1]
         return starts, rows, np.searchsorted(starts, gpus)
 
