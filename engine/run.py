@@ -75,6 +75,7 @@ PHASE_UTIL[CODE["memory"]] = 0.5
 
 POD_TIERS = ("node", "leaf", "spine")      # tiers inside a pod: one load per pod; core and campus: one load
 TARGET_SAMPLES = 5000
+TARGET_GPU_SAMPLES = 1e9
 NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
                   3600.0, 7200.0, 21600.0, 86400.0)
 MAX_SAMPLES = 10_000_000
@@ -92,9 +93,11 @@ WAIT = CODE["dp"]         # where GPUs wait for a straggler: the data-parallel g
 COMPUTE = CODE["compute"]
 
 
-def default_sample_interval(duration_s: float) -> float:
-    """A round interval giving at most about 5,000 samples: 0.2 s for 10 min, 5 s for 6 h, 20 min for 54 d."""
-    want = duration_s / TARGET_SAMPLES
+def default_sample_interval(duration_s: float, gpus: int = 0) -> float:
+    """A round interval giving at most about 5,000 samples (0.2 s for 10 min, 5 s for 6 h, 20 min for 54 d) and
+    at most about TARGET_GPU_SAMPLES per-GPU values in all, so a site of 500K GPUs stays quick to record and
+    replay (2 s for an hour of 433K GPUs)."""
+    want = max(duration_s / TARGET_SAMPLES, duration_s * gpus / TARGET_GPU_SAMPLES)
     for nice in NICE_INTERVALS:
         if nice >= want:
             return nice
@@ -431,7 +434,8 @@ class Run:
                  sample_s: float | None = None, planner: Planner | None = None) -> None:
         self.duration_s = float(duration_s if duration_s is not None else scenario.duration_s)
         self.seed = int(seed if seed is not None else scenario.seed)
-        self.sample_s = float(sample_s if sample_s is not None else default_sample_interval(self.duration_s))
+        self.sample_s = float(sample_s if sample_s is not None
+                              else default_sample_interval(self.duration_s, scenario.cluster.gpus))
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
             raise UserError(f"expected a positive duration, got {self.duration_s}")
         if not (self.sample_s > 0 and math.isfinite(self.sample_s)):

@@ -123,6 +123,9 @@ def test_default_interval_suits_the_duration() -> None:
     assert default_sample_interval(600) == 0.2
     assert default_sample_interval(6 * 3600) == 5.0
     assert default_sample_interval(54 * 86400) == 1200.0
+    # A site: coarser, so that a recording holds about a billion per-GPU values at most.
+    assert default_sample_interval(3600, 432_864) == 2.0
+    assert default_sample_interval(3600, 16_384) == 1.0
     for d in (60, 3600, 86400, 54 * 86400, 365 * 86400):
         assert d / default_sample_interval(d) <= 5000
 
