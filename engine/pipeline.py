@@ -24,6 +24,7 @@ from .errors import UserError
 from .phases import PHASES
 
 Segment = tuple[str, float]          # (phase, seconds)
+Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
 # Phase codes of Intervals, numbered in the order of the names so that sorting by code sorts by name.
@@ -56,9 +57,8 @@ class Intervals:
     def then(self, other: Intervals) -> Intervals:
         """Each stage's intervals followed by the other's of that stage."""
         at = np.searchsorted(self.stage, other.stage, side="right")
-        mine, theirs = (self.stage, self.start, self.end, self.phase), (other.stage, other.start, other.end,
-                                                                         other.phase)
-        return Intervals(*(np.insert(x, at, y) for x, y in zip(mine, theirs)))
+        fields = ("stage", "start", "end", "phase")
+        return Intervals(*(np.insert(getattr(self, f), at, getattr(other, f)) for f in fields))
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,6 @@ class PipelineRun:
         iv = self.intervals
         return tuple(StageRun(iv.of_stage(r), end, tuple(lb))
                      for r, (end, lb) in enumerate(zip(self.ends, self.last_backward)))
-
-
-Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 
 
 @dataclass(frozen=True, eq=False)
