@@ -6,6 +6,10 @@ fastest step that fits in memory; cost the layers on one GPU (engine/compute.py)
 parallel dimension on the tiers it crosses (engine/collectives.py), simulate the pipeline of one replica
 (engine/pipeline.py), add the data-parallel gradient reduction (overlapped with the last backward in buckets),
 the optimizer step and the parameter all-gather, and build the StepPlan.
+
+A sweep estimates thousands of jobs: `estimate(s, plan=False, hints=False)` skips the StepPlan and the fit hint
+(the figures are the same), and what depends only on a job's placement or layout (routes, tiers, what each
+stage holds) is cached for the next job that shares it.
 """
 
 from __future__ import annotations
