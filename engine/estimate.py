@@ -6,6 +6,10 @@ fastest step that fits in memory; cost the layers on one GPU (engine/compute.py)
 parallel dimension on the tiers it crosses (engine/collectives.py), simulate the pipeline of one replica
 (engine/pipeline.py), add the data-parallel gradient reduction (overlapped with the last backward in buckets),
 the optimizer step and the parameter all-gather, and build the StepPlan.
+
+A sweep estimates thousands of jobs: `estimate(s, plan=False, hints=False)` skips the StepPlan and the fit hint
+(the figures are the same), and what depends only on a job's placement or layout (routes, tiers, what each
+stage holds) is cached for the next job that shares it.
 """
 
 from __future__ import annotations
@@ -532,21 +536,26 @@ def _merge(iv: Intervals, end: float, stages: int) -> Intervals:
     kept = iv.end > before
     start = np.maximum(iv.start, before)
     gap = kept & (start > before)
-    # the pieces: before each kept interval the gap it leaves (bubble), then the interval; at the end of each
-    # stage the bubble until `end`
+    # the pieces: the kept intervals (clipped); before one, the gap it leaves (bubble); at the end of each
+    # stage, the bubble until `end`. Gaps and tails are few: they are inserted where they belong.
+    kept_ahead = np.concatenate([[0], np.cumsum(kept)])        # kept intervals ahead of each position
+    tails, gaps = np.flatnonzero(end > done), np.flatnonzero(gap)
+    at = np.concatenate([kept_ahead[bounds[1:][tails]], kept_ahead[gaps]])
+    order = np.lexsort((np.arange(len(at)) >= len(tails), at))  # a stage's tail before the next one's gap
+    bubble = np.int8(PHASE_CODE["bubble"])
 
-    def pieces(gaps: Any, kept: np.ndarray, tail: Any) -> np.ndarray:
-        pairs = np.stack(np.broadcast_arrays(gaps, kept), axis=1).ravel()
-        return np.insert(pairs, 2 * bounds[1:], tail)
+    def pieces(kept_values: np.ndarray, tail_values: Any, gap_values: Any) -> np.ndarray:
+        extra = np.concatenate([np.broadcast_to(tail_values, len(tails)),
+                                np.broadcast_to(gap_values, len(gaps))])
+        return np.insert(kept_values[kept], at[order], extra[order])
 
-    bubble = PHASE_CODE["bubble"]
-    ok = pieces(gap, kept, end > done)
-    stage = pieces(iv.stage, iv.stage, np.arange(stages))[ok]
-    a, b = pieces(before, start, done)[ok], pieces(start, iv.end, end)[ok]
-    code = pieces(np.int8(bubble), iv.phase, np.int8(bubble))[ok]
+    stage = pieces(iv.stage, tails, iv.stage[gaps])
+    a, b = pieces(start, done[tails], before[gaps]), pieces(iv.end, end, start[gaps])
+    code = pieces(iv.phase, bubble, bubble)
     first = np.ones(len(code), dtype=bool)  # the pieces that start a run
     first[1:] = (code[1:] != code[:-1]) | (stage[1:] != stage[:-1])
-    last = np.append(first[1:], True)
+    last = np.ones_like(first)               # the pieces that end one
+    last[:-1] = first[1:]
     return Intervals(stage[first], a[first], b[last], code[first])
 
 
@@ -555,8 +564,11 @@ def _sorted(iv: Intervals, stages: int) -> Intervals:
     rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
     a, b, c, r = iv.start, iv.end, iv.phase, iv.stage
     x, y = slice(None, -1), slice(1, None)
+    same_stage = r[x] == r[y]
+    if not (same_stage & (a[x] >= a[y])).any():          # the starts increase: in order
+        return iv
     in_order = (a[x] < a[y]) | ((a[x] == a[y]) & ((b[x] < b[y]) | ((b[x] == b[y]) & (c[x] <= c[y]))))
-    unsorted = np.unique(r[y][~in_order & (r[x] == r[y])])
+    unsorted = np.unique(r[y][~in_order & same_stage])
     if not len(unsorted):
         return iv
     a, b, c = a.copy(), b.copy(), c.copy()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from .errors import UserError
 from .phases import PHASES
 
 Segment = tuple[str, float]          # (phase, seconds)
+Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
 # Phase codes of Intervals, numbered in the order of the names so that sorting by code sorts by name.
@@ -56,9 +57,8 @@ class Intervals:
     def then(self, other: Intervals) -> Intervals:
         """Each stage's intervals followed by the other's of that stage."""
         at = np.searchsorted(self.stage, other.stage, side="right")
-        mine, theirs = (self.stage, self.start, self.end, self.phase), (other.stage, other.start, other.end,
-                                                                         other.phase)
-        return Intervals(*(np.insert(x, at, y) for x, y in zip(mine, theirs)))
+        fields = ("stage", "start", "end", "phase")
+        return Intervals(*(np.insert(getattr(self, f), at, getattr(other, f)) for f in fields))
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ class StageRun:
 @dataclass(frozen=True, eq=False)
 class PipelineRun:
     """One simulated step: for every stage r and its k-th operation (in the stage's order), when the input it
-    waited for was produced (NaN: none from another stage), when it started and when it ended."""
+    waited for was produced (NaN: none from another stage), when it started and when it ended. The intervals
+    are derived from these when asked (a run kept in a cache holds only these three arrays)."""
 
     program: _Program
     segments: _Segments
@@ -97,7 +98,7 @@ class PipelineRun:
         rows = np.arange(k.shape[0])[:, None]
         return [list(zip(a, b)) for a, b in zip(self.start[rows, k].tolist(), self.end[rows, k].tolist())]
 
-    @cached_property
+    @property
     def intervals(self) -> Intervals:
         """Every stage's intervals in the order it went through them: per operation the wait for its input
         (bubble until the input was produced, pp while it travelled), then its segments."""
@@ -123,14 +124,11 @@ class PipelineRun:
         return Intervals(stages[keep], np.stack(starts, axis=2)[keep], np.stack(ends, axis=2)[keep],
                          np.stack(phases, axis=2)[keep].astype(np.int8))
 
-    @cached_property
+    @property
     def stages(self) -> tuple[StageRun, ...]:
         iv = self.intervals
         return tuple(StageRun(iv.of_stage(r), end, tuple(lb))
                      for r, (end, lb) in enumerate(zip(self.ends, self.last_backward)))
-
-
-Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 
 
 @dataclass(frozen=True, eq=False)

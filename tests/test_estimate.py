@@ -210,3 +210,53 @@ def test_the_fast_path_gives_the_same_figures_for_searches_and_long_steps(kw: di
     fast, full = _fast_and_full(dataclasses.replace(s, jobs=(job,)))
     assert to_json(fast) == to_json(full)
     assert fast.jobs[0].step_time_s == full.jobs[0].step_time_s and full.jobs[0].plan is not None
+
+
+def _walk(intervals: list[tuple[float, float, str]], end: float) -> list[tuple[float, float, str]]:
+    """The runs by definition: walk the sorted intervals, skip what is covered, clip overlaps, fill gaps with
+    bubble (also up to `end`), merge adjacent equal phases."""
+    out: list[tuple[float, float, str]] = []
+
+    def push(a: float, b: float, phase: str) -> None:
+        if out and out[-1][2] == phase:
+            out[-1] = (out[-1][0], b, phase)
+        else:
+            out.append((a, b, phase))
+
+    t = 0.0
+    for a, b, phase in sorted(intervals):
+        if b <= t:
+            continue
+        a = max(a, t)
+        if a > t:
+            push(t, a, "bubble")
+        push(a, b, phase)
+        t = b
+    if end > t:
+        push(t, end, "bubble")
+    return out
+
+
+def test_merged_runs_are_the_walk_over_sorted_intervals() -> None:
+    import random
+
+    from engine.estimate import _merge
+    from engine.pipeline import Intervals
+
+    rng = random.Random(7)
+    for _ in range(300):
+        stages = []
+        for _ in range(rng.randint(1, 4)):
+            t, ivs = 0.0, []
+            for _ in range(rng.randint(0, 12)):
+                t += rng.choice([0.0, 0.0, 0.25, 1.0, -0.5, 1e-17])    # contiguous, gaps, overlaps, rounding
+                d = rng.choice([0.5, 1.0, 1e-17])
+                ivs.append((max(t, 0.0), max(t, 0.0) + d, rng.choice(["compute", "tp", "bubble", "pp"])))
+                t = max(t, 0.0) + d
+            if rng.random() < 0.2:
+                rng.shuffle(ivs)
+            stages.append(ivs)
+        end = max([b for s in stages for _, b, _ in s], default=0.0) + rng.choice([0.0, 1.0])
+        runs = _merge(Intervals.of(stages), end, len(stages))
+        for r, ivs in enumerate(stages):
+            assert runs.of_stage(r) == tuple(_walk(ivs, end))
