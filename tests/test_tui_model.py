@@ -18,7 +18,7 @@ from tui.playback import SPEEDS, Playback, format_clock
 from tui.sources import protocol
 from tui.sources.index import EventIndex
 from tui.sources.recording import RecordingSource
-from tui.sources.stream import StreamSource, iter_lines
+from tui.sources.stream import StreamSource, stream_events
 
 FLAGSHIP = {"gpus": 16384, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 16384}
 SITE = {"gpus": 524288, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 98304}
@@ -194,11 +194,11 @@ def test_recording_without_samples_is_a_user_error(tmp_path) -> None:
 
 def test_stream_source_reads_in_the_background() -> None:
     lines = [orjson.dumps(header()) + b"\n"] + [orjson.dumps(sample(float(t), 50)) + b"\n" for t in range(5)]
-    source = StreamSource("pipe", iter_lines(io.BytesIO(b"".join(lines)), "pipe"))
+    source = StreamSource("pipe", stream_events(io.BytesIO(b"".join(lines)), "pipe"))
     source.start()
     assert source.wait(10) and source.end_t == 4.0 and source.index.error is None
     broken = [orjson.dumps(header()) + b"\n", b"{broken\n", orjson.dumps(sample(1.0, 5)) + b"\n"]
-    source = StreamSource("pipe", iter_lines(io.BytesIO(b"".join(broken)), "pipe"))
+    source = StreamSource("pipe", stream_events(io.BytesIO(b"".join(broken)), "pipe"))
     source.start()
     assert source.wait(10) and "pipe:2" in (source.index.error or "")
 
