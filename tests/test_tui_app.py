@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,6 +27,11 @@ def rendered(widget: Any) -> str:
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(widget.content)
     return console.export_text()
+
+
+def unwrapped(text: str) -> str:
+    """The event log's text with its wrapped continuation lines joined back."""
+    return re.sub(r"\n {11,}", " ", text)
 
 
 def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
@@ -248,3 +254,25 @@ async def test_starts_with_the_requested_metric() -> None:
     app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=30.0, paused=True, metric="phase")
     async with app.run_test(size=SIZE):
         assert app.screen.query_one(Heatmap).metric == "phase"
+
+
+@sync
+async def test_the_fault_and_restart_of_the_real_recording_are_on_screen() -> None:
+    """The committed recording: a GPU fault at 40 s on GPU 1000 (node 125), restart at 51 s from step 3."""
+    from tui.widgets.event_log import EventLog
+    from tui.widgets.jobs import JobsPanel
+
+    app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=45.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        jobs = rendered(app.screen.query_one(JobsPanel))
+        assert "down (fault)" in jobs and "interrupts          1" in jobs
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert "FAULT Faulty GPU · [gpu] · gpu\u00a01,000 node\u00a0125 (injected)" in log
+        assert "restart" not in log
+        await pilot.press("end")
+        await pilot.pause()
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert "restart pretrain from step 3, 14\u00a0s of work lost (2\u00a0steps), down 11\u00a0s" in log
+        jobs = rendered(app.screen.query_one(JobsPanel))
+        assert "running" in jobs and "work lost   33.6M tok" in jobs

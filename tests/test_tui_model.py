@@ -275,3 +275,18 @@ def test_unknown_phase_codes_show_as_idle() -> None:
     lay = layout(Hierarchy.of(FLAGSHIP), View("site"), 146, 50)
     phases = np.full(16384, 42, dtype=np.uint8)
     assert set(lay.phase(known_phases(phases)).tolist()) == {CODE["idle"]}
+
+
+def test_issue_6_events_name_component_and_cause() -> None:
+    from tui.widgets.event_log import describe
+
+    assert describe({"t": 1, "type": "maintenance", "job": "a", "component": "job", "cause": "planned",
+                     "duration_s": 1200}) == "maintenance planned · [job] · for 1,200 s"
+    assert describe({"t": 1, "type": "fault", "cause": "Network switch/cable", "component": "switch",
+                     "switch": "leaf 3"}) == "FAULT Network switch/cable · [switch] · switch\u00a0leaf 3"
+
+
+def test_live_mode_starts_the_engine_under_control() -> None:
+    from tui.sources.live import record_command
+
+    assert record_command("llama3-405b-16k")[-1] == "--control"

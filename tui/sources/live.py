@@ -19,7 +19,7 @@ from .stream import StreamSource, stream_events
 
 
 def record_command(scenario: str, seed: int | None = None, extra: list[str] | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "clustertop", "record", scenario, "-o", "-"]
+    cmd = [sys.executable, "-m", "clustertop", "record", scenario, "-o", "-", "--control"]
     if seed is not None:
         cmd += ["--seed", str(seed)]
     return cmd + list(extra or [])

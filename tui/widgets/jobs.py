@@ -14,6 +14,8 @@ from .. import jobinfo
 
 def effective(job: JobStatus, t: float, started: float) -> float | None:
     """Share of the job's time spent on steps that count (lost work and restarts lower it)."""
+    if job.effective_training_time is not None:          # the engine's figure, from the latest sample
+        return float(job.effective_training_time)
     if "effective_training_time" in job.info:
         return float(job.info["effective_training_time"])
     elapsed = t - started
@@ -51,6 +53,8 @@ def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
         "effective": f"{eff * 100:.1f}%" if eff is not None else "—",
         "tokens": fmt.si(job.tokens) if job.tokens else "0",
         label: fmt.duration(left) if left else "—",
+        "interrupts": f"{job.interruptions:,}",
+        "work lost": fmt.si(job.tokens_lost) + " tok" if job.tokens_lost else "0",
     }
 
 
@@ -82,7 +86,8 @@ class JobsPanel(Static):
 
     def _one(self, job: JobStatus, state: ClusterState, t: float) -> Text:
         text = Text()
-        status = ("● running", "green") if job.running else ("○ stopped", "red")
+        status = (("▲ down (fault)", "bold red") if job.down else ("● running", "green") if job.running
+                  else ("○ stopped", "red"))
         text.append(f"{job.name} ", style="bold")
         text.append(f"{jobinfo.model_name(job)}\n", style="dim")
         text.append(f"{jobinfo.layout_text(job)} · {job.gpus:,} GPUs  ")
@@ -98,12 +103,12 @@ class JobsPanel(Static):
 
     def _many(self, state: ClusterState, t: float) -> Table:
         table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-        for column in ("job", "step", "s/step", "tok/s", "TFLOP", "MFU", "eff."):
+        for column in ("job", "step", "s/step", "tok/s", "TFLOP", "MFU", "eff.", "int."):
             table.add_column(column, justify="left" if column == "job" else "right", style=None,
                              header_style="dim")
         for job in state.jobs.values():
             f = figures(job, state, t)
-            name = Text(job.name, style="bold" if job.running else "red")
+            name = Text(job.name, style="bold red" if job.down else "bold" if job.running else "red")
             table.add_row(name, f["step"], f["step time"].removesuffix(" s"), f["tokens/s"], f["TFLOP/s/GPU"],
-                          f["MFU"], f["effective"])
+                          f["MFU"], f["effective"], f["interrupts"])
         return table
