@@ -290,3 +290,22 @@ def test_live_mode_starts_the_engine_under_control() -> None:
     from tui.sources.live import record_command
 
     assert record_command("llama3-405b-16k")[-1] == "--control"
+
+
+def test_inference_jobs_show_throughput_and_latency_not_mfu() -> None:
+    from engine.state import ClusterState
+    from tui.widgets.jobs import figures
+
+    h = header({"gpus": 64, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64, "gpus_per_building": 64})
+    h["jobs"] = [{"name": "chat", "kind": "inference", "first_gpu": 0, "gpus": 64, "tp": 4, "dp": 16}]
+    state = ClusterState(h)
+    state.apply({"t": 0.0, "type": "job_start", "job": "chat"})
+    shown = figures(state.jobs["chat"], state, 0.0)
+    assert "MFU" not in shown and shown["TTFT"] == "—" and shown["TPOT"] == "—"   # nothing yet: degrades
+    state.apply({"t": 1.0, "type": "step", "job": "chat", "step": 1, "tokens_per_s": 51200.0,
+                 "ttft_s": 0.182, "tpot_s": 0.021, "tokens_total": 51200, "requests_per_s": 40.0})
+    shown = figures(state.jobs["chat"], state, 1.0)
+    assert shown["tokens/s"] == "51.2k" and shown["TTFT"] == "182 ms" and shown["TPOT"] == "21 ms"
+    assert shown["requests/s"] == "40.0" and "MFU" not in shown and "TFLOP/s/GPU" not in shown
+    state.apply({"t": 2.0, "type": "step", "job": "chat", "tokens_per_s": 50000.0, "ttft_s": float("nan")})
+    assert figures(state.jobs["chat"], state, 2.0)["TTFT"] == "—"

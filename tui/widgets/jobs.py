@@ -40,8 +40,56 @@ def job_start_time(state: ClusterState, name: str) -> float:
     return 0.0
 
 
+def is_inference(job: JobStatus) -> bool:
+    return str(job.info.get("kind", "")) == "inference"
+
+
+def _seconds(value: object) -> str:
+    """A latency: ms below a second."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "—"
+    if v != v or v < 0:   # NaN: no request finished yet
+        return "—"
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def _latency(job: JobStatus, name: str) -> str:
+    """TTFT / TPOT from the latest step event (or sample status): `<name>_s` or `<name>_ms`."""
+    src = job._src
+    if f"{name}_s" in src:
+        return _seconds(src[f"{name}_s"])
+    if f"{name}_ms" in src:
+        try:
+            return _seconds(float(src[f"{name}_ms"]) / 1000)
+        except (TypeError, ValueError):
+            return "—"
+    return "—"
+
+
+def inference_figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
+    """An inference job: throughput and latency instead of MFU (what the step events carry; "—" if absent)."""
+    src = job._src
+    label, left = eta(job, state, t)
+    out = {
+        "tokens/s": fmt.si(job.tokens_per_s) if job.tokens_per_s else "—",
+        "TTFT": _latency(job, "ttft"),
+        "TPOT": _latency(job, "tpot"),
+    }
+    for key, name in (("requests_per_s", "requests/s"), ("batch", "batch")):
+        if src.get(key) is not None:
+            out[name] = fmt.si(float(src[key])) if key == "requests_per_s" else f"{src[key]:,}"
+    out["tokens"] = fmt.si(job.tokens) if job.tokens else "0"
+    out["interrupts"] = f"{job.interruptions:,}"
+    out[label] = fmt.duration(left) if left else "—"
+    return out
+
+
 def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
     """The figures of one job as display strings (shared with compare mode)."""
+    if is_inference(job):
+        return inference_figures(job, state, t)
     eff = effective(job, t, job_start_time(state, job.name))
     label, left = eta(job, state, t)
     return {
@@ -109,6 +157,9 @@ class JobsPanel(Static):
         for job in state.jobs.values():
             f = figures(job, state, t)
             name = Text(job.name, style="bold red" if job.down else "bold" if job.running else "red")
+            if is_inference(job):   # latency in the TFLOP/MFU columns: TTFT, TPOT
+                table.add_row(name, "—", "—", f["tokens/s"], f["TTFT"], f["TPOT"], "—", f["interrupts"])
+                continue
             table.add_row(name, f["step"], f["step time"].removesuffix(" s"), f["tokens/s"], f["TFLOP/s/GPU"],
                           f["MFU"], f["effective"], f["interrupts"])
         return table
