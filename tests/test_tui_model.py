@@ -309,3 +309,18 @@ def test_inference_jobs_show_throughput_and_latency_not_mfu() -> None:
     assert shown["requests/s"] == "40.0" and "MFU" not in shown and "TFLOP/s/GPU" not in shown
     state.apply({"t": 2.0, "type": "step", "job": "chat", "tokens_per_s": 50000.0, "ttft_s": float("nan")})
     assert figures(state.jobs["chat"], state, 2.0)["TTFT"] == "—"
+
+
+def test_power_panel_shows_the_site_budget_and_when_it_is_exceeded() -> None:
+    from engine.state import ClusterState
+    from tui.widgets.power import power_text
+
+    h = header()
+    h["scenario"] = {"name": "test", "cluster": {"site_power_budget_mw": 24.0}}
+    state = ClusterState(h)
+    state.apply({**sample(1.0, 50, mw=20.0), "over_budget": False})
+    text = power_text(state, 40).plain
+    assert "budget 24.0 MW" in text and "83.3%" in text and "OVER" not in text
+    state.apply({**sample(2.0, 90, mw=24.8), "over_budget": True})
+    assert "103.3%  OVER BUDGET" in power_text(state, 40).plain
+    assert "budget" not in power_text(ClusterState(header()), 40).plain    # no budget set: no line
