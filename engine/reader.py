@@ -184,8 +184,10 @@ _BAD_EVENT = (KeyError, TypeError, ValueError, AttributeError, IndexError, Overf
 class Reader:
     """One recording or stream: its header, then its events or a folded ClusterState."""
 
-    def __init__(self, source: str | BinaryIO, warn: Warn | None = None) -> None:
+    def __init__(self, source: str | BinaryIO, warn: Warn | None = None, name: str | None = None) -> None:
         raw, self.name, self._owned = _open_raw(source)
+        if name is not None:          # an already-open stream's display name (a pipe's is a number)
+            self.name = name
         self.raw = raw
         self.warn = warn or warn_stderr
         self.lines = Lines(raw, self.name, self.warn)
@@ -327,9 +329,13 @@ class Reader:
         return None
 
 
-def iter_events(source: str | BinaryIO, warn: Warn | None = None) -> Iterator[dict[str, Any]]:
-    """The header, then every event of a recording or stream, in order. UserError on a bad recording."""
-    reader = Reader(source, warn)
+def iter_events(source: str | BinaryIO, warn: Warn | None = None,
+                name: str | None = None) -> Iterator[dict[str, Any]]:
+    """The header, then every event of a recording or stream, in order. UserError on a bad recording.
+
+    `source` may be an already-open binary stream (a pipe: read with read1, so events arrive as they are
+    written); `name` then names it in errors."""
+    reader = Reader(source, warn, name)
     yield reader.header
     yield from reader.events()
 

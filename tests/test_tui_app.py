@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,6 +27,11 @@ def rendered(widget: Any) -> str:
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(widget.content)
     return console.export_text()
+
+
+def unwrapped(text: str) -> str:
+    """The event log's text with its wrapped continuation lines joined back."""
+    return re.sub(r"\n {11,}", " ", text)
 
 
 def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
@@ -248,3 +254,76 @@ async def test_starts_with_the_requested_metric() -> None:
     app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=30.0, paused=True, metric="phase")
     async with app.run_test(size=SIZE):
         assert app.screen.query_one(Heatmap).metric == "phase"
+
+
+@sync
+async def test_the_fault_and_restart_of_the_real_recording_are_on_screen() -> None:
+    """The committed recording: a GPU fault at 40 s on GPU 1000 (node 125), restart at 51 s from step 3."""
+    from tui.widgets.event_log import EventLog
+    from tui.widgets.jobs import JobsPanel
+
+    app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=45.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        jobs = rendered(app.screen.query_one(JobsPanel))
+        assert "down (fault)" in jobs and "interrupts          1" in jobs
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert "FAULT Faulty GPU · [gpu] · gpu\u00a01,000 node\u00a0125 (injected)" in log
+        assert "restart" not in log
+        await pilot.press("end")
+        await pilot.pause()
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert "restart pretrain from step 3, 14\u00a0s of work lost (2\u00a0steps), down 11\u00a0s" in log
+        jobs = rendered(app.screen.query_one(JobsPanel))
+        assert "running" in jobs and "work lost   33.6M tok" in jobs
+
+
+SWEEP = "recordings/sweep-16k.jsonl"
+
+
+@sync
+async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path) -> None:
+    """Rows by step time, out-of-memory then invalid points last; enter rebuilds the chosen point's scenario."""
+    from textual.widgets import DataTable
+
+    from clustertop.commands.replay import point_toml
+    from engine import scenario
+    from tui.sweep import SweepApp, looks_like_sweep_results, read_results, status
+
+    assert looks_like_sweep_results(SWEEP) and not looks_like_sweep_results(FLAGSHIP)
+    records = read_results(SWEEP)
+    app = SweepApp(records, "sweep-16k.jsonl", prepare=lambda record: point_toml(record, str(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.query_one(DataTable).row_count == len(records) == 12
+        states = [status(r) for r in app.records]
+        assert states == ["ok"] * 2 + ["oom"] * 4 + ["invalid"] * 6
+        steps = [r["jobs"][0]["step_time_s"] for r in app.records[:2]]
+        assert steps == sorted(steps) and app.records[0]["point"]["jobs[0].virtual_stages"] == 4
+        await pilot.press("down", "enter")       # the second-best point: tp 8, pp 16, virtual_stages 1
+        await pilot.pause()
+    chosen = scenario.load(app.return_value)
+    job = chosen.jobs[0]
+    assert (job.tp, job.pp, job.dp, job.virtual_stages) == (8, 16, 128, 1)
+
+
+@sync
+async def test_an_invalid_sweep_point_is_not_run(tmp_path) -> None:
+    from tui.sweep import SweepApp, read_results
+
+    app = SweepApp(read_results(SWEEP), "sweep-16k.jsonl", prepare=lambda record: "ran")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*["down"] * 11)
+        await pilot.pause()
+        assert app.selected()["index"] == 9 and "error" in app.selected()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.is_running and app.return_value is None
+
+
+def test_a_bad_sweep_file_is_one_line_and_exit_2(tmp_path, capsys) -> None:
+    bad = tmp_path / "results.jsonl"
+    bad.write_text('{"index": 0, "point": {"jobs[0].tp": 8}}\nnot json\n')
+    assert cli_main(["replay", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{bad}:2" in err[0] and "not JSON" in err[0]

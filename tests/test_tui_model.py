@@ -18,7 +18,7 @@ from tui.playback import SPEEDS, Playback, format_clock
 from tui.sources import protocol
 from tui.sources.index import EventIndex
 from tui.sources.recording import RecordingSource
-from tui.sources.stream import StreamSource, iter_lines
+from tui.sources.stream import StreamSource, stream_events
 
 FLAGSHIP = {"gpus": 16384, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 16384}
 SITE = {"gpus": 524288, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 98304}
@@ -194,11 +194,11 @@ def test_recording_without_samples_is_a_user_error(tmp_path) -> None:
 
 def test_stream_source_reads_in_the_background() -> None:
     lines = [orjson.dumps(header()) + b"\n"] + [orjson.dumps(sample(float(t), 50)) + b"\n" for t in range(5)]
-    source = StreamSource("pipe", iter_lines(io.BytesIO(b"".join(lines)), "pipe"))
+    source = StreamSource("pipe", stream_events(io.BytesIO(b"".join(lines)), "pipe"))
     source.start()
     assert source.wait(10) and source.end_t == 4.0 and source.index.error is None
     broken = [orjson.dumps(header()) + b"\n", b"{broken\n", orjson.dumps(sample(1.0, 5)) + b"\n"]
-    source = StreamSource("pipe", iter_lines(io.BytesIO(b"".join(broken)), "pipe"))
+    source = StreamSource("pipe", stream_events(io.BytesIO(b"".join(broken)), "pipe"))
     source.start()
     assert source.wait(10) and "pipe:2" in (source.index.error or "")
 
@@ -275,3 +275,52 @@ def test_unknown_phase_codes_show_as_idle() -> None:
     lay = layout(Hierarchy.of(FLAGSHIP), View("site"), 146, 50)
     phases = np.full(16384, 42, dtype=np.uint8)
     assert set(lay.phase(known_phases(phases)).tolist()) == {CODE["idle"]}
+
+
+def test_issue_6_events_name_component_and_cause() -> None:
+    from tui.widgets.event_log import describe
+
+    assert describe({"t": 1, "type": "maintenance", "job": "a", "component": "job", "cause": "planned",
+                     "duration_s": 1200}) == "maintenance planned · [job] · for 1,200 s"
+    assert describe({"t": 1, "type": "fault", "cause": "Network switch/cable", "component": "switch",
+                     "switch": "leaf 3"}) == "FAULT Network switch/cable · [switch] · switch\u00a0leaf 3"
+
+
+def test_live_mode_starts_the_engine_under_control() -> None:
+    from tui.sources.live import record_command
+
+    assert record_command("llama3-405b-16k")[-1] == "--control"
+
+
+def test_inference_jobs_show_throughput_and_latency_not_mfu() -> None:
+    from engine.state import ClusterState
+    from tui.widgets.jobs import figures
+
+    h = header({"gpus": 64, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64, "gpus_per_building": 64})
+    h["jobs"] = [{"name": "chat", "kind": "inference", "first_gpu": 0, "gpus": 64, "tp": 4, "dp": 16}]
+    state = ClusterState(h)
+    state.apply({"t": 0.0, "type": "job_start", "job": "chat"})
+    shown = figures(state.jobs["chat"], state, 0.0)
+    assert "MFU" not in shown and shown["TTFT"] == "—" and shown["TPOT"] == "—"   # nothing yet: degrades
+    state.apply({"t": 1.0, "type": "step", "job": "chat", "step": 1, "tokens_per_s": 51200.0,
+                 "ttft_s": 0.182, "tpot_s": 0.021, "tokens_total": 51200, "requests_per_s": 40.0})
+    shown = figures(state.jobs["chat"], state, 1.0)
+    assert shown["tokens/s"] == "51.2k" and shown["TTFT"] == "182 ms" and shown["TPOT"] == "21 ms"
+    assert shown["requests/s"] == "40.0" and "MFU" not in shown and "TFLOP/s/GPU" not in shown
+    state.apply({"t": 2.0, "type": "step", "job": "chat", "tokens_per_s": 50000.0, "ttft_s": float("nan")})
+    assert figures(state.jobs["chat"], state, 2.0)["TTFT"] == "—"
+
+
+def test_power_panel_shows_the_site_budget_and_when_it_is_exceeded() -> None:
+    from engine.state import ClusterState
+    from tui.widgets.power import power_text
+
+    h = header()
+    h["scenario"] = {"name": "test", "cluster": {"site_power_budget_mw": 24.0}}
+    state = ClusterState(h)
+    state.apply({**sample(1.0, 50, mw=20.0), "over_budget": False})
+    text = power_text(state, 40).plain
+    assert "budget 24.0 MW" in text and "83.3%" in text and "OVER" not in text
+    state.apply({**sample(2.0, 90, mw=24.8), "over_budget": True})
+    assert "103.3%  OVER BUDGET" in power_text(state, 40).plain
+    assert "budget" not in power_text(ClusterState(header()), 40).plain    # no budget set: no line

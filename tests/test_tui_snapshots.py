@@ -47,3 +47,15 @@ def test_compare(snap_compare) -> None:
 
 def test_too_small_terminal(snap_compare) -> None:
     assert snap_compare(replay(), terminal_size=(80, 24))
+
+
+def test_after_the_restart(snap_compare) -> None:
+    """t = 55 s: the fault at 40 s and the restart at 51 s from the step-3 checkpoint in the log (wrapped, with
+    component, cause and work lost); the job panel counts the interruption and the tokens lost."""
+    assert snap_compare(replay(55.0), terminal_size=SIZE)
+
+
+def test_sweep_results_table(snap_compare) -> None:
+    from tui.sweep import SweepApp, read_results
+
+    assert snap_compare(SweepApp(read_results("recordings/sweep-16k.jsonl"), "sweep-16k.jsonl"), terminal_size=SIZE)

@@ -1,8 +1,17 @@
-"""`clustertop replay FILE`: a recording (or `-`, a stream on stdin) in the dashboard."""
+"""`clustertop replay FILE`: a recording (or `-`, a stream on stdin) in the dashboard.
+
+A results file of `clustertop sweep -o` opens as a table of its points instead (tui/sweep.py); enter on a row
+rebuilds that point's scenario (engine.sweep.point_scenario), writes it to a temporary TOML and runs it live in the
+dashboard; quitting the dashboard comes back to the table.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
 
 from tui.sources import Source
 
@@ -18,7 +27,57 @@ def open_source(path: str) -> Source:
     return RecordingSource(path)
 
 
+def point_toml(record: dict[str, Any], directory: str) -> str:
+    """The scenario of a sweep record written as TOML in `directory`; UserError when it cannot be rebuilt."""
+    from engine import sweep
+    from engine.errors import UserError
+    from engine.tomlwrite import dumps
+
+    base = str(record.get("scenario") or "")
+    if not base:
+        raise UserError(f"point {record.get('index')} names no base scenario")
+    point = record["point"]
+    built = sweep.point_scenario(base, point)            # checks the point as the sweep built it
+    flags = [f"{key}={sweep._token(value)}" for key, value in point.items()]
+    data = sweep.plan(base, flags, sweep.estimate_json).data(0)     # the table point_scenario parsed
+    path = Path(directory) / f"{built.name}-point-{record.get('index', 0)}.toml"
+    path.write_text(dumps(data))
+    return str(path)
+
+
+def run_sweep(path: str) -> int:
+    from tui.sweep import SweepApp, read_results
+
+    records = read_results(path)                      # a bad file is a one-line error before any screen
+    directory = tempfile.mkdtemp(prefix="clustertop-sweep-")
+    try:
+        while True:
+            table = SweepApp(records, Path(path).name, prepare=lambda record: point_toml(record, directory))
+            chosen = table.run()
+            if not chosen:
+                return 0
+            run_live(chosen)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def run_live(scenario_path: str) -> None:
+    from tui.app import ClusterTopApp
+    from tui.sources.live import LiveSource
+
+    source = LiveSource(scenario_path)
+    app = ClusterTopApp([source])
+    try:
+        app.run()
+    finally:
+        source.close()
+
+
 def main(args: argparse.Namespace) -> int:
+    from tui.sweep import looks_like_sweep_results
+
+    if looks_like_sweep_results(args.file):
+        return run_sweep(args.file)
     source = open_source(args.file)
     from tui.app import ClusterTopApp
 

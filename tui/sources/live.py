@@ -15,11 +15,11 @@ from typing import IO, Any
 from engine.errors import UserError
 
 from . import protocol
-from .stream import StreamSource, iter_lines
+from .stream import StreamSource, stream_events
 
 
 def record_command(scenario: str, seed: int | None = None, extra: list[str] | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "clustertop", "record", scenario, "-o", "-"]
+    cmd = [sys.executable, "-m", "clustertop", "record", scenario, "-o", "-", "--control"]
     if seed is not None:
         cmd += ["--seed", str(seed)]
     return cmd + list(extra or [])
@@ -40,7 +40,7 @@ class LiveSource(StreamSource):
         assert self.proc.stdout is not None
         stdout: IO[bytes] = self.proc.stdout
         try:
-            super().__init__(scenario, iter_lines(stdout, f"{scenario} (engine)"))
+            super().__init__(scenario, stream_events(stdout, f"{scenario} (engine)"))
         except UserError:
             self._fail()
             raise

@@ -6,15 +6,13 @@ The dashboard reads its keyboard from stdin, so the pipe is moved to another fil
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import sys
 
 from engine.errors import UserError
-from engine.reader import GZIP_MAGIC
 
-from .stream import StreamSource, iter_lines
+from .stream import StreamSource, stream_events
 
 
 def stdin_source() -> StreamSource:
@@ -23,8 +21,7 @@ def stdin_source() -> StreamSource:
         raise UserError("stdin is a terminal; expected a stream, as in `clustertop record X -o - | clustertop "
                         "replay -`", "-")
     pipe = io.BufferedReader(os.fdopen(os.dup(0), "rb", buffering=0))   # type: ignore[arg-type]
-    stream = gzip.GzipFile(fileobj=pipe, mode="rb") if pipe.peek(2)[:2] == GZIP_MAGIC else pipe
-    source = StreamSource("<stdin>", iter_lines(stream, "<stdin>"))   # type: ignore[arg-type]
+    source = StreamSource("<stdin>", stream_events(pipe, "<stdin>"))
     try:
         tty = os.open("/dev/tty", os.O_RDWR)
     except OSError:

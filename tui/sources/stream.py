@@ -11,9 +11,6 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
-import orjson
-
-from engine import schema
 from engine.errors import UserError
 from engine.reader import iter_events
 
@@ -23,23 +20,10 @@ from .index import EventIndex
 LIVE_KEYFRAMES = 2048   # keyframes kept by an endless stream (memory stays flat)
 
 
-def iter_lines(stream: IO[bytes], name: str) -> Iterator[dict[str, Any]]:
-    """The header (checked), then each event of an open binary stream of JSON lines."""
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            if not line.endswith(b"\n"):
-                return   # a truncated last line: the writer was stopped
-            raise UserError(f"line is not valid JSON ({exc.msg})", f"{name}:{number}") from None
-        if number == 1:
-            yield schema.check_header(event, f"{name}:1")
-            continue
-        if not isinstance(event, dict) or "type" not in event or "t" not in event:
-            raise UserError("expected an event object with \"t\" and \"type\"", f"{name}:{number}")
-        yield event
+def stream_events(stream: IO[bytes], name: str) -> Iterator[dict[str, Any]]:
+    """The header (checked), then each event of an open binary stream (plain or gzip), read by engine/reader.py
+    as lines arrive. Warnings (a truncated last line when the writer stops) are not printed over the screen."""
+    return iter_events(stream, warn=lambda message: None, name=name)
 
 
 class StreamSource(Source):

@@ -14,6 +14,8 @@ from .. import jobinfo
 
 def effective(job: JobStatus, t: float, started: float) -> float | None:
     """Share of the job's time spent on steps that count (lost work and restarts lower it)."""
+    if job.effective_training_time is not None:          # the engine's figure, from the latest sample
+        return float(job.effective_training_time)
     if "effective_training_time" in job.info:
         return float(job.info["effective_training_time"])
     elapsed = t - started
@@ -38,8 +40,56 @@ def job_start_time(state: ClusterState, name: str) -> float:
     return 0.0
 
 
+def is_inference(job: JobStatus) -> bool:
+    return str(job.info.get("kind", "")) == "inference"
+
+
+def _seconds(value: object) -> str:
+    """A latency: ms below a second."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "—"
+    if v != v or v < 0:   # NaN: no request finished yet
+        return "—"
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def _latency(job: JobStatus, name: str) -> str:
+    """TTFT / TPOT from the latest step event (or sample status): `<name>_s` or `<name>_ms`."""
+    src = job._src
+    if f"{name}_s" in src:
+        return _seconds(src[f"{name}_s"])
+    if f"{name}_ms" in src:
+        try:
+            return _seconds(float(src[f"{name}_ms"]) / 1000)
+        except (TypeError, ValueError):
+            return "—"
+    return "—"
+
+
+def inference_figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
+    """An inference job: throughput and latency instead of MFU (what the step events carry; "—" if absent)."""
+    src = job._src
+    label, left = eta(job, state, t)
+    out = {
+        "tokens/s": fmt.si(job.tokens_per_s) if job.tokens_per_s else "—",
+        "TTFT": _latency(job, "ttft"),
+        "TPOT": _latency(job, "tpot"),
+    }
+    for key, name in (("requests_per_s", "requests/s"), ("batch", "batch")):
+        if src.get(key) is not None:
+            out[name] = fmt.si(float(src[key])) if key == "requests_per_s" else f"{src[key]:,}"
+    out["tokens"] = fmt.si(job.tokens) if job.tokens else "0"
+    out["interrupts"] = f"{job.interruptions:,}"
+    out[label] = fmt.duration(left) if left else "—"
+    return out
+
+
 def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
     """The figures of one job as display strings (shared with compare mode)."""
+    if is_inference(job):
+        return inference_figures(job, state, t)
     eff = effective(job, t, job_start_time(state, job.name))
     label, left = eta(job, state, t)
     return {
@@ -51,6 +101,8 @@ def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
         "effective": f"{eff * 100:.1f}%" if eff is not None else "—",
         "tokens": fmt.si(job.tokens) if job.tokens else "0",
         label: fmt.duration(left) if left else "—",
+        "interrupts": f"{job.interruptions:,}",
+        "work lost": fmt.si(job.tokens_lost) + " tok" if job.tokens_lost else "0",
     }
 
 
@@ -82,7 +134,8 @@ class JobsPanel(Static):
 
     def _one(self, job: JobStatus, state: ClusterState, t: float) -> Text:
         text = Text()
-        status = ("● running", "green") if job.running else ("○ stopped", "red")
+        status = (("▲ down (fault)", "bold red") if job.down else ("● running", "green") if job.running
+                  else ("○ stopped", "red"))
         text.append(f"{job.name} ", style="bold")
         text.append(f"{jobinfo.model_name(job)}\n", style="dim")
         text.append(f"{jobinfo.layout_text(job)} · {job.gpus:,} GPUs  ")
@@ -98,12 +151,15 @@ class JobsPanel(Static):
 
     def _many(self, state: ClusterState, t: float) -> Table:
         table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-        for column in ("job", "step", "s/step", "tok/s", "TFLOP", "MFU", "eff."):
+        for column in ("job", "step", "s/step", "tok/s", "TFLOP", "MFU", "eff.", "int."):
             table.add_column(column, justify="left" if column == "job" else "right", style=None,
                              header_style="dim")
         for job in state.jobs.values():
             f = figures(job, state, t)
-            name = Text(job.name, style="bold" if job.running else "red")
+            name = Text(job.name, style="bold red" if job.down else "bold" if job.running else "red")
+            if is_inference(job):   # latency in the TFLOP/MFU columns: TTFT, TPOT
+                table.add_row(name, "—", "—", f["tokens/s"], f["TTFT"], f["TPOT"], "—", f["interrupts"])
+                continue
             table.add_row(name, f["step"], f["step time"].removesuffix(" s"), f["tokens/s"], f["TFLOP/s/GPU"],
-                          f["MFU"], f["effective"])
+                          f["MFU"], f["effective"], f["interrupts"])
         return table

@@ -1,0 +1,187 @@
+"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md) as a table: one row per point, sorted by step
+time, out-of-memory points after those that fit and invalid points last. Enter on a row asks the caller's
+`prepare(record)` for something to run (the replay command writes the point's scenario to a temporary TOML) and
+exits with it; `prepare` raising UserError (an invalid point) is a notification and the table stays.
+
+Reading is engine/reader.py's `open_binary` (plain or gzip); any line that is not a record is a UserError naming
+the file and line, before the table starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import orjson
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Footer, Static
+
+from engine.errors import UserError
+from engine.reader import open_binary
+
+from . import format as fmt
+
+
+def looks_like_sweep_results(path: str) -> bool:
+    """True when the file's first line is a sweep record ({"index", "point", ...}) rather than a stream header."""
+    if path == "-":
+        return False
+    try:
+        stream = open_binary(path)
+    except UserError:
+        return False            # the recording reader reports the problem
+    try:
+        first = stream.readline(1 << 20)
+    except OSError:
+        return False
+    finally:
+        stream.close()
+    try:
+        record = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(record, dict) and "point" in record and "index" in record and "type" not in record
+
+
+def read_results(path: str) -> list[dict[str, Any]]:
+    """Every record of a results file; UserError (file:line) on anything else."""
+    records: list[dict[str, Any]] = []
+    stream = open_binary(path)
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                if not line.endswith(b"\n"):
+                    break           # a sweep killed mid-write leaves a readable prefix
+                raise UserError("line is not JSON; expected a sweep record", f"{path}:{number}") from None
+            if not isinstance(record, dict) or not isinstance(record.get("point"), dict):
+                raise UserError('expected a sweep record with "index" and "point"', f"{path}:{number}")
+            records.append(record)
+    finally:
+        stream.close()
+    if not records:
+        raise UserError("has no sweep records", path)
+    return records
+
+
+def status(record: dict[str, Any]) -> str:
+    """"ok", "oom" (some job does not fit) or "invalid" (the point was refused)."""
+    if "error" in record or not record.get("jobs"):
+        return "invalid"
+    return "ok" if all(job.get("fits", False) and job.get("step_time_s") is not None for job in record["jobs"]) \
+        else "oom"
+
+
+def sort_key(record: dict[str, Any]) -> tuple[int, float, int]:
+    rank = {"ok": 0, "oom": 1, "invalid": 2}[status(record)]
+    step = record["jobs"][0].get("step_time_s") if rank == 0 else None
+    return rank, float(step) if step is not None else math.inf, int(record.get("index", 0))
+
+
+def sorted_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(records, key=sort_key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+class SweepApp(App[Any]):
+    """The table of a sweep's points; enter runs the chosen point (through `prepare`)."""
+
+    TITLE = "clustertop"
+    CSS = """
+    #about { height: auto; padding: 0 1; color: $text-muted; }
+    DataTable { height: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "run_point", "Run live", priority=True),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, records: list[dict[str, Any]], name: str,
+                 prepare: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        super().__init__()
+        self.records = sorted_records(records)
+        self.source_name = name
+        self.prepare = prepare
+        self.keys: list[str] = []
+        for record in self.records:
+            for key in record["point"]:
+                if key not in self.keys:
+                    self.keys.append(key)
+
+    def compose(self) -> ComposeResult:
+        counts = {s: sum(status(r) == s for r in self.records) for s in ("ok", "oom", "invalid")}
+        base = next((r.get("scenario") for r in self.records if r.get("scenario")), "?")
+        yield Static(f"sweep of {base} · {len(self.records):,} points: {counts['ok']:,} fit, "
+                     f"{counts['oom']:,} out of memory, {counts['invalid']:,} invalid · sorted by step time · "
+                     "enter runs the point live", id="about")
+        yield DataTable(cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"sweep {self.source_name}"
+        table = self.query_one(DataTable)
+        table.add_column("#", key="rank")
+        table.add_column("point", key="index")
+        for key in self.keys:
+            table.add_column(key.removeprefix("jobs[0]."), key=key)
+        for column in ("GPUs", "step s", "tokens/s", "TFLOP/s/GPU", "MFU", "mem GB/GPU", "status"):
+            table.add_column(column, key=column)
+        for rank, record in enumerate(self.records, start=1):
+            table.add_row(*self._row(rank, record), key=str(record.get("index", rank)))
+        table.focus()
+
+    def _row(self, rank: int, record: dict[str, Any]) -> list[Any]:
+        state = status(record)
+        point = [_value(record["point"].get(key, "")) for key in self.keys]
+        right = lambda s, style="": Text(s, justify="right", style=style)  # noqa: E731
+        if state == "invalid":
+            reason = str(record.get("error", "invalid"))
+            return [right(str(rank)), right(str(record.get("index", ""))), *point,
+                    *[right("—", "dim")] * 6, Text("invalid: " + reason[:110], style="red")]
+        job = record["jobs"][0]
+        gpus = sum(int(j.get("gpus", 0)) for j in record["jobs"])
+        mem = job.get("memory_gb_per_gpu")
+        if state == "oom":
+            figures = [right(f"{gpus:,}"), right("OOM", "bold red"), right("—", "dim"), right("—", "dim"),
+                       right("—", "dim"), right(f"{mem:.1f}" if mem is not None else "—", "red")]
+            return [right(str(rank)), right(str(record.get("index", ""))), *point, *figures,
+                    Text("out of memory", style="red")]
+        mfu = job.get("mfu")
+        tflops = job.get("model_tflops_per_gpu")
+        figures = [right(f"{gpus:,}"), right(f"{float(job['step_time_s']):.3f}", "bold"),
+                   right(fmt.si(float(job.get("tokens_per_s") or 0))),
+                   right(f"{tflops:.0f}" if tflops is not None else "—"),
+                   right(f"{mfu * 100:.1f}%" if mfu is not None else "—"),
+                   right(f"{mem:.1f}" if mem is not None else "—")]
+        return [right(str(rank)), right(str(record.get("index", ""))), *point, *figures,
+                Text("fits", style="green")]
+
+    def selected(self) -> dict[str, Any]:
+        return self.records[self.query_one(DataTable).cursor_row]
+
+    def action_run_point(self) -> None:
+        record = self.selected()
+        if status(record) == "invalid":
+            self.notify(f"point {record.get('index')} is invalid: {record.get('error', '')}", severity="warning",
+                        timeout=6)
+            return
+        if self.prepare is None:
+            self.exit(record)
+            return
+        try:
+            prepared = self.prepare(record)
+        except UserError as exc:
+            self.notify(str(exc), severity="error", timeout=8)
+            return
+        self.exit(prepared)
