@@ -498,6 +498,8 @@ class Run:
         if track.segments:
             track.segments[-1].end = now
         track.segments.append(Segment(now, math.inf, activity))
+        if isinstance(activity, Running):      # a restart rolls the counters back to its checkpoint at once
+            track.step, track.tokens_total = activity.step0, activity.tokens0
         self._power_changed()
 
     def constant(self, track: JobTrack, phase: str) -> Constant:

@@ -192,7 +192,7 @@ CHECKPOINT_SPEC: dict[str, Field] = {
 
 VARIABILITY_SPEC: dict[str, Field] = {
     "straggler_sigma": optional("float", 0.005, low=0.0, high=0.5),
-    "slow_gpu_fraction": optional("float", 0.001, low=0.0, high=1.0),
+    "slow_gpu_fraction": optional("float", 0.0, low=0.0, high=1.0),
     "slow_gpu_factor": optional("float", 0.9, positive=True, high=1.0),
     "diurnal_amplitude": optional("float", 0.015, low=0.0, high=0.5),
 }
