@@ -63,6 +63,10 @@ class JobEstimate:
     plan: StepPlan | None
     microbatches: int = 0
     note: str = ""
+    kind: str = "training"               # "training" | "inference"
+    ttft_s: float | None = None          # inference: median time to first token
+    tpot_s: float | None = None          # inference: median time per output token
+    serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
 
 
 @dataclass
@@ -649,6 +653,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     plan=False leaves out the StepPlan (`plan` is None) and hints=False the hint of settings that would fit
     (`note` stays empty): a sweep needs neither, and every other figure is the same.
     """
+    if job.is_inference:
+        return _estimate_inference(scenario, job, plan)
     cluster = scenario.cluster
     model = _JobModel(cluster, job)
     configs = candidates(job)
@@ -682,6 +688,39 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                        model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=best.breakdown,
                        plan=best.plan, **common)
+
+
+def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate:
+    """An inference job: one replica serving its share of the requests (engine/inference.py)."""
+    from .inference import serve
+
+    cluster = scenario.cluster
+    r = serve(scenario, job)
+    memory_gb = {"weights": round(r.weights_gb, 2), "kv_cache": round(r.kv_cache_gb, 2),
+                 "reserve": round(r.reserve_gb, 2)}
+    common: dict[str, Any] = {
+        "name": job.name, "gpus": job.gpus, "memory_gb": memory_gb,
+        "memory_gb_per_gpu": round(r.weights_gb + r.kv_cache_gb + r.reserve_gb, 2),
+        "capacity_gb": round(r.capacity_gb, 2), "chosen": {}, "tiers": _tiers(cluster, job), "job": job,
+        "kind": "inference"}
+    if not r.fits:
+        return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
+                           hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None,
+                           note="the weights leave no room for one sequence's K/V cache: add GPUs to tp or pp",
+                           **common)
+    step = r.plan.step_time_s if r.plan is not None else r.decode_s
+    busy = r.busy
+    breakdown = {"prefill": round(step * busy * r.prefill_share, 6),
+                 "decode": round(step * busy * (1 - r.prefill_share), 6),
+                 "idle": round(step * max(0.0, 1 - busy), 6)}
+    serving = {"requests_per_s": round(r.requests_per_s, 3), "batch_limit": r.batch_limit,
+               "mean_batch": round(r.mean_batch, 2), "busy": round(r.busy, 4),
+               "prefill_share": round(r.prefill_share, 4), "prefill_s": round(r.prefill_s, 6),
+               "decode_step_s": round(r.decode_s, 6)}
+    return JobEstimate(fits=True, step_time_s=step, tokens_per_s=r.tokens_per_s,
+                       model_tflops_per_gpu=r.model_tflops_per_gpu, hardware_tflops_per_gpu=r.model_tflops_per_gpu,
+                       mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
+                       plan=r.plan if plan else None, ttft_s=r.ttft_s, tpot_s=r.tpot_s, serving=serving, **common)
 
 
 _TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
@@ -747,6 +786,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
             "memory_gb_per_gpu": j.memory_gb_per_gpu, "fits": j.fits, "breakdown_s": j.breakdown_s,
             "memory_gb": j.memory_gb, "chosen": j.chosen,
             "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,
-            "capacity_gb": j.capacity_gb, "microbatches": j.microbatches,
+            "capacity_gb": j.capacity_gb, "microbatches": j.microbatches, "kind": j.kind,
         })
+        if j.kind == "inference":
+            jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})
     return {"scenario": est.scenario, "cluster": est.cluster, "jobs": jobs}
