@@ -32,6 +32,10 @@ from .topology import TIERS, Topology
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
 MAX_SIM_MICROBATCHES = 256
+# DualPipe (DeepSeek-V3 report, section 3.2.1): a forward chunk and a backward chunk run together, the
+# all-to-all and PP traffic of one hidden behind the other's compute; 20 of the H800's 132 SMs run the
+# communication, so the overlapped compute runs on the other 112.
+DUALPIPE_COMPUTE_SHARE = 112 / 132
 RECOMPUTE_MODES = ("none", "selective", "full")
 STORAGE_NETWORK_OVERHEAD = 0.10      # reference/hardware.toml [facility]: +10% IT power for storage, network
 
@@ -241,6 +245,12 @@ class _JobModel:
                     acc["cp"] += n * (job.cp - 1) * max(0.0, step - pas.cp_overlap_s)
                 if pas.ep_bytes:
                     acc["ep"] += n * 2 * col.all_to_all(cl, net.ep, pas.ep_bytes).time_s
+        if job.schedule == "dualpipe":
+            # the forward of one microbatch runs beside the backward of another: each one's EP all-to-all
+            # hides behind the other's compute, which runs on the SMs communication leaves free
+            for acc in (f, b):
+                acc["compute"] /= DUALPIPE_COMPUTE_SHARE
+            f["ep"], b["ep"] = max(0.0, f["ep"] - b["compute"]), max(0.0, b["ep"] - f["compute"])
         if job.zero >= 3:
             # ZeRO-3 gathers the chunk's weights before its forward and its backward, prefetched behind compute
             params = self._chunk_params(st)
@@ -261,7 +271,8 @@ class _JobModel:
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = _shard(job, cfg.micro_batch)
-        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute)
+        fp8 = job.precision == "fp8"
+        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8)
                      for moe in (False, True)}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
                       for moe in (False, True)}
@@ -274,7 +285,7 @@ class _JobModel:
                 if st.embedding:
                     per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
                 chunk_bytes[-1].append(per_tok * sh.tokens)
-        held = peak_inflight(job.schedule, job.pp, cfg.virtual_stages, m, chunk_bytes)
+        held = peak_inflight(_sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
         out = []
         for stage, activations in zip(self.stages(cfg.virtual_stages), held):
             layer_full = full_layer[stage.moe]
@@ -310,17 +321,19 @@ class _JobModel:
         bwd = tuple(tuple(b for _, b in stage) for stage in passes)
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
         send = tuple(_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p))
+        if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
+            send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
         if m <= MAX_SIM_MICROBATCHES:
-            run = _simulate_cached(job.schedule, p, v, m, fwd, bwd, send, send_b)
+            run = _simulate_cached(_sim_schedule(job), p, v, m, fwd, bwd, send, send_b)
             intervals, ends, last_b = run.intervals, run.ends, run.last_backward
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
             m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
             m1 = max(step, m2 // 2 // step * step)
-            run1 = _simulate_cached(job.schedule, p, v, m1, fwd, bwd, send, send_b)
-            run2 = _simulate_cached(job.schedule, p, v, m2, fwd, bwd, send, send_b)
+            run1 = _simulate_cached(_sim_schedule(job), p, v, m1, fwd, bwd, send, send_b)
+            run2 = _simulate_cached(_sim_schedule(job), p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
             intervals = Intervals.of(stages)
         ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m,
@@ -574,6 +587,12 @@ def _sorted(iv: Intervals, stages: int) -> Intervals:
 
 # ----------------------------------------------------------------------------------------------- search
 
+def _sim_schedule(job: Job) -> str:
+    """The schedule the pipeline simulation runs: DualPipe's order is 1F1B's with paired chunks overlapped
+    (the overlap is in the chunk costs, see _compute_passes)."""
+    return "1f1b" if job.schedule == "dualpipe" else job.schedule
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -591,7 +610,7 @@ def candidates(job: Job) -> list[Config]:
     rcs = [job.recompute] if job.recompute != "auto" else list(RECOMPUTE_MODES)
     out = []
     for mb, v, rc in itertools.product(mbs, vs, rcs):
-        if check(job.schedule, job.pp, v, per_replica // mb) is None:
+        if check(_sim_schedule(job), job.pp, v, per_replica // mb) is None:
             out.append(Config(int(mb), v, rc))
     return out
 
