@@ -338,6 +338,23 @@ class _JobModel:
             intervals = Intervals.of(stages)
         ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m,
                                                         plan)
+        if job.schedule == "dualpipe" and p > 2 and v == 1:
+            self._dualpipe_bubble(ev, fwd, bwd)
+
+    def _dualpipe_bubble(self, ev: _Eval, fwd: tuple, bwd: tuple) -> None:
+        """DualPipe feeds microbatches from both ends of the pipeline: its bubble is (PP/2 - 1)(F&B + B - 3W)
+        against 1F1B's (PP - 1)(F + B) (DeepSeek-V3 report, Table 2). F, B: a stage's forward and backward
+        of one microbatch; W: the weight-gradient part of B (the forward's GEMMs again, W = min(F, B/2));
+        F&B: a forward and a backward overlapped, the sum of their compute. The simulated 1F1B bubble shrinks
+        by that ratio (the plan keeps the 1F1B order)."""
+        p = self.job.pp
+        f = max(sum(sum(d for _, d in c) for c in stage) for stage in fwd)
+        b = max(sum(sum(d for _, d in c) for c in stage) for stage in bwd)
+        w = min(f, b / 2)
+        ratio = min(1.0, (p / 2 - 1) * (f + b + b - 3 * w) / ((p - 1) * (f + b)))
+        saved = ev.breakdown.get("bubble", 0.0) * (1.0 - ratio)
+        ev.step_s -= saved
+        ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
 
     def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], intervals: Intervals,
                 ends: list[float], last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple,
@@ -698,14 +715,22 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
         common["note"] = _fit_hint(model, job) if hints else ""
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
                            hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None, **common)
-    step = best.step_s
+    v = scenario.variability
+    # synchronous training waits for the slowest GPU every step: its expected extra time (the plan stays a
+    # nominal GPU's step: the engine run draws the speeds and stretches it itself)
+    wait = best.step_s * (straggler_factor(v.straggler_sigma, v.slow_gpu_fraction, v.slow_gpu_factor,
+                                           job.gpus) - 1.0)
+    step = best.step_s + wait
+    breakdown = dict(best.breakdown)
+    if wait > 0:
+        breakdown["stragglers"] = round(wait, 6)
     tokens = job.global_batch * job.seq_len
     model_flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
     hw_flops = model_flops + recompute_flops_per_token(job, cfg.recompute) * tokens
     model_tf = model_flops / step / job.gpus / 1e12
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=tokens / step,
                        model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
-                       mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=best.breakdown,
+                       mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
                        plan=best.plan, **common)
 
 
@@ -765,6 +790,32 @@ def _fit_hint(model: _JobModel, job: Job) -> str:
         return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
     changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
     return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
+
+
+@lru_cache(maxsize=256)
+def straggler_factor(sigma: float, slow_fraction: float, slow_factor: float, n: int) -> float:
+    """E[max over n GPUs of 1 / speed]: how much longer a synchronous step takes than a nominal GPU's.
+
+    Each GPU's speed is lognormal around 1 (sigma) and, for a fraction of GPUs, times slow_factor, as the
+    engine run draws them (engine/run.py). 1/speed = exp(-sigma Z) / s has the CDF
+    F(x) = (1 - f) Phi(ln x / sigma) + f Phi((ln x + ln s) / sigma); the slowest of n has CDF F^n, and
+    E[max] = x0 + integral from x0 of (1 - F(x)^n) dx (order statistics; for the lognormal part alone this grows
+    like exp(sigma sqrt(2 ln n))).
+    """
+    if n <= 1 or (sigma <= 0 and slow_fraction <= 0):
+        return 1.0
+    ln_s = np.log(slow_factor) if slow_fraction > 0 else 0.0
+    if sigma <= 0:
+        p_any = 1.0 - (1.0 - slow_fraction) ** n
+        return 1.0 + p_any * (1.0 / slow_factor - 1.0)
+    from math import erf, sqrt
+
+    y = np.linspace(-8 * sigma, 8 * sigma - ln_s, 4001)          # ln x
+    phi = np.vectorize(lambda z: 0.5 * (1 + erf(z / sqrt(2))))
+    cdf = (1 - slow_fraction) * phi(y / sigma) + slow_fraction * phi((y + ln_s) / sigma)
+    x = np.exp(y)
+    tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** n
+    return float(x[0] + np.sum((tail[1:] + tail[:-1]) / 2 * np.diff(x)))
 
 
 def recompute_flops_per_token(job: Job, recompute: str) -> float:

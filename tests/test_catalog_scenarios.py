@@ -36,3 +36,33 @@ def test_llama4_behemoth_within_15_percent_of_390_tflops() -> None:
     e = _est("llama4-behemoth-32k")
     assert e.gpus == 32768 and e.job.precision == "fp8" and e.job.ep > 1
     assert e.model_tflops_per_gpu == pytest.approx(390, rel=0.15)
+
+
+SCALING = (8, 64, 512, 4096, 16384)
+
+
+def test_scaling_efficiency_falls_as_the_cluster_grows_and_the_breakdown_shows_why() -> None:
+    ests = [_est(f"scaling-{n}") for n in SCALING]
+    per_gpu = [e.tokens_per_s / e.gpus for e in ests]  # type: ignore[operator]
+    assert [e.gpus for e in ests] == list(SCALING)
+    assert len({e.job.global_batch // e.gpus for e in ests}) == 1          # the same per-GPU batch
+    eff = [t / per_gpu[0] for t in per_gpu]
+    assert all(b < a for a, b in zip(eff, eff[1:]))
+    assert eff[-1] < 0.93
+    waits = [e.breakdown_s["stragglers"] for e in ests]
+    assert all(b > a for a, b in zip(waits, waits[1:]))                    # waiting for the slowest GPU
+
+
+def test_straggler_factor_is_the_expected_slowest_gpu() -> None:
+    import numpy as np
+
+    from engine.estimate import straggler_factor
+
+    rng = np.random.default_rng(3)
+    for n in (8, 512, 4096):
+        speeds = np.exp(rng.standard_normal((200, n)) * 0.01)
+        speeds[rng.random((200, n)) < 0.001] *= 0.9
+        mc = float(np.mean(1.0 / speeds.min(axis=1)))
+        assert straggler_factor(0.01, 0.001, 0.9, n) == pytest.approx(mc, rel=0.01)
+    assert straggler_factor(0.0, 0.0, 0.9, 10_000) == 1.0
+    assert straggler_factor(0.005, 0.0, 0.9, 1) == 1.0
