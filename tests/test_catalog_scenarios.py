@@ -66,3 +66,12 @@ def test_straggler_factor_is_the_expected_slowest_gpu() -> None:
         assert straggler_factor(0.01, 0.001, 0.9, n) == pytest.approx(mc, rel=0.01)
     assert straggler_factor(0.0, 0.0, 0.9, 10_000) == 1.0
     assert straggler_factor(0.005, 0.0, 0.9, 1) == 1.0
+
+
+def test_congested_fabric_slows_the_whole_flagship_through_dp_and_pp() -> None:
+    bad, good = _est("congested-fabric"), _est("llama3-405b-16k")
+    assert bad.gpus == good.gpus
+    assert bad.step_time_s > 1.04 * good.step_time_s  # type: ignore[operator]
+    assert bad.breakdown_s["dp"] > 2 * good.breakdown_s["dp"]
+    assert bad.breakdown_s["pp"] > 2 * good.breakdown_s["pp"]
+    assert bad.breakdown_s["compute"] == good.breakdown_s["compute"]
