@@ -299,6 +299,13 @@ class _JobModel:
                                         largest_layer_params=stage.largest_layer_params, zero=job.zero,
                                         dp_shards=self.dp_shards, expert_shards=self.expert_shards,
                                         activations=activations, transient=transient, logits=logits))
+            if job.schedule == "dualpipe":
+                # DualPipe keeps two copies of the parameters (and their gradients), one per direction
+                # (DeepSeek-V3 report 3.2.1)
+                sm = out[-1]
+                extra = sm.weights + sm.gradients
+                out[-1] = dataclasses.replace(sm, weights=2 * sm.weights, gradients=2 * sm.gradients,
+                                              reserve=sm.reserve + mem.FRAGMENTATION * extra)
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
