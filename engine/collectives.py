@@ -139,9 +139,61 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             if total <= 0:
                 continue
             capacity = _block_capacity(cluster, topo, block, demand.size)
-            slowdown = max(slowdown, float(np.max(demand / capacity)) * oversub[t])
+            health = _block_health(cluster, topo, t, block, demand.size)
+            # uplink paths of each block (links still up) and the connections leaving it
+            paths = np.maximum(1.0, np.floor(capacity / oversub[t] * health))
+            # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an all-to-all
+            # sends to every member outside the node, one connection each
+            flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
+            pairs, where = np.unique(np.stack([np.round(demand, 3), paths]), axis=1, return_inverse=True)
+            load = np.array([ecmp_max_load(c, int(L), flows) if c > 0 else 0.0
+                             for c, L in pairs.T.tolist()])[np.ravel(where)]
+            slowdown = max(slowdown, float(np.max(load)))
             crossing[t] = total / max(net_share * groups.size, 1e-9)
     return Route(size, q, k, tier, max(1.0, slowdown), crossing)
+
+
+def _block_health(cluster: Cluster, topo: Topology, tier: str, block: int, n: int) -> np.ndarray:
+    """Fraction of each block's uplinks at `tier` still carrying traffic (cluster.degraded): a degraded
+    tier of one pod (or every pod) runs at that fraction of its bandwidth. "leaf" degradation (node uplinks)
+    counts at the spine tier, whose traffic every node-crossing ring also puts on its leaf links."""
+    health = np.ones(n)
+    for d in cluster.degraded:
+        if d.tier != tier and not (d.tier == "leaf" and tier == "spine"):
+            continue
+        pod_of_block = np.arange(n) * block // topo.gpus_per_pod
+        hit = np.ones(n, dtype=bool) if d.pod is None else pod_of_block == d.pod
+        if tier == "campus" and d.pod is not None:          # the building holding that pod
+            hit = (np.arange(n) * block <= d.pod * topo.gpus_per_pod) & \
+                (d.pod * topo.gpus_per_pod < (np.arange(n) + 1) * block)
+        health[hit] *= d.capacity
+    return health
+
+
+@lru_cache(maxsize=4096)
+def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
+    """Expected load of the busiest uplink when `connections` (each one NIC's worth of traffic, split into
+    `flows` equal flows) are hashed onto `paths` equal links by ECMP: balls into bins. With n = connections x
+    flows balls in L bins, E[max bin] = sum over k >= 1 of (1 - P(bin < k)^L), a bin's count Poisson with mean
+    n / L; the link load is E[max bin] / flows (at least the mean n / L / flows). One flow per connection
+    (plain ECMP) makes large flows collide: 16 connections on 16 links load the busiest ~3.5x; 16 flows per
+    connection (Llama 3's enhanced ECMP) bring it back near 1.3x."""
+    n = connections * flows
+    if paths <= 1:
+        return connections
+    mean = n / paths
+    if mean > 100:                           # Poisson ~ normal: the max of L is mean + sqrt(2 mean ln L)
+        return (mean + math.sqrt(2 * mean * math.log(paths))) / flows
+    total, pmf, cdf, k = 0.0, math.exp(-mean), 0.0, 0
+    while True:
+        cdf += pmf                          # P(bin <= k)
+        k += 1
+        term = 1.0 - min(1.0, cdf) ** paths
+        total += term
+        if term < 1e-6 and k > mean:
+            break
+        pmf *= mean / k
+    return max(total, mean) / flows
 
 
 def _block_capacity(cluster: Cluster, topo: Topology, block: int, n: int) -> np.ndarray:

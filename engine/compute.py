@@ -262,8 +262,11 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     cp_bytes = T * kv_width_per_rank(model, t) * BF16 if cp_ring else 0.0
     ep_bytes = T * model.experts_per_token * model.hidden * BF16 if moe and sh.ep > 1 else 0.0
     ranks = float(sh.cp)
+    # FP8 training quantizes the forward dispatch to FP8 (the expert GEMMs' input); the combine and the
+    # backward all-to-alls stay BF16 (DeepSeek-V3 report 3.3.3, low-precision communication)
+    ep_fwd = ep_bytes * (1.0 + BF16) / (2 * BF16) if sh.precision == "fp8" else ep_bytes
     fwd = PassCost(g_fwd + a_fwd + m_fwd, gemm_flops + done_attn, n_tp, tp_bytes, cp_bytes,
-                   a_fwd / ranks, ep_bytes)
+                   a_fwd / ranks, ep_fwd)
     bwd = PassCost(g_bwd + a_bwd + m_bwd, 2 * (gemm_flops + done_attn), n_tp, tp_bytes, 2 * cp_bytes,
                    a_bwd / ranks, ep_bytes)
     model_flops = 3.0 * (gemm_flops + done_attn)

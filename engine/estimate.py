@@ -36,6 +36,10 @@ from .topology import TIERS, Topology
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
 MAX_SIM_MICROBATCHES = 256
+# DualPipe (DeepSeek-V3 report, section 3.2.1): a forward chunk and a backward chunk run together, the
+# all-to-all and PP traffic of one hidden behind the other's compute; 20 of the H800's 132 SMs run the
+# communication, so the overlapped compute runs on the other 112.
+DUALPIPE_COMPUTE_SHARE = 112 / 132
 RECOMPUTE_MODES = ("none", "selective", "full")
 STORAGE_NETWORK_OVERHEAD = 0.10      # reference/hardware.toml [facility]: +10% IT power for storage, network
 
@@ -67,6 +71,10 @@ class JobEstimate:
     plan: StepPlan | None
     microbatches: int = 0
     note: str = ""
+    kind: str = "training"               # "training" | "inference"
+    ttft_s: float | None = None          # inference: median time to first token
+    tpot_s: float | None = None          # inference: median time per output token
+    serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
 
 
 @dataclass
@@ -241,6 +249,12 @@ class _JobModel:
                     acc["cp"] += n * (job.cp - 1) * max(0.0, step - pas.cp_overlap_s)
                 if pas.ep_bytes:
                     acc["ep"] += n * 2 * col.all_to_all(cl, net.ep, pas.ep_bytes).time_s
+        if job.schedule == "dualpipe":
+            # the forward of one microbatch runs beside the backward of another: each one's EP all-to-all
+            # hides behind the other's compute, which runs on the SMs communication leaves free
+            for acc in (f, b):
+                acc["compute"] /= DUALPIPE_COMPUTE_SHARE
+            f["ep"], b["ep"] = max(0.0, f["ep"] - b["compute"]), max(0.0, b["ep"] - f["compute"])
         if job.zero >= 3:
             # ZeRO-3 gathers the chunk's weights before its forward and its backward, prefetched behind compute
             params = self._chunk_params(st)
@@ -261,7 +275,8 @@ class _JobModel:
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = _shard(job, cfg.micro_batch)
-        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute)
+        fp8 = job.precision == "fp8"
+        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8)
                      for moe in (False, True)}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
                       for moe in (False, True)}
@@ -274,7 +289,7 @@ class _JobModel:
                 if st.embedding:
                     per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
                 chunk_bytes[-1].append(per_tok * sh.tokens)
-        held = peak_inflight(job.schedule, job.pp, cfg.virtual_stages, m, chunk_bytes)
+        held = peak_inflight(_sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
         out = []
         for stage, activations in zip(self.stages(cfg.virtual_stages), held):
             layer_full = full_layer[stage.moe]
@@ -288,6 +303,13 @@ class _JobModel:
                                         largest_layer_params=stage.largest_layer_params, zero=job.zero,
                                         dp_shards=self.dp_shards, expert_shards=self.expert_shards,
                                         activations=activations, transient=transient, logits=logits))
+            if job.schedule == "dualpipe":
+                # DualPipe keeps two copies of the parameters (and their gradients), one per direction
+                # (DeepSeek-V3 report 3.2.1)
+                sm = out[-1]
+                extra = sm.weights + sm.gradients
+                out[-1] = dataclasses.replace(sm, weights=2 * sm.weights, gradients=2 * sm.gradients,
+                                              reserve=sm.reserve + mem.FRAGMENTATION * extra)
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
@@ -310,21 +332,40 @@ class _JobModel:
         bwd = tuple(tuple(b for _, b in stage) for stage in passes)
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
         send = tuple(_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p))
+        if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
+            send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
         if m <= MAX_SIM_MICROBATCHES:
-            run = _simulate_cached(job.schedule, p, v, m, fwd, bwd, send, send_b)
+            run = _simulate_cached(_sim_schedule(job), p, v, m, fwd, bwd, send, send_b)
             intervals, ends, last_b = run.intervals, run.ends, run.last_backward
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
             m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
             m1 = max(step, m2 // 2 // step * step)
-            run1 = _simulate_cached(job.schedule, p, v, m1, fwd, bwd, send, send_b)
-            run2 = _simulate_cached(job.schedule, p, v, m2, fwd, bwd, send, send_b)
+            run1 = _simulate_cached(_sim_schedule(job), p, v, m1, fwd, bwd, send, send_b)
+            run2 = _simulate_cached(_sim_schedule(job), p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
             intervals = Intervals.of(stages)
         ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m,
                                                         plan)
+        if job.schedule == "dualpipe" and p > 2 and v == 1:
+            self._dualpipe_bubble(ev, fwd, bwd)
+
+    def _dualpipe_bubble(self, ev: _Eval, fwd: tuple, bwd: tuple) -> None:
+        """DualPipe feeds microbatches from both ends of the pipeline: its bubble is (PP/2 - 1)(F&B + B - 3W)
+        against 1F1B's (PP - 1)(F + B) (DeepSeek-V3 report, Table 2). F, B: a stage's forward and backward
+        of one microbatch; W: the weight-gradient part of B (the forward's GEMMs again, W = min(F, B/2));
+        F&B: a forward and a backward overlapped, the sum of their compute. The simulated 1F1B bubble shrinks
+        by that ratio (the plan keeps the 1F1B order)."""
+        p = self.job.pp
+        f = max(sum(sum(d for _, d in c) for c in stage) for stage in fwd)
+        b = max(sum(sum(d for _, d in c) for c in stage) for stage in bwd)
+        w = min(f, b / 2)
+        ratio = min(1.0, (p / 2 - 1) * (f + b + b - 3 * w) / ((p - 1) * (f + b)))
+        saved = ev.breakdown.get("bubble", 0.0) * (1.0 - ratio)
+        ev.step_s -= saved
+        ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
 
     def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], intervals: Intervals,
                 ends: list[float], last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple,
@@ -582,6 +623,12 @@ def _sorted(iv: Intervals, stages: int) -> Intervals:
 
 # ----------------------------------------------------------------------------------------------- search
 
+def _sim_schedule(job: Job) -> str:
+    """The schedule the pipeline simulation runs: DualPipe's order is 1F1B's with paired chunks overlapped
+    (the overlap is in the chunk costs, see _compute_passes)."""
+    return "1f1b" if job.schedule == "dualpipe" else job.schedule
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -599,7 +646,7 @@ def candidates(job: Job) -> list[Config]:
     rcs = [job.recompute] if job.recompute != "auto" else list(RECOMPUTE_MODES)
     out = []
     for mb, v, rc in itertools.product(mbs, vs, rcs):
-        if check(job.schedule, job.pp, v, per_replica // mb) is None:
+        if check(_sim_schedule(job), job.pp, v, per_replica // mb) is None:
             out.append(Config(int(mb), v, rc))
     return out
 
@@ -661,6 +708,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     plan=False leaves out the StepPlan (`plan` is None) and hints=False the hint of settings that would fit
     (`note` stays empty): a sweep needs neither, and every other figure is the same.
     """
+    if job.is_inference:
+        return _estimate_inference(scenario, job, plan)
     cluster = scenario.cluster
     model = _JobModel(cluster, job)
     configs = candidates(job)
@@ -685,15 +734,56 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
         common["note"] = _fit_hint(model, job) if hints else ""
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
                            hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None, **common)
-    step = best.step_s
+    v = scenario.variability
+    # synchronous training waits for the slowest GPU every step: its expected extra time (the plan stays a
+    # nominal GPU's step: the engine run draws the speeds and stretches it itself)
+    wait = best.step_s * (straggler_factor(v.straggler_sigma, v.slow_gpu_fraction, v.slow_gpu_factor,
+                                           job.gpus) - 1.0)
+    step = best.step_s + wait
+    breakdown = dict(best.breakdown)
+    if wait > 0:
+        breakdown["stragglers"] = round(wait, 6)
     tokens = job.global_batch * job.seq_len
     model_flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
     hw_flops = model_flops + recompute_flops_per_token(job, cfg.recompute) * tokens
     model_tf = model_flops / step / job.gpus / 1e12
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=tokens / step,
                        model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
-                       mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=best.breakdown,
+                       mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
                        plan=best.plan, **common)
+
+
+def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate:
+    """An inference job: one replica serving its share of the requests (engine/inference.py)."""
+    from .inference import serve
+
+    cluster = scenario.cluster
+    r = serve(scenario, job)
+    memory_gb = {"weights": round(r.weights_gb, 2), "kv_cache": round(r.kv_cache_gb, 2),
+                 "reserve": round(r.reserve_gb, 2)}
+    common: dict[str, Any] = {
+        "name": job.name, "gpus": job.gpus, "memory_gb": memory_gb,
+        "memory_gb_per_gpu": round(r.weights_gb + r.kv_cache_gb + r.reserve_gb, 2),
+        "capacity_gb": round(r.capacity_gb, 2), "chosen": {}, "tiers": _tiers(cluster, job), "job": job,
+        "kind": "inference"}
+    if not r.fits:
+        return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
+                           hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None,
+                           note="the weights leave no room for one sequence's K/V cache: add GPUs to tp or pp",
+                           **common)
+    step = r.plan.step_time_s if r.plan is not None else r.decode_s
+    busy = r.busy
+    breakdown = {"prefill": round(step * busy * r.prefill_share, 6),
+                 "decode": round(step * busy * (1 - r.prefill_share), 6),
+                 "idle": round(step * max(0.0, 1 - busy), 6)}
+    serving = {"requests_per_s": round(r.requests_per_s, 3), "batch_limit": r.batch_limit,
+               "mean_batch": round(r.mean_batch, 2), "busy": round(r.busy, 4),
+               "prefill_share": round(r.prefill_share, 4), "prefill_s": round(r.prefill_s, 6),
+               "decode_step_s": round(r.decode_s, 6)}
+    return JobEstimate(fits=True, step_time_s=step, tokens_per_s=r.tokens_per_s,
+                       model_tflops_per_gpu=r.model_tflops_per_gpu, hardware_tflops_per_gpu=r.model_tflops_per_gpu,
+                       mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
+                       plan=r.plan if plan else None, ttft_s=r.ttft_s, tpot_s=r.tpot_s, serving=serving, **common)
 
 
 _TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
@@ -719,6 +809,32 @@ def _fit_hint(model: _JobModel, job: Job) -> str:
         return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
     changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
     return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
+
+
+@lru_cache(maxsize=256)
+def straggler_factor(sigma: float, slow_fraction: float, slow_factor: float, n: int) -> float:
+    """E[max over n GPUs of 1 / speed]: how much longer a synchronous step takes than a nominal GPU's.
+
+    Each GPU's speed is lognormal around 1 (sigma) and, for a fraction of GPUs, times slow_factor, as the
+    engine run draws them (engine/run.py). 1/speed = exp(-sigma Z) / s has the CDF
+    F(x) = (1 - f) Phi(ln x / sigma) + f Phi((ln x + ln s) / sigma); the slowest of n has CDF F^n, and
+    E[max] = x0 + integral from x0 of (1 - F(x)^n) dx (order statistics; for the lognormal part alone this grows
+    like exp(sigma sqrt(2 ln n))).
+    """
+    if n <= 1 or (sigma <= 0 and slow_fraction <= 0):
+        return 1.0
+    ln_s = np.log(slow_factor) if slow_fraction > 0 else 0.0
+    if sigma <= 0:
+        p_any = 1.0 - (1.0 - slow_fraction) ** n
+        return 1.0 + p_any * (1.0 / slow_factor - 1.0)
+    from math import erf, sqrt
+
+    y = np.linspace(-8 * sigma, 8 * sigma - ln_s, 4001)          # ln x
+    phi = np.vectorize(lambda z: 0.5 * (1 + erf(z / sqrt(2))))
+    cdf = (1 - slow_fraction) * phi(y / sigma) + slow_fraction * phi((y + ln_s) / sigma)
+    x = np.exp(y)
+    tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** n
+    return float(x[0] + np.sum((tail[1:] + tail[:-1]) / 2 * np.diff(x)))
 
 
 def recompute_flops_per_token(job: Job, recompute: str) -> float:
@@ -759,6 +875,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
             "memory_gb_per_gpu": j.memory_gb_per_gpu, "fits": j.fits, "breakdown_s": j.breakdown_s,
             "memory_gb": j.memory_gb, "chosen": j.chosen,
             "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,
-            "capacity_gb": j.capacity_gb, "microbatches": j.microbatches,
+            "capacity_gb": j.capacity_gb, "microbatches": j.microbatches, "kind": j.kind,
         })
+        if j.kind == "inference":
+            jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})
     return {"scenario": est.scenario, "cluster": est.cluster, "jobs": jobs}

@@ -37,8 +37,16 @@ def capacity_bytes(gpu: GPU) -> float:
     return gpu.hbm_gb * GiB
 
 
-def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recompute: str) -> float:
-    """Bytes one layer keeps per token of a microbatch until its backward, on one GPU of the TP group."""
+def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recompute: str,
+                               fp8: bool = False) -> float:
+    """Bytes one layer keeps per token of a microbatch until its backward, on one GPU of the TP group.
+
+    fp8 (FP8 training as DeepSeek-V3 runs it, report section 3.3.3): the inputs of FP8 GEMMs (attention
+    output projection, the SwiGLU inputs, the dispatched expert inputs, the MLA latents) are cached in FP8,
+    1 byte instead of 2; norm inputs on the residual stream stay BF16. With selective recomputation, MLA's
+    up-projections (Q, K, V) are recomputed from the cached latents in the backward (section 3.2.3).
+    """
+    g = 1.0 if fp8 else BF16                             # bytes of a cached GEMM input
     h = model.hidden
     d_qk, d_v, _ = attention_dims(model)
     kv_width = kv_width_per_rank(model, tp) * tp          # replicated KV heads count on every rank
@@ -48,16 +56,19 @@ def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recom
     if recompute == "full":
         return h * BF16 / (tp if sp else 1)            # the layer input only
     if model.attention == "mla":
-        extra = (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_dim) * BF16   # latent inputs
+        extra = (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_dim) * g      # latent inputs
     else:
         extra = 0.0
-    attn = (q + kv_width + attn_out) * BF16 + extra
+    if model.attention == "mla" and recompute == "selective":
+        attn = attn_out * g + extra                      # Q, K, V recomputed from the latents
+    else:
+        attn = (q + kv_width) * BF16 + attn_out * g + extra
     if moe:
         f = model.moe_ffn * (model.experts_per_token + model.shared_experts)
-        dispatch = model.experts_per_token * h * BF16   # the routed copies of each token (expert inputs)
+        dispatch = model.experts_per_token * h * g      # the routed copies of each token (expert inputs)
     else:
         f, dispatch = model.ffn, 0.0
-    inner = 2 * f * BF16 if model.ffn_activation == "swiglu" else f * BF16
+    inner = 2 * f * g if model.ffn_activation == "swiglu" else f * g
     act_out = f * BF16
     if recompute == "selective":
         norm_out = 0.0       # recomputed from the norm inputs

@@ -238,7 +238,7 @@ JOB_SPEC: dict[str, Field] = {
     "recompute": optional("str", "none", choices=("none", "selective", "full"), auto=True),
     "precision": optional("str", "bf16", choices=("bf16", "fp8")),
     "zero": optional("int", 1, low=0, high=3),
-    "schedule": optional("str", "1f1b", choices=("1f1b", "gpipe")),
+    "schedule": optional("str", "1f1b", choices=("1f1b", "gpipe", "dualpipe")),
     "sequence_parallel": optional("bool", True),
     "first_gpu": optional("int", None, low=0, high=MAX_GPUS),
     "gpus": optional("int", None, positive=True, high=MAX_GPUS),

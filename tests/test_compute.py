@@ -92,3 +92,12 @@ def test_moe_layer_counts_active_experts_only() -> None:
     dense_like = dataclasses.replace(m, experts_per_token=m.experts_per_token * 2)
     assert cm.layer_cost(H100, dense_like, True, sh, "none").model_flops > moe.model_flops
     assert moe.fwd.ep_bytes > 0
+
+
+def test_fp8_dispatch_halves_the_forward_dispatch_bytes_only() -> None:
+    gpu, model = catalog.gpus()["h800-sxm-80gb"], catalog.models()["deepseek-v3"]
+    sh = cm.Shard(tokens=4096, seq_len=4096, tp=1, cp=1, sp=False, ep=64, precision="bf16")
+    bf16 = cm.layer_cost(gpu, model, True, sh, "selective")
+    fp8 = cm.layer_cost(gpu, model, True, dataclasses.replace(sh, precision="fp8"), "selective")
+    assert fp8.fwd.ep_bytes == pytest.approx(0.75 * bf16.fwd.ep_bytes)     # dispatch FP8, combine BF16
+    assert fp8.bwd.ep_bytes == bf16.bwd.ep_bytes

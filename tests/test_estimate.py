@@ -35,7 +35,8 @@ def test_plan_covers_the_step_on_every_stage(flagship) -> None:  # type: ignore[
     e = flagship
     plan = e.plan
     assert e.fits and plan is not None
-    assert plan.step_time_s == e.step_time_s
+    # the plan is a nominal GPU's step: the engine run draws the GPUs' speeds and adds the straggler wait itself
+    assert plan.step_time_s == pytest.approx(e.step_time_s - e.breakdown_s.get("stragglers", 0.0))
     assert len(plan.stages) == 16
     for stage in plan.stages:
         assert stage[0].start_s == 0.0
@@ -176,7 +177,7 @@ def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # t
     assert exact.microbatches == short.microbatches == 256
     assert short.step_time_s == pytest.approx(exact.step_time_s, rel=0.01)
     for stage in short.plan.stages:
-        assert stage[-1].end_s == pytest.approx(short.step_time_s)
+        assert stage[-1].end_s == pytest.approx(short.plan.step_time_s)
 
 
 def _fast_and_full(s):  # type: ignore[no-untyped-def]
@@ -198,8 +199,9 @@ def test_the_sweep_fast_path_gives_the_same_figures(name: str) -> None:
         assert (a.step_time_s, a.breakdown_s, a.memory_gb, a.memory_gb_per_gpu, a.fits, a.chosen) == \
             (b.step_time_s, b.breakdown_s, b.memory_gb, b.memory_gb_per_gpu, b.fits, b.chosen)
         assert (b.plan is not None) == b.fits
-        if b.plan is not None:
-            assert b.plan.step_time_s == a.step_time_s
+        if b.plan is not None and b.job.schedule != "dualpipe":   # DualPipe's plan keeps the 1F1B order
+            # the plan is a nominal GPU's step; the straggler wait is the engine run's to draw
+            assert b.plan.step_time_s == pytest.approx(a.step_time_s - a.breakdown_s.get("stragglers", 0.0))
 
 
 @pytest.mark.parametrize("kw", [{"micro_batch": "auto", "virtual_stages": "auto", "recompute": "auto"},

@@ -75,3 +75,18 @@ def test_flagship_stage_memory_and_oom_verdict() -> None:
 
 def test_capacity_is_the_gib_the_board_reports() -> None:
     assert mem.capacity_bytes(catalog.gpus()["h100-sxm-80gb"]) == 80 * 2**30
+
+
+def test_fp8_caches_gemm_inputs_in_one_byte_and_mla_recomputes_up_projections() -> None:
+    from engine import catalog
+    from engine.memory import activation_bytes_per_token
+
+    ds = catalog.models()["deepseek-v3"]
+    bf16 = activation_bytes_per_token(ds, True, 1, False, "selective")
+    fp8 = activation_bytes_per_token(ds, True, 1, False, "selective", fp8=True)
+    none = activation_bytes_per_token(ds, True, 1, False, "none", fp8=True)
+    assert fp8 < 0.65 * bf16           # dispatched inputs, SwiGLU inputs, latents: 1 byte
+    assert fp8 < 0.6 * none            # Q, K, V recomputed from the MLA latents
+    llama = catalog.models()["llama3.1-405b"]
+    assert activation_bytes_per_token(llama, False, 8, True, "selective") == \
+        activation_bytes_per_token(llama, False, 8, True, "selective", fp8=False)

@@ -9,7 +9,8 @@ from engine import scenario
 from engine.estimate import JobEstimate, ScenarioEstimate, estimate, to_json
 
 PHASE_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP comm", "ep": "EP comm", "pp": "PP comm",
-                "dp": "DP comm", "bubble": "bubble", "optimizer": "optimizer"}
+                "dp": "DP comm", "bubble": "bubble", "optimizer": "optimizer", "stragglers": "stragglers",
+                "prefill": "prefill", "decode": "decode", "idle": "idle"}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -51,6 +52,8 @@ def render(est: ScenarioEstimate, description: str = "") -> str:
 
 
 def _job_lines(e: JobEstimate) -> list[str]:
+    if e.kind == "inference":
+        return _inference_lines(e)
     j = e.job
     first = j.first_gpu
     head = (f"job {e.name}: {j.model.name} on {_n(e.gpus, 'GPU')} ({first}-{first + e.gpus - 1}), "
@@ -80,6 +83,31 @@ def _job_lines(e: JobEstimate) -> list[str]:
         out.extend("              " + p for p in parts[1:])
     else:
         out.append("  step        - (does not fit in GPU memory)")
+    verdict = "fits" if e.fits else "OUT OF MEMORY"
+    out.append(f"  memory      {e.memory_gb_per_gpu:.1f} GB of {e.capacity_gb:.1f} GB per GPU: {verdict}")
+    out.append("              " + ", ".join(f"{k} {v:.2f} GB" for k, v in e.memory_gb.items()))
+    if e.note:
+        out.append(f"  hint        {e.note}")
+    return out
+
+
+def _inference_lines(e: JobEstimate) -> list[str]:
+    j = e.job
+    first = j.first_gpu
+    out = [f"job {e.name} (inference): {j.model.name} on {_n(e.gpus, 'GPU')} ({first}-{first + e.gpus - 1}), "
+           f"{j.request_rate:g} requests/s, prompts ~{j.prompt_tokens:,} tokens, answers ~{j.output_tokens:,}"]
+    out.append(f"  layout      TP {j.tp}  PP {j.pp}  replicas {j.dp}" + (f"  EP {j.ep}" if j.ep > 1 else "")
+               + f"; {j.precision}, continuous batching up to {j.max_batch} sequences")
+    if e.fits and e.tokens_per_s is not None:
+        s = e.serving
+        out.append(f"  serving     {_si(e.tokens_per_s)}tokens/s out, {s['requests_per_s']:.1f} requests/s")
+        out.append(f"  latency     TTFT {1000 * (e.ttft_s or 0):.0f} ms (median), "
+                   f"TPOT {1000 * (e.tpot_s or 0):.1f} ms (median)")
+        out.append(f"  replica     busy {100 * s['busy']:.0f}% (prefill {100 * s['prefill_share']:.0f}% of it, "
+                   f"compute-bound; decode HBM-bound), mean batch {s['mean_batch']:.1f} of {s['batch_limit']}")
+        out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+    else:
+        out.append("  serving     - (does not fit in GPU memory)")
     verdict = "fits" if e.fits else "OUT OF MEMORY"
     out.append(f"  memory      {e.memory_gb_per_gpu:.1f} GB of {e.capacity_gb:.1f} GB per GPU: {verdict}")
     out.append("              " + ", ".join(f"{k} {v:.2f} GB" for k, v in e.memory_gb.items()))

@@ -1,0 +1,77 @@
+"""Inference in the estimate: decode bound by HBM bandwidth, prefill by compute, throughput saturating."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine import catalog, scenario
+from engine.estimate import estimate, estimate_job, to_json
+from engine.inference import serve
+
+
+@pytest.fixture(scope="module")
+def base() -> scenario.Scenario:
+    return scenario.load("inference-serving")
+
+
+def _with(scen: scenario.Scenario, gpu: str | None = None, **job_changes: object) -> scenario.Scenario:
+    cluster = scen.cluster
+    if gpu:
+        cluster = dataclasses.replace(cluster, gpu=catalog.gpus()[gpu])
+    job = dataclasses.replace(scen.jobs[0], **job_changes)
+    return dataclasses.replace(scen, cluster=cluster, jobs=(job,))
+
+
+def test_estimate_reports_inference_kind_and_latencies(base: scenario.Scenario) -> None:
+    out = to_json(estimate(base, plan=False))
+    job = out["jobs"][0]
+    assert job["kind"] == "inference" and job["fits"]
+    assert job["tokens_per_s"] > 0 and 0 < job["ttft_s"] < 5 and 0 < job["tpot_s"] < 1
+    assert set(job["memory_gb"]) == {"weights", "kv_cache", "reserve"}
+    assert job["memory_gb"]["weights"] == pytest.approx(141.1 / 4, rel=0.02)   # 70B in BF16 over TP 4
+    assert job["memory_gb_per_gpu"] <= job["capacity_gb"]
+
+
+def test_training_jobs_report_training_kind() -> None:
+    scen = scenario.load("scaling-8")
+    assert to_json(estimate(scen, plan=False))["jobs"][0]["kind"] == "training"
+
+
+def test_decode_is_hbm_bound(base: scenario.Scenario) -> None:
+    light = dict(request_rate=2.0, prompt_tokens=256, output_tokens=128)
+    r70 = serve(*_pair(_with(base, **light)))
+    r8 = serve(*_pair(_with(base, model=catalog.models()["llama3.1-8b"], **light)))
+    h200 = serve(*_pair(_with(base, gpu="h200-sxm-141gb", **light)))
+    # a lightly loaded decode reads the weights once per token: TPOT follows the model's bytes ...
+    assert r8.tpot_s < r70.tpot_s / 3
+    # ... and HBM bandwidth (H200 4.8 TB/s against H100 3.35 TB/s, same compute)
+    assert h200.tpot_s < r70.tpot_s * 0.85
+
+
+def test_ttft_grows_with_prompt_length(base: scenario.Scenario) -> None:
+    short = serve(*_pair(_with(base, request_rate=2.0, prompt_tokens=512, output_tokens=64)))
+    long = serve(*_pair(_with(base, request_rate=2.0, prompt_tokens=8192, output_tokens=64)))
+    assert long.ttft_s > 4 * short.ttft_s
+
+
+def test_tokens_per_s_grows_with_rate_until_saturation(base: scenario.Scenario) -> None:
+    rates = [4.0, 16.0, 400.0, 1600.0]
+    res = [serve(*_pair(_with(base, request_rate=r, prompt_tokens=512, output_tokens=64))) for r in rates]
+    tps = [r.tokens_per_s for r in res]
+    assert tps[1] > 3 * tps[0]                   # unsaturated: proportional to the arrival rate
+    assert res[-1].busy > 0.95                   # saturated: the replicas never idle ...
+    assert tps[-1] < 1.3 * tps[-2]               # ... and 4x the requests add little throughput
+    assert tps[-1] < 0.5 * 1600 * 64             # far below the offered load (requests/s x tokens)
+
+
+def test_inference_plan_records_decode_as_memory_phase(base: scenario.Scenario) -> None:
+    est = estimate_job(base, base.jobs[0])
+    assert est.plan is not None
+    phases = {iv.phase for stage in est.plan.stages for iv in stage}
+    assert {"compute", "memory"} <= phases
+
+
+def _pair(scen: scenario.Scenario) -> tuple[scenario.Scenario, scenario.Job]:
+    return scen, scen.jobs[0]
