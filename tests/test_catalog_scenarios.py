@@ -45,12 +45,15 @@ def test_scaling_efficiency_falls_as_the_cluster_grows_and_the_breakdown_shows_w
     ests = [_est(f"scaling-{n}") for n in SCALING]
     per_gpu = [e.tokens_per_s / e.gpus for e in ests]  # type: ignore[operator]
     assert [e.gpus for e in ests] == list(SCALING)
-    assert len({e.job.global_batch // e.gpus for e in ests}) == 1          # the same per-GPU batch
+    assert len({e.job.global_batch * e.job.seq_len / e.gpus for e in ests}) == 1   # the same tokens per GPU
     eff = [t / per_gpu[0] for t in per_gpu]
     assert all(b < a for a, b in zip(eff, eff[1:]))
     assert eff[-1] < 0.93
     waits = [e.breakdown_s["stragglers"] for e in ests]
     assert all(b > a for a, b in zip(waits, waits[1:]))                    # waiting for the slowest GPU
+    dp = [e.breakdown_s.get("dp", 0.0) for e in ests]
+    assert dp[0] == 0.0 and all(b >= a for a, b in zip(dp[1:], dp[2:]))  # gradients leave the node, then the pod
+    assert dp[1] > 0.05 * ests[1].step_time_s
 
 
 def test_straggler_factor_is_the_expected_slowest_gpu() -> None:
