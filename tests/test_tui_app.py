@@ -273,7 +273,7 @@ async def test_the_fault_and_restart_of_the_real_recording_are_on_screen() -> No
         await pilot.press("end")
         await pilot.pause()
         log = unwrapped(rendered(app.screen.query_one(EventLog)))
-        assert "restart pretrain from step 3, 14\u00a0s of work lost (2\u00a0steps), down 11\u00a0s" in log
+        assert "restart pretrain from step 3, 13\u00a0s of work lost (2\u00a0steps), down 11\u00a0s" in log
         jobs = rendered(app.screen.query_one(JobsPanel))
         assert "running" in jobs and "work lost   33.6M tok" in jobs
 
