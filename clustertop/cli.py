@@ -8,19 +8,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Callable, Sequence
-
-from engine.errors import UserError
+from collections.abc import Callable, Sequence
 
 from clustertop.commands.scenarios import DEFAULT_SCENARIO
+from engine.errors import UserError
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 clustertop simulates GPU clusters running real AI workloads (a 16K-GPU Llama 3.1 405B training run,
 a 1 GW site) and shows what happens: per-GPU utilization, link saturation, power, failures.
 
 A SCENARIO is a built-in name (see `clustertop scenarios`) or a path to a .toml file.
-With no subcommand, clustertop runs the default scenario (%s) live.
-""" % DEFAULT_SCENARIO
+With no subcommand, clustertop runs the default scenario ({DEFAULT_SCENARIO}) live.
+"""
 
 EPILOG = """\
 examples:

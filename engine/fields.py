@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import UserError
 from .tomlfile import locate
@@ -98,12 +99,8 @@ def check_value(ctx: Context, path: str, field: Field, value: Any) -> Any:
         if field.choices and value not in field.choices:
             hint = did_you_mean(value, field.choices)
             raise ctx.error(path, f"unknown value {value!r}{hint}; expected {_describe(field)}")
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
-    elif kind == "table":
-        if not isinstance(value, dict):
-            raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+    elif kind == "bool" and not isinstance(value, bool) or kind == "table" and not isinstance(value, dict):
+        raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
     if kind in ("int", "float"):
         if field.positive and value <= 0:
             raise ctx.error(path, f"must be greater than zero, got {value}")

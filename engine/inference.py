@@ -101,7 +101,7 @@ def _forward_s(cluster: Cluster, job: Job, tokens: int, seq_len: int, decode: bo
 def _bucket(x: float) -> int:
     """Round a size to 2 significant bits so iteration costs can be cached (within ~25%, then interpolated)."""
     if x <= 8:
-        return max(1, int(round(x)))
+        return max(1, round(x))
     e = 2 ** int(math.log2(x) - 2)
     return int(round(x / e) * e)
 
@@ -279,5 +279,5 @@ def _plan(timeline: list[tuple[float, float, str, int]], t0: float, job: Job, cl
     span = end - start
     stages = tuple(tuple(intervals) for _ in range(job.pp))
     load = {"node": 0.05 if job.tp > 1 else 0.0}
-    return StepPlan(step_time_s=span, stages=stages, tier_load=load, tokens=int(round(tokens_per_s * span)),
+    return StepPlan(step_time_s=span, stages=stages, tier_load=load, tokens=round(tokens_per_s * span),
                     model_flops=flops_per_s * span * job.dp)

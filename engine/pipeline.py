@@ -288,8 +288,7 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
                     if produced is None:
                         waiting[dep] = event = env.event()
                         produced = yield event
-                if produced > now:
-                    now = produced
+                now = max(now, produced)
                 arrive = produced + delays[backward]
                 if arrive > now:
                     now += arrive - now                     # waiting for the transfer

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+import itertools
+from functools import cache
 
 import pytest
 
@@ -10,7 +11,7 @@ from engine import scenario
 from engine.estimate import JobEstimate, estimate_job
 
 
-@lru_cache(maxsize=None)
+@cache
 def _est(name: str) -> JobEstimate:
     scen = scenario.load(name)
     return estimate_job(scen, scen.jobs[0], plan=False, hints=False)
@@ -47,12 +48,12 @@ def test_scaling_efficiency_falls_as_the_cluster_grows_and_the_breakdown_shows_w
     assert [e.gpus for e in ests] == list(SCALING)
     assert len({e.job.global_batch * e.job.seq_len / e.gpus for e in ests}) == 1   # the same tokens per GPU
     eff = [t / per_gpu[0] for t in per_gpu]
-    assert all(b < a for a, b in zip(eff, eff[1:]))
+    assert all(b < a for a, b in itertools.pairwise(eff))
     assert eff[-1] < 0.93
     waits = [e.breakdown_s["stragglers"] for e in ests]
-    assert all(b > a for a, b in zip(waits, waits[1:]))                    # waiting for the slowest GPU
+    assert all(b > a for a, b in itertools.pairwise(waits))                    # waiting for the slowest GPU
     dp = [e.breakdown_s.get("dp", 0.0) for e in ests]
-    assert dp[0] == 0.0 and all(b >= a for a, b in zip(dp[1:], dp[2:]))  # gradients leave the node, then the pod
+    assert dp[0] == 0.0 and all(b >= a for a, b in itertools.pairwise(dp[1:]))  # gradients leave the node, then the pod
     assert dp[1] > 0.05 * ests[1].step_time_s
 
 

@@ -40,7 +40,7 @@ def test_training_jobs_report_training_kind() -> None:
 
 
 def test_decode_is_hbm_bound(base: scenario.Scenario) -> None:
-    light = dict(request_rate=2.0, prompt_tokens=256, output_tokens=128)
+    light = {"request_rate": 2.0, "prompt_tokens": 256, "output_tokens": 128}
     r70 = serve(*_pair(_with(base, **light)))
     r8 = serve(*_pair(_with(base, model=catalog.models()["llama3.1-8b"], **light)))
     h200 = serve(*_pair(_with(base, gpu="h200-sxm-141gb", **light)))

@@ -144,7 +144,7 @@ class SweepApp(App[Any]):
     def _row(self, rank: int, record: dict[str, Any]) -> list[Any]:
         state = status(record)
         point = [_value(record["point"].get(key, "")) for key in self.keys]
-        right = lambda s, style="": Text(s, justify="right", style=style)  # noqa: E731
+        right = lambda s, style="": Text(s, justify="right", style=style)
         if state == "invalid":
             reason = str(record.get("error", "invalid"))
             return [right(str(rank)), right(str(record.get("index", ""))), *point,

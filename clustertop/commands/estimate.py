@@ -94,8 +94,8 @@ def _job_lines(e: JobEstimate) -> list[str]:
 def _inference_lines(e: JobEstimate) -> list[str]:
     j = e.job
     first = j.first_gpu
-    out = [f"job {e.name} (inference): {j.model.name} on {_n(e.gpus, 'GPU')} ({first}-{first + e.gpus - 1}), "
-           f"{j.request_rate:g} requests/s, prompts ~{j.prompt_tokens:,} tokens, answers ~{j.output_tokens:,}"]
+    out = [(f"job {e.name} (inference): {j.model.name} on {_n(e.gpus, 'GPU')} ({first}-{first + e.gpus - 1}), "
+            f"{j.request_rate:g} requests/s, prompts ~{j.prompt_tokens:,} tokens, answers ~{j.output_tokens:,}")]
     out.append(f"  layout      TP {j.tp}  PP {j.pp}  replicas {j.dp}" + (f"  EP {j.ep}" if j.ep > 1 else "")
                + f"; {j.precision}, continuous batching up to {j.max_batch} sequences")
     if e.fits and e.tokens_per_s is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -50,7 +52,7 @@ def _seconds(value: object) -> str:
         v = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return "—"
-    if v != v or v < 0:   # NaN: no request finished yet
+    if math.isnan(v) or v < 0:   # NaN: no request finished yet
         return "—"
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
 
