@@ -793,12 +793,13 @@ def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
     """The tier each parallel dimension crosses: it depends on the job's placement only (kept for the next
     job with the same placement, as a sweep has many)."""
     key = (cluster, col.placement(job))
-    if key not in _TIERS:
+    tiers = _TIERS.get(key)
+    if tiers is None:                        # (no lookup after the store: safe with threads, as Dask runs)
         if len(_TIERS) >= 256:
             _TIERS.clear()
-        tiers = Layout(job, Topology.of(cluster)).tiers()
-        _TIERS[key] = {d: tiers[d] for d in DIMS}
-    return dict(_TIERS[key])
+        layout = Layout(job, Topology.of(cluster)).tiers()
+        tiers = _TIERS[key] = {d: layout[d] for d in DIMS}
+    return dict(tiers)
 
 
 def _fit_hint(model: _JobModel, job: Job) -> str:
