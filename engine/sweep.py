@@ -226,8 +226,8 @@ def available_cpus() -> int:
 
 
 def chunk_size(points: int, workers: int) -> int:
-    """About 8 tasks per worker (load balance, progress), at most MAX_CHUNK points each."""
-    return max(1, min(MAX_CHUNK, math.ceil(points / (max(1, workers) * 8))), math.ceil(points / 100_000))
+    """About 32 tasks per worker (heavy points cluster: small tasks balance them), at most MAX_CHUNK points each."""
+    return max(1, min(MAX_CHUNK, math.ceil(points / (max(1, workers) * 32))), math.ceil(points / 100_000))
 
 
 def _ranges(points: int, chunk: int) -> list[tuple[int, int]]:
