@@ -25,6 +25,7 @@ import numpy as np
 
 from . import collectives as col
 from . import compute as cm
+from . import facility
 from . import memory as mem
 from .catalog import Model
 from .errors import UserError
@@ -41,7 +42,6 @@ MAX_SIM_MICROBATCHES = 256
 # communication, so the overlapped compute runs on the other 112.
 DUALPIPE_COMPUTE_SHARE = 112 / 132
 RECOMPUTE_MODES = ("none", "selective", "full")
-STORAGE_NETWORK_OVERHEAD = 0.10      # reference/hardware.toml [facility]: +10% IT power for storage, network
 
 
 @dataclass(frozen=True)
@@ -848,8 +848,7 @@ def recompute_flops_per_token(job: Job, recompute: str) -> float:
 
 def cluster_summary(cluster: Cluster) -> dict[str, float]:
     topo = Topology.of(cluster)
-    per_gpu_w = cluster.gpu.tdp_w + cluster.gpu.server_overhead()
-    it_mw = cluster.gpus * per_gpu_w * (1 + STORAGE_NETWORK_OVERHEAD) / 1e6
+    it_mw = cluster.gpus * facility.it_w_per_gpu(cluster.gpu) / 1e6
     return {"gpus": cluster.gpus, "nodes": topo.nodes, "pods": topo.pods, "buildings": topo.buildings,
             "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6)}
 
