@@ -252,3 +252,18 @@ engine.run.default_planner = fake_planner
 from clustertop.cli import main
 sys.exit(main(sys.argv[2:]))
 """
+
+
+# No faults, checkpoints or stragglers: steps then follow the plan exactly (issue 6's behaviour has its own
+# tests); append to a scenario's text.
+QUIET = """
+[faults]
+enabled = false
+rate_scale = 0.0
+planned_per_day = 0.0
+
+[variability]
+straggler_sigma = 0.0
+slow_gpu_fraction = 0.0
+diurnal_amplitude = 0.0
+"""

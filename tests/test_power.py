@@ -6,24 +6,12 @@ from typing import Any
 
 import orjson
 import pytest
-from fake_plan import SMALL, fake_planner, write_scenario
+from fake_plan import QUIET, SMALL, fake_planner, write_scenario
 
 from engine import catalog, scenario, schema
 from engine.phases import CODE
 from engine.power import PowerModel
 from engine.run import Run
-
-QUIET = """
-[faults]
-enabled = false
-rate_scale = 0.0
-planned_per_day = 0.0
-
-[variability]
-straggler_sigma = 0.0
-slow_gpu_fraction = 0.0
-diurnal_amplitude = 0.0
-"""
 
 
 def cluster(gpu: str = "h100-sxm-80gb", budget: float | None = None, tmp_path: Any = None) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, SMALL, fake_planner, write_scenario
+from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, QUIET, SMALL, fake_planner, write_scenario
 
 import engine.run
 from clustertop.cli import main
@@ -27,18 +27,6 @@ def fake_cost_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine.run, "default_planner", fake_planner)
 
 
-# No faults, checkpoints or stragglers unless a test asks for them: steps then follow the plan exactly.
-QUIET = """
-[faults]
-enabled = false
-rate_scale = 0.0
-planned_per_day = 0.0
-
-[variability]
-straggler_sigma = 0.0
-slow_gpu_fraction = 0.0
-diurnal_amplitude = 0.0
-"""
 RUN_KEYS = {"interruptions_unexpected", "interruptions_planned", "effective_training_time", "site_mw_min",
             "site_mw_max", "checkpoints"}
 

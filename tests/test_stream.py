@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from fake_plan import MIXED, SMALL, fake_planner, write_scenario
+from fake_plan import MIXED, QUIET, SMALL, fake_planner, write_scenario
 
 from engine import scenario, schema
 from engine.phases import CODE
@@ -18,17 +18,6 @@ from engine.timeline import Interval, StepPlan
 
 # The stream's mechanics are tested on a cluster with no faults, no checkpoints and no stragglers (issue 6's
 # behaviour has its own tests in test_run_faults.py): steps then follow the cost model's plan exactly.
-QUIET = """
-[faults]
-enabled = false
-rate_scale = 0.0
-planned_per_day = 0.0
-
-[variability]
-straggler_sigma = 0.0
-slow_gpu_fraction = 0.0
-diurnal_amplitude = 0.0
-"""
 
 
 def quiet(directory: Any, text: str = SMALL, name: str = "small.toml") -> str:
