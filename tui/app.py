@@ -300,3 +300,12 @@ class ClusterTopApp(App[None]):
         def run() -> None:
             getattr(self.dashboard, f"action_{name}")(*args)
         return run
+
+
+def show(sources: list[Source], compare: bool = False) -> None:
+    """Run the dashboard on `sources` until the user quits; the sources are closed whatever happens."""
+    try:
+        ClusterTopApp(sources, compare=compare).run()
+    finally:
+        for source in sources:
+            source.close()

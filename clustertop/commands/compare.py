@@ -40,12 +40,7 @@ def main(args: argparse.Namespace) -> int:
     except BaseException:
         a.close()
         raise
-    from tui.app import ClusterTopApp
+    from tui.app import show
 
-    app = ClusterTopApp([a, b], compare=True)
-    try:
-        app.run()
-    finally:
-        a.close()
-        b.close()
+    show([a, b], compare=True)
     return 0

@@ -83,9 +83,14 @@ def _job_lines(e: JobEstimate) -> list[str]:
         out.extend("              " + p for p in parts[1:])
     else:
         out.append("  step        - (does not fit in GPU memory)")
+    return out + _memory_lines(e)
+
+
+def _memory_lines(e: JobEstimate) -> list[str]:
+    """Memory per GPU, its parts, fits or not, and the hint when there is one (training and inference)."""
     verdict = "fits" if e.fits else "OUT OF MEMORY"
-    out.append(f"  memory      {e.memory_gb_per_gpu:.1f} GB of {e.capacity_gb:.1f} GB per GPU: {verdict}")
-    out.append("              " + ", ".join(f"{k} {v:.2f} GB" for k, v in e.memory_gb.items()))
+    out = [f"  memory      {e.memory_gb_per_gpu:.1f} GB of {e.capacity_gb:.1f} GB per GPU: {verdict}",
+           "              " + ", ".join(f"{k} {v:.2f} GB" for k, v in e.memory_gb.items())]
     if e.note:
         out.append(f"  hint        {e.note}")
     return out
@@ -108,9 +113,4 @@ def _inference_lines(e: JobEstimate) -> list[str]:
         out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
     else:
         out.append("  serving     - (does not fit in GPU memory)")
-    verdict = "fits" if e.fits else "OUT OF MEMORY"
-    out.append(f"  memory      {e.memory_gb_per_gpu:.1f} GB of {e.capacity_gb:.1f} GB per GPU: {verdict}")
-    out.append("              " + ", ".join(f"{k} {v:.2f} GB" for k, v in e.memory_gb.items()))
-    if e.note:
-        out.append(f"  hint        {e.note}")
-    return out
+    return out + _memory_lines(e)

@@ -62,15 +62,10 @@ def run_sweep(path: str) -> int:
 
 
 def run_live(scenario_path: str) -> None:
-    from tui.app import ClusterTopApp
+    from tui.app import show
     from tui.sources.live import LiveSource
 
-    source = LiveSource(scenario_path)
-    app = ClusterTopApp([source])
-    try:
-        app.run()
-    finally:
-        source.close()
+    show([LiveSource(scenario_path)])
 
 
 def main(args: argparse.Namespace) -> int:
@@ -79,11 +74,7 @@ def main(args: argparse.Namespace) -> int:
     if looks_like_sweep_results(args.file):
         return run_sweep(args.file)
     source = open_source(args.file)
-    from tui.app import ClusterTopApp
+    from tui.app import show
 
-    app = ClusterTopApp([source])
-    try:
-        app.run()
-    finally:
-        source.close()
+    show([source])
     return 0

@@ -9,13 +9,8 @@ from engine import scenario
 
 def main(args: argparse.Namespace) -> int:
     scenario.load(args.scenario)   # a bad scenario is a one-line error here, before any process starts
-    from tui.app import ClusterTopApp
+    from tui.app import show
     from tui.sources.live import LiveSource
 
-    source = LiveSource(args.scenario, seed=args.seed)
-    app = ClusterTopApp([source])
-    try:
-        app.run()
-    finally:
-        source.close()
+    show([LiveSource(args.scenario, seed=args.seed)])
     return 0
