@@ -30,7 +30,7 @@ from . import memory as mem
 from .catalog import Model
 from .errors import UserError
 from .layout import DIMS, Layout
-from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, check, peak_inflight, simulate, split_layers
+from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, check, evaluate, peak_inflight, simulate, split_layers
 from .scenario import Cluster, Job, Scenario
 from .timeline import Interval, StepPlan
 from .topology import TIERS, Topology
@@ -335,16 +335,17 @@ class _JobModel:
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
+        schedule = _sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:
-            run = _simulate_cached(_sim_schedule(job), p, v, m, fwd, bwd, send, send_b)
+            run = _simulate_cached(plan, schedule, p, v, m, fwd, bwd, send, send_b)
             intervals, ends, last_b = run.intervals, run.ends, run.last_backward
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
             m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
             m1 = max(step, m2 // 2 // step * step)
-            run1 = _simulate_cached(_sim_schedule(job), p, v, m1, fwd, bwd, send, send_b)
-            run2 = _simulate_cached(_sim_schedule(job), p, v, m2, fwd, bwd, send, send_b)
+            run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
+            run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
             intervals = Intervals.of(stages)
         ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m,
@@ -527,10 +528,11 @@ def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_Stag
 
 
 @lru_cache(maxsize=64)
-def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
+def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
                      send_b: tuple):  # type: ignore[no-untyped-def]
-    """The pipeline simulation, kept for the same exact inputs (the search and the plan run it again)."""
-    return simulate(schedule, p, v, m, fwd, bwd, send, send_b)
+    """The pipeline's times, kept for the same exact inputs: the SimPy simulation for a step plan, the same
+    times evaluated without processes for a search or a sweep (pipeline.evaluate)."""
+    return (simulate if plan else evaluate)(schedule, p, v, m, fwd, bwd, send, send_b)
 
 
 def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list, list]:

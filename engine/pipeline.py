@@ -1,4 +1,4 @@
-"""The pipeline schedule of one training step, simulated with SimPy: one process per stage of one replica.
+"""The pipeline schedule of one training step: one SimPy process per stage of one replica.
 
 Schedules: GPipe (all forwards, then all backwards), 1F1B (PipeDream-Flush: p - r - 1 warm-up forwards on
 stage r, then one forward / one backward), and interleaved 1F1B with v model chunks per stage (Narayanan et
@@ -7,11 +7,19 @@ A stage runs its operations in order; an operation waits for its input from the 
 virtual stage plus the point-to-point transfer. Sends are asynchronous (as in Llama 3). The bubble is whatever
 waiting comes out; the formula (p - 1) / (v m) is only used to test it.
 
+`simulate` runs the stages as SimPy processes: the step plan the dashboard animates comes from it. `evaluate`
+gives the same times (bit for bit: tests hold them equal) without processes, for searches and sweeps that
+compare thousands of layouts: an operation starts at max(its stage's previous end, its input's end plus the
+transfer), so the step is a longest path through the schedule's dependency graph, computed a wave of
+independent operations at a time with numpy (a few hundred waves where SimPy resumes a process tens of
+thousands of times).
+
 SimPy is imported here and nowhere in engine/__init__.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -111,14 +119,14 @@ class PipelineRun:
         kind, chunk = self.program.kind, self.program.chunk
         stage = np.arange(kind.shape[0])[:, None]
         durations = self.segments.duration[stage, kind, chunk]          # [stage, operation, segment]
+        elapsed = self.segments.elapsed[stage, kind, chunk]              # the last one is the operation's
         t = self.start
         for j in range(durations.shape[2]):
-            d = durations[:, :, j]
             starts.append(t)
-            t = t + d
+            t = self.start + elapsed[:, :, j]
             ends.append(t)
             phases.append(self.segments.phase[stage, kind, chunk, j])
-            present.append(d > 0)
+            present.append(durations[:, :, j] > 0)
         keep = np.stack(present, axis=2)                                  # [stage, operation, slot]
         stages = np.broadcast_to(stage[:, :, None], keep.shape)
         return Intervals(stages[keep], np.stack(starts, axis=2)[keep], np.stack(ends, axis=2)[keep],
@@ -133,12 +141,14 @@ class PipelineRun:
 
 @dataclass(frozen=True, eq=False)
 class _Segments:
-    """The segments that take time (positive durations), in order: durations[stage][kind][chunk] (kind 0
-    forward, 1 backward), and the same as arrays [stage, kind, chunk, segment] padded with zeros."""
+    """The segments that take time (positive durations), in order, as arrays [stage, kind, chunk, segment]
+    (kind 0 forward, 1 backward) padded with zeros; `elapsed` is their running sum, and total[stage, kind,
+    chunk] (its last column) what the operation takes: its end is its start plus that, in every path."""
 
-    durations: list[list[list[list[float]]]]
     duration: np.ndarray
     phase: np.ndarray
+    elapsed: np.ndarray
+    total: np.ndarray
 
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
@@ -154,7 +164,8 @@ class _Segments:
         duration = np.array([[[d + [0.0] * (n - len(d)) for d, _ in kind] for kind in stage] for stage in table])
         phase = np.array([[[c + [0] * (n - len(c)) for _, c in kind] for kind in stage] for stage in table],
                          dtype=np.int8)
-        return cls([[[d for d, _ in kind] for kind in stage] for stage in table], duration, phase)
+        elapsed = np.cumsum(duration, axis=3)
+        return cls(duration, phase, elapsed, elapsed[..., -1])
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
@@ -253,16 +264,12 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     its end, which the process announces at once. The process goes straight on to the next operation when
     that one's input has been announced; when it has not, the process sleeps until the stage is free and, if
     the input is still not announced, waits for an event the producer triggers when it announces it. So
-    SimPy only handles the waits, not one event per operation. Each process keeps its own clock, making
-    exactly the additions SimPy's clock made when every wait and every operation was a timeout, and records
+    SimPy only handles the waits, not one event per operation. Each process keeps its own clock and records
     per operation when its input was produced, when it started and when it ended: the intervals are derived
     from these (PipelineRun.intervals).
     """
-    why = check(schedule, p, v, m)
-    if why:
-        raise UserError(why)
-    program = _program(schedule, p, v, m)
-    segments = _Segments.of(fwd, bwd)
+    program, segments = _prepare(schedule, p, v, m, fwd, bwd)
+    total = segments.total.tolist()
     env = simpy.Environment()
     finished: list[float | None] = [None] * (2 * p * v * m)     # end of every operation, once it started
     waiting: dict[int, simpy.Event] = {}                        # op id -> event its one consumer waits on
@@ -273,7 +280,7 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
         produced_at: list[float] = []
         started: list[float] = []
         ended: list[float] = []
-        durations = segments.durations[r]
+        takes = total[r]
         delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
         now = env.now           # this stage's clock
         for backward, c, op, dep in program.ops[r]:
@@ -288,16 +295,10 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
                     if produced is None:
                         waiting[dep] = event = env.event()
                         produced = yield event
-                now = max(now, produced)
-                arrive = produced + delays[backward]
-                if arrive > now:
-                    now += arrive - now                     # waiting for the transfer
-            start = t = now
-            for d in durations[backward][c]:
-                t += d
-            now = start + (t - start)
+                now = max(now, produced + delays[backward])     # free, and the input has arrived
             produced_at.append(produced)
-            started.append(start)
+            started.append(now)
+            now = now + takes[backward][c]
             ended.append(now)
             finished[op] = now
             if op in waiting:
@@ -312,6 +313,95 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
         raise RuntimeError(f"pipeline schedule {schedule} p={p} v={v} m={m} deadlocked")
     produced, started, ended = (np.array(x, dtype=float) for x in zip(*records))
     return PipelineRun(program, segments, produced, started, ended)
+
+
+def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
+             send_bwd: Sequence[float]) -> PipelineRun:
+    """What `simulate` gives, the same floating-point operations on the same numbers, a wave at a time: each
+    operation starts at max(previous end, input end + transfer) (NaN for no input, which fmax skips) and ends
+    `total` later."""
+    program, segments = _prepare(schedule, p, v, m, fwd, bwd)
+    waves = _waves(schedule, p, v, m)
+    n = waves.order.size
+    takes = segments.total[waves.stage, waves.kind, waves.chunk]
+    delays = np.array([[send_fwd[(r - 1) % p], send_bwd[(r + 1) % p]] for r in range(p)], dtype=float)
+    delay = delays[waves.stage, waves.kind]
+    end = np.empty(n + 2)
+    end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
+    start = np.empty(n)
+    prev, dep = waves.prev, waves.dep
+    for a, b in itertools.pairwise(waves.bounds):
+        s = np.fmax(end[prev[a:b]], end[dep[a:b]] + delay[a:b])
+        start[a:b] = s
+        end[a:b] = s + takes[a:b]
+    out = np.empty((3, n))
+    out[:, waves.order] = end[dep], start, end[:n]
+    produced, started, ended = out.reshape(3, p, n // p)
+    return PipelineRun(program, segments, produced, started, ended)
+
+
+def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments) -> tuple[_Program, _Segments]:
+    why = check(schedule, p, v, m)
+    if why:
+        raise UserError(why)
+    return _program(schedule, p, v, m), _Segments.of(fwd, bwd)
+
+
+@dataclass(frozen=True, eq=False)
+class _Waves:
+    """A program's operations in waves: an operation depends only on operations of earlier waves. Wave w is
+    positions bounds[w]:bounds[w + 1] of the wave order; order[i] is the flat index (stage * ops per stage +
+    k) of the operation at position i, prev[i] and dep[i] the positions of the stage's previous operation
+    and of the input's producer (n + 1 and n when there is none)."""
+
+    order: np.ndarray
+    bounds: list[int]
+    prev: np.ndarray
+    dep: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray
+    chunk: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
+    """Each operation's wave is one more than the latest of its stage's previous operation and its input's
+    producer: walk the stages in turn, each as far as its inputs are known."""
+    program = _program(schedule, p, v, m)
+    ops = program.ops
+    k_max = len(ops[0])
+    wave_of: dict[int, int] = {}                 # op id -> wave
+    waves = [[0] * k_max for _ in range(p)]
+    done = [0] * p
+    left = p * k_max
+    while left:
+        for r in range(p):
+            k, row, stage_ops = done[r], waves[r], ops[r]
+            w = row[k - 1] + 1 if k else 0
+            while k < k_max:
+                _, _, op, dep = stage_ops[k]
+                if dep >= 0:
+                    if dep not in wave_of:
+                        break
+                    w = max(w, wave_of[dep] + 1)
+                row[k] = wave_of[op] = w
+                k += 1
+                w += 1
+            left -= k - done[r]
+            done[r] = k
+    wave = np.array(waves).ravel()
+    order = np.argsort(wave, kind="stable")
+    n = order.size
+    position = np.empty(n, dtype=np.intp)
+    position[order] = np.arange(n)
+    ids = np.array([[op for _, _, op, _ in stage_ops] for stage_ops in ops]).ravel()
+    deps = np.array([[dep for _, _, _, dep in stage_ops] for stage_ops in ops]).ravel()
+    flat_of_id = np.empty(2 * p * v * m, dtype=np.intp)
+    flat_of_id[ids] = np.arange(n)
+    dep_at = np.where(deps >= 0, position[flat_of_id[np.maximum(deps, 0)]], n)
+    prev_at = np.where(np.arange(n) % k_max > 0, position[np.arange(n) - 1], n + 1)
+    return _Waves(order, np.searchsorted(wave[order], np.arange(wave.max() + 2)).tolist(), prev_at[order],
+                  dep_at[order], order // k_max, program.kind.ravel()[order], program.chunk.ravel()[order])
 
 
 def split_layers(layers: int, stages: int) -> list[int]:
