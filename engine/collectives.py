@@ -145,9 +145,10 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an all-to-all
             # sends to every member outside the node, one connection each
             flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
-            pairs, where = np.unique(np.stack([np.round(demand, 3), paths]), axis=1, return_inverse=True)
-            load = np.array([ecmp_max_load(c, int(L), flows) if c > 0 else 0.0
-                             for c, L in pairs.T.tolist()])[np.ravel(where)]
+            # blocks alike (demand, paths) share one answer: unique over the pair as one complex number
+            pairs, where = np.unique(np.round(demand, 3) + 1j * paths, return_inverse=True)
+            load = np.array([ecmp_max_load(c.real, int(c.imag), flows) if c.real > 0 else 0.0
+                             for c in pairs.tolist()])[np.ravel(where)]
             slowdown = max(slowdown, float(np.max(load)))
             crossing[t] = total / max(net_share * groups.size, 1e-9)
     return Route(size, q, k, tier, max(1.0, slowdown), crossing)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -30,7 +30,16 @@ from . import memory as mem
 from .catalog import Model
 from .errors import UserError
 from .layout import DIMS, Layout
-from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, check, evaluate, peak_inflight, simulate, split_layers
+from .pipeline import (
+    PHASE_CODE,
+    PHASE_NAMES,
+    Intervals,
+    check,
+    evaluate,
+    peak_inflight,
+    simulate,
+    split_layers,
+)
 from .scenario import Cluster, Job, Scenario
 from .timeline import Interval, StepPlan
 from .topology import TIERS, Topology
@@ -338,7 +347,8 @@ class _JobModel:
         schedule = _sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:
             run = _simulate_cached(plan, schedule, p, v, m, fwd, bwd, send, send_b)
-            intervals, ends, last_b = run.intervals, run.ends, run.last_backward
+            phase_s, ends, last_b = run.phase_seconds(), run.ends, run.last_backward
+            intervals = lambda: run.intervals
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
@@ -347,9 +357,10 @@ class _JobModel:
             run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             stages, ends, last_b = _extend(run1, run2, m1, m2, m)
-            intervals = Intervals.of(stages)
-        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, intervals, ends, last_b, fwd, bwd, m,
-                                                        plan)
+            extended = Intervals.of(stages)
+            phase_s, intervals = extended.phase_seconds(), lambda: extended
+        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, phase_s, intervals, ends, last_b, fwd, bwd,
+                                                        m, plan)
         if job.schedule == "dualpipe" and p > 2 and v == 1:
             self._dualpipe_bubble(ev, fwd, bwd)
 
@@ -368,11 +379,13 @@ class _JobModel:
         ev.step_s -= saved
         ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
 
-    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], intervals: Intervals,
-                ends: list[float], last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple,
-                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
-        """Add DP gradient reduction, optimizer and parameter all-gather; the breakdown, and the StepPlan when
-        `plan`."""
+    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], phase_s: np.ndarray,
+                intervals: Callable[[], Intervals], ends: list[float],
+                last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
+                plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
+        """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
+        per phase summed over the stages, and its intervals when a plan is asked for); the breakdown, and the
+        StepPlan when `plan`."""
         job = self.job
         p = job.pp
         dp_end: list[float] = []
@@ -421,16 +434,16 @@ class _JobModel:
             if sync + opt_time + ag_by_stage[r] < step:
                 iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
             after.append(iv)
-        runs = _merge(intervals.then(Intervals.of(after)), step, p)
-        # each phase's time summed over the runs, stage after stage, as a mean over the stages
-        length = (runs.end - runs.start) / p
-        totals = {PHASE_NAMES[code]: float(np.add.accumulate(length[runs.phase == code])[-1])
-                  for code in np.unique(runs.phase).tolist()}
+        # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
+        # lengths, as a mean over the stages
+        tail = Intervals.of(after)
+        totals = dict(zip(PHASE_NAMES, ((phase_s + tail.phase_seconds()) / p).tolist()))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
         if not plan:
             return None, step, breakdown
+        runs = _merge(intervals().then(tail), step, p)
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)

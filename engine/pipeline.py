@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,10 @@ class Intervals:
         lo, hi = np.searchsorted(self.stage, [r, r + 1])
         return tuple(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(),
                          [PHASE_NAMES[c] for c in self.phase[lo:hi].tolist()]))
+
+    def phase_seconds(self) -> np.ndarray:
+        """Seconds in each phase (by code), summed over the stages."""
+        return np.bincount(self.phase, weights=self.end - self.start, minlength=len(PHASE_NAMES))
 
     def then(self, other: Intervals) -> Intervals:
         """Each stage's intervals followed by the other's of that stage."""
@@ -106,13 +110,29 @@ class PipelineRun:
         rows = np.arange(k.shape[0])[:, None]
         return [list(zip(a, b)) for a, b in zip(self.start[rows, k].tolist(), self.end[rows, k].tolist())]
 
+    def _waits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per operation: its stage's previous end, whether it waited for its input, and when the input was
+        produced (clipped to the wait): bubble before that, pp after."""
+        prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)
+        waited = ~np.isnan(self.produced) & (self.start > prev)
+        return prev, waited, np.minimum(np.maximum(self.produced, prev), self.start)
+
+    def phase_seconds(self) -> np.ndarray:
+        """Seconds in each phase (by code), summed over the stages from 0 to each one's last operation: what
+        the intervals add up to, without building them (every chunk runs m forwards and m backwards)."""
+        seg = self.segments
+        m = self.end.shape[1] // (2 * seg.duration.shape[2])
+        out = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(), minlength=len(PHASE_NAMES))
+        prev, waited, split = self._waits()
+        out[PHASE_CODE["bubble"]] += np.where(waited, split - prev, 0.0).sum()
+        out[PHASE_CODE["pp"]] += np.where(waited, self.start - split, 0.0).sum()
+        return out
+
     @property
     def intervals(self) -> Intervals:
         """Every stage's intervals in the order it went through them: per operation the wait for its input
         (bubble until the input was produced, pp while it travelled), then its segments."""
-        prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)  # previous end
-        waited = ~np.isnan(self.produced) & (self.start > prev)
-        split = np.minimum(np.maximum(self.produced, prev), self.start)
+        prev, waited, split = self._waits()
         starts, ends = [prev, split], [split, self.start]
         phases = [np.full(prev.shape, PHASE_CODE["bubble"]), np.full(prev.shape, PHASE_CODE["pp"])]
         present = [waited & (split > prev), waited & (self.start > split)]
@@ -152,20 +172,25 @@ class _Segments:
 
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
-        kept: dict[int, tuple[list[float], list[int]]] = {}     # stages mostly share their chunks' segments
-
-        def positive(segs: Sequence[Segment]) -> tuple[list[float], list[int]]:
-            if id(segs) not in kept:
-                kept[id(segs)] = ([d for _, d in segs if d > 0], [PHASE_CODE[name] for name, d in segs if d > 0])
-            return kept[id(segs)]
-
-        table = [[[positive(segs) for segs in kind[r]] for kind in (fwd, bwd)] for r in range(len(fwd))]
-        n = max(1, max(len(d) for d, _ in kept.values()))
-        duration = np.array([[[d + [0.0] * (n - len(d)) for d, _ in kind] for kind in stage] for stage in table])
-        phase = np.array([[[c + [0] * (n - len(c)) for _, c in kind] for kind in stage] for stage in table],
+        # stages mostly share their chunks' segments (the same objects): each distinct one is built once
+        which: dict[int, int] = {}
+        kept: list[list[Segment]] = []
+        index = []
+        for kind in (fwd, bwd):
+            for stage in kind:
+                for segs in stage:
+                    if id(segs) not in which:
+                        which[id(segs)] = len(kept)
+                        kept.append([(name, d) for name, d in segs if d > 0])
+                    index.append(which[id(segs)])
+        n = max(1, max(map(len, kept)))
+        duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])
+        phase = np.array([[PHASE_CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
                          dtype=np.int8)
-        elapsed = np.cumsum(duration, axis=3)
-        return cls(duration, phase, elapsed, elapsed[..., -1])
+        p, v = len(fwd), len(fwd[0])
+        at = np.array(index).reshape(2, p, v).transpose(1, 0, 2)       # [stage, kind, chunk]
+        elapsed = np.cumsum(duration, axis=1)
+        return cls(duration[at], phase[at], elapsed[at], elapsed[at, -1])
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
@@ -222,11 +247,19 @@ def peak_inflight(schedule: str, p: int, v: int, m: int,
 class _Program:
     """The operations of every stage, numbered: op id ((kind * p + stage) * v + chunk) * m + microbatch."""
 
-    ops: tuple[tuple[tuple[bool, int, int, int], ...], ...]   # per stage: (backward, chunk, op id, id of the
-    #                                                             operation it waits for or -1)
     kind: np.ndarray               # [stage, operation]: 0 forward, 1 backward
     chunk: np.ndarray              # [stage, operation]
+    ids: np.ndarray                # [stage, operation]: op id
+    dep: np.ndarray                # [stage, operation]: id of the operation it waits for, or -1
+    source: np.ndarray             # [stage, operation]: that operation's flat index (stage * operations per
+    #                                stage + operation), or -1
     last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+    @cached_property
+    def ops(self) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
+        """Per stage, per operation: (backward, chunk, op id, id of the operation it waits for or -1)."""
+        return tuple(tuple(zip(k.astype(bool).tolist(), c.tolist(), i.tolist(), d.tolist()))
+                     for k, c, i, d in zip(self.kind, self.chunk, self.ids, self.dep))
 
 
 @lru_cache(maxsize=256)
@@ -245,11 +278,13 @@ def _program(schedule: str, p: int, v: int, m: int) -> _Program:
                        np.where(chunk < v - 1, op_id(1, 0, chunk + 1), -1))
     dep = np.where(kind == 1, bwd_dep, fwd_dep)
     ids = op_id(kind, stage, chunk)
-    is_last = (kind == 1) & (micro == m - 1)
-    last = [[np.flatnonzero(is_last[r] & (chunk[r] == c))[0] for c in range(v)] for r in range(p)]
-    ops = tuple(tuple(zip(kind[r].astype(bool).tolist(), chunk[r].tolist(), ids[r].tolist(), dep[r].tolist()))
-                for r in range(p))
-    return _Program(ops, kind, chunk, np.array(last, dtype=np.intp))
+    flat = np.empty(2 * p * v * m, dtype=np.intp)
+    flat[ids.ravel()] = np.arange(ids.size)
+    source = np.where(dep >= 0, flat[np.maximum(dep, 0)], -1)
+    r, k = np.nonzero((kind == 1) & (micro == m - 1))      # one per stage and chunk
+    last = np.empty((p, v), dtype=np.intp)
+    last[r, chunk[r, k]] = k
+    return _Program(kind, chunk, ids, dep, source, last)
 
 
 def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
@@ -366,42 +401,40 @@ class _Waves:
 @lru_cache(maxsize=256)
 def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     """Each operation's wave is one more than the latest of its stage's previous operation and its input's
-    producer: walk the stages in turn, each as far as its inputs are known."""
+    producer: walk the stages in turn, each as far as its inputs' waves are known."""
     program = _program(schedule, p, v, m)
-    ops = program.ops
-    k_max = len(ops[0])
-    wave_of: dict[int, int] = {}                 # op id -> wave
-    waves = [[0] * k_max for _ in range(p)]
+    k_max = program.kind.shape[1]
+    n = p * k_max
+    sources = program.source.tolist()
+    wave = [-1] * n                  # by flat index; -1 until known
     done = [0] * p
-    left = p * k_max
+    left = n
     while left:
         for r in range(p):
-            k, row, stage_ops = done[r], waves[r], ops[r]
-            w = row[k - 1] + 1 if k else 0
+            k, base, source = done[r], r * k_max, sources[r]
+            w = wave[base + k - 1] + 1 if k else 0
             while k < k_max:
-                _, _, op, dep = stage_ops[k]
-                if dep >= 0:
-                    if dep not in wave_of:
+                i = source[k]
+                if i >= 0:
+                    if wave[i] < 0:
                         break
-                    w = max(w, wave_of[dep] + 1)
-                row[k] = wave_of[op] = w
+                    if wave[i] >= w:
+                        w = wave[i] + 1
+                wave[base + k] = w
                 k += 1
                 w += 1
             left -= k - done[r]
             done[r] = k
-    wave = np.array(waves).ravel()
-    order = np.argsort(wave, kind="stable")
-    n = order.size
-    position = np.empty(n, dtype=np.intp)
+    waves = np.array(wave)
+    order = np.argsort(waves, kind="stable")
+    position = np.empty(n + 1, dtype=np.intp)
     position[order] = np.arange(n)
-    ids = np.array([[op for _, _, op, _ in stage_ops] for stage_ops in ops]).ravel()
-    deps = np.array([[dep for _, _, _, dep in stage_ops] for stage_ops in ops]).ravel()
-    flat_of_id = np.empty(2 * p * v * m, dtype=np.intp)
-    flat_of_id[ids] = np.arange(n)
-    dep_at = np.where(deps >= 0, position[flat_of_id[np.maximum(deps, 0)]], n)
-    prev_at = np.where(np.arange(n) % k_max > 0, position[np.arange(n) - 1], n + 1)
-    return _Waves(order, np.searchsorted(wave[order], np.arange(wave.max() + 2)).tolist(), prev_at[order],
-                  dep_at[order], order // k_max, program.kind.ravel()[order], program.chunk.ravel()[order])
+    position[-1] = n                 # no input: the slot that reads NaN
+    flat = np.arange(n)
+    prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
+    return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
+                  position[program.source.ravel()][order], order // k_max, program.kind.ravel()[order],
+                  program.chunk.ravel()[order])
 
 
 def split_layers(layers: int, stages: int) -> list[int]:

@@ -113,4 +113,6 @@ def test_evaluate_gives_the_simulated_times_bit_for_bit(schedule: str, p: int, v
     for name in ("produced", "start", "end"):
         assert np.array_equal(getattr(simulated, name), getattr(evaluated, name), equal_nan=True), name
     assert simulated.stages == evaluated.stages
+    # the seconds per phase, summed without building the intervals, are what the intervals add up to
+    assert np.allclose(evaluated.phase_seconds(), evaluated.intervals.phase_seconds(), rtol=1e-12, atol=0)
     assert simulated.end_s > m * 2 * 0.5     # it did run: at least every forward and backward of one stage
