@@ -2,8 +2,7 @@
 
 Keys:
 - sweep_points_per_s: points estimated per second with the performance model (engine.estimate), writing the
-  JSON Lines records to a file, pool start-up included. When engine.estimate is missing, the figure is reported
-  as sweep_points_per_s_fake_estimator instead (tests/fake_estimate.py) and a note goes to stderr.
+  JSON Lines records to a file, pool start-up included (a first run: no cache is warm).
 - sweep_trivial_points_per_s: the same sweep with an estimator that does no work (a constant record of the
   real shape): the ceiling the sweep machinery itself allows.
 - sweep_overhead_us_per_point: CPU time per point of the machinery in one process (build the point's table,
@@ -15,10 +14,8 @@ Keys:
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from engine import sweep
@@ -68,22 +65,12 @@ def _cpu(estimator: sweep.Estimator, repeat: int) -> float:
 
 def run() -> dict[str, float]:
     figures: dict[str, float] = {}
-    try:
-        import engine.estimate  # noqa: F401
-        estimator, key, repeat = sweep.estimate_json, "sweep_points_per_s", 1
-    except ImportError:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        import fake_estimate
-        estimator, key, repeat = fake_estimate.estimate_json, "sweep_points_per_s_fake_estimator", 3
-        print("bench_sweep: engine.estimate is not available; measured with tests/fake_estimate.py "
-              f"(reported as {key})", file=sys.stderr)
-    elapsed, ranking = _time(estimator, None, repeat)
-    figures[key] = round(1000 / elapsed, 1)
+    elapsed, ranking = _time(sweep.estimate_json, None, 1)
+    figures["sweep_points_per_s"] = round(1000 / elapsed, 1)
     figures["sweep_invalid_points"] = float(ranking.invalid)
     elapsed, _ = _time(trivial, None, 3)
     figures["sweep_trivial_points_per_s"] = round(1000 / elapsed, 1)
     elapsed, _ = _time(trivial, 1, 3)
     figures["sweep_overhead_us_per_point"] = round(elapsed / 1000 * 1e6, 1)
-    if key == "sweep_points_per_s":
-        figures["sweep_cpu_us_per_point"] = round(_cpu(estimator, 3) / 1000 * 1e6, 1)
+    figures["sweep_cpu_us_per_point"] = round(_cpu(sweep.estimate_json, 3) / 1000 * 1e6, 1)
     return figures

@@ -205,20 +205,22 @@ def check(schedule: str, p: int, v: int, m: int) -> str | None:
     return None
 
 
-def _operations(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[np.ndarray, ...]:
-    """The operations stage `rank` runs, in order: kinds (0 forward, 1 backward), chunks, microbatches."""
+def _operations(schedule: str, p: int, v: int, m: int, rank: Any) -> tuple[np.ndarray, ...]:
+    """The operations stage `rank` runs, in order: kinds (0 forward, 1 backward), chunks, microbatches. For
+    an array of ranks (shaped [stages, 1]), one row per stage."""
+    j = np.arange(2 * m * v)                      # the j-th operation of the stage
     if schedule == "gpipe":
-        i = np.arange(m)
-        return np.repeat([0, 1], m), np.zeros(2 * m, dtype=np.intp), np.concatenate([i, i])
+        j = np.broadcast_to(j, np.broadcast_shapes(np.shape(rank), j.shape))
+        return (j >= m).astype(np.intp), np.zeros_like(j), j % m
     total = m * v
-    warm = min(p - rank - 1, m) if v == 1 else min(2 * (p - rank - 1) + (v - 1) * p, total)
+    warm = np.minimum(p - rank - 1, m) if v == 1 else np.minimum(2 * (p - rank - 1) + (v - 1) * p, total)
     steady = total - warm
     # the warm-up forwards, then one forward and one backward, then the remaining backwards; k numbers the
     # forwards (and the backwards) in the order they run
-    kind = np.concatenate([np.zeros(warm, dtype=np.intp), np.tile([0, 1], steady),
-                           np.ones(warm, dtype=np.intp)])
-    alternate = np.stack([np.arange(warm, total), np.arange(steady)], axis=1).ravel()
-    k = np.concatenate([np.arange(warm), alternate, np.arange(steady, total)])
+    i = j - warm                                  # position among the alternating ones
+    alternating = (i >= 0) & (i < 2 * steady)
+    kind = np.where(alternating, i % 2, (i >= 0).astype(np.intp))
+    k = np.where(i < 0, j, np.where(alternating, np.where(kind == 0, warm + i // 2, i // 2), j - total))
     if v == 1:
         return kind, np.zeros_like(k), k
     # interleaved: rounds of p microbatches through chunks 0, 1, ... (backwards through v - 1, v - 2, ...)
@@ -264,8 +266,8 @@ class _Program:
 
 @lru_cache(maxsize=256)
 def _program(schedule: str, p: int, v: int, m: int) -> _Program:
-    kind, chunk, micro = (np.stack(x) for x in zip(*(_operations(schedule, p, v, m, r) for r in range(p))))
     stage = np.arange(p)[:, None]
+    kind, chunk, micro = _operations(schedule, p, v, m, stage)
 
     def op_id(backward: Any, r: Any, c: Any) -> np.ndarray:
         return ((backward * p + r) * v + c) * m + micro

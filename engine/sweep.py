@@ -27,6 +27,7 @@ import orjson
 
 from . import scenario
 from .errors import UserError
+from .estimate import estimate, to_json
 from .fields import Context
 from .overrides import DELETE, Axis, Path, apply, parse_vary
 from .scenario import Scenario
@@ -47,7 +48,6 @@ def estimate_json(s: Scenario) -> dict[str, Any]:
 
     Without the StepPlan and the fit hint, which the JSON object does not hold (the figures are the same).
     """
-    from .estimate import estimate, to_json
     return to_json(estimate(s, plan=False, hints=False))
 
 

@@ -18,7 +18,7 @@ from engine import scenario, sweep
 
 @pytest.fixture(autouse=True)
 def stand_in_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stand-in estimator instead of the performance model (being written on another branch)."""
+    """A stand-in estimator instead of the performance model: these tests are about the command, not the model."""
     monkeypatch.setattr(sweep_command, "ESTIMATOR", fake_estimate.estimate_json)
 
 
@@ -76,14 +76,19 @@ def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
 
 def test_default_estimator_is_the_performance_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.estimate import estimate, to_json
+
     monkeypatch.setattr(sweep_command, "ESTIMATOR", None)
-    monkeypatch.setitem(sys.modules, "engine.estimate", fake_estimate)
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    argv = ["sweep", write(tmp_path), "--vary", "jobs[0].tp=2,4,8", "--workers", "1", "--top", "0"]
-    assert run_cli(capsys, *argv, "-o", str(a))[0] == 0
-    monkeypatch.setattr(sweep_command, "ESTIMATOR", fake_estimate.estimate_json)
-    assert run_cli(capsys, *argv, "-o", str(b))[0] == 0
-    assert a.read_bytes() == b.read_bytes() and len(a.read_bytes().splitlines()) == 3
+    base, out = write(tmp_path), tmp_path / "a.jsonl"
+    argv = ["sweep", base, "--vary", "jobs[0].tp=2,4,8", "--workers", "1", "--top", "0", "-o", str(out)]
+    assert run_cli(capsys, *argv)[0] == 0
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert len(records) == 3
+    for record in records:
+        # every key of `clustertop estimate --json` for that point's scenario, with the same values
+        expected = orjson.loads(orjson.dumps(to_json(estimate(sweep.point_scenario(base, record["point"])))))
+        assert {key: record[key] for key in expected} == expected
+        assert record["jobs"][0]["step_time_s"] > 0
 
 
 def assert_one_line_error(code: int, out: str, err: str, *needles: str) -> None:
