@@ -22,8 +22,9 @@ from engine import sweep
 from engine.scenario import Scenario
 
 BASE = "llama3-405b-16k"
-# 5 x 5 x 5 x 2 x 2 x 2 = 1,000 points; 260 of them invalid (dp*micro_batch beyond the global batch of 2,048;
-# pp*virtual_stages = 128 beyond the 126 layers), as a real design-space search meets them
+# 5 x 5 x 5 x 2 x 2 x 2 = 1,000 points; 484 of them invalid, as a real design-space search meets them: 224 with
+# too few sequences per replica for the micro_batch or the interleaving, 160 with dp*micro_batch beyond the global
+# batch of 2,048, 100 with pp*virtual_stages = 128 beyond the 126 layers
 AXES = ["jobs[0].tp=2,4,8,16,32", "jobs[0].pp=4,8,16,32,64", "jobs[0].micro_batch=1,2,4,8,16",
         "jobs[0].virtual_stages=1,2", "jobs[0].recompute=selective,full", "jobs[0].zero=1,3"]
 
