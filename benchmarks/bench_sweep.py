@@ -2,7 +2,8 @@
 
 Keys:
 - sweep_points_per_s: points estimated per second with the performance model (engine.estimate), writing the
-  JSON Lines records to a file, pool start-up included (a first run: no cache is warm).
+  JSON Lines records to a file, pool start-up included; best of 3 runs, each with new workers whose caches
+  start empty (the parent process never estimates a point).
 - sweep_trivial_points_per_s: the same sweep with an estimator that does no work (a constant record of the
   real shape): the ceiling the sweep machinery itself allows.
 - sweep_overhead_us_per_point: CPU time per point of the machinery in one process (build the point's table,
@@ -66,7 +67,7 @@ def _cpu(estimator: sweep.Estimator, repeat: int) -> float:
 
 def run() -> dict[str, float]:
     figures: dict[str, float] = {}
-    elapsed, ranking = _time(sweep.estimate_json, None, 1)
+    elapsed, ranking = _time(sweep.estimate_json, None, 3)
     figures["sweep_points_per_s"] = round(1000 / elapsed, 1)
     figures["sweep_invalid_points"] = float(ranking.invalid)
     elapsed, _ = _time(trivial, None, 3)

@@ -116,13 +116,12 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     node = groups // topo.gpus_per_node
     q = int(np.sum(node[0] == node[0, 0]))
     k = len(np.unique(node[0]))
-    last = int(topo.tier_between(groups[:, :1], groups).max())
-    tier = TIERS[last]
+    tier = TIERS[_outermost(topo, groups)]
     oversub = _oversub(cluster)
     crossing: dict[str, float] = {}
     slowdown = 1.0
     if k > 1:
-        nxt = np.roll(groups, -1, axis=1)
+        nxt_node = np.roll(node, -1, axis=1)
         for t in NET_TIERS:
             block = _block_sizes(topo)[t]
             src_block = groups // block
@@ -132,9 +131,10 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                 demand = np.bincount(src_block.ravel(), weights=frac.ravel())
                 net_share = (size - q) / size
             else:
-                cross = (src_block != nxt // block).astype(float) * q   # a node-boundary edge carries q rails
+                # a node-boundary edge carries q rails
+                cross = (src_block != np.roll(src_block, -1, axis=1)).astype(float) * q
                 demand = np.bincount(src_block.ravel(), weights=cross.ravel())
-                net_share = float(np.sum(node != nxt // topo.gpus_per_node)) * q / groups.size
+                net_share = float(np.sum(node != nxt_node)) * q / groups.size
             total = float(demand.sum())
             if total <= 0:
                 continue
@@ -152,6 +152,17 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             slowdown = max(slowdown, float(np.max(load)))
             crossing[t] = total / max(net_share * groups.size, 1e-9)
     return Route(size, q, k, tier, max(1.0, slowdown), crossing)
+
+
+def _outermost(topo: Topology, groups: np.ndarray) -> int:
+    """Index into TIERS of the outermost tier any group crosses: the widest unit some member is not in with
+    its group's first member."""
+    first = groups[:, :1]
+    for level, per in reversed(list(enumerate((topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod,
+                                               topo.gpus_per_building), start=1))):
+        if np.any(groups // per != first // per):
+            return level
+    return 0
 
 
 def _block_health(cluster: Cluster, topo: Topology, tier: str, block: int, n: int) -> np.ndarray:
