@@ -886,7 +886,7 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
         jobs.append({
             "name": j.name, "gpus": j.gpus, "step_time_s": _round(j.step_time_s),
             "tokens_per_s": _round(j.tokens_per_s, 1), "model_tflops_per_gpu": _round(j.model_tflops_per_gpu, 2),
-            "mfu": _round(j.mfu), "hardware_tflops_per_gpu": _round(j.hardware_tflops_per_gpu, 2),
+            "mfu": _round(j.mfu, 6), "hardware_tflops_per_gpu": _round(j.hardware_tflops_per_gpu, 2),
             "memory_gb_per_gpu": j.memory_gb_per_gpu, "fits": j.fits, "breakdown_s": j.breakdown_s,
             "memory_gb": j.memory_gb, "chosen": j.chosen,
             "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,

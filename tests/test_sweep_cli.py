@@ -174,3 +174,17 @@ def test_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
     assert stream.getvalue().count("\r") == 1, "redrawn at most 10 times a second"
     progress.close()
     assert stream.getvalue().endswith("\r" + " " * progress.length + "\r")
+
+
+def test_the_table_shows_the_mfu_estimate_shows(capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # the flagship's MFU is 40.549...%: a record rounded to 4 digits (0.4055) made the table say 40.6%
+    monkeypatch.setattr(sweep_command, "ESTIMATOR", None)
+    code, out, _ = run_cli(capsys, "sweep", "llama3-405b-16k", "--vary", "jobs[0].virtual_stages=4",
+                           "--workers", "1", "--top", "1")
+    assert code == 0
+    row = out.splitlines()[-1].split()
+    code, text, _ = run_cli(capsys, "estimate", "llama3-405b-16k")
+    assert code == 0
+    shown = text.split("MFU ")[1].split()[0]
+    assert row[-2] == shown, (row, shown)
