@@ -20,7 +20,7 @@ def _clear_caches() -> None:
 
     for fn in (compute.layer_cost, compute.embedding_cost, compute.output_cost, collectives._route,
                estimate._net, estimate._chunks, estimate._stage_facts, estimate._simulate_cached,
-               pipeline._program, pipeline.order):
+               pipeline._program, pipeline._waves, pipeline.order, collectives.ecmp_max_load):
         fn.cache_clear()
     estimate._TIERS.clear()
 

@@ -9,7 +9,8 @@ Keys:
 - sweep_overhead_us_per_point: CPU time per point of the machinery in one process (build the point's table,
   validate it with the loader, serialize the record, rank it), trivial estimator.
 - sweep_cpu_us_per_point: CPU time per point of the whole sweep with the performance model in one process
-  (best of 3): what sweep_points_per_s costs, steadier than a wall-clock rate on a machine other work shares.
+  (best of 3, so with the caches warm: schedule waves, routes): steadier than a wall-clock rate on a machine
+  other work shares; sweep_points_per_s also pays the pool start and every worker filling its caches.
 - sweep_invalid_points: how many of the 1,000 points the loader refuses (the axes include invalid ones).
 """
 

@@ -688,7 +688,7 @@ def _search(model: _JobModel, configs: list[Config], plan: bool = True) -> tuple
             best = e
     assert best is not None
     if plan:
-        model.run(best, plan=True)     # the same simulation (cached), now with its plan
+        model.run(best, plan=True)     # the same schedule, now simulated with SimPy for its plan
     return best, True
 
 

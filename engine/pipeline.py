@@ -412,6 +412,7 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     done = [0] * p
     left = n
     while left:
+        before = left
         for r in range(p):
             k, base, source = done[r], r * k_max, sources[r]
             w = wave[base + k - 1] + 1 if k else 0
@@ -427,6 +428,8 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
                 w += 1
             left -= k - done[r]
             done[r] = k
+        if left == before:
+            raise RuntimeError(f"pipeline schedule {schedule} p={p} v={v} m={m} deadlocked")
     waves = np.array(wave)
     order = np.argsort(waves, kind="stable")
     position = np.empty(n + 1, dtype=np.intp)

@@ -106,15 +106,9 @@ def plan(scenario_arg: str, vary: Sequence[str], estimator: Estimator | None = N
     if size > MAX_POINTS:
         raise UserError(f"sweep: {size:,} points; expected at most {MAX_POINTS:,} (vary fewer values)")
     changes, derived = _derive_rule(data, base, {a.path for a in axes})
-    if estimator is None:
-        estimator = estimate_json
-        try:
-            import engine.estimate  # noqa: F401  (imported once here: forked workers inherit it)
-        except ImportError:
-            raise UserError("sweep: the performance model (engine.estimate) is not available in this version "
-                            "of clustertop") from None
     return Sweep(path=str(path), name=base.name, description=base.description, source=data,
-                 base=apply(data, changes), axes=tuple(axes), derived=tuple(derived), estimator=estimator)
+                 base=apply(data, changes), axes=tuple(axes), derived=tuple(derived),
+                 estimator=estimator or estimate_json)
 
 
 def point_scenario(scenario_arg: str, point: dict[str, Any]) -> Scenario:

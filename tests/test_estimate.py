@@ -63,6 +63,24 @@ def test_breakdown_sums_to_the_step(flagship) -> None:  # type: ignore[no-untype
     assert e.tiers == {"tp": "node", "cp": None, "pp": "spine", "dp": "core", "ep": None}
 
 
+@pytest.mark.parametrize("name", ["llama3-405b-16k", "llama3-405b-8k", "scaling-512", "pcie-8gpu",
+                                  "congested-fabric", "meta-24k-roce"])
+def test_breakdown_is_the_plan_summed_per_phase(name: str) -> None:
+    # the breakdown is summed from the pipeline's arrays, the plan built from intervals: the same seconds
+    s = scenario.load(name)
+    for e in estimate(s).jobs:
+        if not e.fits or e.plan is None:
+            continue
+        per_phase: dict[str, float] = {}
+        for stage in e.plan.stages:
+            for iv in stage:
+                per_phase[iv.phase] = per_phase.get(iv.phase, 0.0) + (iv.end_s - iv.start_s) / len(e.plan.stages)
+        shown = {k: v for k, v in e.breakdown_s.items() if k != "stragglers"}
+        assert set(shown) <= set(per_phase) | {"bubble", "optimizer"}
+        for phase, seconds in per_phase.items():
+            assert shown.get(phase, 0.0) == pytest.approx(seconds, abs=2e-6), (name, phase)
+
+
 def test_full_recompute_counts_in_hardware_flops_only() -> None:
     s, job = _flagship(recompute="full")
     e = estimate_job(s, job)

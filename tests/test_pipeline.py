@@ -116,3 +116,15 @@ def test_evaluate_gives_the_simulated_times_bit_for_bit(schedule: str, p: int, v
     # the seconds per phase, summed without building the intervals, are what the intervals add up to
     assert np.allclose(evaluated.phase_seconds(), evaluated.intervals.phase_seconds(), rtol=1e-12, atol=0)
     assert simulated.end_s > m * 2 * 0.5     # it did run: at least every forward and backward of one stage
+
+
+@pytest.mark.parametrize("schedule,p,v,m", [("gpipe", 1, 1, 4), ("1f1b", 1, 1, 3), ("1f1b", 4, 2, 8)])
+def test_evaluate_matches_with_operations_that_take_no_time(schedule: str, p: int, v: int, m: int) -> None:
+    fwd = [[[("compute", 0.0)] for _ in range(v)] for _ in range(p)]           # forwards take no time
+    bwd = [[[("compute", 1.0), ("tp", 0.0)] for _ in range(v)] for _ in range(p)]
+    sends = [0.0] * p
+    simulated = simulate(schedule, p, v, m, fwd, bwd, sends, sends)
+    evaluated = evaluate(schedule, p, v, m, fwd, bwd, sends, sends)
+    for name in ("produced", "start", "end"):
+        assert np.array_equal(getattr(simulated, name), getattr(evaluated, name), equal_nan=True), name
+    assert evaluated.end_s >= m * 1.0                                          # every backward of a stage
