@@ -729,9 +729,10 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     model = _JobModel(cluster, job)
     configs = candidates(job)
     if not configs:
+        per_replica = job.global_batch // job.dp
         raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
-                        f"{job.schedule} schedule with pp = {job.pp} and {job.global_batch // job.dp} "
-                        "sequences per replica")
+                        f"{job.schedule} schedule with pp = {job.pp} and {per_replica} "
+                        f"sequence{'s' if per_replica != 1 else ''} per replica")
     best, fits = _search(model, configs, plan)
     cfg = best.config
     resolved = dataclasses.replace(job, micro_batch=cfg.micro_batch, virtual_stages=cfg.virtual_stages,
