@@ -121,7 +121,10 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     crossing: dict[str, float] = {}
     slowdown = 1.0
     if k > 1:
-        nxt_node = np.roll(node, -1, axis=1)
+        # share of each GPU's traffic that goes on the network: for a ring, its edges that leave a node (each
+        # carries q rails); for an all-to-all, the members outside its node
+        net_share = (size - q) / size if pattern == "all2all" else \
+            float(np.sum(node != np.roll(node, -1, axis=1))) * q / groups.size
         for t in NET_TIERS:
             block = _block_sizes(topo)[t]
             src_block = groups // block
@@ -129,12 +132,9 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                 same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
                 frac = (size - same) / size            # share of each GPU's traffic leaving its block
                 demand = np.bincount(src_block.ravel(), weights=frac.ravel())
-                net_share = (size - q) / size
             else:
-                # a node-boundary edge carries q rails
                 cross = (src_block != np.roll(src_block, -1, axis=1)).astype(float) * q
                 demand = np.bincount(src_block.ravel(), weights=cross.ravel())
-                net_share = float(np.sum(node != nxt_node)) * q / groups.size
             total = float(demand.sum())
             if total <= 0:
                 continue

@@ -119,3 +119,21 @@ def test_degraded_links_and_plain_ecmp_slow_the_groups_that_cross_them() -> None
     assert route(plain, job, ("dp",)).slowdown > base
     one_pod = dataclasses.replace(s.cluster, degraded=(DegradedLinks("spine", 2, 0.5),))
     assert route(one_pod, job, ("pp",)).slowdown > route(s.cluster, job, ("pp",)).slowdown
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_outermost_tier_is_the_widest_unit_a_group_leaves(seed: int) -> None:
+    # against the pairwise definition: the largest tier between a group's first member and any other
+    import numpy as np
+
+    from engine.topology import Topology
+
+    rng = np.random.default_rng(seed)
+    gpus = int(rng.choice([1000, 4096, 16384, 20000]))        # partial last pods and buildings too
+    cluster = _cluster(gpus=gpus - gpus % 8, pods_per_building=int(rng.choice([1, 2, 3])))
+    topo = Topology.of(cluster)
+    for size in (2, 8, 64, 512):
+        groups = rng.integers(0, cluster.gpus, size=(3, size))
+        groups[:, :] = np.sort(groups, axis=1)
+        assert col._outermost(topo, groups) == int(topo.tier_between(groups[:, :1], groups).max())
+    assert col._outermost(topo, np.array([[5, 5]])) == 0          # nothing left: the node tier
