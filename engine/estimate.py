@@ -356,8 +356,7 @@ class _JobModel:
             m1 = max(step, m2 // 2 // step * step)
             run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
-            stages, ends, last_b = _extend(run1, run2, m1, m2, m)
-            extended = Intervals.of(stages)
+            extended, ends, last_b = _extend(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
         ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, phase_s, intervals, ends, last_b, fwd, bwd,
                                                         m, plan)
@@ -548,31 +547,43 @@ def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: tup
     return (simulate if plan else evaluate)(schedule, p, v, m, fwd, bwd, send, send_b)
 
 
-def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[list, list, list]:
+def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Intervals, list, list]:
     """A step of m microbatches from simulations of m1 < m2: every stage's end grows linearly in m.
 
     Work (compute and communication) scales by m / m2; the waiting scales so that each stage ends where the
-    linear extension puts it (fill and drain stay, waiting from stage imbalance grows with m).
+    linear extension puts it (fill and drain stay, waiting from stage imbalance grows with m). Every stage's
+    intervals of run2 are stretched in place (they are contiguous from 0), and the chunks' last backwards move
+    with the interval boundaries they sit on.
     """
-    stages, ends, last_b = [], [], []
-    for s1, s2 in zip(run1.stages, run2.stages):
-        end = s2.end_s + (m - m2) * (s2.end_s - s1.end_s) / (m2 - m1)
-        work = sum(b - a for a, b, ph in s2.intervals if ph != "bubble")
-        wait = sum(b - a for a, b, ph in s2.intervals if ph == "bubble")
-        k_work = m / m2
-        k_wait = max(0.0, end - work * k_work) / wait if wait > 0 else 1.0
-        t = 0.0
-        out = []
-        mapping = {0.0: 0.0}
-        for a, b, phase in s2.intervals:
-            d = (b - a) * (k_wait if phase == "bubble" else k_work)
-            out.append((t, t + d, phase))
-            mapping[a], mapping[b] = t, t + d
-            t += d
-        stages.append(out)
+    iv = run2.intervals
+    p = len(run2.ends)
+    bubble = iv.phase == PHASE_CODE["bubble"]
+    length = iv.end - iv.start
+    work = np.bincount(iv.stage, weights=np.where(bubble, 0.0, length), minlength=p)
+    wait = np.bincount(iv.stage, weights=np.where(bubble, length, 0.0), minlength=p)
+    k_work = m / m2
+    k_wait = []
+    for e1, e2, w, idle in zip(run1.ends, run2.ends, work.tolist(), wait.tolist()):
+        end = e2 + (m - m2) * (e2 - e1) / (m2 - m1)
+        k_wait.append(max(0.0, end - w * k_work) / idle if idle > 0 else 1.0)
+    stretched = length * np.where(bubble, np.array(k_wait)[iv.stage], k_work)
+    start, finish = np.empty_like(stretched), np.empty_like(stretched)
+    bounds = np.searchsorted(iv.stage, np.arange(p + 1)).tolist()
+    ends, last_b = [], []
+    for r, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        finish[lo:hi] = np.cumsum(stretched[lo:hi])         # the running time, added one interval at a time
+        start[lo:hi] = np.concatenate([[0.0], finish[lo:hi - 1]])
+        t = float(finish[hi - 1]) if hi > lo else 0.0
         ends.append(t)
-        last_b.append([(mapping.get(b0, t), mapping.get(b1, t)) for b0, b1 in s2.last_backward])
-    return stages, ends, last_b
+        # a time on an interval boundary of run2 moves with it (the last interval starting or ending there)
+        old = np.concatenate([[0.0], iv.end[lo:hi]])
+        new = np.concatenate([[0.0], finish[lo:hi]])
+        moved = []
+        for b0, b1 in run2.last_backward[r]:
+            at = np.searchsorted(old, [b0, b1], side="right") - 1
+            moved.append(tuple(float(new[i]) if i >= 0 and old[i] == x else t for i, x in zip(at, (b0, b1))))
+        last_b.append(moved)
+    return Intervals(iv.stage, start, finish, iv.phase), ends, last_b
 
 
 def _merge(iv: Intervals, end: float, stages: int) -> Intervals:

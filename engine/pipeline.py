@@ -73,15 +73,6 @@ class Intervals:
         return Intervals(*(np.insert(getattr(self, f), at, getattr(other, f)) for f in fields))
 
 
-@dataclass(frozen=True)
-class StageRun:
-    """What one stage did: its intervals (start, end, phase) from 0 to its last operation."""
-
-    intervals: tuple[tuple[float, float, str], ...]
-    end_s: float
-    last_backward: tuple[tuple[float, float], ...]   # per chunk: (start, end) of its last backward
-
-
 @dataclass(frozen=True, eq=False)
 class PipelineRun:
     """One simulated step: for every stage r and its k-th operation (in the stage's order), when the input it
@@ -151,12 +142,6 @@ class PipelineRun:
         stages = np.broadcast_to(stage[:, :, None], keep.shape)
         return Intervals(stages[keep], np.stack(starts, axis=2)[keep], np.stack(ends, axis=2)[keep],
                          np.stack(phases, axis=2)[keep].astype(np.int8))
-
-    @property
-    def stages(self) -> tuple[StageRun, ...]:
-        iv = self.intervals
-        return tuple(StageRun(iv.of_stage(r), end, tuple(lb))
-                     for r, (end, lb) in enumerate(zip(self.ends, self.last_backward)))
 
 
 @dataclass(frozen=True, eq=False)

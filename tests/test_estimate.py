@@ -63,6 +63,15 @@ def test_breakdown_sums_to_the_step(flagship) -> None:  # type: ignore[no-untype
     assert e.tiers == {"tp": "node", "cp": None, "pp": "spine", "dp": "core", "ep": None}
 
 
+def _per_phase(plan) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Seconds per phase of a StepPlan, as a mean over its stages."""
+    out: dict[str, float] = {}
+    for stage in plan.stages:
+        for iv in stage:
+            out[iv.phase] = out.get(iv.phase, 0.0) + (iv.end_s - iv.start_s) / len(plan.stages)
+    return out
+
+
 @pytest.mark.parametrize("name", ["llama3-405b-16k", "llama3-405b-8k", "scaling-512", "pcie-8gpu",
                                   "congested-fabric", "meta-24k-roce"])
 def test_breakdown_is_the_plan_summed_per_phase(name: str) -> None:
@@ -71,10 +80,7 @@ def test_breakdown_is_the_plan_summed_per_phase(name: str) -> None:
     for e in estimate(s).jobs:
         if not e.fits or e.plan is None:
             continue
-        per_phase: dict[str, float] = {}
-        for stage in e.plan.stages:
-            for iv in stage:
-                per_phase[iv.phase] = per_phase.get(iv.phase, 0.0) + (iv.end_s - iv.start_s) / len(e.plan.stages)
+        per_phase = _per_phase(e.plan)
         shown = {k: v for k, v in e.breakdown_s.items() if k != "stragglers"}
         assert set(shown) <= set(per_phase) | {"bubble", "optimizer"}
         for phase, seconds in per_phase.items():
@@ -196,6 +202,9 @@ def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # t
     assert short.step_time_s == pytest.approx(exact.step_time_s, rel=0.01)
     for stage in short.plan.stages:
         assert stage[-1].end_s == pytest.approx(short.plan.step_time_s)
+    # the breakdown is summed from the extended intervals the plan shows
+    for phase, seconds in _per_phase(short.plan).items():
+        assert short.breakdown_s.get(phase, 0.0) == pytest.approx(seconds, abs=2e-6), phase
 
 
 def _fast_and_full(s):  # type: ignore[no-untyped-def]
