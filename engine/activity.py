@@ -84,7 +84,7 @@ class Periodic:
 def _kpi(tokens: int, flops: float, gpus: int, peak: float, period: float) -> dict[str, Any]:
     tflops = flops / period / gpus / 1e12
     return {"step_time_s": round(period, 6), "tokens": tokens, "tokens_per_s": round(tokens / period, 1),
-            "tflops_per_gpu": round(tflops, 2), "mfu": round(tflops / peak, 4)}
+            "tflops_per_gpu": round(tflops, 2), "mfu": round(tflops / peak, 6)}
 
 
 @dataclass
