@@ -1,11 +1,11 @@
-"""What a job's GPUs do over time, as exact integrals: a StepPlan compiled into periodic tracks, and the
-activities a job's time is made of (engine/run.py strings them into segments).
+"""A job's activity over time, as exact integrals: what its GPUs do in each segment of the run.
 
 `Periodic` holds piecewise-constant tracks (one per pipeline stage, or per link tier) repeating with the step:
 the integral over any window is whole periods times the per-step integral plus prefix integrals looked up in a
-cumulative table, so no step is ever re-simulated. `CompiledPlan` is a job's plan in that form, with the wait
-for its slowest GPU and the day's clock stretch. `Running` repeats it from a start time; `Constant` keeps every
-GPU of the job in one phase (idle, failed, checkpoint).
+cumulative table, so no step is ever re-simulated. `CompiledPlan` is a job's StepPlan in that form, with the
+wait for its slowest GPU and the day's clock stretch. A `Segment` of a job's time has an activity: `Running`
+repeats a compiled plan from a start time; `Constant` keeps every GPU of the job in one phase (idle, failed,
+checkpoint). engine/run.py appends the segments as the run goes.
 """
 
 from __future__ import annotations

@@ -551,8 +551,8 @@ def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Intervals, 
     """A step of m microbatches from simulations of m1 < m2: every stage's end grows linearly in m.
 
     Work (compute and communication) scales by m / m2; the waiting scales so that each stage ends where the
-    linear extension puts it (fill and drain stay, waiting from stage imbalance grows with m). Every stage's
-    intervals of run2 are stretched in place (they are contiguous from 0), and the chunks' last backwards move
+    linear extension puts it (fill and drain stay, waiting from stage imbalance grows with m). Each stage's
+    intervals of run2 (contiguous from 0) are stretched into new arrays, and the chunks' last backwards move
     with the interval boundaries they sit on.
     """
     iv = run2.intervals

@@ -3,10 +3,10 @@
 Each job's time is a sequence of segments, each with an activity (engine/activity.py): `Running` (the job's
 StepPlan repeated from a start time: a periodic, piecewise-constant timeline per pipeline stage) or `Constant`
 (every GPU of the job in one phase: idle, failed, checkpoint). Nothing happens between perturbations that is
-not already in the plan, so the run fast-forwards: SimPy only wakes up for samples and perturbations (job start, faults,
-checkpoints, restarts, maintenance, the day's clock changes), and step events are generated in closed form
-(step k of a segment ends at t0 + k * step_time_s) right before any later line is written. Each training job is
-driven by engine/faults.py's JobDriver (checkpoints, interruptions, restarts).
+not already in the plan, so the run fast-forwards: SimPy only wakes up for samples and perturbations (job
+start, faults, checkpoints, restarts, maintenance, the day's clock changes), and step events are generated in
+closed form (step k of a segment ends at t0 + k * step_time_s) right before any later line is written. Each
+training job is driven by engine/faults.py's JobDriver (checkpoints, interruptions, restarts).
 
 Sampling semantics: the sample at time t carries the exact mean over the sample interval (t - interval, t]
 of every per-GPU quantity: utilization and power are time averages, and the phase is the one the GPU spent

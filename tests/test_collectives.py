@@ -121,19 +121,27 @@ def test_degraded_links_and_plain_ecmp_slow_the_groups_that_cross_them() -> None
     assert route(one_pod, job, ("pp",)).slowdown > route(s.cluster, job, ("pp",)).slowdown
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_outermost_tier_is_the_widest_unit_a_group_leaves(seed: int) -> None:
-    # against the pairwise definition: the largest tier between a group's first member and any other
+@pytest.mark.parametrize("gpus", [1000, 4096, 16384, 20000])
+def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
+    # against the pairwise definition: the largest tier between a group's first member and any other, for
+    # groups inside one node, rack, pod or building and across them, on clusters with partial pods and buildings
     import numpy as np
 
     from engine.topology import Topology
 
-    rng = np.random.default_rng(seed)
-    gpus = int(rng.choice([1000, 4096, 16384, 20000]))        # partial last pods and buildings too
-    cluster = _cluster(gpus=gpus - gpus % 8, pods_per_building=int(rng.choice([1, 2, 3])))
-    topo = Topology.of(cluster)
-    for size in (2, 8, 64, 512):
-        groups = rng.integers(0, cluster.gpus, size=(3, size))
-        groups[:, :] = np.sort(groups, axis=1)
-        assert col._outermost(topo, groups) == int(topo.tier_between(groups[:, :1], groups).max())
+    rng = np.random.default_rng(gpus)
+    for per_building in (1, 2, 3):
+        cluster = _cluster(gpus=gpus - gpus % 8, pods_per_building=per_building)
+        topo = Topology.of(cluster)
+        seen = set()
+        for unit in (topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building,
+                     cluster.gpus):
+            for size in (2, 8, 64):
+                first = rng.integers(0, max(1, cluster.gpus // unit), size=(3, 1)) * unit
+                groups = np.minimum(first + rng.integers(0, unit, size=(3, size)), cluster.gpus - 1)
+                want = int(topo.tier_between(groups[:, :1], groups).max())
+                assert col._outermost(topo, groups) == want
+                seen.add(want)
+        assert seen >= {1, 2}                      # groups that leave a node, a rack
+        assert bool(seen & {3, 4}) == (topo.pods > 1)   # and a pod or a building, when there are several
     assert col._outermost(topo, np.array([[5, 5]])) == 0          # nothing left: the node tier

@@ -63,6 +63,40 @@ def test_breakdown_sums_to_the_step(flagship) -> None:  # type: ignore[no-untype
     assert e.tiers == {"tp": "node", "cp": None, "pp": "spine", "dp": "core", "ep": None}
 
 
+@pytest.mark.parametrize("v", [1, 2])
+def test_extending_a_step_stretches_the_simulated_one(v: int) -> None:
+    import numpy as np
+
+    from engine.estimate import _extend
+    from engine.pipeline import PHASE_CODE, evaluate
+
+    p, m1, m2 = 4, 8, 16
+    rng = np.random.default_rng(v)
+    fwd = [[[("compute", float(rng.uniform(0.5, 1.5))), ("tp", 0.1)] for _ in range(v)] for _ in range(p)]
+    bwd = [[[("compute", float(rng.uniform(1.0, 3.0)))] for _ in range(v)] for _ in range(p)]
+    sends = [0.05] * p
+    run1, run2 = (evaluate("1f1b", p, v, m, fwd, bwd, sends, sends) for m in (m1, m2))
+    # m = m2: run2 itself (to rounding: the times are rebuilt by adding the intervals' lengths)
+    same, ends, last_b = _extend(run1, run2, m1, m2, m2)
+    assert np.allclose(same.start, run2.intervals.start, rtol=1e-12, atol=1e-12)
+    assert np.allclose(same.end, run2.intervals.end, rtol=1e-12, atol=1e-12)
+    assert ends == pytest.approx(run2.ends, rel=1e-12)
+    assert np.allclose(last_b, run2.last_backward, rtol=1e-12, atol=1e-12)
+    # m = 4 m2: every stage ends on the line through the two runs, work scales by m / m2, and each chunk's last
+    # backward stays on the stretched intervals' boundaries, taking m / m2 times as long
+    m = 4 * m2
+    longer, ends, last_b = _extend(run1, run2, m1, m2, m)
+    for r in range(p):
+        assert ends[r] == pytest.approx(run2.ends[r] + (m - m2) * (run2.ends[r] - run1.ends[r]) / (m2 - m1))
+        mine = longer.stage == r
+        work = ((longer.end - longer.start)[mine & (longer.phase != PHASE_CODE["bubble"])]).sum()
+        assert work == pytest.approx(m / m2 * ((run2.intervals.end - run2.intervals.start)[
+            (run2.intervals.stage == r) & (run2.intervals.phase != PHASE_CODE["bubble"])]).sum())
+        for (b0, b1), (a0, a1) in zip(last_b[r], run2.last_backward[r]):
+            assert b0 in longer.start[mine] and b1 in longer.end[mine]
+            assert b1 - b0 == pytest.approx((a1 - a0) * m / m2)
+
+
 def _per_phase(plan) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Seconds per phase of a StepPlan, as a mean over its stages."""
     out: dict[str, float] = {}
