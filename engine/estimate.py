@@ -352,7 +352,7 @@ class _JobModel:
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             step = p if v > 1 else 1
-            m2 = max(step, MAX_SIM_MICROBATCHES // step * step)
+            m2 = max(2 * step, MAX_SIM_MICROBATCHES // step * step)     # two sizes at least a round apart
             m1 = max(step, m2 // 2 // step * step)
             run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
@@ -550,10 +550,11 @@ def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: tup
 def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Intervals, list, list]:
     """A step of m microbatches from simulations of m1 < m2: every stage's end grows linearly in m.
 
-    Work (compute and communication) scales by m / m2; the waiting scales so that each stage ends where the
-    linear extension puts it (fill and drain stay, waiting from stage imbalance grows with m). Each stage's
-    intervals of run2 (contiguous from 0) are stretched into new arrays, and the chunks' last backwards move
-    with the interval boundaries they sit on.
+    The extra microbatches are extra rounds of the steady state: the drain, where each chunk's last backward
+    runs, comes that much later (it moves with the stage's end), which is what the DP gradient reduction
+    overlaps with. For the plan, each stage's intervals of run2 (contiguous from 0) are stretched into new
+    arrays: work (compute and communication) by m / m2, the waiting so that the stage ends where the linear
+    extension puts it.
     """
     iv = run2.intervals
     p = len(run2.ends)
@@ -575,14 +576,8 @@ def _extend(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Intervals, 
         start[lo:hi] = np.concatenate([[0.0], finish[lo:hi - 1]])
         t = float(finish[hi - 1]) if hi > lo else 0.0
         ends.append(t)
-        # a time on an interval boundary of run2 moves with it (the last interval starting or ending there)
-        old = np.concatenate([[0.0], iv.end[lo:hi]])
-        new = np.concatenate([[0.0], finish[lo:hi]])
-        moved = []
-        for b0, b1 in run2.last_backward[r]:
-            at = np.searchsorted(old, [b0, b1], side="right") - 1
-            moved.append(tuple(float(new[i]) if i >= 0 and old[i] == x else t for i, x in zip(at, (b0, b1))))
-        last_b.append(moved)
+        shift = t - run2.ends[r]
+        last_b.append([(b0 + shift, b1 + shift) for b0, b1 in run2.last_backward[r]])
     return Intervals(iv.stage, start, finish, iv.phase), ends, last_b
 
 

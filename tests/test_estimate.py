@@ -83,7 +83,7 @@ def test_extending_a_step_stretches_the_simulated_one(v: int) -> None:
     assert ends == pytest.approx(run2.ends, rel=1e-12)
     assert np.allclose(last_b, run2.last_backward, rtol=1e-12, atol=1e-12)
     # m = 4 m2: every stage ends on the line through the two runs, work scales by m / m2, and each chunk's last
-    # backward stays on the stretched intervals' boundaries, taking m / m2 times as long
+    # backward (in the drain) comes as much later as the stage's end, taking as long as in run2
     m = 4 * m2
     longer, ends, last_b = _extend(run1, run2, m1, m2, m)
     for r in range(p):
@@ -93,8 +93,8 @@ def test_extending_a_step_stretches_the_simulated_one(v: int) -> None:
         assert work == pytest.approx(m / m2 * ((run2.intervals.end - run2.intervals.start)[
             (run2.intervals.stage == r) & (run2.intervals.phase != PHASE_CODE["bubble"])]).sum())
         for (b0, b1), (a0, a1) in zip(last_b[r], run2.last_backward[r]):
-            assert b0 in longer.start[mine] and b1 in longer.end[mine]
-            assert b1 - b0 == pytest.approx((a1 - a0) * m / m2)
+            assert b1 - b0 == pytest.approx(a1 - a0)
+            assert ends[r] - b1 == pytest.approx(run2.ends[r] - a1)
 
 
 def _per_phase(plan) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -233,7 +233,10 @@ def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # t
     short = estimate_job(s, job)
     est._simulate_cached.cache_clear()
     assert exact.microbatches == short.microbatches == 256
-    assert short.step_time_s == pytest.approx(exact.step_time_s, rel=0.01)
+    # the extra microbatches are extra steady-state rounds: the step and the DP reduction after the drain
+    # come out as simulated in full (stretching the drain as well made DP 0.6 s short and the step 0.5%)
+    assert short.step_time_s == pytest.approx(exact.step_time_s, rel=1e-3)
+    assert short.breakdown_s["dp"] == pytest.approx(exact.breakdown_s["dp"], abs=0.01)
     for stage in short.plan.stages:
         assert stage[-1].end_s == pytest.approx(short.plan.step_time_s)
     # the breakdown is summed from the extended intervals the plan shows
