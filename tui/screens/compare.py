@@ -6,7 +6,6 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Static
 
-from ..palette import METRIC_TITLES
 from ..widgets.comparison import Comparison
 from ..widgets.heatmap import Heatmap
 from ..widgets.jobs import JobsPanel
@@ -66,27 +65,14 @@ class CompareScreen(DashboardScreen):
         self.query_one("#heatmap-a", Heatmap).focus()
         self.update_frame()
 
-    def on_heatmap_view_changed(self, message: Heatmap.ViewChanged) -> None:
-        self.update_frame()
-
-    def on_transport_bar_seek(self, message: TransportBar.Seek) -> None:
-        self.app.seek_fraction(message.fraction)   # type: ignore[attr-defined]
-
     def update_frame(self) -> None:
         app = self.app
         states = app.states   # type: ignore[attr-defined]
         playback = app.playback   # type: ignore[attr-defined]
         for i, state in enumerate(states):
             label = "ab"[i]
-            heatmap = self.query_one(f"#heatmap-{label}", Heatmap)
-            heatmap.show(state)
-            gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
-            frame = self.query_one(f"#map-{label}")
-            title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
-            if frame.border_title != title:
-                frame.border_title = title
-            self.query_one(f"#legend-{label}", Legend).show(state, heatmap.metric, gpu0, gpu1,
-                                                           heatmap.layout_info.g)
+            self.show_map(self.query_one(f"#heatmap-{label}", Heatmap), self.query_one(f"#map-{label}"),
+                          self.query_one(f"#legend-{label}", Legend), state)
             self.query_one(f"#jobs-{label}", JobsPanel).show(state, playback.t)
         names = (app.sources[0].name, app.sources[1].name)   # type: ignore[attr-defined]
         self.query_one(Comparison).show(states[0], states[1], names)

@@ -1,4 +1,5 @@
-"""What every dashboard screen shares: the frame update hook, the metric keys and the too-small guard."""
+"""What every dashboard screen shares: the frame update hook, drawing a heatmap with its frame title and legend,
+the metric keys, seeking from the transport bar and the too-small guard."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ from typing import ClassVar
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.widget import Widget
 
-from ..palette import METRICS
+from engine.state import ClusterState
+
+from ..palette import METRIC_TITLES, METRICS
 from ..widgets.heatmap import Heatmap
+from ..widgets.legend import Legend
 from ..widgets.too_small import TooSmall
+from ..widgets.transport import TransportBar
 
 
 class DashboardScreen(Screen[None]):
@@ -36,6 +42,21 @@ class DashboardScreen(Screen[None]):
 
     def update_frame(self) -> None:
         """Redraw from the app's current states (called once per frame when something changed)."""
+
+    def show_map(self, heatmap: Heatmap, frame: Widget, legend: Legend, state: ClusterState) -> None:
+        """Draw `state` on a heatmap, title its frame with what it shows and fill its legend."""
+        heatmap.show(state)
+        gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
+        title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
+        if frame.border_title != title:   # setting it repaints the frame: only when it changes
+            frame.border_title = title
+        legend.show(state, heatmap.metric, gpu0, gpu1, heatmap.layout_info.g)
+
+    def on_heatmap_view_changed(self, message: Heatmap.ViewChanged) -> None:
+        self.update_frame()
+
+    def on_transport_bar_seek(self, message: TransportBar.Seek) -> None:
+        self.app.seek_fraction(message.fraction)   # type: ignore[attr-defined]
 
     @property
     def heatmaps(self) -> list[Heatmap]:

@@ -7,7 +7,6 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header
 
-from ..palette import METRIC_TITLES
 from ..widgets.event_log import EventLog
 from ..widgets.heatmap import Heatmap
 from ..widgets.inspector import Inspector
@@ -64,32 +63,20 @@ class MainScreen(DashboardScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.query_one("#map").border_subtitle = "enter zoom in · backspace out · hjkl move · m metric"
         self.query_one(Heatmap).focus()
         self.update_frame()
 
     def on_heatmap_cursor_moved(self, message: Heatmap.CursorMoved) -> None:
         self.query_one(Inspector).show(self.app.states[0], message.gpu0, message.gpu1)   # type: ignore[attr-defined]
 
-    def on_heatmap_view_changed(self, message: Heatmap.ViewChanged) -> None:
-        self.update_frame()
-
-    def on_transport_bar_seek(self, message: TransportBar.Seek) -> None:
-        self.app.seek_fraction(message.fraction)   # type: ignore[attr-defined]
-
     def update_frame(self) -> None:
         app = self.app
         state = app.states[0]   # type: ignore[attr-defined]
         playback = app.playback   # type: ignore[attr-defined]
         heatmap = self.query_one(Heatmap)
-        heatmap.show(state)
-        lay = heatmap.layout_info
-        gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
         frame = self.query_one("#map")
-        title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
-        if frame.border_title != title:   # setting it repaints the frame: only when it changes
-            frame.border_title = title
-            frame.border_subtitle = "enter zoom in · backspace out · hjkl move · m metric"
-        self.query_one(Legend).show(state, heatmap.metric, gpu0, gpu1, lay.g)
+        self.show_map(heatmap, frame, self.query_one(Legend), state)
         c0, c1 = heatmap.cursor_span
         self.query_one(Inspector).show(state, c0, c1)
         self.query_one(JobsPanel).show(state, playback.t)

@@ -143,18 +143,8 @@ class EventIndex:
             jobs = [(jt, line) for jt, line in self.job_events if jt <= t]
             s = bisect.bisect_right(self.step_t, t)
             steps = self._last_steps(s)
-        timeline: list[tuple[float, int, dict[str, Any]]] = []
         seen = {line for _, line in events}
-        timeline += [(jt, 0, orjson.loads(line)) for jt, line in jobs if line not in seen]
-        timeline += [(st, 1, orjson.loads(line)) for st, line in steps]
-        timeline += [(ht, 2, _history_sample(ht, mw, links)) for ht, mw, links in history]
-        if keyframe is not None:
-            timeline.append((keyframe[0], 3, orjson.loads(zlib.decompress(keyframe[1]))))
-        timeline += [(et, 4, orjson.loads(line)) for et, line in events]
-        timeline.sort(key=lambda item: (item[0], item[1]))
-        for _, _, event in timeline:
-            state.apply(event)
-        return state
+        return _fold(state, [(jt, line) for jt, line in jobs if line not in seen], steps, history, keyframe, events)
 
     def _last_steps(self, end: int) -> list[tuple[float, bytes]]:
         """The last step event of each job among step_line[:end] (scans back; jobs are few)."""
@@ -202,22 +192,31 @@ class EventIndex:
                 events = [(self.event_t[i], self.event_line[i]) for i in range(ea, eb)]
         if jump:
             return self.state_at(t1), new_cursor
-        timeline: list[tuple[float, int, dict[str, Any]]] = []
-        timeline += [(st, 1, orjson.loads(line)) for st, line in steps]
-        timeline += [(ht, 2, _history_sample(ht, mw, links)) for ht, mw, links in history]
-        if keyframe is not None:
-            timeline.append((keyframe[0], 3, orjson.loads(zlib.decompress(keyframe[1]))))
-        timeline += [(et, 4, orjson.loads(line)) for et, line in events]
-        timeline.sort(key=lambda item: (item[0], item[1]))
-        for _, _, event in timeline:
-            state.apply(event)
-        return state, new_cursor
+        return _fold(state, [], steps, history, keyframe, events), new_cursor
 
 
 def _max(load: Any) -> float:
     if isinstance(load, (list, tuple)):
         return float(max(load)) if load else 0.0
     return float(load)
+
+
+def _fold(state: ClusterState, jobs: list[tuple[float, bytes]], steps: list[tuple[float, bytes]],
+          history: list[tuple[float, float | None, dict[str, float]]], keyframe: tuple[float, bytes] | None,
+          events: list[tuple[float, bytes]]) -> ClusterState:
+    """Fold stored lines into `state` in time order; at the same time: job status, steps, sparkline history,
+    the keyframe, then discrete events."""
+    timeline: list[tuple[float, int, dict[str, Any]]] = []
+    timeline += [(jt, 0, orjson.loads(line)) for jt, line in jobs]
+    timeline += [(st, 1, orjson.loads(line)) for st, line in steps]
+    timeline += [(ht, 2, _history_sample(ht, mw, links)) for ht, mw, links in history]
+    if keyframe is not None:
+        timeline.append((keyframe[0], 3, orjson.loads(zlib.decompress(keyframe[1]))))
+    timeline += [(et, 4, orjson.loads(line)) for et, line in events]
+    timeline.sort(key=lambda item: (item[0], item[1]))
+    for _, _, event in timeline:
+        state.apply(event)
+    return state
 
 
 def _history_sample(t: float, mw: float | None, links: dict[str, float]) -> dict[str, Any]:

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 from rich.table import Table
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.state import ClusterState
 
 from .. import format as fmt
+from .panel import Panel
 
 Figure = tuple[str, Callable[[ClusterState], float | None], Callable[[float], str], bool]
 
@@ -37,21 +37,10 @@ FIGURES: tuple[Figure, ...] = (
 )
 
 
-class Comparison(Static):
+class Comparison(Panel):
     """figure | A | B | B − A | B / A, with the better side of each difference in green."""
 
-    DEFAULT_CSS = """
-    Comparison {
-        height: auto;
-        border: round $panel-lighten-2;
-        border-title-color: $text-accent;
-        padding: 0 1;
-    }
-    """
-
-    def on_mount(self) -> None:
-        self.border_title = "A against B at the same simulated time"
-        self._shown = ""
+    TITLE = "A against B at the same simulated time"
 
     def show(self, a: ClusterState, b: ClusterState, names: tuple[str, str]) -> None:
         table = Table(box=None, expand=True, padding=(0, 2), show_edge=False)
@@ -79,6 +68,4 @@ class Comparison(Static):
                 cell.justify = "right"
             table.add_row(label, *(Text(c, justify="right") for c in cells), diff_text, ratio)
             key.append((label, *cells, diff_text.plain, ratio.plain))
-        if repr(key) != self._shown:
-            self._shown = repr(key)
-            self.update(table)
+        self.show_if_changed(repr(key), table)

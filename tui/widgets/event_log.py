@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.state import ClusterState
 
 from ..playback import format_clock
+from .panel import Panel
 
 STYLES = {"fault": "bold red", "restart": "yellow", "maintenance": "magenta", "checkpoint_start": "cyan",
           "checkpoint_end": "cyan", "power_swing": "yellow", "job_start": "green", "job_stop": "red"}
@@ -65,21 +65,16 @@ def describe(event: dict[str, Any]) -> str:
     return f"{kind} {rest}".rstrip()
 
 
-class EventLog(Static):
+class EventLog(Panel):
     """The latest events that fit, newest last."""
+
+    TITLE = "events"
 
     DEFAULT_CSS = """
     EventLog {
         height: 1fr;
-        border: round $panel-lighten-2;
-        border-title-color: $text-accent;
-        padding: 0 1;
     }
     """
-
-    def on_mount(self) -> None:
-        self.border_title = "events"
-        self._shown = ""
 
     def show(self, state: ClusterState) -> None:
         rows = max(1, self.size.height - 2) if self.size.height else 8
@@ -108,6 +103,4 @@ class EventLog(Static):
             text.append(words, style=style)
             if i < len(lines) - 1:
                 text.append("\n")
-        if text.plain != self._shown:
-            self._shown = text.plain
-            self.update(text)
+        self.show_if_changed(text.plain, text)

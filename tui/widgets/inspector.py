@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.phases import PHASES
 from engine.state import ClusterState
@@ -12,6 +11,7 @@ from engine.state import ClusterState
 from .. import jobinfo
 from ..grid import Hierarchy
 from ..palette import PHASE_COLORS, PHASE_LABELS, known_phases
+from .panel import QuietStatic
 
 
 def place_text(h: Hierarchy, gpu0: int, gpu1: int) -> str:
@@ -37,7 +37,7 @@ def phase_shares(phases: np.ndarray) -> list[tuple[str, float]]:
     return [(PHASES[i], counts[i] / total) for i in np.argsort(-counts) if counts[i]]
 
 
-class Inspector(Static):
+class Inspector(QuietStatic):
     """Three lines about the GPUs under the cursor."""
 
     DEFAULT_CSS = """
@@ -47,9 +47,6 @@ class Inspector(Static):
         background: $boost;
     }
     """
-
-    def on_mount(self) -> None:
-        self._shown = ""
 
     def show(self, state: ClusterState, gpu0: int, gpu1: int) -> None:
         h = Hierarchy.of(state.topology)
@@ -101,9 +98,7 @@ class Inspector(Static):
             for name, share in phase_shares(phases)[:4]:
                 text.append("■", style=PHASE_COLORS.get(name, ""))
                 text.append(f" {PHASE_LABELS.get(name, name)} {share * 100:.0f}% ")
-        if text.plain != self._shown:
-            self._shown = text.plain
-            self.update(text)
+        self.show_if_changed(text.plain, text)
 
 
 def _stride(job: jobinfo.JobStatus, dim: str) -> int:

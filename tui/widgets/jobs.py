@@ -6,12 +6,12 @@ import math
 
 from rich.table import Table
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.state import ClusterState, JobStatus
 
 from .. import format as fmt
 from .. import jobinfo
+from .panel import Panel
 
 
 def effective(job: JobStatus, t: float, started: float) -> float | None:
@@ -108,31 +108,17 @@ def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
     }
 
 
-class JobsPanel(Static):
+class JobsPanel(Panel):
     """One block of figures per job (a table row per job when there are several)."""
 
-    DEFAULT_CSS = """
-    JobsPanel {
-        height: auto;
-        border: round $panel-lighten-2;
-        border-title-color: $text-accent;
-        padding: 0 1;
-    }
-    """
-
-    def on_mount(self) -> None:
-        self.border_title = "jobs"
-        self._shown = ""
+    TITLE = "jobs"
 
     def show(self, state: ClusterState, t: float) -> None:
         key = repr([(job.name, job.running, figures(job, state, t)) for job in state.jobs.values()])
         if key == self._shown:
             return
-        self._shown = key
-        if len(state.jobs) == 1:
-            self.update(self._one(next(iter(state.jobs.values())), state, t))
-        else:
-            self.update(self._many(state, t))
+        jobs = list(state.jobs.values())
+        self.show_if_changed(key, self._one(jobs[0], state, t) if len(jobs) == 1 else self._many(state, t))
 
     def _one(self, job: JobStatus, state: ClusterState, t: float) -> Text:
         text = Text()

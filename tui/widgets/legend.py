@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.phases import PHASES
 from engine.state import ClusterState
 
 from .. import jobinfo
 from ..palette import PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP, known_phases
+from .panel import QuietStatic
 
 LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory", "idle",
                  "failed")
 
 
-class Legend(Static):
+class Legend(QuietStatic):
     """One or two lines under the heatmap."""
 
     DEFAULT_CSS = """
@@ -26,9 +26,6 @@ class Legend(Static):
         padding: 0 1;
     }
     """
-
-    def on_mount(self) -> None:
-        self._shown = ""
 
     def show(self, state: ClusterState, metric: str, gpu0: int, gpu1: int, per_pixel: int) -> None:
         text = Text(overflow="fold")
@@ -63,6 +60,4 @@ class Legend(Static):
         unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs (mean)" if metric != "phase" else \
             f"{per_pixel:,} GPUs (commonest; failed wins)"
         text.append(f"   ▀ = {unit}", style="dim")
-        if text.plain != self._shown:
-            self._shown = text.plain
-            self.update(text)
+        self.show_if_changed(text.plain, text)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.state import ClusterState
 
 from .. import format as fmt
 from .. import jobinfo
+from .panel import Panel
 
 TIER_ORDER = ("node", "leaf", "spine", "core", "campus")
 
@@ -31,21 +31,10 @@ def load_style(load: float) -> str:
     return "red" if load >= 0.9 else "yellow" if load >= 0.7 else "green"
 
 
-class LinksPanel(Static):
+class LinksPanel(Panel):
     """One line per link tier: a bar of the busiest link now, its percentage and its recent history."""
 
-    DEFAULT_CSS = """
-    LinksPanel {
-        height: auto;
-        border: round $panel-lighten-2;
-        border-title-color: $text-accent;
-        padding: 0 1;
-    }
-    """
-
-    def on_mount(self) -> None:
-        self.border_title = "links · saturation (max)"
-        self._shown = ""
+    TITLE = "links · saturation (max)"
 
     def show(self, state: ClusterState) -> None:
         tiers = [t for t in TIER_ORDER if t in state.links] + sorted(set(state.links) - set(TIER_ORDER))
@@ -64,7 +53,4 @@ class LinksPanel(Static):
             text.append(fmt.sparkline(history, width, 0.0, 1.0), style="cyan")
             if i < len(tiers) - 1:
                 text.append("\n")
-        key = text.plain
-        if key != self._shown:
-            self._shown = key
-            self.update(text)
+        self.show_if_changed(text.plain, text)

@@ -3,35 +3,22 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from engine.state import ClusterState
 
 from .. import format as fmt
 from .. import jobinfo
+from .panel import Panel
 
 
-class PowerPanel(Static):
+class PowerPanel(Panel):
     """Site MW now, its recent range as a sparkline, and against the budget."""
 
-    DEFAULT_CSS = """
-    PowerPanel {
-        height: auto;
-        border: round $panel-lighten-2;
-        border-title-color: $text-accent;
-        padding: 0 1;
-    }
-    """
-
-    def on_mount(self) -> None:
-        self.border_title = "power"
-        self._shown = ""
+    TITLE = "power"
 
     def show(self, state: ClusterState) -> None:
         text = power_text(state, max(8, (self.size.width or 40) - 4))
-        if text.plain != self._shown:
-            self._shown = text.plain
-            self.update(text)
+        self.show_if_changed(text.plain, text)
 
 
 def power_text(state: ClusterState, width: int) -> Text:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual import events
 from textual.message import Message
-from textual.widgets import Static
 
 from ..playback import Playback, format_clock, format_speed
+from .panel import QuietStatic
 
 
-class TransportBar(Static):
+class TransportBar(QuietStatic):
     """Always shows the simulated time and the speed."""
 
     DEFAULT_CSS = """
@@ -29,7 +29,6 @@ class TransportBar(Static):
             self.fraction = fraction
 
     def on_mount(self) -> None:
-        self._shown = ""
         self._bar_x = 0
         self._bar_w = 1
 
@@ -67,9 +66,7 @@ class TransportBar(Static):
         text.append("●", style="bold")
         text.append("".join(bar[pos + 1:]), style="dim")
         self._bar_x, self._bar_w = 1, width
-        if text.plain != self._shown:
-            self._shown = text.plain
-            self.update(text)
+        self.show_if_changed(text.plain, text)
 
     def on_click(self, event: events.Click) -> None:
         if event.y == 1:
