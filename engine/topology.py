@@ -69,13 +69,6 @@ class Topology:
             tier = np.where(a // per != b // per, level, tier)
         return tier
 
-    def group_tier(self, first: int, stride: int, size: int) -> int:
-        """Outermost tier crossed by a communication group of `size` GPUs spaced `stride` apart from `first`."""
-        if size <= 1:
-            return -1
-        last = first + stride * (size - 1)
-        return int(self.tier_between(first, last).max())
-
     def summary(self) -> dict[str, int]:
         return {"gpus": self.gpus, "gpus_per_node": self.gpus_per_node, "gpus_per_rack": self.gpus_per_rack,
                 "gpus_per_pod": self.gpus_per_pod, "gpus_per_building": self.gpus_per_building,

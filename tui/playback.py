@@ -52,9 +52,6 @@ class Playback:
         self.follow = False
         return self.t
 
-    def seek_by(self, dt: float) -> float:
-        return self.seek(self.t + dt)
-
     def faster(self) -> float:
         bigger = [s for s in SPEEDS if s > self.speed * 1.0001]
         self.speed = bigger[0] if bigger else SPEEDS[-1]
