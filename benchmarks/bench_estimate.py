@@ -12,24 +12,16 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from clustertop.engine.model.estimate import clear_caches
+
 FLAGSHIP = "llama3-405b-16k"
-
-
-def _clear_caches() -> None:
-    from engine import collectives, compute, estimate, pipeline
-
-    for fn in (compute.layer_cost, compute.embedding_cost, compute.output_cost, collectives._route,
-               estimate._net, estimate._chunks, estimate._stage_facts, estimate._simulate_cached,
-               pipeline._program, pipeline._waves, pipeline.order, collectives.ecmp_max_load):
-        fn.cache_clear()
-    estimate._TIERS.clear()
 
 
 def _time(fn, repeat: int = 3) -> float:  # type: ignore[no-untyped-def]
     """Best of `repeat` cold runs (caches cleared before each), in seconds."""
     best = float("inf")
     for _ in range(repeat):
-        _clear_caches()
+        clear_caches()
         t = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t)
@@ -37,8 +29,8 @@ def _time(fn, repeat: int = 3) -> float:  # type: ignore[no-untyped-def]
 
 
 def run() -> dict[str, float]:
-    from engine import scenario
-    from engine.estimate import estimate
+    from clustertop.engine.config import scenario
+    from clustertop.engine.model.estimate import estimate
 
     fixed = _time(lambda: estimate(scenario.load(FLAGSHIP)))
     fast = _time(lambda: estimate(scenario.load(FLAGSHIP), plan=False, hints=False))

@@ -8,7 +8,7 @@
   when read (as the dashboard does at its frame rate); replay_decode_vs_parse also decodes every sample.
 - seek_index_54d_s (one pass over the 54-day file) and seek_54d_ms (mean of state_at at 20 random times).
 
-Until engine/estimate.py exists on this branch, the run uses the synthetic planner of tests/fake_plan.py and
+Until engine/model/estimate.py exists on this branch, the run uses the synthetic planner of tests/fake_plan.py and
 says so on stderr (and record_planner_fake = 1).
 """
 
@@ -23,25 +23,24 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-from engine import scenario
-from engine.reader import Reader, Recording
-from engine.recorder import Recorder
-from engine.run import Run
-from engine.state import ClusterState
+from clustertop.engine.config import scenario
+from clustertop.engine.sim.run import Run
+from clustertop.engine.stream.reader import Reader, Recording
+from clustertop.engine.stream.recorder import Recorder
+from clustertop.engine.stream.state import ClusterState
 
 
 def _planner() -> tuple[Callable[..., Any], bool]:
     try:
-        from engine.estimate import estimate_job  # noqa: F401
+        from clustertop.engine.model.estimate import estimate_job  # noqa: F401
     except ModuleNotFoundError:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         from fake_plan import fake_planner
 
-        print("bench_record: engine/estimate.py is missing; using the synthetic planner of "
+        print("bench_record: engine/model/estimate.py is missing; using the synthetic planner of "
               "tests/fake_plan.py", file=sys.stderr)
         return fake_planner, True
-    from engine.run import default_planner
+    from clustertop.engine.sim.run import default_planner
 
     return default_planner, False
 

@@ -1,7 +1,7 @@
 """Sweep throughput: a 1,000-point sweep of the flagship's layouts (llama3-405b-16k), all cores.
 
 Keys:
-- sweep_points_per_s: points estimated per second with the performance model (engine.estimate), writing the
+- sweep_points_per_s: points estimated per second with the performance model (engine.model.estimate), writing the
   JSON Lines records to a file, pool start-up included; best of 3 runs, each with new workers whose caches
   start empty (the parent process never estimates a point).
 - sweep_trivial_points_per_s: the same sweep with an estimator that does no work (a constant record of the
@@ -20,8 +20,8 @@ import tempfile
 import time
 from typing import Any
 
-from engine import sweep
-from engine.scenario import Scenario
+from clustertop.engine import sweep
+from clustertop.engine.config.scenario import Scenario
 
 BASE = "llama3-405b-16k"
 # 5 x 5 x 5 x 2 x 2 x 2 = 1,000 points; 484 of them invalid, as a real design-space search meets them: 224 with

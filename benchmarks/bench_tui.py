@@ -22,13 +22,12 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-
-from engine import schema
-from engine.phases import CODE
-from tui.app import ClusterTopApp
-from tui.sources import Source
-from tui.sources.index import EventIndex
-from tui.widgets.heatmap import Heatmap
+from clustertop.engine.config.phases import CODE
+from clustertop.engine.stream import schema
+from clustertop.engine.stream.index import EventIndex
+from clustertop.tui.app import ClusterTopApp
+from clustertop.tui.sources import Source
+from clustertop.tui.widgets.heatmap import Heatmap
 
 SIZE = (200, 60)
 FRAMES = 40
@@ -127,7 +126,7 @@ def _record_available() -> bool:
 
 
 async def _live_lag(seconds: float = 8.0, command: list[str] | None = None) -> tuple[float, float]:
-    from tui.sources.live import LiveSource, record_command
+    from clustertop.tui.sources.live import LiveSource, record_command
 
     command = command or record_command("llama3-405b-16k", extra=["--duration", "54d"])
     source = LiveSource("llama3-405b-16k", command=command)

@@ -10,8 +10,9 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from clustertop import __version__
 from clustertop.commands.scenarios import DEFAULT_SCENARIO
-from engine.errors import UserError
+from clustertop.engine.config.errors import UserError
 
 DESCRIPTION = f"""\
 clustertop simulates GPU clusters running real AI workloads (a 16K-GPU Llama 3.1 405B training run,
@@ -55,7 +56,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clustertop", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version="clustertop 0.1.0")
+    parser.add_argument("--version", action="version", version=f"clustertop {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
 
     def add(name: str, help: str, description: str = "", epilog: str = "") -> argparse.ArgumentParser:

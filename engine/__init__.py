@@ -1,4 +1,13 @@
-"""clustertop engine: scenarios, catalogs, the cost model and the simulated cluster.
+"""The clustertop engine, in four layers; a layer imports only those before it in this list:
 
-Importing this package does not import SimPy or Textual; the modules that need SimPy import it themselves.
+- `config`: scenario files, their checks and error messages, the catalogs (data files with sources), the
+  vocabulary everything shares (phases, units, errors).
+- `model`: what a step costs: topology, layout, compute, memory, collectives, pipeline, the step plan, estimate.
+- `sim`: the SimPy run over time: jobs' lifecycle, faults, checkpoints, variability, site power, sampling.
+- `stream`: the event schema, recorder, reader and seek index, state reducer, export: the one contract between
+  the engine and the dashboard. It imports `config` only, so the dashboard (which reads `stream` and `config`)
+  never loads the model or the simulation; `sim` writes through it.
+
+`sweep` (design-space sweeps over the model) sits beside them. Importing this package imports neither SimPy nor
+Textual.
 """

@@ -25,14 +25,13 @@ from typing import IO, Any
 
 import orjson
 
-from . import scenario
-from .errors import UserError
-from .estimate import estimate, to_json
-from .fields import Context
-from .overrides import DELETE, Axis, Path, apply, parse_vary
-from .scenario import Scenario
-from .tomlfile import read_toml
-from .tomlwrite import dumps
+from .config import scenario
+from .config.errors import UserError
+from .config.fields import Context
+from .config.overrides import DELETE, Axis, Path, apply, parse_vary
+from .config.scenario import Scenario
+from .config.tomlfile import dumps, read_toml
+from .model.estimate import estimate, to_json
 
 Estimator = Callable[[Scenario], dict[str, Any]]
 MAX_POINTS = 10_000_000
@@ -256,7 +255,7 @@ def _init_worker(sweep: Sweep) -> None:
     global _WORKER_SWEEP
     _WORKER_SWEEP = sweep
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C stops the parent, which ends the pool
-    from . import catalog
+    from .config import catalog
     catalog.gpus(), catalog.fabrics(), catalog.models()   # once per worker (already there after a fork)
 
 

@@ -1,4 +1,4 @@
-"""A synthetic but realistic planner, for the stream's tests and benchmarks until engine/estimate.py lands.
+"""A synthetic but realistic planner, for the stream's tests and benchmarks until engine/model/estimate.py lands.
 
 It builds a StepPlan the way the real cost model will: a list schedule of 1F1B over `pp` stages with
 `v * m` chunk-microbatches (interleaving approximated by v chunks per microbatch, so the bubble is about
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 
-from engine.layout import Layout
-from engine.scenario import Job, Scenario
-from engine.timeline import Interval, StepPlan
-from engine.topology import Topology
+from clustertop.engine.config.scenario import Job, Scenario
+from clustertop.engine.model.layout import Layout
+from clustertop.engine.model.plan import Interval, StepPlan
+from clustertop.engine.model.topology import Topology
 
 EFFICIENCY = 0.55        # achieved fraction of dense peak inside compute ops
 TP_SHARE = 0.08          # share of every op spent waiting on TP collectives (when tp > 1)
@@ -247,8 +247,8 @@ CLI_WITH_FAKE_PLANNER = """\
 import sys
 sys.path.insert(0, sys.argv[1])
 from fake_plan import fake_planner
-import engine.run
-engine.run.default_planner = fake_planner
+import clustertop.engine.sim.run as engine_run
+engine_run.default_planner = fake_planner
 from clustertop.cli import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -6,9 +6,8 @@ import itertools
 from functools import cache
 
 import pytest
-
-from engine import scenario
-from engine.estimate import JobEstimate, estimate_job
+from clustertop.engine.config import scenario
+from clustertop.engine.model.estimate import JobEstimate, estimate_job
 
 
 @cache
@@ -59,8 +58,7 @@ def test_scaling_efficiency_falls_as_the_cluster_grows_and_the_breakdown_shows_w
 
 def test_straggler_factor_is_the_expected_slowest_gpu() -> None:
     import numpy as np
-
-    from engine.estimate import straggler_factor
+    from clustertop.engine.model.estimate import straggler_factor
 
     rng = np.random.default_rng(3)
     for n in (8, 512, 4096):

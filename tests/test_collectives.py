@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from engine import catalog, scenario
-from engine import collectives as col
+from clustertop.engine.config import catalog, scenario
+from clustertop.engine.model import collectives as col
 
 
 def _cluster(**kw):  # type: ignore[no-untyped-def]
@@ -95,7 +94,7 @@ def test_groups_of_one_cost_nothing() -> None:
 
 
 def test_ecmp_one_flow_per_connection_collides_many_flows_spread() -> None:
-    from engine.collectives import ecmp_max_load
+    from clustertop.engine.model.collectives import ecmp_max_load
 
     assert ecmp_max_load(16, 16, 1) > 2.5           # balls into bins: the busiest of 16 links carries ~3
     assert ecmp_max_load(16, 16, 16) < 1.6
@@ -106,9 +105,9 @@ def test_ecmp_one_flow_per_connection_collides_many_flows_spread() -> None:
 def test_degraded_links_and_plain_ecmp_slow_the_groups_that_cross_them() -> None:
     import dataclasses
 
-    from engine import scenario as sc
-    from engine.collectives import route
-    from engine.scenario import DegradedLinks
+    from clustertop.engine.config import scenario as sc
+    from clustertop.engine.config.scenario import DegradedLinks
+    from clustertop.engine.model.collectives import route
 
     s = sc.load("llama3-405b-16k")
     job = s.jobs[0]
@@ -126,8 +125,7 @@ def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
     # against the pairwise definition: the largest tier between a group's first member and any other, for
     # groups inside one node, rack, pod or building and across them, on clusters with partial pods and buildings
     import numpy as np
-
-    from engine.topology import Topology
+    from clustertop.engine.model.topology import Topology
 
     rng = np.random.default_rng(gpus)
     for per_building in (1, 2, 3):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from engine import catalog
-from engine import compute as cm
+from clustertop.engine.config import catalog
+from clustertop.engine.model import compute as cm
 
 H100 = catalog.gpus()["h100-sxm-80gb"]
 A100 = catalog.gpus()["a100-sxm-80gb"]

@@ -9,11 +9,11 @@ from typing import Any
 
 import orjson
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.sim import control
+from clustertop.engine.sim.run import Run
+from clustertop.engine.stream import protocol
 from fake_plan import CLI_WITH_FAKE_PLANNER, SMALL, fake_planner, write_scenario
-
-from engine import control, scenario
-from engine.run import Run
-from tui.sources import protocol
 
 TESTS = str(Path(__file__).parent)
 QUIET = """
@@ -31,18 +31,17 @@ diurnal_amplitude = 0.0
 """
 
 
-def test_protocol_round_trip_and_the_dashboard_uses_the_same() -> None:
-    for command in (control.speed(250), control.pause(), control.resume(), control.inject_fault(4321)):
-        line = control.encode(command)
-        assert line.endswith(b"\n") and control.decode(line) == command
-    assert control.decode(b'{"cmd": "speed", "value": 2}') == {"cmd": "speed", "value": 2}
+def test_protocol_round_trip_and_the_engine_decodes_with_it() -> None:
+    for command in (protocol.speed(250), protocol.pause(), protocol.resume(), protocol.inject_fault(4321)):
+        line = protocol.encode(command)
+        assert line.endswith(b"\n") and protocol.decode(line) == command
+    assert protocol.decode(b'{"cmd": "speed", "value": 2}') == {"cmd": "speed", "value": 2}
     for bad in (b"not json", b"[1]", b'{"cmd": "reboot"}', b'{"cmd": "speed"}', b'{"cmd": "speed", "value": true}',
                 b'{"cmd": "inject_fault", "gpu": "7"}', b'{"cmd": "inject_fault", "gpu": false}'):
-        assert control.decode(bad) is None
+        assert protocol.decode(bad) is None
     with pytest.raises(ValueError):
-        control.encode({"cmd": "reboot"})
-    assert protocol.encode is control.encode and protocol.decode is control.decode
-    assert protocol.COMMANDS == control.COMMANDS and protocol.inject_fault(3) == control.inject_fault(3)
+        protocol.encode({"cmd": "reboot"})
+    assert control.decode is protocol.decode        # the engine reads what the dashboard writes, one definition
 
 
 class Script:
@@ -86,8 +85,8 @@ class Lines:
 def test_paced_run_follows_speed_pause_resume_and_injects(tmp_path: Any) -> None:
     r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=120.0,
             sample_s=1.0)
-    script = Script({3: [control.speed(100)], 10: [control.pause()], 12: [control.inject_fault(13)],
-                     13: [control.inject_fault(64)], 15: [control.resume()]}, eof_at=20)
+    script = Script({3: [protocol.speed(100)], 10: [protocol.pause()], 12: [protocol.inject_fault(13)],
+                     13: [protocol.inject_fault(64)], 15: [protocol.resume()]}, eof_at=20)
     script.run = r
     warnings: list[str] = []
     pacer = control.Pacer(r, script, clock=script.clock, warn=warnings.append)  # type: ignore[arg-type]
@@ -119,7 +118,7 @@ def test_the_fault_is_written_while_paused(tmp_path: Any) -> None:
             seen.append(sum(b'"type":"fault"' in line for line in sink.lines))
             return super().wait(timeout)
 
-    script = Watch({2: [control.pause()], 4: [control.inject_fault(3)], 8: [control.resume()]}, eof_at=9)
+    script = Watch({2: [protocol.pause()], 4: [protocol.inject_fault(3)], 8: [protocol.resume()]}, eof_at=9)
     script.run = r
     control.Pacer(r, script, clock=script.clock).drive(sink)  # type: ignore[arg-type]
     assert seen[4] == 1          # the next look after the command: written, though still paused
@@ -135,7 +134,7 @@ def test_record_control_writes_the_same_stream(tmp_path: Path) -> None:
     plain, paced = tmp_path / "plain.jsonl", tmp_path / "paced.jsonl"
     assert cli("record", path, "-o", str(plain), "--duration", "2h").returncode == 0
     done = cli("record", path, "-o", str(paced), "--duration", "2h", "--control",
-               stdin=control.encode(control.speed(1e6)))
+               stdin=protocol.encode(protocol.speed(1e6)))
     assert done.returncode == 0, done.stderr
     assert paced.read_bytes() == plain.read_bytes() and b'"type":"fault"' in plain.read_bytes()
 
@@ -143,7 +142,7 @@ def test_record_control_writes_the_same_stream(tmp_path: Path) -> None:
 def test_record_control_paces_and_injects(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, SMALL + QUIET)
     out = tmp_path / "live.jsonl"
-    commands = control.encode(control.speed(20)) + control.encode(control.inject_fault(13))
+    commands = protocol.encode(protocol.speed(20)) + protocol.encode(protocol.inject_fault(13))
     done = cli("record", path, "-o", str(out), "--duration", "10s", "--control", "--json", stdin=commands)
     assert done.returncode == 0, done.stderr
     summary = orjson.loads(done.stdout)

@@ -7,13 +7,13 @@ import itertools
 import json
 
 import pytest
+from clustertop.engine.config import catalog, scenario
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.phases import PHASES
+from clustertop.engine.model.estimate import estimate, estimate_job, to_json
+from clustertop.engine.model.topology import TIERS
 
 from clustertop.cli import main
-from engine import catalog, scenario
-from engine.errors import UserError
-from engine.estimate import estimate, estimate_job, to_json
-from engine.phases import PHASES
-from engine.topology import TIERS
 
 JOB_KEYS = {"name", "gpus", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
             "hardware_tflops_per_gpu", "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen"}
@@ -66,9 +66,8 @@ def test_breakdown_sums_to_the_step(flagship) -> None:  # type: ignore[no-untype
 @pytest.mark.parametrize("v", [1, 2])
 def test_extending_a_step_stretches_the_simulated_one(v: int) -> None:
     import numpy as np
-
-    from engine.estimate import _extend
-    from engine.pipeline import PHASE_CODE, evaluate
+    from clustertop.engine.model.pipeline import PHASE_CODE, evaluate
+    from clustertop.engine.model.plan import extend_run as _extend
 
     p, m1, m2 = 4, 8, 16
     rng = np.random.default_rng(v)
@@ -222,8 +221,8 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import engine.estimate as est
-    from engine.validate import scenarios
+    import clustertop.engine.model.step as est
+    from clustertop.engine.model.validate import scenarios
 
     s = scenarios()["bloom-176b"]
     job = dataclasses.replace(s.jobs[0], micro_batch=1)        # 256 microbatches per replica
@@ -246,7 +245,7 @@ def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # t
 
 def _fast_and_full(s):  # type: ignore[no-untyped-def]
     """estimate(s) without and with the plan and hints, each computed from scratch."""
-    import engine.estimate as est
+    import clustertop.engine.model.step as est
 
     est._simulate_cached.cache_clear()
     fast = estimate(s, plan=False, hints=False)
@@ -306,8 +305,8 @@ def _walk(intervals: list[tuple[float, float, str]], end: float) -> list[tuple[f
 def test_merged_runs_are_the_walk_over_sorted_intervals() -> None:
     import random
 
-    from engine.estimate import _merge
-    from engine.pipeline import Intervals
+    from clustertop.engine.model.pipeline import Intervals
+    from clustertop.engine.model.plan import merge_runs as _merge
 
     rng = random.Random(7)
     for _ in range(300):

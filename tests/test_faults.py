@@ -7,21 +7,22 @@ import dataclasses
 
 import numpy as np
 import pytest
-
-from engine import faults, scenario
-from engine.compute import total_params
+from clustertop.engine.config import catalog, scenario
+from clustertop.engine.model import checkpoint
+from clustertop.engine.model.compute import total_params
+from clustertop.engine.sim import faults, lifecycle
 
 DAYS54 = 54 * 86400.0
 
 
 def test_rates_reproduce_table5_in_expectation() -> None:
-    assert sum(c.count for c in faults.causes()) == 419
-    assert abs(faults.expected_count(16384, 8, DAYS54) - 419) < 1e-6
+    assert sum(c.count for c in catalog.causes()) == 419
+    assert abs(checkpoint.expected_count(16384, 8, DAYS54) - 419) < 1e-6
 
 
 def test_rates_scale_with_cluster_size() -> None:
-    assert abs(faults.expected_count(32768, 8, DAYS54) - 2 * 419) < 1e-6
-    assert abs(faults.expected_count(1024, 8, DAYS54) - 419 / 16) < 1e-6
+    assert abs(checkpoint.expected_count(32768, 8, DAYS54) - 2 * 419) < 1e-6
+    assert abs(checkpoint.expected_count(1024, 8, DAYS54) - 419 / 16) < 1e-6
 
 
 def test_counts_over_seeds_are_poisson_around_419() -> None:
@@ -39,7 +40,7 @@ def test_causes_follow_table5_proportions() -> None:
     for seed in range(20):
         total.update(f.cause for f in faults.schedule(0, 16384, 8, 0.0, DAYS54, seed))
     n = sum(total.values())
-    for cause in faults.causes():
+    for cause in catalog.causes():
         expected = cause.count / 419
         sigma = (expected * (1 - expected) / n) ** 0.5
         assert abs(total[cause.name] / n - expected) < 4 * sigma + 1e-3, cause.name
@@ -71,9 +72,9 @@ def test_planned_interruptions_about_47_in_54_days() -> None:
 
 def test_young_daly() -> None:
     # C = 5 s checkpoints, 466 interruptions in 54 days: about 5 minutes between checkpoints.
-    t = faults.young_daly_interval(5.0, 466 / DAYS54)
+    t = checkpoint.young_daly_interval(5.0, 466 / DAYS54)
     assert 250 < t < 400
-    assert faults.young_daly_interval(5.0, 0.0) == float("inf")
+    assert checkpoint.young_daly_interval(5.0, 0.0) == float("inf")
 
 
 def test_each_job_draws_its_own_faults() -> None:
@@ -93,7 +94,7 @@ def test_a_fault_at_a_gpu_names_its_component() -> None:
 
 
 def test_spares_come_back_from_repair() -> None:
-    pool = faults.SparePool(spares=2, repair_s=100.0)
+    pool = lifecycle.SparePool(spares=2, repair_s=100.0)
     pool.fail(0.0)
     pool.fail(10.0)
     assert pool.ready_at(2, 20.0) == 20.0
@@ -111,15 +112,15 @@ def test_flagship_checkpoint_cost_and_interval() -> None:
     job = s.jobs[0]
     params = total_params(job.model)[0]
     assert 400e9 < params < 410e9
-    plan = faults.checkpoint_plan(s, job)
+    plan = checkpoint.checkpoint_plan(s, job)
     # 14 bytes per parameter (BF16 weights, FP32 master weights and Adam moments) at 2 TB/s (Tectonic sustained).
     assert plan.state_bytes == 14 * params and plan.write_s == pytest.approx(14 * params / 2e12)
     assert plan.mode == "sync" and plan.stall_s == plan.write_s
     rate = (419 + 47) / DAYS54
-    assert faults.expected_rate(16384, 8, 1.0, 47 / 54) == pytest.approx(rate)
+    assert checkpoint.expected_rate(16384, 8, 1.0, 47 / 54) == pytest.approx(rate)
     assert plan.interval_s == pytest.approx((2 * plan.write_s / rate) ** 0.5)        # Young/Daly: ~4 minutes
     assert 200 < plan.interval_s < 300
-    async_plan = faults.checkpoint_plan(dataclasses.replace(s, checkpoint=dataclasses.replace(
+    async_plan = checkpoint.checkpoint_plan(dataclasses.replace(s, checkpoint=dataclasses.replace(
         s.checkpoint, mode="async")), job)
     local = 2 * params / 128 + 12 * params / (128 * 128)          # TP 8 x PP 16 shards, ZeRO-1 over DP 128
     assert async_plan.stall_s == pytest.approx(local / 64e9)      # PCIe gen5 x16 to host memory

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from engine import catalog, scenario
-from engine.estimate import estimate, estimate_job, to_json
-from engine.inference import serve
+from clustertop.engine.config import catalog, scenario
+from clustertop.engine.model.estimate import estimate, estimate_job, to_json
+from clustertop.engine.model.inference import serve
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from engine import catalog, scenario
-from engine import memory as mem
-from engine.estimate import estimate_job
+from clustertop.engine.config import catalog, scenario
+from clustertop.engine.model import memory as mem
+from clustertop.engine.model.estimate import estimate_job
 
 MODELS = catalog.models()
 
@@ -78,8 +77,8 @@ def test_capacity_is_the_gib_the_board_reports() -> None:
 
 
 def test_fp8_caches_gemm_inputs_in_one_byte_and_mla_recomputes_up_projections() -> None:
-    from engine import catalog
-    from engine.memory import activation_bytes_per_token
+    from clustertop.engine.config import catalog
+    from clustertop.engine.model.memory import activation_bytes_per_token
 
     ds = catalog.models()["deepseek-v3"]
     bf16 = activation_bytes_per_token(ds, True, 1, False, "selective")

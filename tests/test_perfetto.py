@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.sim.run import Constant, Run
+from clustertop.engine.stream.recorder import Recorder
 from fake_plan import MIXED, fake_planner, write_scenario
 
 from clustertop.cli import main
-from engine import scenario
-from engine.recorder import Recorder
-from engine.run import Constant, Run
 
 
 @pytest.fixture

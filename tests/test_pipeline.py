@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from engine.errors import UserError
-from engine.pipeline import check, evaluate, order, peak_inflight, simulate, split_layers
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.model.pipeline import check, evaluate, order, peak_inflight, simulate, split_layers
 
 
 def _uniform(p: int, v: int, f: float = 1.0, b: float = 2.0):  # type: ignore[no-untyped-def]

@@ -6,12 +6,12 @@ from typing import Any
 
 import orjson
 import pytest
+from clustertop.engine.config import catalog, scenario
+from clustertop.engine.config.phases import CODE
+from clustertop.engine.model.power import PowerModel
+from clustertop.engine.sim.run import Run
+from clustertop.engine.stream import schema
 from fake_plan import QUIET, SMALL, fake_planner, write_scenario
-
-from engine import catalog, scenario, schema
-from engine.phases import CODE
-from engine.power import PowerModel
-from engine.run import Run
 
 
 def cluster(gpu: str = "h100-sxm-80gb", budget: float | None = None, tmp_path: Any = None) -> Any:

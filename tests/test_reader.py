@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.sim.run import Run
+from clustertop.engine.stream import recorder
+from clustertop.engine.stream.reader import Reader, Recording, fold, iter_events, iter_lines_events
+from clustertop.engine.stream.recorder import Recorder
+from clustertop.engine.stream.state import ClusterState
 from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, fake_planner, write_scenario
-
-from engine import recorder, scenario
-from engine.errors import UserError
-from engine.reader import Reader, Recording, fold, iter_events, iter_lines_events
-from engine.recorder import Recorder
-from engine.run import Run
-from engine.state import ClusterState
 
 TESTS = str(Path(__file__).parent)
 
@@ -89,7 +89,7 @@ def test_all_sources_agree(recording: Path, tmp_path: Path) -> None:
 
 
 def test_stdin_pipe(recording: Path) -> None:
-    code = ("import sys\nfrom engine.reader import fold\ns = fold('-')\n"
+    code = ("import sys\nfrom clustertop.engine.stream.reader import fold\ns = fold('-')\n"
             "print(s.t, s.samples, s.jobs['train'].step)")
     done = subprocess.run([sys.executable, "-c", code], input=gzip.compress(recording.read_bytes()),
                           capture_output=True, timeout=60, check=False)
@@ -227,7 +227,7 @@ def test_reader_closes_its_file(recording: Path) -> None:
 
 def test_no_corruption_gives_a_traceback(recording: Path, tmp_path: Path) -> None:
     """Random damage to a recording ends in a result (maybe with warnings) or a one-line UserError."""
-    from engine import perfetto
+    from clustertop.engine.stream import perfetto
 
     rng = np.random.default_rng(5)
     data = recording.read_bytes()[:60_000]

@@ -11,20 +11,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import clustertop.engine.sim.run as engine_run
 import orjson
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.stream import reader
 from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, QUIET, SMALL, fake_planner, write_scenario
 
-import engine.run
 from clustertop.cli import main
-from engine import reader, scenario
 
 TESTS = str(Path(__file__).parent)
 
 
 @pytest.fixture(autouse=True)
 def fake_cost_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine.run, "default_planner", fake_planner)
+    monkeypatch.setattr(engine_run, "default_planner", fake_planner)
 
 
 RUN_KEYS = {"interruptions_unexpected", "interruptions_planned", "effective_training_time", "site_mw_min",
@@ -143,7 +144,7 @@ def test_unwritable_output(small: str, tmp_path: Path, capsys: pytest.CaptureFix
     locked.mkdir()
     # Root may write anywhere, so deny access the way the kernel would for another user.
     real_access = os.access
-    monkeypatch.setattr("engine.recorder.os.access",
+    monkeypatch.setattr("clustertop.engine.stream.recorder.os.access",
                         lambda p, mode: False if Path(p) == locked else real_access(p, mode))
     assert record(small, "-o", str(locked / "r.jsonl")) == 2
     assert "permission denied" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Faults, checkpoints, restarts and maintenance in the engine run (engine/faults.py JobDriver, engine/run.py).
+"""Faults, checkpoints, restarts and maintenance in the engine run (engine/sim/faults.py JobDriver, engine/sim/run.py).
 
 On the 64-GPU `small` cluster of tests/fake_plan.py (steps of ~0.75 s): scheduled faults ([[faults.inject]]), exact
 restart times, the work lost, the hardware shown failed, spares, and the counts in the summary.
@@ -13,13 +13,15 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.phases import CODE
+from clustertop.engine.model import checkpoint
+from clustertop.engine.sim import faults, lifecycle
+from clustertop.engine.sim.run import Run
+from clustertop.engine.stream import schema
+from clustertop.engine.stream.state import ClusterState
 from fake_plan import MIXED, SMALL, fake_planner, write_scenario
-
-from engine import faults, scenario, schema
-from engine.errors import UserError
-from engine.phases import CODE
-from engine.run import Run
-from engine.state import ClusterState
 
 TOKENS = 64 * 4096          # tokens per step of the small job
 
@@ -66,7 +68,7 @@ def test_fault_restarts_from_the_last_checkpoint(tmp_path: Any) -> None:
     text = scenario_text(inject(("33s", 13)), 'interval = "10s"\nstorage_tb_s = 0.1')
     r, events = run(tmp_path, text, duration_s=80.0, sample_s=1.0)
     p = period(r)
-    write = faults.checkpoint_plan(r.scenario, r.scenario.jobs[0]).write_s
+    write = checkpoint.checkpoint_plan(r.scenario, r.scenario.jobs[0]).write_s
     assert write == pytest.approx(14 * 8.03e9 / 0.1e12, rel=0.01)          # 14 bytes per parameter at 0.1 TB/s
     starts, ends = of(events, "checkpoint_start"), of(events, "checkpoint_end")
     # The first checkpoint is written at the first step boundary after 10 s; training stops while it is written.
@@ -174,7 +176,7 @@ def test_asynchronous_checkpoints_write_behind_training(tmp_path: Any) -> None:
     text = scenario_text(inject(("14s", 13)), 'interval = "10s"\nmode = "async"\nstorage_tb_s = 0.0225')
     r, events = run(tmp_path, text, duration_s=60.0, sample_s=1.0)
     p = period(r)
-    plan = faults.checkpoint_plan(r.scenario, r.scenario.jobs[0])
+    plan = checkpoint.checkpoint_plan(r.scenario, r.scenario.jobs[0])
     # The snapshot to host memory: each GPU's weights (sharded over TP 2 x PP 4) and ZeRO-1 optimizer shard.
     local = 2 * 8.03e9 / 8 + 12 * 8.03e9 / 64
     assert plan.stall_s == pytest.approx(local / 64e9, rel=0.01) and plan.write_s == pytest.approx(5.0, rel=0.01)
@@ -202,7 +204,7 @@ def test_maintenance_checkpoints_then_stops_for_its_window(tmp_path: Any) -> Non
 
     def calendar(run: Run) -> Any:
         yield run.env.timeout(20.0)
-        run.interrupt(run.tracks[0], faults.PLANNED)
+        run.interrupt(run.tracks[0], lifecycle.PLANNED)
 
     r.add_process(calendar)
     events = [orjson.loads(line) for line in r.lines()]

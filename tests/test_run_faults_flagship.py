@@ -11,12 +11,13 @@ import collections
 
 import orjson
 import pytest
-
-from engine import faults, scenario
-from engine.run import Run
+from clustertop.engine.config import catalog, scenario
+from clustertop.engine.model import checkpoint
+from clustertop.engine.sim import faults
+from clustertop.engine.sim.run import Run
 
 DAYS54 = 54 * 86400.0
-TABLE5 = {c.name: c.count for c in faults.causes()}
+TABLE5 = {c.name: c.count for c in catalog.causes()}
 
 
 class Events:
@@ -54,7 +55,7 @@ def test_interruptions_match_llama3(flagship: tuple[Run, list[dict]]) -> None:
     for name, count in TABLE5.items():
         share = count / 419
         assert abs(causes[name] / n - share) < 4 * (share * (1 - share) / n) ** 0.5 + 0.005, name
-    gpu_share = sum(v for k, v in causes.items() if faults.cause(k).category == "GPU") / n
+    gpu_share = sum(v for k, v in causes.items() if catalog.cause(k).category == "GPU") / n
     assert gpu_share == pytest.approx(268 / 419, abs=0.08)       # the GPU category of faults.toml
 
 
@@ -62,7 +63,7 @@ def test_effective_training_time_and_checkpoints(flagship: tuple[Run, list[dict]
     run, events = flagship
     s = run.summary
     assert 0.85 <= s["effective_training_time"] <= 0.95              # Llama 3: above 90%
-    plan = faults.checkpoint_plan(run.scenario, run.scenario.jobs[0])
+    plan = checkpoint.checkpoint_plan(run.scenario, run.scenario.jobs[0])
     up = DAYS54 - sum(e["downtime_s"] for e in events if e["type"] == "restart")
     # One checkpoint per interval plus its write, each started at the next step boundary (~7 s steps).
     assert s["checkpoints"] == pytest.approx(up / (plan.interval_s + plan.write_s + 3.5), rel=0.03)

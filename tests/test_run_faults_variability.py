@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.config.phases import CODE
+from clustertop.engine.sim.run import Run
+from clustertop.engine.stream import schema
 from fake_plan import SMALL, fake_planner, write_scenario
-
-from engine import scenario, schema
-from engine.phases import CODE
-from engine.run import Run
 
 NO_FAULTS = "\n[faults]\nenabled = false\nrate_scale = 0.0\nplanned_per_day = 0.0\n"
 

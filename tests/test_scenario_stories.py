@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.model.estimate import estimate, estimate_job
+from clustertop.engine.stream.reader import iter_events
+from clustertop.engine.stream.schema import rle_decode
 
 from clustertop.cli import main
-from engine import scenario
-from engine.estimate import estimate, estimate_job
-from engine.reader import iter_events
-from engine.schema import rle_decode
 
 
 def _job(name: str, index: int = 0):  # type: ignore[no-untyped-def]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from clustertop.engine.config import scenario
 
 from clustertop.cli import DEFAULT_SCENARIO, main
-from engine import scenario
 
 
 def test_default_scenario_is_the_flagship() -> None:

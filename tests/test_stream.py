@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from clustertop.engine.config import scenario
+from clustertop.engine.config.phases import CODE
+from clustertop.engine.model.plan import Interval, StepPlan
+from clustertop.engine.sim.run import PHASE_UTIL, Constant, Run, default_sample_interval
+from clustertop.engine.stream import schema
+from clustertop.engine.stream.state import ClusterState
 from fake_plan import MIXED, QUIET, SMALL, fake_planner, write_scenario
-
-from engine import scenario, schema
-from engine.phases import CODE
-from engine.run import PHASE_UTIL, Constant, Run, default_sample_interval
-from engine.state import ClusterState
-from engine.timeline import Interval, StepPlan
 
 # The stream's mechanics are tested on a cluster with no faults, no checkpoints and no stragglers (issue 6's
 # behaviour has its own tests in test_run_faults.py): steps then follow the cost model's plan exactly.

@@ -12,11 +12,11 @@ from typing import Any
 import fake_estimate
 import orjson
 import pytest
-
-from engine import overrides, scenario, sweep
-from engine.errors import UserError
-from engine.scenario import Scenario
-from engine.tomlwrite import dumps
+from clustertop.engine import sweep
+from clustertop.engine.config import overrides, scenario
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.scenario import Scenario
+from clustertop.engine.config.tomlfile import dumps
 
 SMALL = """\
 name = "small"

@@ -9,11 +9,12 @@ from pathlib import Path
 import fake_estimate
 import orjson
 import pytest
+from clustertop.engine import sweep
+from clustertop.engine.config import scenario
 from test_sweep import SMALL, write
 
 import clustertop.commands.sweep as sweep_command
 from clustertop.cli import main
-from engine import scenario, sweep
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +77,7 @@ def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
 
 def test_default_estimator_is_the_performance_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.estimate import estimate, to_json
+    from clustertop.engine.model.estimate import estimate, to_json
 
     monkeypatch.setattr(sweep_command, "ESTIMATOR", None)
     base, out = write(tmp_path), tmp_path / "a.jsonl"
@@ -151,21 +152,23 @@ def test_dask_scheduler_unreachable(tmp_path: Path, capsys: pytest.CaptureFixtur
                                    "tcp://127.0.0.1:9"), "cannot connect to the Dask scheduler at tcp://127.0.0.1:9")
 
 
-def test_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_only_on_a_terminal_and_never_over_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clustertop import progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert not progress.wanted("out.jsonl")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert progress.wanted("out.jsonl") and progress.wanted(None)
+    assert not progress.wanted("-"), "records on stdout (a pipe, a dashboard): no bar over them"
     stream = io.StringIO()
-    progress = sweep_command._Progress(200, stream)
-    ranking = sweep.Ranking(1)
-    for i in range(100):
-        ranking.add(sweep.Outcome(i, b"", "invalid", reason="x"))
-    progress.started -= 1.0
-    progress.drawn -= 1.0
-    progress(ranking)
-    assert stream.getvalue() == f"\r[{'#' * 15}{'.' * 15}] 100/200 points " + stream.getvalue().split("points ")[1]
-    assert stream.getvalue().endswith("/s, 100 invalid")
-    progress(ranking)
-    assert stream.getvalue().count("\r") == 1, "redrawn at most 10 times a second"
-    progress.close()
-    assert stream.getvalue().endswith("\r" + " " * progress.length + "\r")
+    with progress.Bar(200, enabled=True, file=stream) as bar:
+        bar.update(100, "100/200 points, 50/s, 3 invalid")
+        bar._progress.refresh()  # type: ignore[union-attr]
+    assert "100/200 points, 50/s, 3 invalid" in stream.getvalue() and "50%" in stream.getvalue()
+    silent = io.StringIO()
+    with progress.Bar(200, enabled=False, file=silent) as bar:
+        bar.update(100, "x")
+    assert silent.getvalue() == ""
 
 
 def test_the_table_shows_the_mfu_estimate_shows(capsys: pytest.CaptureFixture[str],

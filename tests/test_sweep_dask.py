@@ -7,12 +7,12 @@ from pathlib import Path
 
 import fake_estimate
 import pytest
+from clustertop.engine import sweep
 from distributed import LocalCluster
 from test_sweep import FLAGSHIP_AXES
 
 import clustertop.commands.sweep as sweep_command
 from clustertop.cli import main
-from engine import sweep
 
 
 def local_records(sw: sweep.Sweep) -> tuple[bytes, sweep.Ranking]:

@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from clustertop.tui.app import ClusterTopApp
+from clustertop.tui.grid import View
+from clustertop.tui.sources.recording import RecordingSource
+from clustertop.tui.widgets.heatmap import Heatmap
 from rich.console import Console
 
 from clustertop.cli import main as cli_main
-from tui.app import ClusterTopApp
-from tui.grid import View
-from tui.sources.recording import RecordingSource
-from tui.widgets.heatmap import Heatmap
 
 FLAGSHIP = "recordings/flagship-16k.jsonl.gz"
 SIZE = (200, 60)
@@ -165,7 +165,7 @@ async def test_failed_gpus_show_in_phase_colour_at_site_zoom() -> None:
         heatmap = app.screen.query_one(Heatmap)
         lay = heatmap.layout_info
         colours = heatmap.pixel_colours(lay)
-        from tui.palette import PHASE_BASE
+        from clustertop.tui.palette import PHASE_BASE
         failed = set(map(int, (colours == PHASE_BASE + 10).nonzero()[0]))
         assert failed, "a failed node must show at the site view"
         gpus = app.states[0].phase == 10
@@ -259,8 +259,8 @@ async def test_starts_with_the_requested_metric() -> None:
 @sync
 async def test_the_fault_and_restart_of_the_real_recording_are_on_screen() -> None:
     """The committed recording: a GPU fault at 40 s on GPU 1000 (node 125), restart at 51 s from step 3."""
-    from tui.widgets.event_log import EventLog
-    from tui.widgets.jobs import JobsPanel
+    from clustertop.tui.widgets.event_log import EventLog
+    from clustertop.tui.widgets.jobs import JobsPanel
 
     app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=45.0, paused=True)
     async with app.run_test(size=SIZE) as pilot:
@@ -284,11 +284,11 @@ SWEEP = "recordings/sweep-16k.jsonl"
 @sync
 async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path) -> None:
     """Rows by step time, out-of-memory then invalid points last; enter rebuilds the chosen point's scenario."""
+    from clustertop.engine.config import scenario
+    from clustertop.tui.sweep import SweepApp, looks_like_sweep_results, read_results, status
     from textual.widgets import DataTable
 
     from clustertop.commands.replay import point_toml
-    from engine import scenario
-    from tui.sweep import SweepApp, looks_like_sweep_results, read_results, status
 
     assert looks_like_sweep_results(SWEEP) and not looks_like_sweep_results(FLAGSHIP)
     records = read_results(SWEEP)
@@ -309,7 +309,7 @@ async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path)
 
 @sync
 async def test_an_invalid_sweep_point_is_not_run(tmp_path) -> None:
-    from tui.sweep import SweepApp, read_results
+    from clustertop.tui.sweep import SweepApp, read_results
 
     app = SweepApp(read_results(SWEEP), "sweep-16k.jsonl", prepare=lambda record: "ran")
     async with app.run_test(size=SIZE) as pilot:

@@ -7,8 +7,8 @@ report before committing.
 
 from __future__ import annotations
 
-from tui.app import ClusterTopApp
-from tui.sources.recording import RecordingSource
+from clustertop.tui.app import ClusterTopApp
+from clustertop.tui.sources.recording import RecordingSource
 
 FLAGSHIP_16K = "recordings/flagship-16k.jsonl.gz"
 FLAGSHIP_8K = "recordings/flagship-8k.jsonl.gz"
@@ -56,6 +56,6 @@ def test_after_the_restart(snap_compare) -> None:
 
 
 def test_sweep_results_table(snap_compare) -> None:
-    from tui.sweep import SweepApp, read_results
+    from clustertop.tui.sweep import SweepApp, read_results
 
     assert snap_compare(SweepApp(read_results("recordings/sweep-16k.jsonl"), "sweep-16k.jsonl"), terminal_size=SIZE)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from clustertop.engine.model.validate import megatron_flops_per_step, reference, run_checks, scenarios
 
 from clustertop.cli import main
-from engine.validate import megatron_flops_per_step, reference, run_checks, scenarios
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_cli_prints_the_table_and_exits_zero(capsys: pytest.CaptureFixture[str])
 
 
 def test_cli_exits_non_zero_when_a_run_misses(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    import engine.validate as ev
+    import clustertop.engine.model.validate as ev
 
     original = ev.reference()
     patched = dict(original)

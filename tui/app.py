@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import ClassVar
 
+from clustertop.engine.stream import protocol
+from clustertop.engine.stream.state import ClusterState
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-
-from engine.state import ClusterState
 
 from . import jobinfo
 from .playback import Playback, format_clock, format_speed
@@ -23,7 +23,7 @@ from .screens.compare import CompareScreen
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.main import MainScreen
-from .sources import Source, protocol
+from .sources import Source
 
 FPS = 30
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from engine.units import format_duration
+from clustertop.engine.config.units import format_duration
 
 SPARKS = "▁▂▃▄▅▆▇█"
 

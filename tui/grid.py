@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from engine.phases import CODE, PHASES
+from clustertop.engine.config.phases import CODE, PHASES
 
 LEVEL_NAMES = ("site", "building", "pod", "rack", "node")
 # Map codes for cells that are not pixels (negative, so they index the specials at the end of a colour table).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.state import ClusterState, JobStatus
+from clustertop.engine.stream.state import ClusterState, JobStatus
 
 DIMS = ("tp", "cp", "pp", "dp", "ep")
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from clustertop.engine.config.phases import CODE, PHASES
 from rich.color import Color
 from rich.style import Style
-
-from engine.phases import CODE, PHASES
 
 LEVELS = 32   # steps of a continuous ramp
 

@@ -3,7 +3,7 @@ time, out-of-memory points after those that fit and invalid points last. Enter o
 `prepare(record)` for something to run (the replay command writes the point's scenario to a temporary TOML) and
 exits with it; `prepare` raising UserError (an invalid point) is a notification and the table stays.
 
-Reading is engine/reader.py's `open_binary` (plain or gzip); any line that is not a record is a UserError naming
+Reading is engine/stream/reader.py's `open_binary` (plain or gzip); any line that is not a record is a UserError naming
 the file and line, before the table starts.
 """
 
@@ -14,13 +14,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import orjson
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.stream.reader import open_binary
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Static
-
-from engine.errors import UserError
-from engine.reader import open_binary
 
 from . import format as fmt
 

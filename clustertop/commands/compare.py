@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engine import scenario
-from engine.reader import GZIP_MAGIC
-from tui.sources import Source
+from clustertop.engine.config import scenario
+from clustertop.engine.stream.reader import GZIP_MAGIC
+from clustertop.tui.sources import Source
 
 
 def is_recording(arg: str) -> bool:
@@ -24,11 +24,11 @@ def is_recording(arg: str) -> bool:
 
 def open_side(arg: str) -> Source:
     if is_recording(arg):
-        from tui.sources.recording import RecordingSource
+        from clustertop.tui.sources.recording import RecordingSource
 
         return RecordingSource(arg)
     scenario.load(arg)
-    from tui.sources.live import LiveSource
+    from clustertop.tui.sources.live import LiveSource
 
     return LiveSource(arg)
 
@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
     except BaseException:
         a.close()
         raise
-    from tui.app import show
+    from clustertop.tui.app import show
 
     show([a, b], compare=True)
     return 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine import scenario
-from engine.estimate import JobEstimate, ScenarioEstimate, estimate, to_json
+from clustertop.engine.config import scenario
+from clustertop.engine.model.estimate import JobEstimate, ScenarioEstimate, estimate, to_json
 
 PHASE_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP comm", "ep": "EP comm", "pp": "PP comm",
                 "dp": "DP comm", "bubble": "bubble", "optimizer": "optimizer", "stragglers": "stragglers",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine import perfetto
+from clustertop.engine.stream import perfetto
 
 
 def main(args: argparse.Namespace) -> int:

@@ -4,8 +4,8 @@ Everything a user can get wrong (scenario, --duration, --sample, --seed, the out
 rejects) is checked before the output file is created, so a bad invocation writes nothing.
 
 With --control (the dashboard's live mode), commands arrive as JSON lines on stdin and the output is paced to the
-commanded speed (engine/control.py). The --json summary includes the run's interruptions, effective training
-time, site power extremes and checkpoints (engine/run.py `Run.summary`).
+commanded speed (engine/sim/control.py). The --json summary includes the run's interruptions, effective training
+time, site power extremes and checkpoints (engine/sim/run.py `Run.summary`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from typing import Any
 
 import orjson
 
-from engine import control, scenario
-from engine import run as engine_run
-from engine.errors import UserError
-from engine.progress import Progress
-from engine.recorder import Recorder, check_output
-from engine.units import format_duration, parse_duration
+from clustertop.engine.config import scenario
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.units import format_duration, parse_duration
+from clustertop.engine.sim import control
+from clustertop.engine.sim import run as engine_run
+from clustertop.engine.stream.recorder import Recorder, check_output
+from clustertop.progress import RunBar, wanted
 
 
 def _duration(text: str, flag: str) -> float:
@@ -46,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     sim = engine_run.Run(s, duration_s=duration, seed=args.seed, sample_s=sample,
                          planner=engine_run.default_planner)
     recorder = Recorder.open(args.output)
-    progress = Progress(sim.duration_s)
+    progress = RunBar(sim.duration_s, wanted(args.output))
     start = time.monotonic()
     try:
         if getattr(args, "control", False):

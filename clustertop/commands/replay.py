@@ -13,25 +13,25 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tui.sources import Source
+from clustertop.tui.sources import Source
 
 
 def open_source(path: str) -> Source:
     """A recording file, or stdin for '-'. UserError on a bad file, before any screen is drawn."""
     if path == "-":
-        from tui.sources.stdin import stdin_source
+        from clustertop.tui.sources.stdin import stdin_source
 
         return stdin_source()
-    from tui.sources.recording import RecordingSource
+    from clustertop.tui.sources.recording import RecordingSource
 
     return RecordingSource(path)
 
 
 def point_toml(record: dict[str, Any], directory: str) -> str:
     """The scenario of a sweep record written as TOML in `directory`; UserError when it cannot be rebuilt."""
-    from engine import sweep
-    from engine.errors import UserError
-    from engine.tomlwrite import dumps
+    from clustertop.engine import sweep
+    from clustertop.engine.config.errors import UserError
+    from clustertop.engine.config.tomlfile import dumps
 
     base = str(record.get("scenario") or "")
     if not base:
@@ -46,7 +46,7 @@ def point_toml(record: dict[str, Any], directory: str) -> str:
 
 
 def run_sweep(path: str) -> int:
-    from tui.sweep import SweepApp, read_results
+    from clustertop.tui.sweep import SweepApp, read_results
 
     records = read_results(path)                      # a bad file is a one-line error before any screen
     directory = tempfile.mkdtemp(prefix="clustertop-sweep-")
@@ -62,19 +62,19 @@ def run_sweep(path: str) -> int:
 
 
 def run_live(scenario_path: str) -> None:
-    from tui.app import show
-    from tui.sources.live import LiveSource
+    from clustertop.tui.app import show
+    from clustertop.tui.sources.live import LiveSource
 
     show([LiveSource(scenario_path)])
 
 
 def main(args: argparse.Namespace) -> int:
-    from tui.sweep import looks_like_sweep_results
+    from clustertop.tui.sweep import looks_like_sweep_results
 
     if looks_like_sweep_results(args.file):
         return run_sweep(args.file)
     source = open_source(args.file)
-    from tui.app import show
+    from clustertop.tui.app import show
 
     show([source])
     return 0

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from engine import scenario
+from clustertop.engine.config import scenario
 
 
 def main(args: argparse.Namespace) -> int:
     scenario.load(args.scenario)   # a bad scenario is a one-line error here, before any process starts
-    from tui.app import show
-    from tui.sources.live import LiveSource
+    from clustertop.tui.app import show
+    from clustertop.tui.sources.live import LiveSource
 
     show([LiveSource(args.scenario, seed=args.seed)])
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine import scenario
+from clustertop.engine.config import scenario
 
 DEFAULT_SCENARIO = "llama3-405b-16k"
 

@@ -16,8 +16,9 @@ from typing import IO, Any, TextIO, cast
 
 import orjson
 
-from engine import sweep
-from engine.errors import UserError
+from clustertop.engine import sweep
+from clustertop.engine.config.errors import UserError
+from clustertop.progress import Bar, wanted
 
 ESTIMATOR: sweep.Estimator | None = None     # None: the performance model (tests put a stand-in here)
 MAX_REASONS = 8                               # kinds of invalid points listed in the summary
@@ -36,14 +37,15 @@ def main(args: argparse.Namespace) -> int:
     to_stdout = args.output == "-"
     report: TextIO = sys.stderr if to_stdout else sys.stdout
     sink = _open(args.output) if args.output else None
-    progress = _Progress(plan.size, sys.stderr) if sys.stderr.isatty() else None
+    bar = Bar(plan.size, wanted(args.output))
     started = time.perf_counter()
     try:
         ranking = sweep.sweep_to(plan, sink, top=max(args.top, 1), workers=args.workers, dask=args.dask,
-                                 progress=progress)
+                                 progress=lambda r: bar.update(r.total, f"{r.total:,}/{plan.size:,} points, "
+                                                                        f"{bar.rate(r.total):,.0f}/s, "
+                                                                        f"{r.invalid:,} invalid"))
     finally:
-        if progress is not None:
-            progress.close()
+        bar.close()
         if sink is not None and not to_stdout:
             sink.close()
     _summary(plan, ranking, args, time.perf_counter() - started, report)
@@ -137,32 +139,3 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-class _Progress:
-    """A one-line progress bar on a terminal, redrawn at most 10 times a second."""
-
-    WIDTH = 30
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.stream = total, stream
-        self.started = self.drawn = time.perf_counter()
-        self.length = 0
-
-    def __call__(self, ranking: sweep.Ranking) -> None:
-        now = time.perf_counter()
-        if now - self.drawn < 0.1 and ranking.total < self.total:
-            return
-        self.drawn = now
-        filled = self.WIDTH * ranking.total // max(self.total, 1)
-        rate = ranking.total / max(now - self.started, 1e-9)
-        line = (f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {ranking.total:,}/{self.total:,} points "
-                f"{rate:,.0f}/s, {ranking.invalid:,} invalid")
-        self.length = max(self.length, len(line))
-        self.stream.write(line)
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.length:
-            self.stream.write("\r" + " " * self.length + "\r")
-            self.stream.flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.validate import run_checks
+from clustertop.engine.model.validate import run_checks
 
 METRIC_LABELS = {"model": "model TFLOP/s", "hardware": "hardware TFLOP/s",
                  "megatron": "TFLOP/s (Megatron formula)"}
@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
               + (f"; auto: {_chosen(c.chosen)}" if c.chosen else ""))
     for o in orders:
         print(f"order {' > '.join(o.runs)}: {'ok' if o.ok else 'MISS'}")
-    print("sources: engine/catalogs/reference_runs.toml")
+    print("sources: engine/config/catalogs/reference_runs.toml")
     return 0 if ok else 1
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from clustertop.engine.stream.state import ClusterState
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widget import Widget
-
-from engine.state import ClusterState
 
 from ..palette import METRIC_TITLES, METRICS
 from ..widgets.heatmap import Heatmap

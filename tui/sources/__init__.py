@@ -1,6 +1,6 @@
 """Where the dashboard's events come from: a recording file, a pipe (stdin), or a live engine child process.
 
-Every source fills an EventIndex (tui/sources/index.py) and the app reads states from it: `state_at(t)` to seek
+Every source fills an EventIndex (engine/stream/index.py) and the app reads states from it: `state_at(t)` to seek
 and `advance(state, cursor, t)` to play. Live and replay differ only in who fills the index and whether commands
 (speed, pause, inject a fault) can be sent back.
 """
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.state import ClusterState
-
-from .index import EventIndex
+from clustertop.engine.stream.index import EventIndex
+from clustertop.engine.stream.state import ClusterState
 
 
 class Source:

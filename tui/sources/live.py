@@ -1,6 +1,6 @@
 """Live mode: the engine in a child process (`python -m clustertop record SCENARIO -o -`), read through a pipe.
 
-The child writes the same JSON lines as a recording; commands (tui/sources/protocol.py) go back on its stdin.
+The child writes the same JSON lines as a recording; commands (engine/stream/protocol.py) go back on its stdin.
 A child process never competes with the UI for the interpreter lock. Until the engine reads commands, it simply
 runs and the dashboard still follows it.
 """
@@ -12,9 +12,9 @@ import sys
 import threading
 from typing import IO, Any
 
-from engine.errors import UserError
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.stream import protocol
 
-from . import protocol
 from .stream import StreamSource, stream_events
 
 

@@ -6,11 +6,11 @@ import sys
 import time
 from pathlib import Path
 
-from engine.errors import UserError
-from engine.reader import iter_events
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.stream.index import EventIndex
+from clustertop.engine.stream.reader import iter_events
 
 from . import Source
-from .index import EventIndex
 
 
 class RecordingSource(Source):

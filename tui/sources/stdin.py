@@ -10,7 +10,7 @@ import io
 import os
 import sys
 
-from engine.errors import UserError
+from clustertop.engine.config.errors import UserError
 
 from .stream import StreamSource, stream_events
 

@@ -11,17 +11,17 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
-from engine.errors import UserError
-from engine.reader import iter_events
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.stream.index import EventIndex
+from clustertop.engine.stream.reader import iter_events
 
 from . import Source
-from .index import EventIndex
 
 LIVE_KEYFRAMES = 2048   # keyframes kept by an endless stream (memory stays flat)
 
 
 def stream_events(stream: IO[bytes], name: str) -> Iterator[dict[str, Any]]:
-    """The header (checked), then each event of an open binary stream (plain or gzip), read by engine/reader.py
+    """The header (checked), then each event of an open binary stream (plain or gzip), read by engine/stream/reader.py
     as lines arrive. Warnings (a truncated last line when the writer stops) are not printed over the screen."""
     return iter_events(stream, warn=lambda message: None, name=name)
 

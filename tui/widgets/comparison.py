@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clustertop.engine.stream.state import ClusterState
 from rich.table import Table
 from rich.text import Text
-
-from engine.state import ClusterState
 
 from .. import format as fmt
 from .panel import Panel

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
-
-from engine.state import ClusterState
 
 from ..playback import format_clock
 from .panel import Panel

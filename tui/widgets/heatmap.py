@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from clustertop.engine.config.phases import PHASES
+from clustertop.engine.stream.state import ClusterState
 from rich.segment import Segment
 from textual import events
 from textual.binding import Binding, BindingType
@@ -20,9 +22,6 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
-
-from engine.phases import PHASES
-from engine.state import ClusterState
 
 from .. import palette
 from ..grid import Hierarchy, Layout, View, layout

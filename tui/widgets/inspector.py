@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from clustertop.engine.config.phases import PHASES
+from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
-
-from engine.phases import PHASES
-from engine.state import ClusterState
 
 from .. import jobinfo
 from ..grid import Hierarchy

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
+from clustertop.engine.stream.state import ClusterState, JobStatus
 from rich.table import Table
 from rich.text import Text
-
-from engine.state import ClusterState, JobStatus
 
 from .. import format as fmt
 from .. import jobinfo

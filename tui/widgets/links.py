@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
-
-from engine.state import ClusterState
 
 from .. import format as fmt
 from .. import jobinfo

@@ -1,1 +1,0 @@
-"""Catalog data files (TOML): GPUs, fabrics, models."""

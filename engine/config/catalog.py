@@ -1,0 +1,242 @@
+"""The catalogs: TOML data in engine/config/catalogs/ (GPUs, fabrics, models, fault causes), loaded once into typed
+objects."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from .fields import Context, Field, check_table, optional
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    bf16_tflops: float
+    hbm_gb: float
+    hbm_tb_s: float
+    nvlink: str                  # fabric name of its NVLink generation
+    tdp_w: float
+    idle_w: float
+    memory_bound_w: float
+    fp8_tflops: float | None = None
+    nvlink_domain: int = 8       # GPUs one NVSwitch domain can join (NVL72: 72)
+    source: str = ""
+    # Efficiency parameters of the performance model (engine/model/compute.py); each value in gpus.toml names the
+    # measurement it comes from. Defaults are the H100 figures.
+    gemm_efficiency: float = 0.70         # sustained fraction of dense BF16 peak for large, well-shaped GEMMs
+    fp8_gemm_efficiency: float = 0.55     # the same for FP8 GEMMs, as a fraction of the FP8 peak
+    gemm_half_dim: float = 96.0           # a GEMM dimension of this size halves the throughput (tiles, waves)
+    attention_fwd_efficiency: float = 0.55   # fused (flash) attention forward, fraction of BF16 peak
+    attention_bwd_efficiency: float = 0.45   # fused attention backward (recomputes the scores inside)
+    hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
+    kernel_overhead_us: float = 4.0       # launch and tail cost per kernel
+    server_overhead_w: float | None = None   # host, NICs, fans and PSU losses per GPU (None: scaled from H100)
+
+    def server_overhead(self) -> float:
+        """Watts of server overhead per GPU: the catalog value, or 575 W scaled by TDP from the H100 figure."""
+        return self.server_overhead_w if self.server_overhead_w is not None else 575.0 * self.tdp_w / 700.0
+
+    def gemm_peak_tflops(self, precision: str) -> float:
+        """Sustained GEMM throughput for large shapes: peak times the measured GEMM efficiency."""
+        if precision == "fp8" and self.fp8_tflops:
+            return self.fp8_tflops * self.fp8_gemm_efficiency
+        return self.bf16_tflops * self.gemm_efficiency
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for the precision; FP8 falls back to BF16 on GPUs without FP8 tensor cores."""
+        if precision == "fp8" and self.fp8_tflops:
+            return self.fp8_tflops
+        return self.bf16_tflops
+
+
+@dataclass(frozen=True)
+class Fabric:
+    name: str
+    kind: str                    # "nvlink" | "pcie" | "ib" | "roce"
+    gb_s: float                  # line rate per direction, per GPU (node fabrics) or per NIC (scale-out)
+    busbw_gb_s: float            # measured NCCL all-reduce bus bandwidth
+    latency_us: float
+    nvls_busbw_gb_s: float | None = None
+    source: str = ""
+    alltoall_efficiency: float = 1.0   # all-to-all bus bandwidth as a fraction of busbw_gb_s
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    ffn_activation: str          # "swiglu" | "gelu"
+    vocab: int
+    head_dim: int | None = None  # defaults to hidden / heads
+    experts: int = 0             # MoE: routed experts per MoE layer (0 = dense)
+    experts_per_token: int = 0
+    shared_experts: int = 0
+    moe_ffn: int = 0
+    dense_layers: int = 0        # MoE: the first N layers are dense
+    attention: str = "gqa"       # "gqa" (MHA when kv_heads == heads) | "mla"
+    q_lora_rank: int = 0         # MLA only
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    tied_embeddings: bool = False
+    source: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+
+_BIG = 10**9
+
+GPU_SPEC: dict[str, Field] = {
+    "bf16_tflops": Field("float", positive=True, high=1e5),
+    "fp8_tflops": optional("float", positive=True, high=1e5),
+    "hbm_gb": Field("float", positive=True, high=1e5),
+    "hbm_tb_s": Field("float", positive=True, high=1e3),
+    "nvlink": Field("str"),
+    "tdp_w": Field("float", positive=True, high=1e5),
+    "idle_w": Field("float", positive=True, high=1e5),
+    "memory_bound_w": Field("float", positive=True, high=1e5),
+    "nvlink_domain": optional("int", 8, positive=True, high=1e5),
+    "source": optional("str", ""),
+    "gemm_efficiency": optional("float", None, positive=True, high=1.0),
+    "fp8_gemm_efficiency": optional("float", None, positive=True, high=1.0),
+    "gemm_half_dim": optional("float", None, low=0.0, high=1e5),
+    "attention_fwd_efficiency": optional("float", None, positive=True, high=1.0),
+    "attention_bwd_efficiency": optional("float", None, positive=True, high=1.0),
+    "hbm_efficiency": optional("float", None, positive=True, high=1.0),
+    "kernel_overhead_us": optional("float", None, low=0.0, high=1e4),
+    "server_overhead_w": optional("float", None, low=0.0, high=1e5),
+}
+
+FABRIC_SPEC: dict[str, Field] = {
+    "kind": Field("str", choices=("nvlink", "pcie", "ib", "roce")),
+    "gb_s": Field("float", positive=True, high=1e5),
+    "busbw_gb_s": Field("float", positive=True, high=1e5),
+    "nvls_busbw_gb_s": optional("float", positive=True, high=1e5),
+    "latency_us": Field("float", low=0, high=1e6),
+    "source": optional("str", ""),
+    "alltoall_efficiency": optional("float", None, positive=True, high=1.0),
+}
+
+MODEL_SPEC: dict[str, Field] = {
+    "layers": Field("int", positive=True, high=100_000),
+    "hidden": Field("int", positive=True, high=1_000_000),
+    "heads": Field("int", positive=True, high=100_000),
+    "kv_heads": optional("int", None, positive=True, high=100_000),
+    "head_dim": optional("int", None, positive=True, high=100_000),
+    "ffn": Field("int", positive=True, high=10_000_000),
+    "ffn_activation": optional("str", "swiglu", choices=("swiglu", "gelu")),
+    "vocab": Field("int", positive=True, high=100_000_000),
+    "experts": optional("int", 0, low=0, high=100_000),
+    "experts_per_token": optional("int", 0, low=0, high=100_000),
+    "shared_experts": optional("int", 0, low=0, high=1_000),
+    "moe_ffn": optional("int", 0, low=0, high=10_000_000),
+    "dense_layers": optional("int", 0, low=0, high=100_000),
+    "attention": optional("str", "gqa", choices=("gqa", "mla")),
+    "q_lora_rank": optional("int", 0, low=0, high=1_000_000),
+    "kv_lora_rank": optional("int", 0, low=0, high=1_000_000),
+    "qk_rope_dim": optional("int", 0, low=0, high=1_000_000),
+    "tied_embeddings": optional("bool", False),
+    "source": optional("str", ""),
+}
+
+
+def _read(name: str) -> dict[str, Any]:
+    with resources.files("clustertop.engine.config.catalogs").joinpath(name).open("rb") as f:
+        return tomllib.load(f)
+
+
+def _build(cls: type, name: str, values: dict[str, Any]) -> Any:
+    allowed = {f.name for f in fields(cls)}
+    return cls(name=name, **{k: v for k, v in values.items() if k in allowed and v is not None})
+
+
+@cache
+def gpus() -> dict[str, GPU]:
+    ctx = Context("engine/config/catalogs/gpus.toml")
+    return {name: _build(GPU, name, check_table(ctx, name, table, GPU_SPEC)) for name, table in _read("gpus.toml").items()}
+
+
+@cache
+def fabrics() -> dict[str, Fabric]:
+    ctx = Context("engine/config/catalogs/fabrics.toml")
+    return {name: _build(Fabric, name, check_table(ctx, name, table, FABRIC_SPEC))
+            for name, table in _read("fabrics.toml").items()}
+
+
+def build_model(ctx: Context, path: str, name: str, table: Any) -> Model:
+    """A Model from a catalog entry or an inline scenario table, with its consistency checks."""
+    values = check_table(ctx, path, table, MODEL_SPEC)
+    if values["kv_heads"] is None:
+        values["kv_heads"] = values["heads"]
+    if values["head_dim"] is None and values["hidden"] % values["heads"]:
+        raise ctx.error(f"{path}.heads", f"hidden ({values['hidden']}) must be divisible by heads "
+                        f"({values['heads']}), or give head_dim")
+    if values["heads"] % values["kv_heads"]:
+        raise ctx.error(f"{path}.kv_heads", f"heads ({values['heads']}) must be a multiple of kv_heads "
+                        f"({values['kv_heads']})")
+    if values["experts"]:
+        if not 1 <= values["experts_per_token"] <= values["experts"]:
+            raise ctx.error(f"{path}.experts_per_token",
+                            f"expected between 1 and experts ({values['experts']}) for an MoE model")
+        if values["moe_ffn"] <= 0:
+            raise ctx.error(f"{path}.moe_ffn", "expected the expert FFN size (> 0) for an MoE model")
+        if values["dense_layers"] >= values["layers"]:
+            raise ctx.error(f"{path}.dense_layers", f"expected fewer than layers ({values['layers']})")
+    elif values["experts_per_token"] or values["moe_ffn"] or values["shared_experts"]:
+        raise ctx.error(f"{path}.experts", "MoE keys are set but experts is 0; set experts > 0")
+    if values["attention"] == "mla" and not (values["kv_lora_rank"] and values["q_lora_rank"]):
+        raise ctx.error(f"{path}.kv_lora_rank", "MLA attention needs q_lora_rank and kv_lora_rank > 0")
+    return _build(Model, name, values)
+
+
+@cache
+def models() -> dict[str, Model]:
+    ctx = Context("engine/config/catalogs/models.toml")
+    return {name: build_model(ctx, name, name, table) for name, table in _read("models.toml").items()}
+
+
+# ----- fault causes (Llama 3 Table 5) ----------------------------------------------------------------
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Cause:
+    name: str
+    count: int            # interruptions in the reference snapshot
+    component: str        # "gpu" | "host" | "link": what the rate scales with
+    category: str
+    scope: str            # "node": the node is out until replaced; "link": a network link; "job": software only
+    rate_per_s: float     # per component
+
+
+@cache
+def causes() -> tuple[Cause, ...]:
+    """Llama 3 Table 5's interruption causes (faults.toml), each with its rate per component."""
+    data = _read("faults.toml")
+    days = data["reference_days"]
+    counts = {"gpu": data["reference_gpus"], "host": data["reference_hosts"], "link": data["reference_links"]}
+    return tuple(Cause(name=name, count=c["count"], component=c["component"], category=c["category"],
+                       scope=c["scope"], rate_per_s=c["count"] / (counts[c["component"]] * days * DAY))
+                 for name, c in data["causes"].items())
+
+
+def cause(name: str) -> Cause:
+    """A Table 5 cause by name; KeyError when there is none."""
+    for c in causes():
+        if c.name == name:
+            return c
+    raise KeyError(name)

@@ -1,0 +1,1 @@
+"""Catalog data files (TOML): GPUs, fabrics, models, fault causes, reference runs."""

@@ -1,0 +1,505 @@
+"""Scenario files (TOML, format v1): loading, validation and the typed objects everything downstream uses.
+
+Validation happens here, once. A bad scenario ends in one UserError line naming the file, the line or key
+path, what is wrong and what is expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from . import catalog, facility
+from .catalog import GPU, Fabric, Model
+from .errors import UserError
+from .fields import Context, Field, check_table, did_you_mean, optional
+from .tomlfile import read_toml
+from .units import parse_duration
+
+FORMAT_VERSION = 1
+MAX_GPUS = 10_000_000
+
+
+@dataclass(frozen=True)
+class DegradedLinks:
+    """Part of a tier running below its capacity: e.g. half the spine uplinks of one pod down."""
+    tier: str                    # "leaf" | "spine" | "core" | "campus"
+    pod: int | None              # which pod's links (None: every pod)
+    capacity: float              # fraction of the links' bandwidth left (0 < capacity <= 1)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: GPU
+    gpus: int
+    gpus_per_node: int
+    node_fabric: str             # "nvswitch" | "pcie"
+    nvlink: Fabric               # the NVLink generation of the GPU (used when node_fabric = "nvswitch")
+    pcie: Fabric                 # the host PCIe path (used when node_fabric = "pcie")
+    scale_out: Fabric
+    nics_per_node: int
+    gpus_per_rack: int
+    racks_per_pod: int
+    pod_oversubscription: float
+    rack_oversubscription: float
+    pods_per_building: int       # 0: one building holds every pod
+    building_oversubscription: float
+    pue: float
+    site_power_budget_mw: float | None
+    ecmp_flows: int = 16                          # flows each connection is split over across ECMP paths
+    degraded: tuple[DegradedLinks, ...] = ()      # links running below capacity (failed optics, bad cables)
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    @property
+    def node_link(self) -> Fabric:
+        """The fabric GPUs of one node talk over: NVLink/NVSwitch or PCIe through the host CPU."""
+        return self.nvlink if self.node_fabric == "nvswitch" else self.pcie
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    model: Model
+    seq_len: int
+    global_batch: int
+    micro_batch: int | str       # int or "auto"
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    virtual_stages: int | str    # int or "auto"
+    recompute: str               # "none" | "selective" | "full" | "auto"
+    precision: str               # "bf16" | "fp8"
+    zero: int
+    schedule: str                # "1f1b" | "gpipe"  (1f1b with virtual_stages > 1 is interleaved 1F1B)
+    sequence_parallel: bool
+    first_gpu: int
+    gpus: int
+    kind: str = "training"       # "training" | "inference"
+    request_rate: float = 0.0    # inference: requests per second arriving at the whole job
+    prompt_tokens: int = 0       # inference: mean prompt length
+    output_tokens: int = 0       # inference: mean generated tokens per request
+    max_batch: int = 0           # inference: sequences one replica decodes at once (continuous batching)
+
+    @property
+    def is_inference(self) -> bool:
+        return self.kind == "inference"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+@dataclass(frozen=True)
+class Injection:
+    """A fault scheduled by the scenario ([[faults.inject]]), for demos and tests."""
+    at_s: float                  # when, from the start of the run
+    gpu: int                     # the GPU hit (its node or NIC link, depending on the cause)
+    cause: str                   # a Llama 3 Table 5 cause (engine/config/catalogs/faults.toml)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Random interruptions (Llama 3 Table 5 causes), detection and restart."""
+    enabled: bool
+    rate_scale: float            # multiplies every per-component rate (1.0 = Llama 3's observed rates)
+    detection_s: float           # from the fault to the job noticing (NCCL timeout, health checks)
+    restart_s: float             # from detection to training again (reschedule, load checkpoint, warm up)
+    spare_nodes: int             # healthy nodes ready to replace failed ones
+    repair_s: float              # time to repair a failed node when no spare is left
+    planned_per_day: float       # planned interruptions (maintenance, upgrades) per job per day
+    planned_s: float             # duration of a planned interruption
+    inject: tuple[Injection, ...] = ()   # scheduled faults, in time order
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    interval_s: float | str      # seconds between checkpoints, or "auto" (Young/Daly optimum)
+    mode: str                    # "sync": all GPUs wait while writing | "async": snapshot to host, write behind
+    storage_tb_s: float          # aggregate storage write bandwidth
+
+
+@dataclass(frozen=True)
+class Variability:
+    """GPU-to-GPU speed differences and the day/night swing."""
+    straggler_sigma: float       # std dev of per-GPU speed factors (lognormal around 1)
+    slow_gpu_fraction: float     # fraction of GPUs markedly slow (bad thermals, throttling)
+    slow_gpu_factor: float       # speed of those GPUs (0.9 = 10% slower)
+    diurnal_amplitude: float     # peak-to-trough throughput swing over a day (Llama 3: 1-2%)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    duration_s: float
+    cluster: Cluster
+    jobs: tuple[Job, ...]
+    faults: Faults
+    checkpoint: Checkpoint
+    variability: Variability
+    path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario as plain data (catalog entries expanded), for recordings and --json."""
+        return dataclasses.asdict(self)
+
+
+TOP_SPEC: dict[str, Field] = {
+    "name": Field("str"),
+    "description": optional("str", ""),
+    "seed": optional("int", 1, low=0, high=2**63 - 1),
+    "duration": optional("str", "1h", parse=parse_duration),
+    "format": optional("int", FORMAT_VERSION, low=1, high=FORMAT_VERSION),
+    "cluster": Field("table"),
+    "jobs": Field("any", doc="an array of [[jobs]] tables"),
+    "faults": optional("table", None),
+    "checkpoint": optional("table", None),
+    "variability": optional("table", None),
+}
+
+FAULTS_SPEC: dict[str, Field] = {
+    "enabled": optional("bool", True),
+    "rate_scale": optional("float", 1.0, low=0.0, high=1e6),
+    "detection": optional("str", 120.0, parse=parse_duration),
+    "restart": optional("str", 600.0, parse=parse_duration),
+    "spare_nodes": optional("int", 16, low=0, high=10_000_000),
+    "repair": optional("str", 4 * 3600.0, parse=parse_duration),
+    "planned_per_day": optional("float", 47 / 54, low=0.0, high=1000.0),
+    "planned": optional("str", 1200.0, parse=parse_duration),
+    "inject": optional("any", None, doc="an array of [[faults.inject]] tables"),
+}
+
+INJECT_SPEC: dict[str, Field] = {
+    "at": Field("str", parse=parse_duration, doc='a duration from the start, such as "30s"'),
+    "gpu": Field("int", low=0, high=MAX_GPUS),
+    "cause": optional("str", "Faulty GPU"),
+}
+
+CHECKPOINT_SPEC: dict[str, Field] = {
+    "interval": optional("str", "auto", parse=parse_duration, auto=True),
+    "mode": optional("str", "sync", choices=("sync", "async")),
+    "storage_tb_s": optional("float", 2.0, positive=True, high=1e6),
+}
+
+VARIABILITY_SPEC: dict[str, Field] = {
+    "straggler_sigma": optional("float", 0.005, low=0.0, high=0.5),
+    "slow_gpu_fraction": optional("float", 0.0, low=0.0, high=1.0),
+    "slow_gpu_factor": optional("float", 0.9, positive=True, high=1.0),
+    "diurnal_amplitude": optional("float", 0.015, low=0.0, high=0.5),
+}
+
+CLUSTER_SPEC: dict[str, Field] = {
+    "gpu": Field("str"),
+    "gpus": Field("int", positive=True, high=MAX_GPUS, auto=True),   # "auto": as many as the power budget holds
+    "gpus_per_node": optional("int", 8, positive=True, high=1024),
+    "node_fabric": optional("str", "nvswitch", choices=("nvswitch", "pcie")),
+    "pcie": optional("str", "pcie-gen5", choices=("pcie-gen4", "pcie-gen5")),
+    "scale_out": optional("str", "ib-ndr-400g"),
+    "nics_per_node": optional("int", None, positive=True, high=1024),   # default: one per GPU
+    "gpus_per_rack": optional("int", 16, positive=True, high=100_000),
+    "racks_per_pod": optional("int", 192, positive=True, high=1_000_000),
+    "pod_oversubscription": optional("float", 1.0, low=1.0, high=1000.0),
+    "rack_oversubscription": optional("float", 1.0, low=1.0, high=1000.0),
+    "pods_per_building": optional("int", 0, low=0, high=1_000_000),
+    "building_oversubscription": optional("float", 1.0, low=1.0, high=1000.0),
+    "pue": optional("float", 1.2, low=1.0, high=3.0),
+    "site_power_budget_mw": optional("float", None, positive=True, high=100_000.0),
+    "ecmp_flows": optional("int", 16, positive=True, high=1024),
+    "degraded": optional("any", None, doc="an array of [[cluster.degraded]] tables"),
+}
+
+JOB_SPEC: dict[str, Field] = {
+    "name": optional("str", None),
+    "model": Field("any", doc="a catalog model name or an inline [jobs.model] table"),
+    "kind": optional("str", "training", choices=("training", "inference")),
+    "seq_len": optional("int", None, positive=True, high=10_000_000, doc="an integer (required for training)"),
+    "global_batch": optional("int", None, positive=True, high=100_000_000,
+                             doc="an integer (required for training)"),
+    "request_rate": optional("float", None, positive=True, high=1e9),
+    "prompt_tokens": optional("int", 1024, positive=True, high=10_000_000),
+    "output_tokens": optional("int", 256, positive=True, high=10_000_000),
+    "max_batch": optional("int", 256, positive=True, high=1_000_000),
+    "micro_batch": optional("int", 1, positive=True, high=100_000, auto=True),
+    "tp": optional("int", 1, positive=True, high=MAX_GPUS),
+    "cp": optional("int", 1, positive=True, high=MAX_GPUS),
+    "pp": optional("int", 1, positive=True, high=MAX_GPUS),
+    "dp": optional("int", None, positive=True, high=MAX_GPUS),
+    "ep": optional("int", 1, positive=True, high=MAX_GPUS),
+    "virtual_stages": optional("int", 1, positive=True, high=10_000, auto=True),
+    "recompute": optional("str", "none", choices=("none", "selective", "full"), auto=True),
+    "precision": optional("str", "bf16", choices=("bf16", "fp8")),
+    "zero": optional("int", 1, low=0, high=3),
+    "schedule": optional("str", "1f1b", choices=("1f1b", "gpipe", "dualpipe")),
+    "sequence_parallel": optional("bool", True),
+    "first_gpu": optional("int", None, low=0, high=MAX_GPUS),
+    "gpus": optional("int", None, positive=True, high=MAX_GPUS),
+}
+
+
+def builtin_dir() -> Path:
+    """Where the built-in scenarios are: package data when installed, scenarios/ in a source checkout."""
+    try:
+        return Path(str(resources.files("clustertop.engine.config.scenarios")))
+    except ModuleNotFoundError:   # running from a source tree, where scenarios/ sits beside engine/
+        return Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.toml"))
+
+
+def resolve_path(arg: str) -> Path:
+    """A built-in scenario name or a path to a .toml file."""
+    if "/" not in arg and not arg.endswith(".toml"):
+        path = builtin_dir() / f"{arg}.toml"
+        if path.is_file():
+            return path
+        if not Path(arg).exists():
+            hint = did_you_mean(arg, builtin_names())
+            raise UserError(f"unknown scenario{hint}; expected a built-in name ({', '.join(builtin_names())}) "
+                            "or a path to a .toml file", arg)
+    return Path(arg)
+
+
+def load(arg: str) -> Scenario:
+    """Load and validate a scenario given by built-in name or path."""
+    path = resolve_path(arg)
+    data, text = read_toml(path)
+    return parse(data, Context(str(path), text), str(path))
+
+
+def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
+    top = check_table(ctx, "", data, TOP_SPEC)
+    cluster = _cluster(ctx, top["cluster"])
+    raw_jobs = top["jobs"]
+    if isinstance(raw_jobs, dict):
+        raw_jobs = [raw_jobs]
+    if not isinstance(raw_jobs, list) or not raw_jobs:
+        raise ctx.error("jobs", "expected at least one [[jobs]] table")
+    jobs: list[Job] = []
+    next_gpu = 0
+    for i, raw in enumerate(raw_jobs):
+        job = _job(ctx, f"jobs[{i}]", raw, cluster, next_gpu)
+        for other in jobs:
+            if job.first_gpu < other.first_gpu + other.gpus and other.first_gpu < job.first_gpu + job.gpus:
+                raise ctx.error(f"jobs[{i}].first_gpu", f"job {job.name!r} overlaps job {other.name!r} "
+                                f"(GPUs {other.first_gpu}-{other.first_gpu + other.gpus - 1}); "
+                                "expected disjoint GPU ranges")
+        jobs.append(job)
+        next_gpu = job.first_gpu + job.gpus
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ctx.error("jobs", f"job names must be unique, got {names}")
+    f = check_table(ctx, "faults", top["faults"] or {}, FAULTS_SPEC)
+    faults = Faults(enabled=f["enabled"], rate_scale=f["rate_scale"], detection_s=f["detection"],
+                    restart_s=f["restart"], spare_nodes=f["spare_nodes"], repair_s=f["repair"],
+                    planned_per_day=f["planned_per_day"], planned_s=f["planned"],
+                    inject=_injections(ctx, f["inject"], cluster))
+    c = check_table(ctx, "checkpoint", top["checkpoint"] or {}, CHECKPOINT_SPEC)
+    checkpoint = Checkpoint(interval_s=c["interval"], mode=c["mode"], storage_tb_s=c["storage_tb_s"])
+    v = check_table(ctx, "variability", top["variability"] or {}, VARIABILITY_SPEC)
+    return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
+                    duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
+                    checkpoint=checkpoint, variability=Variability(**v), path=path)
+
+
+def _injections(ctx: Context, raw: Any, cluster: Cluster) -> tuple[Injection, ...]:
+    """[[faults.inject]]: faults at given times and GPUs, with a Table 5 cause."""
+    from .catalog import causes
+
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ctx.error("faults.inject", "expected an array of [[faults.inject]] tables (at, gpu, cause)")
+    names = [c.name for c in causes()]
+    out = []
+    for i, entry in enumerate(raw):
+        path = f"faults.inject[{i}]"
+        e = check_table(ctx, path, entry, INJECT_SPEC)
+        if e["gpu"] >= cluster.gpus:
+            raise ctx.error(f"{path}.gpu", f"GPU {e['gpu']:,} is not in the cluster; expected 0 to "
+                            f"{cluster.gpus - 1:,}")
+        if e["cause"] not in names:
+            raise ctx.error(f"{path}.cause", f"unknown cause {e['cause']!r}{did_you_mean(e['cause'], names)}; "
+                            f"expected a Llama 3 Table 5 cause such as \"Faulty GPU\" or \"Software bug\"")
+        out.append(Injection(at_s=e["at"], gpu=e["gpu"], cause=e["cause"]))
+    return tuple(sorted(out, key=lambda x: (x.at_s, x.gpu)))
+
+
+def _catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, Any]) -> Any:
+    if name not in entries:
+        hint = did_you_mean(name, entries)
+        raise ctx.error(key, f"unknown name {name!r}{hint}; expected one of {', '.join(entries)}")
+    return entries[name]
+
+
+def _cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
+    c = check_table(ctx, "cluster", table, CLUSTER_SPEC)
+    gpu = _catalog_entry(ctx, "cluster.gpu", c["gpu"], catalog.gpus())
+    if c["gpus"] == "auto":
+        if c["site_power_budget_mw"] is None:
+            raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
+                            "or give a GPU count")
+        c["gpus"] = facility.gpus_for_budget(c["site_power_budget_mw"], gpu, c["pue"], c["gpus_per_rack"])
+        if c["gpus"] < c["gpus_per_rack"]:
+            raise ctx.error("cluster.site_power_budget_mw", f"{c['site_power_budget_mw']} MW does not power one "
+                            f"rack of {c['gpus_per_rack']} {gpu.name}")
+    fabrics = catalog.fabrics()
+    scale_out_names = {n: f for n, f in fabrics.items() if f.kind in ("ib", "roce")}
+    scale_out = _catalog_entry(ctx, "cluster.scale_out", c["scale_out"], scale_out_names)
+    if c["gpus"] % c["gpus_per_node"]:
+        raise ctx.error("cluster.gpus", f"{c['gpus']} GPUs is not a whole number of nodes of "
+                        f"{c['gpus_per_node']} (gpus_per_node); expected a multiple of {c['gpus_per_node']}")
+    if c["gpus_per_rack"] % c["gpus_per_node"]:
+        raise ctx.error("cluster.gpus_per_rack", f"{c['gpus_per_rack']} is not a whole number of nodes of "
+                        f"{c['gpus_per_node']}; expected a multiple of gpus_per_node")
+    if c["nics_per_node"] is None:
+        c["nics_per_node"] = c["gpus_per_node"]
+    if c["nics_per_node"] > c["gpus_per_node"] * 4:
+        raise ctx.error("cluster.nics_per_node", f"{c['nics_per_node']} NICs for {c['gpus_per_node']} GPUs; "
+                        "expected at most 4 per GPU")
+    if c["node_fabric"] == "nvswitch" and c["gpus_per_node"] > gpu.nvlink_domain:
+        raise ctx.error("cluster.gpus_per_node", f"{c['gpus_per_node']} GPUs exceed the NVLink domain of "
+                        f"{gpu.name} ({gpu.nvlink_domain}); expected at most {gpu.nvlink_domain}")
+    c["degraded"] = _degraded(ctx, c["degraded"], _pod_count(c))
+    del c["gpu"], c["scale_out"]
+    pcie = fabrics[c.pop("pcie")]
+    return Cluster(gpu=gpu, scale_out=scale_out, nvlink=fabrics[gpu.nvlink], pcie=pcie, **c)
+
+
+DEGRADED_SPEC: dict[str, Field] = {
+    "tier": Field("str", choices=("leaf", "spine", "core", "campus")),
+    "pod": optional("int", None, low=0, high=MAX_GPUS),
+    "capacity": Field("float", positive=True, high=1.0),
+}
+
+
+def _pod_count(c: dict[str, Any]) -> int:
+    per_pod = c["gpus_per_rack"] * c["racks_per_pod"]
+    return -(-c["gpus"] // per_pod)
+
+
+def _degraded(ctx: Context, raw: Any, pods: int) -> tuple[DegradedLinks, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ctx.error("cluster.degraded", "expected an array of [[cluster.degraded]] tables")
+    out = []
+    for i, entry in enumerate(raw):
+        d = check_table(ctx, f"cluster.degraded[{i}]", entry, DEGRADED_SPEC)
+        if d["pod"] is not None and d["pod"] >= pods:
+            raise ctx.error(f"cluster.degraded[{i}].pod", f"pod {d['pod']} does not exist; the cluster has "
+                            f"{pods} pod(s), numbered from 0")
+        out.append(DegradedLinks(**d))
+    return tuple(out)
+
+
+def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> Job:
+    j = check_table(ctx, path, raw, JOB_SPEC)
+    name = j["name"] or f"job{path[5:-1]}"
+    raw_model = j["model"]
+    if isinstance(raw_model, str):
+        model = _catalog_entry(ctx, f"{path}.model", raw_model, catalog.models())
+    elif isinstance(raw_model, dict):
+        model = catalog.build_model(ctx, f"{path}.model", f"{name}-model", raw_model)
+    else:
+        raise ctx.error(f"{path}.model", "expected a catalog model name or an inline table of the model")
+    if j["kind"] == "inference":
+        _inference_defaults(ctx, path, j)
+    else:
+        for key in ("seq_len", "global_batch"):
+            if j[key] is None:
+                raise ctx.error(f"{path}.{key}", "missing required key for a training job (an integer)")
+        if j["request_rate"] is not None:
+            raise ctx.error(f"{path}.request_rate", 'only inference jobs take requests; set kind = "inference"')
+    tp, cp, pp, ep = j["tp"], j["cp"], j["pp"], j["ep"]
+    first = next_gpu if j["first_gpu"] is None else j["first_gpu"]
+    per_replica = tp * cp * pp
+    dp, gpus = j["dp"], j["gpus"]
+    if dp is None:
+        gpus = gpus or (cluster.gpus - first)
+        if gpus % per_replica:
+            raise ctx.error(f"{path}.tp", f"tp*cp*pp = {per_replica} does not divide the job's {gpus} GPUs; "
+                            "expected dp = gpus / (tp*cp*pp) to be whole")
+        dp = gpus // per_replica
+    elif gpus is None:
+        gpus = per_replica * dp
+    elif per_replica * dp != gpus:
+        raise ctx.error(f"{path}.dp", f"tp*cp*pp*dp = {tp}*{cp}*{pp}*{dp} = {per_replica * dp} is not the "
+                        f"job's {gpus} GPUs; expected them to be equal")
+    if gpus <= 0:
+        raise ctx.error(f"{path}.first_gpu", f"starts at GPU {first}: no GPU of the cluster is left for it")
+    if first + gpus > cluster.gpus:
+        raise ctx.error(f"{path}.dp" if j["dp"] else f"{path}.gpus",
+                        f"the job needs {gpus:,} GPUs from GPU {first:,} but the cluster has {cluster.gpus:,}; "
+                        "expected a job that fits in the cluster")
+    if model.heads % tp:
+        raise ctx.error(f"{path}.tp", f"the model's {model.heads} attention heads are not divisible by tp = {tp}; "
+                        "expected tp to divide heads")
+    if model.layers < pp:
+        raise ctx.error(f"{path}.pp", f"pp = {pp} exceeds the model's {model.layers} layers; expected pp <= layers")
+    if j["seq_len"] % cp:
+        raise ctx.error(f"{path}.cp", f"seq_len {j['seq_len']} is not divisible by cp = {cp}")
+    if ep > 1:
+        if not model.is_moe:
+            raise ctx.error(f"{path}.ep", f"ep = {ep} but {model.name} is dense; expected ep = 1 (or an MoE model)")
+        if model.experts % ep:
+            raise ctx.error(f"{path}.ep", f"the model's {model.experts} experts are not divisible by ep = {ep}")
+        if (dp * cp) % ep:
+            raise ctx.error(f"{path}.ep", f"ep = {ep} must divide dp*cp = {dp * cp} (experts are sharded across "
+                            "data-parallel ranks)")
+    mb = j["micro_batch"]
+    if j["global_batch"] % dp:
+        raise ctx.error(f"{path}.global_batch", f"{j['global_batch']} sequences do not split evenly over "
+                        f"dp = {dp}; expected a multiple of {dp}")
+    if mb != "auto" and j["global_batch"] % (dp * mb):
+        raise ctx.error(f"{path}.global_batch", f"{j['global_batch']} is not divisible by dp*micro_batch = "
+                        f"{dp}*{mb} = {dp * mb}; expected a multiple of {dp * mb}")
+    v = j["virtual_stages"]
+    if v != "auto" and v > 1:
+        if pp == 1:
+            raise ctx.error(f"{path}.virtual_stages", "interleaving needs pp > 1; expected virtual_stages = 1")
+        if model.layers < pp * v:
+            raise ctx.error(f"{path}.virtual_stages", f"pp*virtual_stages = {pp * v} exceeds the model's "
+                            f"{model.layers} layers")
+        if j["schedule"] == "gpipe":
+            raise ctx.error(f"{path}.virtual_stages", "interleaved stages need schedule = \"1f1b\"")
+    if j["precision"] == "fp8" and not cluster.gpu.fp8_tflops:
+        raise ctx.error(f"{path}.precision", f"{cluster.gpu.name} has no FP8 tensor cores; expected \"bf16\"")
+    return Job(name=name, model=model, seq_len=j["seq_len"], global_batch=j["global_batch"], micro_batch=mb,
+               tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, virtual_stages=v, recompute=j["recompute"],
+               precision=j["precision"], zero=j["zero"], schedule=j["schedule"],
+               sequence_parallel=j["sequence_parallel"], first_gpu=first, gpus=gpus, kind=j["kind"],
+               request_rate=j["request_rate"] or 0.0, prompt_tokens=j["prompt_tokens"],
+               output_tokens=j["output_tokens"], max_batch=j["max_batch"])
+
+
+def _inference_defaults(ctx: Context, path: str, j: dict[str, Any]) -> None:
+    """An inference job serves requests: its "sequence" is a prompt plus its output, one per replica slot."""
+    if j["request_rate"] is None:
+        raise ctx.error(f"{path}.request_rate", "missing required key for an inference job "
+                        "(requests per second, a number)")
+    for key in ("cp", "virtual_stages"):
+        if j[key] not in (1, None):
+            raise ctx.error(f"{path}.{key}", f"inference jobs are modelled without {key}; expected 1")
+    if j["seq_len"] is None:
+        j["seq_len"] = j["prompt_tokens"] + j["output_tokens"]
+    if j["global_batch"] is None:
+        replicas = j["dp"] or 1
+        j["global_batch"] = replicas * j["max_batch"]
+    j["micro_batch"] = 1 if j["micro_batch"] == "auto" else j["micro_batch"]
+    j["recompute"] = "none"
+    j["zero"] = 0

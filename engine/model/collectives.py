@@ -1,0 +1,319 @@
+"""Collective communication costs on the link tiers a group really crosses (alpha-beta, nccl-tests conventions).
+
+A group's members are placed by the job's layout (engine/model/layout.py order: TP, CP, PP, DP). From the placement
+follow: how many members share a node (q), how many nodes the group spans (k), the outermost tier it crosses,
+and how much an oversubscribed tier slows it down when every group of the dimension communicates at once
+(they do: all replicas run in lockstep). Times use the measured bus bandwidth of each fabric (busbw: the
+nccl-tests figure, already net of protocol efficiency), per-step latency alpha, and:
+
+- ring all-reduce 2 (n-1)/n S / busbw + 2 (n-1) alpha; reduce-scatter and all-gather (n-1)/n S / busbw;
+- tree all-reduce: same bandwidth term (NCCL's double binary tree is pipelined at full bandwidth), latency
+  2 log2(n) alpha; NCCL picks the faster, as its tuner does;
+- NVLS (NVLink SHARP) for all-reduce inside an NVSwitch node where the fabric has it;
+- hierarchical across nodes: reduce-scatter inside the node, all-reduce of S/q across the k nodes on the q
+  NIC rails in parallel, all-gather inside the node (all-reduce); RS/AG likewise;
+- all-to-all: each GPU sends (n-1)/n of its data, the part leaving the node over its NIC share;
+- point-to-point: S / bandwidth of the tier the pair crosses + alpha.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..config.scenario import Cluster, Job
+from .topology import TIERS, Topology
+
+GB = 1e9
+NET_TIERS = ("spine", "core", "campus")
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the groups of one parallel dimension sit, and what that costs."""
+
+    size: int                      # members per group
+    q: int                         # members per node
+    k: int                         # nodes one group spans
+    tier: str | None               # outermost tier crossed (None: group of one)
+    slowdown: float                # >= 1: sharing of oversubscribed tiers by all groups at once
+    crossing: dict[str, float]     # fraction of the network traffic that crosses each tier above the leaf
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One collective: its time and the load it puts on each tier while it runs (0..1 of capacity)."""
+
+    time_s: float
+    load: dict[str, float]
+
+
+NO_COMM = Comm(0.0, {})
+
+
+def _oversub(cluster: Cluster) -> dict[str, float]:
+    return {"spine": cluster.rack_oversubscription, "core": cluster.pod_oversubscription,
+            "campus": cluster.building_oversubscription}
+
+
+def _block_sizes(topo: Topology) -> dict[str, int]:
+    return {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (see layout.py)."""
+
+    first_gpu: int
+    gpus: int
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+
+
+def placement(job: Job | Placement) -> Placement:
+    if isinstance(job, Placement):
+        return job
+    return Placement(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.dp, job.ep)
+
+
+def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
+    """Job-local GPU indices of every group over `dims`, shape (groups, size), members in ring order."""
+    grid = np.arange(job.gpus).reshape(job.dp, job.pp, job.cp, job.tp)
+    if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/model/layout.py)
+        grid = grid.reshape(job.dp // job.ep, job.ep, job.pp, job.cp, job.tp)
+        names = ["dpo", "ep", "pp", "cp", "tp"]
+        want = ["ep"]
+    else:
+        names = ["dp", "pp", "cp", "tp"]
+        want = [d for d in ("dp", "cp", "pp", "tp") if d in dims]
+    axes = [names.index(n) for n in names if n not in want] + [names.index(n) for n in want]
+    moved = np.transpose(grid, axes)
+    size = int(np.prod([moved.shape[i] for i in range(len(names) - len(want), len(names))]))
+    return moved.reshape(-1, size)
+
+
+def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern: str = "ring") -> Route:
+    """Placement facts of the groups over `dims` ("ring" for collectives and p2p chains, "all2all" for EP).
+
+    They depend on the job's placement only: jobs that differ in anything else share them (cached).
+    """
+    return _route(cluster, placement(job), dims, pattern)
+
+
+@lru_cache(maxsize=256)
+def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str) -> Route:
+    topo = Topology.of(cluster)
+    groups = members(job, dims) + job.first_gpu
+    size = groups.shape[1]
+    if size <= 1:
+        return Route(1, 1, 1, None, 1.0, {})
+    node = groups // topo.gpus_per_node
+    q = int(np.sum(node[0] == node[0, 0]))
+    k = len(np.unique(node[0]))
+    tier = TIERS[_outermost(topo, groups)]
+    oversub = _oversub(cluster)
+    crossing: dict[str, float] = {}
+    slowdown = 1.0
+    if k > 1:
+        # share of each GPU's traffic that goes on the network: for a ring, its edges that leave a node (each
+        # carries q rails); for an all-to-all, the members outside its node
+        net_share = (size - q) / size if pattern == "all2all" else \
+            float(np.sum(node != np.roll(node, -1, axis=1))) * q / groups.size
+        for t in NET_TIERS:
+            block = _block_sizes(topo)[t]
+            src_block = groups // block
+            if pattern == "all2all":
+                same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
+                frac = (size - same) / size            # share of each GPU's traffic leaving its block
+                demand = np.bincount(src_block.ravel(), weights=frac.ravel())
+            else:
+                cross = (src_block != np.roll(src_block, -1, axis=1)).astype(float) * q
+                demand = np.bincount(src_block.ravel(), weights=cross.ravel())
+            total = float(demand.sum())
+            if total <= 0:
+                continue
+            capacity = _block_capacity(cluster, topo, block, demand.size)
+            health = _block_health(cluster, topo, t, block, demand.size)
+            # uplink paths of each block (links still up) and the connections leaving it
+            paths = np.maximum(1.0, np.floor(capacity / oversub[t] * health))
+            # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an all-to-all
+            # sends to every member outside the node, one connection each
+            flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
+            # blocks alike (demand, paths) share one answer: unique over the pair as one complex number
+            pairs, where = np.unique(np.round(demand, 3) + 1j * paths, return_inverse=True)
+            load = np.array([ecmp_max_load(c.real, int(c.imag), flows) if c.real > 0 else 0.0
+                             for c in pairs.tolist()])[np.ravel(where)]
+            slowdown = max(slowdown, float(np.max(load)))
+            crossing[t] = total / max(net_share * groups.size, 1e-9)
+    return Route(size, q, k, tier, max(1.0, slowdown), crossing)
+
+
+def _outermost(topo: Topology, groups: np.ndarray) -> int:
+    """Index into TIERS of the outermost tier any group crosses: the widest unit some member is not in with
+    its group's first member."""
+    first = groups[:, :1]
+    for level, per in reversed(list(enumerate((topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod,
+                                               topo.gpus_per_building), start=1))):
+        if np.any(groups // per != first // per):
+            return level
+    return 0
+
+
+def _block_health(cluster: Cluster, topo: Topology, tier: str, block: int, n: int) -> np.ndarray:
+    """Fraction of each block's uplinks at `tier` still carrying traffic (cluster.degraded): a degraded
+    tier of one pod (or every pod) runs at that fraction of its bandwidth. "leaf" degradation (node uplinks)
+    counts at the spine tier, whose traffic every node-crossing ring also puts on its leaf links."""
+    health = np.ones(n)
+    for d in cluster.degraded:
+        if d.tier != tier and not (d.tier == "leaf" and tier == "spine"):
+            continue
+        pod_of_block = np.arange(n) * block // topo.gpus_per_pod
+        hit = np.ones(n, dtype=bool) if d.pod is None else pod_of_block == d.pod
+        if tier == "campus" and d.pod is not None:          # the building holding that pod
+            hit = (np.arange(n) * block <= d.pod * topo.gpus_per_pod) & \
+                (d.pod * topo.gpus_per_pod < (np.arange(n) + 1) * block)
+        health[hit] *= d.capacity
+    return health
+
+
+@lru_cache(maxsize=4096)
+def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
+    """Expected load of the busiest uplink when `connections` (each one NIC's worth of traffic, split into
+    `flows` equal flows) are hashed onto `paths` equal links by ECMP: balls into bins. With n = connections x
+    flows balls in L bins, E[max bin] = sum over k >= 1 of (1 - P(bin < k)^L), a bin's count Poisson with mean
+    n / L; the link load is E[max bin] / flows (at least the mean n / L / flows). One flow per connection
+    (plain ECMP) makes large flows collide: 16 connections on 16 links load the busiest ~3.5x; 16 flows per
+    connection (Llama 3's enhanced ECMP) bring it back near 1.3x."""
+    n = connections * flows
+    if paths <= 1:
+        return connections
+    mean = n / paths
+    if mean > 100:                           # Poisson ~ normal: the max of L is mean + sqrt(2 mean ln L)
+        return (mean + math.sqrt(2 * mean * math.log(paths))) / flows
+    total, pmf, cdf, k = 0.0, math.exp(-mean), 0.0, 0
+    while True:
+        cdf += pmf                          # P(bin <= k)
+        k += 1
+        term = 1.0 - min(1.0, cdf) ** paths
+        total += term
+        if term < 1e-6 and k > mean:
+            break
+        pmf *= mean / k
+    return max(total, mean) / flows
+
+
+def _block_capacity(cluster: Cluster, topo: Topology, block: int, n: int) -> np.ndarray:
+    """GPUs physically present in each block (the last one may be partial)."""
+    starts = np.arange(n) * block
+    return np.clip(cluster.gpus - starts, 1, block).astype(float)
+
+
+# ------------------------------------------------------------------------------------------- bandwidths
+
+def node_busbw(cluster: Cluster, allreduce: bool = False) -> float:
+    """Bytes/s of bus bandwidth inside a node: NVLink (NVLS for all-reduce where available) or PCIe via host."""
+    link = cluster.node_link
+    if allreduce and link.nvls_busbw_gb_s and cluster.node_fabric == "nvswitch":
+        return link.nvls_busbw_gb_s * GB
+    return link.busbw_gb_s * GB
+
+
+def net_busbw(cluster: Cluster) -> float:
+    """Bytes/s of scale-out bus bandwidth per GPU: its share of the node's NICs."""
+    share = min(1.0, cluster.nics_per_node / cluster.gpus_per_node)
+    return cluster.scale_out.busbw_gb_s * GB * share
+
+
+def _net_line(cluster: Cluster) -> float:
+    return cluster.scale_out.gb_s * GB * min(1.0, cluster.nics_per_node / cluster.gpus_per_node)
+
+
+def _load(cluster: Cluster, r: Route, node_bytes: float, net_bytes: float, time_s: float) -> dict[str, float]:
+    """Mean utilization of each tier during a collective, for the job's links."""
+    if time_s <= 0:
+        return {}
+    load: dict[str, float] = {}
+    if node_bytes > 0:
+        load["node"] = min(1.0, node_bytes / time_s / (cluster.node_link.gb_s * GB))
+    if net_bytes > 0:
+        leaf = min(1.0, net_bytes / time_s / _net_line(cluster))
+        load["leaf"] = leaf
+        for t, frac in r.crossing.items():
+            load[t] = min(1.0, leaf * frac * _oversub(cluster)[t])
+    return load
+
+
+# ------------------------------------------------------------------------------------------ collectives
+
+def allreduce(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    return _reduce(cluster, r, nbytes, 2.0)
+
+
+def reduce_scatter(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    """Reduce-scatter (or all-gather: same cost) of a buffer of `nbytes` over the group."""
+    return _reduce(cluster, r, nbytes, 1.0)
+
+
+all_gather = reduce_scatter
+
+
+def _reduce(cluster: Cluster, r: Route, nbytes: float, passes: float) -> Comm:
+    """passes = 2 for all-reduce (RS + AG), 1 for reduce-scatter or all-gather."""
+    n = r.size
+    if n <= 1 or nbytes <= 0:
+        return NO_COMM
+    node_alpha = cluster.node_link.latency_us * 1e-6
+    net_alpha = cluster.scale_out.latency_us * 1e-6
+    ar = passes == 2.0
+    if r.k == 1:
+        bw = node_busbw(cluster, allreduce=ar)
+        t = passes * (n - 1) / n * nbytes / bw + passes * (n - 1) * node_alpha
+        return Comm(t, _load(cluster, r, passes * (n - 1) / n * nbytes, 0.0, t))
+    q, k = r.q, r.k
+    node_part = 0.0
+    node_bytes = 0.0
+    if q > 1:
+        node_bytes = passes * (q - 1) / q * nbytes
+        node_part = node_bytes / node_busbw(cluster) + passes * (q - 1) * node_alpha
+    shard = nbytes / q
+    net_bytes = passes * (k - 1) / k * shard
+    bw = net_busbw(cluster) / r.slowdown
+    ring = 2 * (k - 1) if ar else (k - 1)
+    tree = 2 * math.ceil(math.log2(k)) if ar else ring
+    t = node_part + net_bytes / bw + min(ring, tree) * net_alpha
+    return Comm(t, _load(cluster, r, node_bytes, net_bytes, t))
+
+
+def all_to_all(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    """All-to-all where each GPU holds `nbytes` destined evenly to the n members (itself included)."""
+    n = r.size
+    if n <= 1 or nbytes <= 0:
+        return NO_COMM
+    node_bytes = nbytes * (r.q - 1) / n
+    net_bytes = nbytes * (n - r.q) / n
+    eff = cluster.scale_out.alltoall_efficiency
+    t_node = node_bytes / (node_busbw(cluster) * cluster.node_link.alltoall_efficiency)
+    t_net = net_bytes / (net_busbw(cluster) * eff / r.slowdown) if net_bytes else 0.0
+    alpha = cluster.node_link.latency_us * 1e-6 + (cluster.scale_out.latency_us * 1e-6 if net_bytes else 0.0)
+    t = max(t_node, t_net) + alpha
+    return Comm(t, _load(cluster, r, node_bytes, net_bytes, t))
+
+
+def p2p(cluster: Cluster, r: Route, nbytes: float) -> Comm:
+    """One GPU sends `nbytes` to its neighbour in the group (pipeline stages, CP ring steps)."""
+    if r.size <= 1 or nbytes <= 0:
+        return NO_COMM
+    if r.k == 1:
+        bw = cluster.node_link.busbw_gb_s * GB
+        t = nbytes / bw + cluster.node_link.latency_us * 1e-6
+        return Comm(t, _load(cluster, r, nbytes, 0.0, t))
+    bw = net_busbw(cluster) / r.slowdown
+    t = nbytes / bw + cluster.scale_out.latency_us * 1e-6
+    # of the ring edges, k of n leave the node; the busiest GPU's edge crosses the network
+    return Comm(t, _load(cluster, r, 0.0, nbytes, t))

@@ -1,0 +1,335 @@
+"""What one training step costs: time, throughput, FLOP/s, memory, and the plan the engine run replays.
+
+For each job: resolve the "auto" settings by searching the feasible space (every micro_batch dividing the
+sequences per replica, every virtual_stages count the schedule allows, every recompute mode) for the fastest
+step that fits in memory; each configuration is one step of engine/model/step.py. Inference jobs are served
+(engine/model/inference.py).
+
+A sweep estimates thousands of jobs: `estimate(s, plan=False, hints=False)` skips the StepPlan and the fit hint
+(the figures are the same), and what depends only on a job's placement or layout (routes, tiers, what each
+stage holds) is cached for the next job that shares it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ..config import facility
+from ..config.errors import UserError
+from ..config.scenario import Cluster, Job, Scenario
+from . import collectives as col
+from . import compute as cm
+from . import memory as mem
+from . import pipeline, step
+from .layout import DIMS, Layout
+from .pipeline import check
+from .plan import StepPlan
+from .step import Config, Eval, JobModel, sim_schedule
+from .topology import Topology
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+@dataclass
+class JobEstimate:
+    name: str
+    gpus: int
+    fits: bool
+    step_time_s: float | None
+    tokens_per_s: float | None
+    model_tflops_per_gpu: float | None
+    hardware_tflops_per_gpu: float | None
+    mfu: float | None
+    memory_gb: dict[str, float]
+    memory_gb_per_gpu: float
+    capacity_gb: float
+    breakdown_s: dict[str, float]
+    chosen: dict[str, Any]
+    tiers: dict[str, str | None]
+    job: Job
+    plan: StepPlan | None
+    microbatches: int = 0
+    note: str = ""
+    kind: str = "training"               # "training" | "inference"
+    ttft_s: float | None = None          # inference: median time to first token
+    tpot_s: float | None = None          # inference: median time per output token
+    serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
+
+
+@dataclass
+class ScenarioEstimate:
+    scenario: str
+    cluster: dict[str, float]
+    jobs: list[JobEstimate] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------- search
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(job: Job) -> list[Config]:
+    """Every configuration the "auto" settings may take (fixed settings stay as given)."""
+    per_replica = job.global_batch // job.dp
+    mbs = [job.micro_batch] if job.micro_batch != "auto" else [d for d in _divisors(per_replica) if d <= 64]
+    if job.virtual_stages != "auto":
+        vs = [int(job.virtual_stages)]
+    elif job.pp == 1 or job.schedule == "gpipe":
+        vs = [1]
+    else:
+        vs = [v for v in range(1, job.model.layers // job.pp + 1)]
+    rcs = [job.recompute] if job.recompute != "auto" else list(RECOMPUTE_MODES)
+    out = []
+    for mb, v, rc in itertools.product(mbs, vs, rcs):
+        if check(sim_schedule(job), job.pp, v, per_replica // mb) is None:
+            out.append(Config(int(mb), v, rc))
+    return out
+
+
+def _search(model: JobModel, configs: list[Config], plan: bool = True) -> tuple[Eval, bool]:
+    """The fastest configuration that fits, or (the one needing least memory, False) when none fits.
+
+    Only the chosen configuration gets a StepPlan (when `plan`): the others are compared by step time.
+    """
+    evals = [model.check_memory(c) for c in configs]
+    fitting = [e for e in evals if e.fits]
+    if not fitting:
+        return min(evals, key=lambda e: e.memory.total), False
+    if len(fitting) == 1:
+        model.run(fitting[0], plan)
+        return fitting[0], True
+    # cheap lower bound first: fewer recomputation, more interleaving, bigger microbatches tend to win
+    best: Eval | None = None
+    for e in sorted(fitting, key=lambda e: _guess(model, e.config)):
+        if best is not None and _lower_bound(model, e.config) >= best.step_s:
+            continue
+        model.run(e, plan=False)
+        if best is None or e.step_s < best.step_s - 1e-12:
+            best = e
+    assert best is not None
+    if plan:
+        model.run(best, plan=True)     # the same schedule, now simulated with SimPy for its plan
+    return best, True
+
+
+def _work(model: JobModel, cfg: Config) -> float:
+    """Busiest stage's compute time per step (no waiting): a lower bound of the step."""
+    m = model.per_replica // cfg.micro_batch
+    worst = 0.0
+    for stage in model.chunks(cfg.virtual_stages):
+        t = 0.0
+        for st in stage:
+            f, b = model._chunk_passes(st, cfg.micro_batch, cfg.recompute)
+            t += sum(d for _, d in f) + sum(d for _, d in b)
+        worst = max(worst, t)
+    return worst * m
+
+
+def _lower_bound(model: JobModel, cfg: Config) -> float:
+    return _work(model, cfg)
+
+
+def _guess(model: JobModel, cfg: Config) -> float:
+    m = model.per_replica // cfg.micro_batch
+    p = model.job.pp
+    return _work(model, cfg) * (1 + (p - 1) / (cfg.virtual_stages * m))
+
+
+# ------------------------------------------------------------------------------------------------- API
+
+def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = True) -> JobEstimate:
+    """The cost of one training step of `job` on the scenario's cluster.
+
+    plan=False leaves out the StepPlan (`plan` is None) and hints=False the hint of settings that would fit
+    (`note` stays empty): a sweep needs neither, and every other figure is the same.
+    """
+    if job.is_inference:
+        return _estimate_inference(scenario, job, plan)
+    cluster = scenario.cluster
+    model = JobModel(cluster, job)
+    configs = candidates(job)
+    if not configs:
+        per_replica = job.global_batch // job.dp
+        raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
+                        f"{job.schedule} schedule with pp = {job.pp} and {per_replica} "
+                        f"sequence{'s' if per_replica != 1 else ''} per replica")
+    best, fits = _search(model, configs, plan)
+    cfg = best.config
+    resolved = dataclasses.replace(job, micro_batch=cfg.micro_batch, virtual_stages=cfg.virtual_stages,
+                                   recompute=cfg.recompute)
+    chosen = {k: getattr(cfg, k) for k in ("micro_batch", "virtual_stages", "recompute")
+              if getattr(job, k) == "auto"}
+    tiers = _tiers(cluster, job)
+    mem_gb = best.memory.parts_gb()
+    total_gb = round(best.memory.total / mem.GB, 2)
+    cap = round(mem.capacity_bytes(cluster.gpu) / mem.GB, 2)
+    common: dict[str, Any] = {"name": job.name, "gpus": job.gpus, "memory_gb": mem_gb,
+                               "memory_gb_per_gpu": total_gb, "capacity_gb": cap, "chosen": chosen,
+                               "tiers": tiers, "job": resolved, "microbatches": best.microbatches}
+    if not fits:
+        common["note"] = _fit_hint(model, job) if hints else ""
+        return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
+                           hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None, **common)
+    v = scenario.variability
+    # synchronous training waits for the slowest GPU every step: its expected extra time (the plan stays a
+    # nominal GPU's step: the engine run draws the speeds and stretches it itself)
+    wait = best.step_s * (straggler_factor(v.straggler_sigma, v.slow_gpu_fraction, v.slow_gpu_factor,
+                                           job.gpus) - 1.0)
+    step = best.step_s + wait
+    breakdown = dict(best.breakdown)
+    if wait > 0:
+        breakdown["stragglers"] = round(wait, 6)
+    tokens = job.global_batch * job.seq_len
+    model_flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
+    hw_flops = model_flops + recompute_flops_per_token(job, cfg.recompute) * tokens
+    model_tf = model_flops / step / job.gpus / 1e12
+    return JobEstimate(fits=True, step_time_s=step, tokens_per_s=tokens / step,
+                       model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
+                       mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
+                       plan=best.plan, **common)
+
+
+def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate:
+    """An inference job: one replica serving its share of the requests (engine/model/inference.py)."""
+    from .inference import serve
+
+    cluster = scenario.cluster
+    r = serve(scenario, job)
+    memory_gb = {"weights": round(r.weights_gb, 2), "kv_cache": round(r.kv_cache_gb, 2),
+                 "reserve": round(r.reserve_gb, 2)}
+    common: dict[str, Any] = {
+        "name": job.name, "gpus": job.gpus, "memory_gb": memory_gb,
+        "memory_gb_per_gpu": round(r.weights_gb + r.kv_cache_gb + r.reserve_gb, 2),
+        "capacity_gb": round(r.capacity_gb, 2), "chosen": {}, "tiers": _tiers(cluster, job), "job": job,
+        "kind": "inference"}
+    if not r.fits:
+        return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
+                           hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None,
+                           note="the weights leave no room for one sequence's K/V cache: add GPUs to tp or pp",
+                           **common)
+    step = r.plan.step_time_s if r.plan is not None else r.decode_s
+    busy = r.busy
+    breakdown = {"prefill": round(step * busy * r.prefill_share, 6),
+                 "decode": round(step * busy * (1 - r.prefill_share), 6),
+                 "idle": round(step * max(0.0, 1 - busy), 6)}
+    serving = {"requests_per_s": round(r.requests_per_s, 3), "batch_limit": r.batch_limit,
+               "mean_batch": round(r.mean_batch, 2), "busy": round(r.busy, 4),
+               "prefill_share": round(r.prefill_share, 4), "prefill_s": round(r.prefill_s, 6),
+               "decode_step_s": round(r.decode_s, 6)}
+    return JobEstimate(fits=True, step_time_s=step, tokens_per_s=r.tokens_per_s,
+                       model_tflops_per_gpu=r.model_tflops_per_gpu, hardware_tflops_per_gpu=r.model_tflops_per_gpu,
+                       mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
+                       plan=r.plan if plan else None, ttft_s=r.ttft_s, tpot_s=r.tpot_s, serving=serving, **common)
+
+
+_TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
+
+
+def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
+    """The tier each parallel dimension crosses: it depends on the job's placement only (kept for the next
+    job with the same placement, as a sweep has many)."""
+    key = (cluster, col.placement(job))
+    tiers = _TIERS.get(key)
+    if tiers is None:                        # (no lookup after the store: safe with threads, as Dask runs)
+        if len(_TIERS) >= 256:
+            _TIERS.clear()
+        layout = Layout(job, Topology.of(cluster)).tiers()
+        tiers = _TIERS[key] = {d: layout[d] for d in DIMS}
+    return dict(tiers)
+
+
+def _fit_hint(model: JobModel, job: Job) -> str:
+    """When fixed settings do not fit: the settings that would, with every auto setting searched."""
+    autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
+    best, fits = _search(model, candidates(dataclasses.replace(job, **autos)), plan=False)
+    if not fits:
+        return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
+    changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
+    return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
+
+
+@lru_cache(maxsize=256)
+def straggler_factor(sigma: float, slow_fraction: float, slow_factor: float, n: int) -> float:
+    """E[max over n GPUs of 1 / speed]: how much longer a synchronous step takes than a nominal GPU's.
+
+    Each GPU's speed is lognormal around 1 (sigma) and, for a fraction of GPUs, times slow_factor, as the
+    engine run draws them (engine/sim/run.py). 1/speed = exp(-sigma Z) / s has the CDF
+    F(x) = (1 - f) Phi(ln x / sigma) + f Phi((ln x + ln s) / sigma); the slowest of n has CDF F^n, and
+    E[max] = x0 + integral from x0 of (1 - F(x)^n) dx (order statistics; for the lognormal part alone this grows
+    like exp(sigma sqrt(2 ln n))).
+    """
+    if n <= 1 or (sigma <= 0 and slow_fraction <= 0):
+        return 1.0
+    ln_s = np.log(slow_factor) if slow_fraction > 0 else 0.0
+    if sigma <= 0:
+        p_any = 1.0 - (1.0 - slow_fraction) ** n
+        return 1.0 + p_any * (1.0 / slow_factor - 1.0)
+    from math import erf, sqrt
+
+    y = np.linspace(-8 * sigma, 8 * sigma - ln_s, 4001)          # ln x
+    phi = np.vectorize(lambda z: 0.5 * (1 + erf(z / sqrt(2))))
+    cdf = (1 - slow_fraction) * phi(y / sigma) + slow_fraction * phi((y + ln_s) / sigma)
+    x = np.exp(y)
+    tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** n
+    return float(x[0] + np.sum((tail[1:] + tail[:-1]) / 2 * np.diff(x)))
+
+
+def recompute_flops_per_token(job: Job, recompute: str) -> float:
+    """FLOPs recomputation adds per token: one more forward of the layers under full recomputation."""
+    if recompute != "full":
+        return 0.0
+    model = job.model
+    return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * model.hidden * model.vocab) / 3.0
+
+
+def cluster_summary(cluster: Cluster) -> dict[str, float]:
+    topo = Topology.of(cluster)
+    it_mw = cluster.gpus * facility.it_w_per_gpu(cluster.gpu) / 1e6
+    return {"gpus": cluster.gpus, "nodes": topo.nodes, "pods": topo.pods, "buildings": topo.buildings,
+            "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6)}
+
+
+def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
+    """Every job of the scenario, in scenario order (plan, hints: as for estimate_job)."""
+    out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
+    out.jobs = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
+    return out
+
+
+def _round(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def to_json(est: ScenarioEstimate) -> dict[str, Any]:
+    """The --json form: {"scenario", "cluster", "jobs": [...]}."""
+    jobs = []
+    for j in est.jobs:
+        jobs.append({
+            "name": j.name, "gpus": j.gpus, "step_time_s": _round(j.step_time_s),
+            "tokens_per_s": _round(j.tokens_per_s, 1), "model_tflops_per_gpu": _round(j.model_tflops_per_gpu, 2),
+            "mfu": _round(j.mfu, 6), "hardware_tflops_per_gpu": _round(j.hardware_tflops_per_gpu, 2),
+            "memory_gb_per_gpu": j.memory_gb_per_gpu, "fits": j.fits, "breakdown_s": j.breakdown_s,
+            "memory_gb": j.memory_gb, "chosen": j.chosen,
+            "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,
+            "capacity_gb": j.capacity_gb, "microbatches": j.microbatches, "kind": j.kind,
+        })
+        if j.kind == "inference":
+            jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})
+    return {"scenario": est.scenario, "cluster": est.cluster, "jobs": jobs}
+
+
+def clear_caches() -> None:
+    """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
+    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
+                   step._chunks, step._stage_facts, step._simulate_cached, pipeline._program, pipeline._waves,
+                   pipeline.order):
+        cached.cache_clear()
+    _TIERS.clear()

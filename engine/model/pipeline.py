@@ -1,0 +1,452 @@
+"""The pipeline schedule of one training step: one SimPy process per stage of one replica.
+
+Schedules: GPipe (all forwards, then all backwards), 1F1B (PipeDream-Flush: p - r - 1 warm-up forwards on
+stage r, then one forward / one backward), and interleaved 1F1B with v model chunks per stage (Narayanan et
+al. SC21, as Megatron-LM orders it: rounds of p microbatches, warm-up 2 (p - r - 1) + (v - 1) p chunks).
+A stage runs its operations in order; an operation waits for its input from the previous (next, for backward)
+virtual stage plus the point-to-point transfer. Sends are asynchronous (as in Llama 3). The bubble is whatever
+waiting comes out; the formula (p - 1) / (v m) is only used to test it.
+
+`simulate` runs the stages as SimPy processes: the step plan the dashboard animates comes from it. `evaluate`
+gives the same times (bit for bit: tests hold them equal) without processes, for searches and sweeps that
+compare thousands of layouts: an operation starts at max(its stage's previous end, its input's end plus the
+transfer), so the step is a longest path through the schedule's dependency graph, computed a wave of
+independent operations at a time with numpy (a few hundred waves where SimPy resumes a process tens of
+thousands of times).
+
+SimPy is imported here and nowhere in engine/__init__.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import Any
+
+import numpy as np
+import simpy
+
+from ..config.errors import UserError
+from ..config.phases import PHASES
+
+Segment = tuple[str, float]          # (phase, seconds)
+Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
+OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
+
+# Phase codes of Intervals, numbered in the order of the names so that sorting by code sorts by name.
+PHASE_NAMES = tuple(sorted(PHASES))
+PHASE_CODE = {name: code for code, name in enumerate(PHASE_NAMES)}
+
+
+@dataclass(frozen=True, eq=False)
+class Intervals:
+    """Intervals (start, end, phase) of every stage as flat arrays: stage after stage, each stage's in the
+    order it went through them."""
+
+    stage: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    phase: np.ndarray                # codes into PHASE_NAMES
+
+    @classmethod
+    def of(cls, stages: Sequence[Sequence[tuple[float, float, str]]]) -> Intervals:
+        flat = [(r, a, b, PHASE_CODE[phase]) for r, s in enumerate(stages) for a, b, phase in s]
+        r, a, b, c = zip(*flat) if flat else ((), (), (), ())
+        return cls(np.array(r, dtype=np.intp), np.array(a, dtype=float), np.array(b, dtype=float),
+                   np.array(c, dtype=np.int8))
+
+    def of_stage(self, r: int) -> tuple[tuple[float, float, str], ...]:
+        lo, hi = np.searchsorted(self.stage, [r, r + 1])
+        return tuple(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(),
+                         [PHASE_NAMES[c] for c in self.phase[lo:hi].tolist()]))
+
+    def phase_seconds(self) -> np.ndarray:
+        """Seconds in each phase (by code), summed over the stages."""
+        return np.bincount(self.phase, weights=self.end - self.start, minlength=len(PHASE_NAMES))
+
+    def then(self, other: Intervals) -> Intervals:
+        """Each stage's intervals followed by the other's of that stage."""
+        at = np.searchsorted(self.stage, other.stage, side="right")
+        fields = ("stage", "start", "end", "phase")
+        return Intervals(*(np.insert(getattr(self, f), at, getattr(other, f)) for f in fields))
+
+
+@dataclass(frozen=True, eq=False)
+class PipelineRun:
+    """One simulated step: for every stage r and its k-th operation (in the stage's order), when the input it
+    waited for was produced (NaN: none from another stage), when it started and when it ended. The intervals
+    are derived from these when asked (a run kept in a cache holds only these three arrays)."""
+
+    program: _Program
+    segments: _Segments
+    produced: np.ndarray             # [stage, operation]
+    start: np.ndarray
+    end: np.ndarray
+
+    @property
+    def end_s(self) -> float:
+        return float(self.end[:, -1].max())
+
+    @property
+    def ends(self) -> list[float]:
+        """When each stage finished its last operation."""
+        return self.end[:, -1].tolist()
+
+    @property
+    def last_backward(self) -> list[list[tuple[float, float]]]:
+        """Per stage and chunk: (start, end) of the chunk's last backward."""
+        k = self.program.last_backward
+        rows = np.arange(k.shape[0])[:, None]
+        return [list(zip(a, b)) for a, b in zip(self.start[rows, k].tolist(), self.end[rows, k].tolist())]
+
+    def _waits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per operation: its stage's previous end, whether it waited for its input, and when the input was
+        produced (clipped to the wait): bubble before that, pp after."""
+        prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)
+        waited = ~np.isnan(self.produced) & (self.start > prev)
+        return prev, waited, np.minimum(np.maximum(self.produced, prev), self.start)
+
+    def phase_seconds(self) -> np.ndarray:
+        """Seconds in each phase (by code), summed over the stages from 0 to each one's last operation: what
+        the intervals add up to, without building them (every chunk runs m forwards and m backwards)."""
+        seg = self.segments
+        m = self.end.shape[1] // (2 * seg.duration.shape[2])
+        out = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(), minlength=len(PHASE_NAMES))
+        prev, waited, split = self._waits()
+        out[PHASE_CODE["bubble"]] += np.where(waited, split - prev, 0.0).sum()
+        out[PHASE_CODE["pp"]] += np.where(waited, self.start - split, 0.0).sum()
+        return out
+
+    @property
+    def intervals(self) -> Intervals:
+        """Every stage's intervals in the order it went through them: per operation the wait for its input
+        (bubble until the input was produced, pp while it travelled), then its segments."""
+        prev, waited, split = self._waits()
+        starts, ends = [prev, split], [split, self.start]
+        phases = [np.full(prev.shape, PHASE_CODE["bubble"]), np.full(prev.shape, PHASE_CODE["pp"])]
+        present = [waited & (split > prev), waited & (self.start > split)]
+        kind, chunk = self.program.kind, self.program.chunk
+        stage = np.arange(kind.shape[0])[:, None]
+        durations = self.segments.duration[stage, kind, chunk]          # [stage, operation, segment]
+        elapsed = self.segments.elapsed[stage, kind, chunk]              # the last one is the operation's
+        t = self.start
+        for j in range(durations.shape[2]):
+            starts.append(t)
+            t = self.start + elapsed[:, :, j]
+            ends.append(t)
+            phases.append(self.segments.phase[stage, kind, chunk, j])
+            present.append(durations[:, :, j] > 0)
+        keep = np.stack(present, axis=2)                                  # [stage, operation, slot]
+        stages = np.broadcast_to(stage[:, :, None], keep.shape)
+        return Intervals(stages[keep], np.stack(starts, axis=2)[keep], np.stack(ends, axis=2)[keep],
+                         np.stack(phases, axis=2)[keep].astype(np.int8))
+
+
+@dataclass(frozen=True, eq=False)
+class _Segments:
+    """The segments that take time (positive durations), in order, as arrays [stage, kind, chunk, segment]
+    (kind 0 forward, 1 backward) padded with zeros; `elapsed` is their running sum, and total[stage, kind,
+    chunk] (its last column) what the operation takes: its end is its start plus that, in every path."""
+
+    duration: np.ndarray
+    phase: np.ndarray
+    elapsed: np.ndarray
+    total: np.ndarray
+
+    @classmethod
+    def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
+        # stages mostly share their chunks' segments (the same objects): each distinct one is built once
+        which: dict[int, int] = {}
+        kept: list[list[Segment]] = []
+        index = []
+        for kind in (fwd, bwd):
+            for stage in kind:
+                for segs in stage:
+                    if id(segs) not in which:
+                        which[id(segs)] = len(kept)
+                        kept.append([(name, d) for name, d in segs if d > 0])
+                    index.append(which[id(segs)])
+        n = max(1, max(map(len, kept)))
+        duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])
+        phase = np.array([[PHASE_CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
+                         dtype=np.int8)
+        p, v = len(fwd), len(fwd[0])
+        at = np.array(index).reshape(2, p, v).transpose(1, 0, 2)       # [stage, kind, chunk]
+        elapsed = np.cumsum(duration, axis=1)
+        return cls(duration[at], phase[at], elapsed[at], elapsed[at, -1])
+
+
+def check(schedule: str, p: int, v: int, m: int) -> str | None:
+    """Why this schedule cannot run (None when it can)."""
+    if v > 1 and schedule != "1f1b":
+        return "interleaved stages need schedule = \"1f1b\""
+    if v > 1 and p == 1:
+        return "interleaving needs pp > 1"
+    if v > 1 and m % p:
+        return (f"interleaved 1F1B runs rounds of pp = {p} microbatches; the {m} microbatches per replica "
+                f"are not a multiple of {p}")
+    return None
+
+
+def _operations(schedule: str, p: int, v: int, m: int, rank: Any) -> tuple[np.ndarray, ...]:
+    """The operations stage `rank` runs, in order: kinds (0 forward, 1 backward), chunks, microbatches. For
+    an array of ranks (shaped [stages, 1]), one row per stage."""
+    j = np.arange(2 * m * v)                      # the j-th operation of the stage
+    if schedule == "gpipe":
+        j = np.broadcast_to(j, np.broadcast_shapes(np.shape(rank), j.shape))
+        return (j >= m).astype(np.intp), np.zeros_like(j), j % m
+    total = m * v
+    warm = np.minimum(p - rank - 1, m) if v == 1 else np.minimum(2 * (p - rank - 1) + (v - 1) * p, total)
+    steady = total - warm
+    # the warm-up forwards, then one forward and one backward, then the remaining backwards; k numbers the
+    # forwards (and the backwards) in the order they run
+    i = j - warm                                  # position among the alternating ones
+    alternating = (i >= 0) & (i < 2 * steady)
+    kind = np.where(alternating, i % 2, (i >= 0).astype(np.intp))
+    k = np.where(i < 0, j, np.where(alternating, np.where(kind == 0, warm + i // 2, i // 2), j - total))
+    if v == 1:
+        return kind, np.zeros_like(k), k
+    # interleaved: rounds of p microbatches through chunks 0, 1, ... (backwards through v - 1, v - 2, ...)
+    chunk = k % (p * v) // p
+    return kind, np.where(kind == 1, v - 1 - chunk, chunk), k // (p * v) * p + k % p
+
+
+@lru_cache(maxsize=1024)
+def order(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[OpKey, ...]:
+    """The operations stage `rank` runs, in order."""
+    kind, chunk, micro = _operations(schedule, p, v, m, rank)
+    return tuple(zip(["FB"[x] for x in kind.tolist()], chunk.tolist(), micro.tolist()))
+
+
+def peak_inflight(schedule: str, p: int, v: int, m: int,
+                  chunk_bytes: Sequence[Sequence[float]]) -> list[float]:
+    """Per stage, the largest activation memory it holds: going through its operations in order, a forward
+    allocates its chunk's bytes (chunk_bytes[stage][chunk]), a backward frees them."""
+    program = _program(schedule, p, v, m)
+    held = np.asarray(chunk_bytes, dtype=float)[np.arange(p)[:, None], program.chunk]
+    held[program.kind == 1] *= -1.0
+    return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
+
+
+@dataclass(frozen=True, eq=False)
+class _Program:
+    """The operations of every stage, numbered: op id ((kind * p + stage) * v + chunk) * m + microbatch."""
+
+    kind: np.ndarray               # [stage, operation]: 0 forward, 1 backward
+    chunk: np.ndarray              # [stage, operation]
+    ids: np.ndarray                # [stage, operation]: op id
+    dep: np.ndarray                # [stage, operation]: id of the operation it waits for, or -1
+    source: np.ndarray             # [stage, operation]: that operation's flat index (stage * operations per
+    #                                stage + operation), or -1
+    last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+    @cached_property
+    def ops(self) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
+        """Per stage, per operation: (backward, chunk, op id, id of the operation it waits for or -1)."""
+        return tuple(tuple(zip(k.astype(bool).tolist(), c.tolist(), i.tolist(), d.tolist()))
+                     for k, c, i, d in zip(self.kind, self.chunk, self.ids, self.dep))
+
+
+@lru_cache(maxsize=256)
+def _program(schedule: str, p: int, v: int, m: int) -> _Program:
+    stage = np.arange(p)[:, None]
+    kind, chunk, micro = _operations(schedule, p, v, m, stage)
+
+    def op_id(backward: Any, r: Any, c: Any) -> np.ndarray:
+        return ((backward * p + r) * v + c) * m + micro
+
+    # a forward waits for the previous stage (stage 0: the last stage's previous chunk); a backward for the
+    # next stage (the last stage: stage 0's next chunk)
+    fwd_dep = np.where(stage > 0, op_id(0, stage - 1, chunk),
+                       np.where(chunk > 0, op_id(0, p - 1, chunk - 1), -1))
+    bwd_dep = np.where(stage < p - 1, op_id(1, stage + 1, chunk),
+                       np.where(chunk < v - 1, op_id(1, 0, chunk + 1), -1))
+    dep = np.where(kind == 1, bwd_dep, fwd_dep)
+    ids = op_id(kind, stage, chunk)
+    flat = np.empty(2 * p * v * m, dtype=np.intp)
+    flat[ids.ravel()] = np.arange(ids.size)
+    source = np.where(dep >= 0, flat[np.maximum(dep, 0)], -1)
+    r, k = np.nonzero((kind == 1) & (micro == m - 1))      # one per stage and chunk
+    last = np.empty((p, v), dtype=np.intp)
+    last[r, chunk[r, k]] = k
+    return _Program(kind, chunk, ids, dep, source, last)
+
+
+def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
+             send_bwd: Sequence[float]) -> PipelineRun:
+    """Run one step. fwd[r][c] / bwd[r][c]: segments of one microbatch of chunk c on stage r.
+
+    send_fwd[r]: transfer time of activations out of stage r (to r + 1, or to stage 0 of the next chunk);
+    send_bwd[r]: of gradients out of stage r (to r - 1, or to the last stage of the previous chunk).
+
+    One SimPy process per stage goes through the stage's operations in order. An operation starts when the
+    stage is free and its input has arrived (its producer's end plus the transfer); its segments then give
+    its end, which the process announces at once. The process goes straight on to the next operation when
+    that one's input has been announced; when it has not, the process sleeps until the stage is free and, if
+    the input is still not announced, waits for an event the producer triggers when it announces it. So
+    SimPy only handles the waits, not one event per operation. Each process keeps its own clock and records
+    per operation when its input was produced, when it started and when it ended: the intervals are derived
+    from these (PipelineRun.intervals).
+    """
+    program, segments = _prepare(schedule, p, v, m, fwd, bwd)
+    total = segments.total.tolist()
+    env = simpy.Environment()
+    finished: list[float | None] = [None] * (2 * p * v * m)     # end of every operation, once it started
+    waiting: dict[int, simpy.Event] = {}                        # op id -> event its one consumer waits on
+    records: list[tuple[list[float], list[float], list[float]] | None] = [None] * p
+    nan = float("nan")
+
+    def stage(r: int):  # type: ignore[no-untyped-def]
+        produced_at: list[float] = []
+        started: list[float] = []
+        ended: list[float] = []
+        takes = total[r]
+        delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
+        now = env.now           # this stage's clock
+        for backward, c, op, dep in program.ops[r]:
+            if dep < 0:
+                produced = nan
+            else:
+                produced = finished[dep]
+                if produced is None:
+                    if now > env.now:
+                        yield env.timeout(now - env.now)    # busy until its last operation ends
+                        produced = finished[dep]
+                    if produced is None:
+                        waiting[dep] = event = env.event()
+                        produced = yield event
+                now = max(now, produced + delays[backward])     # free, and the input has arrived
+            produced_at.append(produced)
+            started.append(now)
+            now = now + takes[backward][c]
+            ended.append(now)
+            finished[op] = now
+            if op in waiting:
+                waiting.pop(op).succeed(now)
+        yield env.timeout(max(0.0, now - env.now))
+        records[r] = (produced_at, started, ended)
+
+    for r in range(p):
+        env.process(stage(r))
+    env.run()
+    if any(rec is None for rec in records):
+        raise RuntimeError(f"pipeline schedule {schedule} p={p} v={v} m={m} deadlocked")
+    produced, started, ended = (np.array(x, dtype=float) for x in zip(*records))
+    return PipelineRun(program, segments, produced, started, ended)
+
+
+def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
+             send_bwd: Sequence[float]) -> PipelineRun:
+    """What `simulate` gives, the same floating-point operations on the same numbers, a wave at a time: each
+    operation starts at max(previous end, input end + transfer) (NaN for no input, which fmax skips) and ends
+    `total` later."""
+    program, segments = _prepare(schedule, p, v, m, fwd, bwd)
+    waves = _waves(schedule, p, v, m)
+    n = waves.order.size
+    takes = segments.total[waves.stage, waves.kind, waves.chunk]
+    delays = np.array([[send_fwd[(r - 1) % p], send_bwd[(r + 1) % p]] for r in range(p)], dtype=float)
+    delay = delays[waves.stage, waves.kind]
+    end = np.empty(n + 2)
+    end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
+    start = np.empty(n)
+    prev, dep = waves.prev, waves.dep
+    for a, b in itertools.pairwise(waves.bounds):
+        s = np.fmax(end[prev[a:b]], end[dep[a:b]] + delay[a:b])
+        start[a:b] = s
+        end[a:b] = s + takes[a:b]
+    out = np.empty((3, n))
+    out[:, waves.order] = end[dep], start, end[:n]
+    produced, started, ended = out.reshape(3, p, n // p)
+    return PipelineRun(program, segments, produced, started, ended)
+
+
+def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments) -> tuple[_Program, _Segments]:
+    why = check(schedule, p, v, m)
+    if why:
+        raise UserError(why)
+    return _program(schedule, p, v, m), _Segments.of(fwd, bwd)
+
+
+@dataclass(frozen=True, eq=False)
+class _Waves:
+    """A program's operations in waves: an operation depends only on operations of earlier waves. Wave w is
+    positions bounds[w]:bounds[w + 1] of the wave order; order[i] is the flat index (stage * ops per stage +
+    k) of the operation at position i, prev[i] and dep[i] the positions of the stage's previous operation
+    and of the input's producer (n + 1 and n when there is none)."""
+
+    order: np.ndarray
+    bounds: list[int]
+    prev: np.ndarray
+    dep: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray
+    chunk: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
+    """Each operation's wave is one more than the latest of its stage's previous operation and its input's
+    producer: walk the stages in turn, each as far as its inputs' waves are known."""
+    program = _program(schedule, p, v, m)
+    k_max = program.kind.shape[1]
+    n = p * k_max
+    sources = program.source.tolist()
+    wave = [-1] * n                  # by flat index; -1 until known
+    done = [0] * p
+    left = n
+    while left:
+        before = left
+        for r in range(p):
+            k, base, source = done[r], r * k_max, sources[r]
+            w = wave[base + k - 1] + 1 if k else 0
+            while k < k_max:
+                i = source[k]
+                if i >= 0:
+                    if wave[i] < 0:
+                        break
+                    if wave[i] >= w:
+                        w = wave[i] + 1
+                wave[base + k] = w
+                k += 1
+                w += 1
+            left -= k - done[r]
+            done[r] = k
+        if left == before:
+            raise RuntimeError(f"pipeline schedule {schedule} p={p} v={v} m={m} deadlocked")
+    waves = np.array(wave)
+    order = np.argsort(waves, kind="stable")
+    position = np.empty(n + 1, dtype=np.intp)
+    position[order] = np.arange(n)
+    position[-1] = n                 # no input: the slot that reads NaN
+    flat = np.arange(n)
+    prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
+    return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
+                  position[program.source.ravel()][order], order // k_max, program.kind.ravel()[order],
+                  program.chunk.ravel()[order])
+
+
+def split_layers(layers: int, stages: int) -> list[int]:
+    """Layers per virtual stage: as even as possible, the shortfall taken from the ends first.
+
+    The first stage also holds the embedding and the last the output layer, so they get the fewer layers:
+    Llama 3's 126 layers on 16 stages are 7 + 14 x 8 + 7.
+    """
+    if stages > layers:
+        raise UserError(f"{stages} pipeline stages (pp x virtual_stages) exceed the model's {layers} layers")
+    base = -(-layers // stages)
+    counts = [base] * stages
+    deficit = base * stages - layers
+    lo, hi = 0, stages - 1
+    turn = 0
+    while deficit:
+        idx = lo if turn % 2 == 0 else hi
+        counts[idx] -= 1
+        if turn % 2 == 0:
+            lo += 1
+        else:
+            hi -= 1
+        turn += 1
+        deficit -= 1
+    return counts

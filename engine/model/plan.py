@@ -1,0 +1,133 @@
+"""The contract between the cost model and the engine run: one training step of one representative replica.
+
+The cost model (engine/model/step.py) produces a StepPlan; the engine run repeats it over simulated time and
+broadcasts each pipeline stage's timeline to every GPU of that stage (all DP replicas behave the same). Here also
+how a plan's per-stage intervals are put together: merged into runs that cover the step, and extended from two
+simulated sizes to a long step.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .pipeline import PHASE_CODE, Intervals
+
+
+@dataclass(frozen=True)
+class Interval:
+    start_s: float     # from the start of the step
+    end_s: float
+    phase: str         # a name from engine.config.phases.PHASES
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    step_time_s: float
+    # stages[p] is the timeline of pipeline stage p: contiguous, non-overlapping intervals covering
+    # [0, step_time_s]. Every GPU of stage p follows it.
+    stages: tuple[tuple[Interval, ...], ...]
+    # Mean load (0..1 of the tier's capacity) each link tier carries over the step, per tier name.
+    tier_load: dict[str, float] = field(default_factory=dict)
+    # Busy periods per tier within the step: (start_s, end_s, load 0..1). Optional; tier_load is the mean.
+    tier_busy: dict[str, tuple[tuple[float, float, float], ...]] = field(default_factory=dict)
+    tokens: int = 0
+    model_flops: float = 0.0       # per step, whole job (model FLOPs: no recomputation)
+
+
+def extend_run(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Intervals, list, list]:
+    """A step of m microbatches from simulations of m1 < m2: every stage's end grows linearly in m.
+
+    The extra microbatches are extra rounds of the steady state: the drain, where each chunk's last backward
+    runs, comes that much later (it moves with the stage's end), which is what the DP gradient reduction
+    overlaps with. For the plan, each stage's intervals of run2 (contiguous from 0) are stretched into new
+    arrays: work (compute and communication) by m / m2, the waiting so that the stage ends where the linear
+    extension puts it.
+    """
+    iv = run2.intervals
+    p = len(run2.ends)
+    bubble = iv.phase == PHASE_CODE["bubble"]
+    length = iv.end - iv.start
+    work = np.bincount(iv.stage, weights=np.where(bubble, 0.0, length), minlength=p)
+    wait = np.bincount(iv.stage, weights=np.where(bubble, length, 0.0), minlength=p)
+    k_work = m / m2
+    k_wait = []
+    for e1, e2, w, idle in zip(run1.ends, run2.ends, work.tolist(), wait.tolist()):
+        end = e2 + (m - m2) * (e2 - e1) / (m2 - m1)
+        k_wait.append(max(0.0, end - w * k_work) / idle if idle > 0 else 1.0)
+    stretched = length * np.where(bubble, np.array(k_wait)[iv.stage], k_work)
+    start, finish = np.empty_like(stretched), np.empty_like(stretched)
+    bounds = np.searchsorted(iv.stage, np.arange(p + 1)).tolist()
+    ends, last_b = [], []
+    for r, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        finish[lo:hi] = np.cumsum(stretched[lo:hi])         # the running time, added one interval at a time
+        start[lo:hi] = np.concatenate([[0.0], finish[lo:hi - 1]])
+        t = float(finish[hi - 1]) if hi > lo else 0.0
+        ends.append(t)
+        shift = t - run2.ends[r]
+        last_b.append([(b0 + shift, b1 + shift) for b0, b1 in run2.last_backward[r]])
+    return Intervals(iv.stage, start, finish, iv.phase), ends, last_b
+
+
+def merge_runs(iv: Intervals, end: float, stages: int) -> Intervals:
+    """Each stage's runs covering [0, end]: what walking its intervals sorted by (start, end, phase) makes of
+    them. An interval ending where the covered time already is is dropped, one starting before it is clipped,
+    a gap becomes bubble, and adjacent equal phases merge into one run."""
+    iv = _sorted(iv, stages)
+    bounds = np.searchsorted(iv.stage, np.arange(stages + 1))
+    covered = np.empty(len(iv.end))          # covered time after each interval: the stage's running maximum
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        covered[lo:hi] = np.maximum.accumulate(iv.end[lo:hi])
+    before = np.concatenate([[0.0], covered[:-1]])
+    before[bounds[:-1][bounds[:-1] < len(before)]] = 0.0
+    before = np.maximum(before, 0.0)         # covered time before each interval
+    done = np.array([max(0.0, covered[hi - 1]) if hi > lo else 0.0
+                     for lo, hi in itertools.pairwise(bounds.tolist())])
+    kept = iv.end > before
+    start = np.maximum(iv.start, before)
+    gap = kept & (start > before)
+    # the pieces: the kept intervals (clipped); before one, the gap it leaves (bubble); at the end of each
+    # stage, the bubble until `end`. Gaps and tails are few: they are inserted where they belong.
+    kept_ahead = np.concatenate([[0], np.cumsum(kept)])        # kept intervals ahead of each position
+    tails, gaps = np.flatnonzero(end > done), np.flatnonzero(gap)
+    at = np.concatenate([kept_ahead[bounds[1:][tails]], kept_ahead[gaps]])
+    order = np.lexsort((np.arange(len(at)) >= len(tails), at))  # a stage's tail before the next one's gap
+    bubble = np.int8(PHASE_CODE["bubble"])
+
+    def pieces(kept_values: np.ndarray, tail_values: Any, gap_values: Any) -> np.ndarray:
+        extra = np.concatenate([np.broadcast_to(tail_values, len(tails)),
+                                np.broadcast_to(gap_values, len(gaps))])
+        return np.insert(kept_values[kept], at[order], extra[order])
+
+    stage = pieces(iv.stage, tails, iv.stage[gaps])
+    a, b = pieces(start, done[tails], before[gaps]), pieces(iv.end, end, start[gaps])
+    code = pieces(iv.phase, bubble, bubble)
+    first = np.ones(len(code), dtype=bool)  # the pieces that start a run
+    first[1:] = (code[1:] != code[:-1]) | (stage[1:] != stage[:-1])
+    last = np.ones_like(first)               # the pieces that end one
+    last[:-1] = first[1:]
+    return Intervals(stage[first], a[first], b[last], code[first])
+
+
+def _sorted(iv: Intervals, stages: int) -> Intervals:
+    """Each stage's intervals sorted by (start, end, phase). The schedule emits them in that order but for
+    rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
+    a, b, c, r = iv.start, iv.end, iv.phase, iv.stage
+    x, y = slice(None, -1), slice(1, None)
+    same_stage = r[x] == r[y]
+    if not (same_stage & (a[x] >= a[y])).any():          # the starts increase: in order
+        return iv
+    in_order = (a[x] < a[y]) | ((a[x] == a[y]) & ((b[x] < b[y]) | ((b[x] == b[y]) & (c[x] <= c[y]))))
+    unsorted = np.unique(r[y][~in_order & same_stage])
+    if not len(unsorted):
+        return iv
+    a, b, c = a.copy(), b.copy(), c.copy()
+    bounds = np.searchsorted(r, np.arange(stages + 1))
+    for s in unsorted.tolist():
+        lo, hi = bounds[s], bounds[s + 1]
+        idx = lo + np.lexsort((c[lo:hi], b[lo:hi], a[lo:hi]))
+        a[lo:hi], b[lo:hi], c[lo:hi] = a[idx], b[idx], c[idx]
+    return Intervals(r, a, b, c)

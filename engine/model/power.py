@@ -1,0 +1,79 @@
+"""Power: what a GPU draws in each phase, and what the site draws for it.
+
+Per GPU, by phase and GPU type (engine/config/catalogs/gpus.toml):
+- busy computing: its TDP (large GEMMs run at the board's power limit);
+- memory-bound work (optimizer, decode): its memory-bound figure;
+- waiting (on communication, in the pipeline bubble, on a checkpoint write, or with no job): its idle/waiting
+  figure (the catalog's `idle_w`, measured on idle and waiting boards);
+- failed: off (0 W): the GPU has fallen off the bus or its node is being drained.
+
+Every GPU brings its server overhead (host CPUs, NICs, fans, PSU losses; `server_overhead_w` in the GPU catalog,
+575 W per H100 from shared/reference/hardware.toml [facility]), storage and network add 10% of IT power, and
+cooling multiplies the lot by the PUE. A failed GPU's host stays powered while it is drained and diagnosed.
+
+A `power_swing` event is written when the site's load level changes at once by more than `swing_threshold_mw`:
+5% of the site's power or 2 MW, whichever is smaller (the engine/sim/run.py docstring says what a level is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config.facility import IT_OVERHEAD
+from ..config.phases import CODE, PHASES
+from ..config.scenario import Cluster
+
+SWING_SHARE = 0.05               # a power swing: a sudden change of more than 5% of the site's power...
+SWING_MW = 2.0                   # ...or of more than 2 MW (a large site), whichever is smaller
+
+COMPUTE_PHASES = ("compute",)
+MEMORY_PHASES = ("optimizer", "memory")
+OFF_PHASES = ("failed",)
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    phase_w: np.ndarray            # W per phase code (float64, indexed by engine.config.phases codes)
+    overhead_w_per_gpu: float
+    it_overhead: float
+    pue: float
+    budget_mw: float | None = None
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> PowerModel:
+        gpu = cluster.gpu
+        watts = np.full(len(PHASES), gpu.idle_w, dtype=np.float64)
+        for name in COMPUTE_PHASES:
+            watts[CODE[name]] = gpu.tdp_w
+        for name in MEMORY_PHASES:
+            watts[CODE[name]] = gpu.memory_bound_w
+        for name in OFF_PHASES:
+            watts[CODE[name]] = 0.0
+        return cls(phase_w=watts, overhead_w_per_gpu=gpu.server_overhead(), it_overhead=IT_OVERHEAD,
+                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw)
+
+    @property
+    def idle_w(self) -> float:
+        return float(self.phase_w[CODE["idle"]])
+
+    def site_mw(self, gpu_watts: float, gpus: int) -> float:
+        """Site power in MW for a total GPU draw: plus server overhead, storage and network, times PUE."""
+        it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead)
+        return it * self.pue / 1e6
+
+    def swing_threshold_mw(self, site_mw: float) -> float:
+        """The smallest sudden change of the site's load that is a power swing."""
+        return min(SWING_MW, SWING_SHARE * site_mw)
+
+    def over_budget(self, site_mw: float) -> bool:
+        return self.budget_mw is not None and site_mw > self.budget_mw
+
+    def describe(self) -> dict[str, Any]:
+        """The model's figures, for the recording header."""
+        return {"phase_w": {name: float(self.phase_w[code]) for code, name in enumerate(PHASES)},
+                "server_overhead_w_per_gpu": self.overhead_w_per_gpu, "it_overhead": self.it_overhead,
+                "pue": self.pue, "site_power_budget_mw": self.budget_mw,
+                "swing": {"share": SWING_SHARE, "mw": SWING_MW}}

@@ -1,0 +1,506 @@
+"""One training step of one job under one configuration: its chunks, their costs, the pipeline and the tail.
+
+`JobModel` holds everything about a job that does not depend on the "auto" settings (its placement's routes,
+the costs of each distinct chunk) and evaluates a `Config`: the memory each stage needs (engine/model/memory.py),
+the forward and backward segments of every chunk (compute from engine/model/compute.py, communication of each
+parallel dimension on the tiers it crosses from engine/model/collectives.py), the pipeline of one replica
+(engine/model/pipeline.py), then the data-parallel gradient reduction (overlapped with the last backward in
+buckets), the optimizer step and the parameter all-gather; and, when asked, the StepPlan the run replays.
+
+Costs that depend only on a chunk's blocks, a job's placement or its layout are cached for the next job that
+shares them (a sweep has thousands).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ..config.catalog import Model
+from ..config.scenario import Cluster, Job
+from . import collectives as col
+from . import compute as cm
+from . import memory as mem
+from .pipeline import PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
+from .plan import Interval, StepPlan, extend_run, merge_runs
+from .topology import TIERS, Topology
+
+# Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
+MAX_SIM_MICROBATCHES = 256
+# DualPipe (DeepSeek-V3 report, section 3.2.1): a forward chunk and a backward chunk run together, the
+# all-to-all and PP traffic of one hidden behind the other's compute; 20 of the H800's 132 SMs run the
+# communication, so the overlapped compute runs on the other 112.
+DUALPIPE_COMPUTE_SHARE = 112 / 132
+
+
+@dataclass(frozen=True)
+class Config:
+    micro_batch: int
+    virtual_stages: int
+    recompute: str
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+def shard(job: Job, micro_batch: int) -> cm.Shard:
+    return cm.Shard(tokens=micro_batch * job.seq_len // job.cp, seq_len=job.seq_len, tp=job.tp, cp=job.cp,
+                    sp=job.sequence_parallel and job.tp > 1, ep=job.ep, precision=job.precision)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One virtual stage (chunk): its layers and blocks."""
+
+    first_layer: int
+    layers: int
+    embedding: bool
+    output: bool
+    moe: int = 0          # how many of its layers are MoE layers
+
+    @property
+    def dense(self) -> int:
+        return self.layers - self.moe
+
+
+@lru_cache(maxsize=256)
+def _chunks(model: Model, p: int, v: int) -> tuple[tuple[_Stage, ...], ...]:
+    """chunks[r][c]: the virtual stage c * p + r of stage r."""
+    counts = split_layers(model.layers, p * v)
+    starts = list(itertools.accumulate([0] + counts))
+    out = [[_Stage(0, 0, False, False)] * v for _ in range(p)]
+    for vs, n in enumerate(counts):
+        c, r = divmod(vs, p)
+        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n))
+        out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1, moe)
+    return tuple(map(tuple, out))
+
+
+# ------------------------------------------------------------------------------------------ communication
+
+@dataclass(frozen=True)
+class _Net:
+    tp: col.Route
+    cp: col.Route
+    ep: col.Route
+    dp: col.Route
+    pp_tiers: tuple[int, ...]      # tier index crossed by each stage boundary r -> r+1 (and p-1 -> 0)
+    pp_slowdown: float
+
+
+@lru_cache(maxsize=64)
+def _net(cluster: Cluster, job: col.Placement) -> _Net:
+    """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them)."""
+    topo = Topology.of(cluster)
+    stride = job.tp * job.cp
+    first = job.first_gpu
+    r = np.arange(job.pp)
+    tiers = tuple(topo.tier_between(first + r * stride, first + (r + 1) % job.pp * stride).tolist())
+    dp_dims = ("dp", "cp") if job.cp > 1 else ("dp",)
+    pp = col.route(cluster, job, ("pp",))
+    return _Net(tp=col.route(cluster, job, ("tp",)), cp=col.route(cluster, job, ("cp",)),
+                ep=col.route(cluster, job, ("ep",), "all2all") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
+                dp=col.route(cluster, job, dp_dims), pp_tiers=tiers, pp_slowdown=pp.slowdown)
+
+
+def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
+    """One TP exchange of a full activation: all-reduce, or reduce-scatter + all-gather with SP."""
+    if sp:
+        rs = col.reduce_scatter(cluster, net.tp, nbytes)
+        return col.Comm(2 * rs.time_s, rs.load)
+    return col.allreduce(cluster, net.tp, nbytes)
+
+
+def _p2p_time(cluster: Cluster, net: _Net, nbytes: float, boundary: int) -> float:
+    if nbytes <= 0:
+        return 0.0
+    if net.pp_tiers[boundary] == 0:
+        return nbytes / (cluster.node_link.busbw_gb_s * col.GB) + cluster.node_link.latency_us * 1e-6
+    return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + cluster.scale_out.latency_us * 1e-6
+
+
+# ------------------------------------------------------------------------------------------- evaluation
+
+@dataclass
+class Eval:
+    config: Config
+    fits: bool
+    memory: mem.StageMemory
+    step_s: float = 0.0
+    plan: StepPlan | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+    microbatches: int = 0
+
+
+Passes = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]   # (forward, backward) segments
+
+
+@dataclass(frozen=True)
+class _StageFacts:
+    """What one pipeline stage holds (all its chunks), on one GPU."""
+
+    params: float
+    expert_params: float
+    largest_layer_params: float
+    layers: int
+    moe: bool                 # holds a MoE layer
+    output: bool              # holds the output layer
+
+
+class JobModel:
+    """Everything about one job that does not depend on the auto settings, and the evaluation of a Config.
+
+    Costs that depend only on a chunk's blocks (not on its place in the pipeline) are computed once per
+    model and reused by every stage, configuration and evaluation with the same blocks.
+    """
+
+    def __init__(self, cluster: Cluster, job: Job) -> None:
+        self.cluster, self.job = cluster, job
+        self.gpu = cluster.gpu
+        self.net = _net(cluster, col.placement(job))
+        self.per_replica = job.global_batch // job.dp
+        self.dp_shards = job.dp * job.cp
+        self.expert_shards = max(1, job.dp * job.cp // job.ep)
+        self._grad_comm: dict[float, float] = {}
+        self._updates: dict[float, tuple[float, float]] = {}
+        self._passes: dict[tuple[Any, ...], Passes] = {}
+        self._params: dict[tuple[int, int, bool, bool], float] = {}
+
+    def chunks(self, v: int) -> tuple[tuple[_Stage, ...], ...]:
+        return _chunks(self.job.model, self.job.pp, v)
+
+    def stages(self, v: int) -> tuple[_StageFacts, ...]:
+        job = self.job
+        return _stage_facts(job.model, job.tp, job.ep, job.pp, v)
+
+    # -- per chunk costs -------------------------------------------------------------------------------
+    def _chunk_passes(self, st: _Stage, micro_batch: int, recompute: str) -> Passes:
+        """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
+        key = (st.dense, st.moe, st.embedding, st.output, micro_batch, recompute)
+        if key not in self._passes:
+            self._passes[key] = self._compute_passes(st, shard(self.job, micro_batch), recompute)
+        return self._passes[key]
+
+    def _compute_passes(self, st: _Stage, sh: cm.Shard, recompute: str) -> Passes:
+        job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
+        blocks: list[tuple[cm.BlockCost, int]] = []
+        if st.dense:
+            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), st.dense))
+        if st.moe:
+            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), st.moe))
+        if st.embedding:
+            blocks.append((cm.embedding_cost(gpu, job.model, sh), 1))
+        if st.output:
+            blocks.append((cm.output_cost(gpu, job.model, sh), 1))
+        f = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
+        b = dict(f)
+        for block, n in blocks:
+            for pas, acc in ((block.fwd, f), (block.bwd, b), (block.recompute, b)):
+                if pas is None:
+                    continue
+                acc["compute"] += n * pas.compute_s
+                if pas.tp_collectives:
+                    acc["tp"] += n * pas.tp_collectives * _tp_time(cl, net, pas.tp_bytes, sh.sp).time_s
+                if pas.cp_bytes:
+                    step = col.p2p(cl, net.cp, pas.cp_bytes).time_s
+                    acc["cp"] += n * (job.cp - 1) * max(0.0, step - pas.cp_overlap_s)
+                if pas.ep_bytes:
+                    acc["ep"] += n * 2 * col.all_to_all(cl, net.ep, pas.ep_bytes).time_s
+        if job.schedule == "dualpipe":
+            # the forward of one microbatch runs beside the backward of another: each one's EP all-to-all
+            # hides behind the other's compute, which runs on the SMs communication leaves free
+            for acc in (f, b):
+                acc["compute"] /= DUALPIPE_COMPUTE_SHARE
+            f["ep"], b["ep"] = max(0.0, f["ep"] - b["compute"]), max(0.0, b["ep"] - f["compute"])
+        if job.zero >= 3:
+            # ZeRO-3 gathers the chunk's weights before its forward and its backward, prefetched behind compute
+            params = self._chunk_params(st)
+            ag = col.all_gather(cl, net.dp, cm.BF16 * params).time_s
+            rs = col.reduce_scatter(cl, net.dp, 4.0 * params).time_s
+            f["dp"] = max(0.0, ag - f["compute"])
+            b["dp"] = max(0.0, ag + rs - b["compute"])
+        return tuple(f.items()), tuple(b.items())
+
+    def _chunk_params(self, st: _Stage) -> float:
+        key = (st.dense, st.moe, st.embedding, st.output)
+        if key not in self._params:
+            self._params[key] = _chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
+        return self._params[key]
+
+    # -- memory ----------------------------------------------------------------------------------------
+    def memory(self, cfg: Config) -> list[mem.StageMemory]:
+        job = self.job
+        m = self.per_replica // cfg.micro_batch
+        sh = shard(job, cfg.micro_batch)
+        fp8 = job.precision == "fp8"
+        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8)
+                     for moe in (False, True)}
+        full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
+                      for moe in (False, True)}
+        chunks = self.chunks(cfg.virtual_stages)
+        chunk_bytes = []
+        for stage in chunks:
+            chunk_bytes.append([])
+            for st in stage:
+                per_tok = st.dense * per_token[False] + st.moe * per_token[True]
+                if st.embedding:
+                    per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+                chunk_bytes[-1].append(per_tok * sh.tokens)
+        held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
+        out = []
+        for stage, activations in zip(self.stages(cfg.virtual_stages), held):
+            layer_full = full_layer[stage.moe]
+            transient = layer_full if cfg.recompute == "full" else 0.0
+            # one layer's gradient working set (input/output grads, the largest intermediate) during backward
+            transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
+            logits = 0.0
+            if stage.output:
+                logits = 2 * sh.tokens * job.model.vocab / job.tp * 4.0
+            out.append(mem.stage_memory(params=stage.params, expert_params=stage.expert_params,
+                                        largest_layer_params=stage.largest_layer_params, zero=job.zero,
+                                        dp_shards=self.dp_shards, expert_shards=self.expert_shards,
+                                        activations=activations, transient=transient, logits=logits))
+            if job.schedule == "dualpipe":
+                # DualPipe keeps two copies of the parameters (and their gradients), one per direction
+                # (DeepSeek-V3 report 3.2.1)
+                sm = out[-1]
+                extra = sm.weights + sm.gradients
+                out[-1] = dataclasses.replace(sm, weights=2 * sm.weights, gradients=2 * sm.gradients,
+                                              reserve=sm.reserve + mem.FRAGMENTATION * extra)
+        return out
+
+    # -- one configuration -----------------------------------------------------------------------------
+    def check_memory(self, cfg: Config) -> Eval:
+        """The configuration's memory and whether it fits (no simulation)."""
+        mems = self.memory(cfg)
+        worst = max(mems, key=lambda s: s.total)
+        fits = all(s.total <= mem.capacity_bytes(self.gpu) for s in mems)
+        return Eval(cfg, fits, worst, microbatches=self.per_replica // cfg.micro_batch)
+
+    def run(self, ev: Eval, plan: bool) -> None:
+        """Simulate a configuration that fits: its step time, breakdown and (when `plan`) StepPlan."""
+        job, cl, cfg = self.job, self.cluster, ev.config
+        p, v, m = job.pp, cfg.virtual_stages, ev.microbatches
+        chunks = self.chunks(v)
+        sh = shard(job, cfg.micro_batch)
+        passes = [[self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in stage]
+                  for stage in chunks]
+        fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
+        bwd = tuple(tuple(b for _, b in stage) for stage in passes)
+        act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+        send = tuple(_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p))
+        if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
+            send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
+        send_b = tuple(send[(r - 1) % p] for r in range(p))
+        schedule = sim_schedule(job)
+        if m <= MAX_SIM_MICROBATCHES:
+            run = _simulate_cached(plan, schedule, p, v, m, fwd, bwd, send, send_b)
+            phase_s, ends, last_b = run.phase_seconds(), run.ends, run.last_backward
+            intervals = lambda: run.intervals
+        else:
+            # the steady state repeats: simulate two sizes and extend linearly to m
+            step = p if v > 1 else 1
+            m2 = max(2 * step, MAX_SIM_MICROBATCHES // step * step)     # two sizes at least a round apart
+            m1 = max(step, m2 // 2 // step * step)
+            run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
+            run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
+            extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
+            phase_s, intervals = extended.phase_seconds(), lambda: extended
+        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, phase_s, intervals, ends, last_b, fwd, bwd,
+                                                        m, plan)
+        if job.schedule == "dualpipe" and p > 2 and v == 1:
+            self._dualpipe_bubble(ev, fwd, bwd)
+
+    def _dualpipe_bubble(self, ev: Eval, fwd: tuple, bwd: tuple) -> None:
+        """DualPipe feeds microbatches from both ends of the pipeline: its bubble is (PP/2 - 1)(F&B + B - 3W)
+        against 1F1B's (PP - 1)(F + B) (DeepSeek-V3 report, Table 2). F, B: a stage's forward and backward
+        of one microbatch; W: the weight-gradient part of B (the forward's GEMMs again, W = min(F, B/2));
+        F&B: a forward and a backward overlapped, the sum of their compute. The simulated 1F1B bubble shrinks
+        by that ratio (the plan keeps the 1F1B order)."""
+        p = self.job.pp
+        f = max(sum(sum(d for _, d in c) for c in stage) for stage in fwd)
+        b = max(sum(sum(d for _, d in c) for c in stage) for stage in bwd)
+        w = min(f, b / 2)
+        ratio = min(1.0, (p / 2 - 1) * (f + b + b - 3 * w) / ((p - 1) * (f + b)))
+        saved = ev.breakdown.get("bubble", 0.0) * (1.0 - ratio)
+        ev.step_s -= saved
+        ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
+
+    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], phase_s: np.ndarray,
+                intervals: Callable[[], Intervals], ends: list[float],
+                last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
+                plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
+        """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
+        per phase summed over the stages, and its intervals when a plan is asked for); the breakdown, and the
+        StepPlan when `plan`."""
+        job = self.job
+        p = job.pp
+        dp_end: list[float] = []
+        dp_busy = 0.0
+        ag_time = opt_time = 0.0
+        opt_by_stage = []
+        ag_by_stage = []
+        for r, stage in enumerate(self.stages(cfg.virtual_stages)):
+            t_stream = 0.0
+            for c in reversed(range(cfg.virtual_stages)):
+                st = chunks[r][c]
+                if job.zero >= 3:
+                    continue          # reduced per microbatch inside the backward (see _compute_passes)
+                comm_s = self._gradient_reduction(self._chunk_params(st))
+                dp_busy += comm_s / p
+                b0, b1 = last_b[r][c]
+                n_layers = max(1, st.layers)
+                # buckets: the first is ready after one layer's backward, the last after the chunk's
+                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm_s, b1 + comm_s / n_layers)
+            dp_end.append(max(ends[r], t_stream))
+            optimizer, ag = self._update(stage.params)
+            opt_by_stage.append(optimizer)
+            if job.zero in (1, 2):
+                # overlapped with the next step's first forward but for the first layer's bucket
+                n_layers = max(1, stage.layers)
+                ag_by_stage.append(ag / n_layers)
+                dp_busy += ag / p
+            else:
+                ag_by_stage.append(0.0)
+        sync = max(dp_end)
+        opt_time = max(opt_by_stage)
+        ag_time = max(ag_by_stage)
+        step = sync + opt_time + ag_time
+        after = []                 # each stage's intervals after its pipeline schedule
+        for r in range(p):
+            iv = []
+            if dp_end[r] > ends[r]:
+                iv.append((ends[r], dp_end[r], "dp"))
+            if sync > dp_end[r]:
+                iv.append((dp_end[r], sync, "bubble"))
+            iv.append((sync, sync + opt_by_stage[r], "optimizer"))
+            if sync + opt_by_stage[r] < sync + opt_time:
+                iv.append((sync + opt_by_stage[r], sync + opt_time, "bubble"))
+            if ag_by_stage[r] > 0:
+                iv.append((sync + opt_time, sync + opt_time + ag_by_stage[r], "dp"))
+            if sync + opt_time + ag_by_stage[r] < step:
+                iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
+            after.append(iv)
+        # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
+        # lengths, as a mean over the stages
+        tail = Intervals.of(after)
+        totals = dict(zip(PHASE_NAMES, ((phase_s + tail.phase_seconds()) / p).tolist()))
+        order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
+        breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
+                     ("compute", "bubble", "optimizer")}
+        if not plan:
+            return None, step, breakdown
+        runs = merge_runs(intervals().then(tail), step, p)
+        tokens = job.global_batch * job.seq_len
+        flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
+        tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
+        stages: list[list[Interval]] = [[] for _ in range(p)]
+        for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(),
+                                 runs.phase.tolist()):
+            stages[r].append(Interval(a, b, PHASE_NAMES[code]))
+        return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load,
+                         tokens=tokens, model_flops=flops), step, breakdown)
+
+    def _update(self, params: float) -> tuple[float, float]:
+        """Seconds of the optimizer step and of the parameter all-gather (ZeRO-1/2) for a stage's params."""
+        if params not in self._updates:
+            shards = self.dp_shards if self.job.zero >= 1 else 1
+            ag = 0.0
+            if self.job.zero in (1, 2):
+                ag = col.all_gather(self.cluster, self.net.dp, cm.BF16 * params).time_s
+            self._updates[params] = (cm.optimizer_time(self.gpu, params, shards), ag)
+        return self._updates[params]
+
+    def _gradient_reduction(self, params: float) -> float:
+        """Seconds to reduce a chunk's FP32 gradients (Megatron: accumulated and reduced in FP32) over DP."""
+        if params not in self._grad_comm:
+            grads, cl, route = 4.0 * params, self.cluster, self.net.dp
+            reduce = col.allreduce if self.job.zero == 0 else col.reduce_scatter
+            comm = reduce(cl, route, grads)
+            self._grad_comm[params] = comm.time_s
+        return self._grad_comm[params]
+
+    def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float,
+                   dp_busy: float) -> dict[str, float]:
+        """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
+        job, cl, net = self.job, self.cluster, self.net
+        sh = shard(job, cfg.micro_batch)
+        load = {t: 0.0 for t in TIERS}
+        per_dim: dict[str, tuple[float, dict[str, float]]] = {}
+        v = cfg.virtual_stages
+        for dim in ("tp", "cp", "ep"):
+            busy = sum(dict(fwd[r][c]).get(dim, 0.0) + dict(bwd[r][c]).get(dim, 0.0)
+                       for r in range(job.pp) for c in range(v)) * m / job.pp
+            if busy <= 0:
+                continue
+            if dim == "tp":
+                comm = _tp_time(cl, net, sh.tokens * job.model.hidden * cm.BF16, sh.sp)
+            elif dim == "cp":
+                comm = col.p2p(cl, net.cp, sh.tokens * 1.0 * job.model.hidden * cm.BF16)
+            else:
+                comm = col.all_to_all(cl, net.ep, sh.tokens * 1.0 * job.model.hidden * cm.BF16)
+            per_dim[dim] = (busy, comm.load)
+        if dp_busy > 0:
+            per_dim["dp"] = (dp_busy, col.reduce_scatter(cl, net.dp, 1e9).load)
+        if job.pp > 1:
+            act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+            busy = 2 * m * v * sum(_p2p_time(cl, net, act, r) for r in range(job.pp)) / job.pp
+            pp_route = col.route(cl, job, ("pp",))
+            per_dim["pp"] = (busy, col.p2p(cl, pp_route, act).load)
+        for busy, loads in per_dim.values():
+            for tier, u in loads.items():
+                load[tier] += u * min(busy, step) / step
+        return {t: round(min(1.0, x), 4) for t, x in load.items()}
+
+
+def _chunk_params(model: Model, tp: int, ep: int, pp: int, st: _Stage) -> float:
+    """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
+    p = st.dense * cm.layer_params_per_gpu(model, False, tp, ep)
+    if st.moe:
+        p += st.moe * cm.layer_params_per_gpu(model, True, tp, ep)
+    emb = model.vocab * model.hidden / tp
+    if st.embedding:
+        p += emb
+    if st.output and not (model.tied_embeddings and pp == 1):
+        p += emb
+    return p
+
+
+def _expert_params(model: Model, tp: int, ep: int, st: _Stage) -> float:
+    if not st.moe:
+        return 0.0
+    experts = model.experts * cm._mlp_params(model.hidden, model.moe_ffn, model.ffn_activation)
+    return st.moe * experts / tp / ep
+
+
+@lru_cache(maxsize=256)
+def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_StageFacts, ...]:
+    def first_layer(st: _Stage) -> _Stage:
+        return _Stage(st.first_layer, 1, False, False, int(cm.is_moe_layer(model, st.first_layer)))
+
+    return tuple(_StageFacts(
+        params=sum(_chunk_params(model, tp, ep, pp, st) for st in stage),
+        expert_params=sum(_expert_params(model, tp, ep, st) for st in stage),
+        largest_layer_params=max((_chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage
+                                  if st.layers), default=0.0),
+        layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
+        output=any(st.output for st in stage)) for stage in _chunks(model, pp, v))
+
+
+@lru_cache(maxsize=64)
+def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
+                     send_b: tuple):  # type: ignore[no-untyped-def]
+    """The pipeline's times, kept for the same exact inputs: the SimPy simulation for a step plan, the same
+    times evaluated without processes for a search or a sweep (pipeline.evaluate)."""
+    return (simulate if plan else evaluate)(schedule, p, v, m, fwd, bwd, send, send_b)
+
+
+def sim_schedule(job: Job) -> str:
+    """The schedule the pipeline simulation runs: DualPipe's order is 1F1B's with paired chunks overlapped
+    (the overlap is in the chunk costs, see _compute_passes)."""
+    return "1f1b" if job.schedule == "dualpipe" else job.schedule

@@ -1,0 +1,117 @@
+"""Live control, the engine's side: commands read from stdin (engine/stream/protocol.py) and a run paced to them.
+
+With --control, `record` paces its output to the speed (1 simulated second per second until told otherwise) and
+flushes what it wrote every tick; at the end of stdin it keeps running (unpaused) to the end. Without --control a
+recording is neither paced nor changed.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
+
+from ..stream.protocol import INJECT_FAULT, PAUSE, RESUME, SPEED, decode
+
+if TYPE_CHECKING:
+    from .run import Run, RunStats, Sink
+
+DEFAULT_SPEED = 1.0           # simulated seconds per wall second until the dashboard sends its speed
+MIN_SPEED, MAX_SPEED = 0.1, 1e6
+TICK_S = 0.05                 # wall seconds between two looks at the clock and the commands
+_EOF = {"cmd": "<eof>"}
+
+
+class Commands:
+    """Commands read from a binary stream (the engine's stdin) by a daemon thread."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.eof = False
+        self._thread = threading.Thread(target=self._read, args=(stream,), name="control", daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        try:
+            for line in stream:
+                command = decode(line)
+                if command is not None:
+                    self._queue.put(command)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._queue.put(_EOF)
+
+    def wait(self, timeout: float | None) -> list[dict[str, Any]]:
+        """The commands that arrived, waiting up to `timeout` seconds (None: until one does) for the first."""
+        if self.eof:
+            if timeout:
+                time.sleep(timeout)
+            return []
+        out: list[dict[str, Any]] = []
+        try:
+            out.append(self._queue.get(timeout=timeout))
+            while True:
+                out.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        if _EOF in out:
+            self.eof = True
+            out = [c for c in out if c is not _EOF]
+        return out
+
+
+class Pacer:
+    """Runs a Run paced to the commanded speed, applying commands as they come."""
+
+    def __init__(self, run: Run, commands: Commands, clock: Callable[[], float] = time.monotonic,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.run = run
+        self.commands = commands
+        self.clock = clock
+        self.warn = warn or (lambda text: print(f"clustertop: {text}", file=sys.stderr, flush=True))
+        self.speed = DEFAULT_SPEED
+        self.paused = False
+
+    def apply(self, command: dict[str, Any]) -> None:
+        kind = command["cmd"]
+        if kind == SPEED:
+            self.speed = min(max(float(command["value"]), MIN_SPEED), MAX_SPEED)
+        elif kind == PAUSE:
+            self.paused = True
+        elif kind == RESUME:
+            self.paused = False
+        elif kind == INJECT_FAULT:
+            gpu = command["gpu"]
+            gpus = self.run.topology.gpus
+            if 0 <= gpu < gpus:
+                self.run.inject_fault(gpu)
+            else:
+                self.warn(f"inject_fault: GPU {gpu} is not in the cluster; expected 0 to {gpus - 1}")
+
+    def drive(self, sink: Sink, progress: Callable[[float], None] | None = None) -> RunStats:
+        """The whole run, paced: simulated time advances by speed x wall time, except while paused."""
+        run = self.run
+        run.start(sink, progress)
+        run.advance_to(0.0)                    # jobs start: a fault injected at once has a job to hit
+        flush = getattr(sink, "flush", None)
+        end = run.duration_s
+        sim = 0.0
+        last = self.clock()
+        while sim < end:
+            for command in self.commands.wait(None if self.paused and not self.commands.eof else TICK_S):
+                self.apply(command)
+            if self.commands.eof:
+                self.paused = False            # nobody is left to resume it
+            now = self.clock()
+            if not self.paused:
+                sim = min(end, sim + (now - last) * self.speed)
+            last = now
+            run.advance_to(sim)
+            if flush is not None:
+                flush()
+        run.finish()
+        return run.stats

@@ -1,0 +1,327 @@
+"""A training job's life in the run: it trains, checkpoints, goes down on a fault or for maintenance, and restarts.
+
+`JobDriver` is the SimPy process of one training job (engine/sim/run.py starts it): the job trains, writes periodic
+checkpoints (engine/model/checkpoint.py: synchronous, or a short snapshot then a write behind training), and on a
+fault goes down: detection, then restart from its last checkpoint on healthy or spare hardware (`SparePool`: failed
+nodes go to repair and come back as spares). The work since that checkpoint is lost. A fault or maintenance
+arriving while the job is down extends the downtime and counts as an interruption (as Llama 3 counts them).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from ..model.checkpoint import checkpoint_plan
+from ..stream import schema
+from .faults import Fault, fault_fields
+
+if TYPE_CHECKING:
+    from .run import JobTrack, Run
+
+
+class SparePool:
+    """Healthy nodes ready to replace failed ones. A failed node goes to repair and returns as a spare."""
+
+    def __init__(self, spares: int, repair_s: float) -> None:
+        self.free = spares
+        self.repair_s = repair_s
+        self.repairs: list[float] = []     # heap of times failed nodes come back
+
+    def fail(self, t: float) -> None:
+        heapq.heappush(self.repairs, t + self.repair_s)
+
+    def _release(self, now: float) -> None:
+        while self.repairs and self.repairs[0] <= now:
+            heapq.heappop(self.repairs)
+            self.free += 1
+
+    def ready_at(self, n: int, now: float) -> float:
+        """When `n` spares can be had: now, or when enough failed nodes are repaired."""
+        self._release(now)
+        if self.free >= n:
+            return now
+        missing = n - self.free
+        if missing > len(self.repairs):
+            return math.inf
+        return heapq.nsmallest(missing, self.repairs)[-1]
+
+    def take(self, n: int, now: float) -> None:
+        self._release(now)
+        if n > self.free:
+            raise ValueError(f"{n} spare nodes wanted, {self.free} free")
+        self.free -= n
+
+
+# ----- a training job's life --------------------------------------------------------------------------------
+
+
+class Maintenance:
+    """A planned interruption (the cause of an interrupt)."""
+
+
+PLANNED = Maintenance()
+EPS = 1e-9
+
+
+@dataclass
+class Saved:
+    """A committed checkpoint: where a restart resumes."""
+
+    step: int = 0
+    tokens: int = 0
+    productive_s: float = 0.0      # training time whose work the checkpoint keeps
+
+
+@dataclass
+class Writing:
+    """A checkpoint being written (sync: training waits; async: behind training)."""
+
+    start: float
+    saved: Saved
+
+
+class JobDriver:
+    """The SimPy process of one training job: steps, checkpoints, faults, maintenance, restarts.
+
+    Interrupts (engine/sim/run.py `Run.interrupt`) carry a Fault, PLANNED, or any Perturbation (a callable run
+    inside this process). An interrupt during a synchronous checkpoint aborts it.
+    """
+
+    def __init__(self, run: Run, track: JobTrack) -> None:
+        self.run = run
+        self.track = track
+        self.env = run.env
+        f = run.scenario.faults
+        self.detect_s, self.restart_s, self.planned_s = f.detection_s, f.restart_s, f.planned_s
+        self.ckpt = checkpoint_plan(run.scenario, track.job)
+        self.training = track.job.kind == "training"
+        self.saved = Saved()
+        self.started = 0.0
+        self.next_ckpt = self.ckpt.interval_s
+        self.writing: Writing | None = None        # a synchronous checkpoint in progress
+        self.behind: Writing | None = None         # an asynchronous write in progress
+        self.down = False
+        self.down_since = 0.0
+        self.down_reason = ""
+        self.ready = 0.0
+        self.down_faults = 0
+        self.loss = (0, 0, 0.0)                    # steps, tokens, seconds of training lost by this downtime
+        self.failed_nodes: list[int] = []
+        self.held: list[Any] = []                  # overrides marking failed hardware until the restart
+        self.interruptions = 0
+        self.planned = 0
+        self.checkpoints = 0
+        self.tokens_lost = 0
+
+    @property
+    def name(self) -> str:
+        return self.track.job.name
+
+    def kept_productive_s(self) -> float:
+        """Training time whose work is kept: what a restart now would keep when the job is down."""
+        return self.saved.productive_s if self.down else self.track.productive_s
+
+    # ----- the process ----------------------------------------------------------------------------------
+
+    def process(self) -> Generator[Any, Any, None]:
+        run = self.run
+        self.started = self.env.now
+        run.emit(schema.JOB_START, job=self.name)
+        run.resume(self.track, 0, 0)
+        pending: Any = None
+        while True:
+            try:
+                if pending is None:
+                    yield from self._train()
+                else:
+                    cause, pending = pending, None
+                    yield from self._handle(cause)
+            except simpy.Interrupt as stop:
+                pending = stop.cause
+
+    def _handle(self, cause: Any) -> Generator[Any, Any, None]:
+        if isinstance(cause, Fault):
+            yield from self._fault(cause)
+        elif isinstance(cause, Maintenance):
+            yield from self._maintenance()
+        else:
+            self._abort(self.writing)
+            yield from cause(self.run, self.track)
+
+    def _boundary(self, t: float) -> float | None:
+        """The end of the first step ending at or after t (None when the job is not training)."""
+        act = self.track.activity
+        plan = getattr(act, "plan", None)
+        if not act.running or plan is None:
+            return None
+        period = plan.step_time_s
+        k = max(math.ceil((t - act.t0) / period - EPS), 0)
+        return act.t0 + k * period
+
+    def _train(self) -> Generator[Any, Any, None]:
+        """Train; at step boundaries, follow the day's clocks (run.retune) and write due checkpoints."""
+        run, env = self.run, self.env
+        while True:
+            due = min(self.next_ckpt if self.training else math.inf, run.next_retune(self.track))
+            at = self._boundary(max(due, env.now)) if due < math.inf else None
+            if at is None:
+                yield env.event()              # nothing until an interrupt
+                continue
+            yield env.timeout(max(at - env.now, 0.0))
+            if run.next_retune(self.track) <= env.now + EPS:
+                run.retune(self.track)
+            if self.training and self.next_ckpt <= env.now + EPS:
+                yield from self._checkpoint(self.ckpt.mode)
+
+    # ----- checkpoints ----------------------------------------------------------------------------------
+
+    def _checkpoint(self, mode: str) -> Generator[Any, Any, None]:
+        run, env, track = self.run, self.env, self.track
+        run.advance(env.now)                    # the steps that ended by now are part of the checkpoint
+        saved = Saved(track.step, track.tokens_total, track.productive_s)
+        run.emit(schema.CHECKPOINT_START, job=self.name, step=saved.step, mode=mode,
+                 gb=round(self.ckpt.state_bytes / 1e9, 1))
+        writing = self.writing = Writing(env.now, saved)
+        run.switch(track, run.constant(track, "checkpoint"))
+        if mode == "sync":
+            yield env.timeout(self.ckpt.write_s)
+            self.writing = None
+            self._commit(writing)
+            run.resume(track)
+            self.next_ckpt = env.now + self.ckpt.interval_s
+        else:
+            yield env.timeout(self.ckpt.stall_s)   # the snapshot to host memory; the write goes on behind
+            self.writing = None
+            run.resume(track)
+            self._abort(self.behind)            # a newer snapshot supersedes a write still in flight
+            self.behind = writing
+            env.process(self._write_behind(writing))
+            self.next_ckpt = env.now + max(self.ckpt.interval_s, self.ckpt.write_s)
+
+    def _write_behind(self, writing: Writing) -> Generator[Any, Any, None]:
+        yield self.env.timeout(self.ckpt.write_s)
+        if self.behind is writing:
+            self.behind = None
+            self._commit(writing)
+
+    def _commit(self, writing: Writing) -> None:
+        self.saved = writing.saved
+        self.checkpoints += 1
+        self.run.emit(schema.CHECKPOINT_END, job=self.name, step=writing.saved.step, ok=True,
+                      duration_s=round(self.env.now - writing.start, 6))
+
+    def _abort(self, writing: Writing | None) -> None:
+        """A checkpoint that will never be complete: its end says so (start and end always pair)."""
+        if writing is None:
+            return
+        if writing is self.writing:
+            self.writing = None
+        if writing is self.behind:
+            self.behind = None
+        self.run.emit(schema.CHECKPOINT_END, job=self.name, step=writing.saved.step, ok=False,
+                      duration_s=round(self.env.now - writing.start, 6))
+
+    # ----- going down and coming back -------------------------------------------------------------------
+
+    def _stop(self, reason: str) -> None:
+        """The job stops training now: the work since the last checkpoint is lost (counted at the restart)."""
+        track = self.track
+        self.run.switch(track, self.run.constant(track, "idle"))
+        self.down, self.down_since, self.down_reason = True, self.env.now, reason
+        self.down_faults = 0
+        self.loss = (track.step - self.saved.step, track.tokens_total - self.saved.tokens,
+                     track.productive_s - self.saved.productive_s)
+
+    def _fault(self, fault: Fault) -> Generator[Any, Any, None]:
+        run, now = self.run, self.env.now
+        self.interruptions += 1
+        extends = self.down
+        if not self.down:
+            self._stop("fault")
+        self.down_faults += 1
+        run.emit(schema.FAULT, job=self.name, **fault_fields(run, fault),
+                 **({"extends_downtime": True} if extends else {}))
+        self._abort(self.writing)
+        self._abort(self.behind)
+        gpn = run.topology.gpus_per_node
+        if fault.scope == "node":
+            node = fault.gpu // gpn
+            if node not in self.failed_nodes:
+                self.failed_nodes.append(node)
+                run.spares.fail(now)
+                self.held.append(run.override(node * gpn, gpn, "failed"))
+        elif fault.scope == "link":
+            self.held.append(run.override(fault.gpu, 1, "failed"))
+        self.ready = max(self.ready, now + self.detect_s + self.restart_s)
+        yield from self._wait_restart()
+
+    def _maintenance(self) -> Generator[Any, Any, None]:
+        """A planned stop: finish the step, checkpoint, stay down until the maintenance window ends."""
+        run, env = self.run, self.env
+        self.planned += 1
+        run.emit(schema.MAINTENANCE, job=self.name, component="job", cause="planned",
+                 duration_s=self.planned_s)
+        self.ready = max(self.ready, env.now + self.planned_s)
+        if not self.down:
+            self._abort(self.writing)
+            at = self._boundary(env.now)
+            if at is not None:
+                yield env.timeout(max(at - env.now, 0.0))
+            if self.training:
+                yield from self._final_checkpoint()
+            self._stop("maintenance")
+        else:
+            self.down_faults += 1
+        yield from self._wait_restart()
+
+    def _final_checkpoint(self) -> Generator[Any, Any, None]:
+        """Before a planned stop: a synchronous checkpoint, so that nothing is lost."""
+        run, env, track = self.run, self.env, self.track
+        run.advance(env.now)                    # the steps that ended by now are part of the checkpoint
+        saved = Saved(track.step, track.tokens_total, track.productive_s)
+        run.emit(schema.CHECKPOINT_START, job=self.name, step=saved.step, mode="sync",
+                 gb=round(self.ckpt.state_bytes / 1e9, 1))
+        self.writing = Writing(env.now, saved)
+        run.switch(track, run.constant(track, "checkpoint"))
+        yield env.timeout(self.ckpt.write_s)
+        writing, self.writing = self.writing, None
+        self._commit(writing)
+
+    def _wait_restart(self) -> Generator[Any, Any, None]:
+        """Wait out detection and restart (or the maintenance window), and for spare nodes; then restart."""
+        run, env = self.run, self.env
+        while True:
+            if env.now < self.ready:
+                yield env.timeout(self.ready - env.now)
+                continue
+            need = len(self.failed_nodes)
+            at = run.spares.ready_at(need, env.now) if need else env.now
+            if at > env.now:
+                self.ready = at                # no spare left: wait for a repaired node
+                continue
+            if need:
+                run.spares.take(need, env.now)
+            break
+        self._restart()
+
+    def _restart(self) -> None:
+        run, env, track = self.run, self.env, self.track
+        steps, tokens, lost_s = self.loss
+        run.resume(track, self.saved.step, self.saved.tokens)
+        track.productive_s = self.saved.productive_s
+        for item in self.held:
+            run.clear_override(item)
+        run.emit(schema.RESTART, job=self.name, reason=self.down_reason, from_checkpoint_step=self.saved.step,
+                 tokens_total=self.saved.tokens, lost_steps=steps, lost_tokens=tokens, lost_s=round(lost_s, 3),
+                 downtime_s=round(env.now - self.down_since, 3), interruptions=self.down_faults,
+                 spare_nodes=len(self.failed_nodes))
+        self.tokens_lost += tokens
+        self.down, self.ready, self.loss = False, 0.0, (0, 0, 0.0)
+        self.failed_nodes, self.held = [], []
+        self.next_ckpt = env.now + self.ckpt.interval_s

@@ -1,0 +1,325 @@
+"""Samples: exact means of every per-GPU quantity over each sample interval, computed per stage and broadcast.
+
+The sample at time t carries the exact mean over the sample interval (t - interval, t] of every per-GPU quantity:
+utilization and power are time averages, and the phase is the one the GPU spent most of the interval in. Means
+are integrals of piecewise-constant functions, computed in closed form (whole steps times the per-step integral,
+plus prefix integrals looked up in a cumulative table: engine/sim/activity.py): no rounding to a time grid and no
+re-simulation of steps. The sample at t = 0 is the instantaneous state at the start.
+
+Symmetry: all DP replicas of a stage follow the same timeline, so a sample is computed per stage (a (pp, phases)
+matrix of durations per job) and broadcast over "unit runs" (one per stage per replica, tp * cp GPUs); only GPUs
+that break the symmetry are computed apart and spliced into the runs: stragglers (engine/sim/variability.py) and
+GPUs under an override (a failed node). Encoded arrays that did not change since an earlier sample are reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from ..config.phases import CODE
+from ..model.topology import TIERS
+from .activity import NPH, WAIT
+
+if TYPE_CHECKING:
+    from .run import JobTrack, Override, Run
+
+# Utilization (0..1) of a GPU in each phase: the share of its time it does useful work. Memory-bound phases
+# keep the GPU busy at a low arithmetic rate.
+PHASE_UTIL = np.zeros(NPH, dtype=np.float64)
+PHASE_UTIL[CODE["compute"]] = 1.0
+PHASE_UTIL[CODE["optimizer"]] = 0.5
+PHASE_UTIL[CODE["memory"]] = 0.5
+
+POD_TIERS = ("node", "leaf", "spine")      # tiers inside a pod: one load per pod; core and campus: one load
+TARGET_SAMPLES = 5000
+TARGET_GPU_SAMPLES = 1e9
+NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
+                  3600.0, 7200.0, 21600.0, 86400.0)
+MAX_SAMPLES = 10_000_000
+INSTANT = 1e-9            # the window of the t = 0 sample (its instantaneous state)
+OPT_ARRAYS = orjson.OPT_SERIALIZE_NUMPY
+COMPUTE = CODE["compute"]
+
+
+def default_sample_interval(duration_s: float, gpus: int = 0) -> float:
+    """A round interval giving at most about 5,000 samples (0.2 s for 10 min, 5 s for 6 h, 20 min for 54 d) and
+    at most about TARGET_GPU_SAMPLES per-GPU values in all, so a site of 500K GPUs stays quick to record and
+    replay (2 s for an hour of 433K GPUs)."""
+    want = max(duration_s / TARGET_SAMPLES, duration_s * gpus / TARGET_GPU_SAMPLES)
+    for nice in NICE_INTERVALS:
+        if nice >= want:
+            return nice
+    return NICE_INTERVALS[-1]
+
+
+def wire_time(t: float) -> float:
+    """Simulated times on the wire: microsecond resolution."""
+    return float(round(t, 6))
+
+
+class Sampler:
+    """The samples of one run: its GPU blocks and unit runs, precomputed once; `line(a, b, t)` per sample."""
+
+    def __init__(self, run: Run) -> None:
+        """Precompute the GPU blocks, the unit runs (a stage of a replica, or an idle gap) and pod weights."""
+        self.run = run
+        self.tracks = run.tracks
+        self.topology = topo = run.topology
+        self.power = run.power
+        self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
+        self.blocks: list[tuple[int, int, JobTrack | None]] = []
+        pos = 0
+        for track in sorted(self.tracks, key=lambda t: t.job.first_gpu):
+            j = track.job
+            if j.first_gpu > pos:
+                self.blocks.append((pos, j.first_gpu - pos, None))
+            self.blocks.append((j.first_gpu, j.gpus, track))
+            pos = j.first_gpu + j.gpus
+        if pos < topo.gpus:
+            self.blocks.append((pos, topo.gpus - pos, None))
+        # Rows: one per (job, stage), in track order, then the idle row. A unit run is tp*cp GPUs of one stage of
+        # one replica (or an idle gap): GPUs that share every value unless something breaks the symmetry.
+        self.row_offset = np.cumsum([0] + [t.job.pp for t in self.tracks])
+        self.idle_row = int(self.row_offset[-1])
+        starts: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        for first, count, track in self.blocks:
+            if track is None:
+                starts.append(np.array([first]))
+                rows.append(np.array([self.idle_row]))
+                continue
+            j = track.job
+            units = np.arange(j.pp * j.dp)
+            starts.append(first + units * (j.tp * j.cp))
+            rows.append(self.row_offset[track.index] + units % j.pp)
+        self.unit_starts = np.concatenate(starts).astype(np.int64)
+        self.unit_rows = np.concatenate(rows).astype(np.int64)
+        slow = [t.stragglers.gpus for t in self.tracks if t.stragglers is not None]
+        self.slow_gpus = np.concatenate(slow) if slow else np.zeros(0, np.int64)
+        self.slow_order = np.argsort(self.slow_gpus, kind="stable")
+        self.static_split = self.split(self.slow_gpus[self.slow_order])
+        pods = topo.pods
+        per_pod = topo.gpus_per_pod
+        pod_gpus = np.minimum(per_pod, topo.gpus - np.arange(pods) * per_pod).astype(np.float64)
+        self.pod_weights = np.zeros((len(self.tracks), pods))
+        for track in self.tracks:
+            j = track.job
+            for pod in range(j.first_gpu // per_pod, (j.first_gpu + j.gpus - 1) // per_pod + 1):
+                lo = max(j.first_gpu, pod * per_pod)
+                hi = min(j.first_gpu + j.gpus, (pod + 1) * per_pod)
+                self.pod_weights[track.index, pod] = (hi - lo) / pod_gpus[pod]
+        self.site_weights = np.array([t.job.gpus / topo.gpus for t in self.tracks])
+
+    def split(self, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Unit runs with each of `gpus` (sorted, unique) a run of its own: (starts, rows, index of each GPU)."""
+        if gpus.size == 0:
+            return self.unit_starts, self.unit_rows, np.zeros(0, np.int64)
+        cuts = np.concatenate([gpus, gpus + 1])
+        cuts = np.unique(cuts[cuts < self.topology.gpus])       # few: the GPUs that break the symmetry
+        units = self.unit_starts                                  # many, sorted: merge, do not re-sort
+        at = np.searchsorted(units, cuts)
+        new = cuts[(at >= units.size) | (units[np.minimum(at, units.size - 1)] != cuts)]
+        starts = np.insert(units, np.searchsorted(units, new), new)
+        rows = self.unit_rows[np.searchsorted(self.unit_starts, starts, side="right") - 1]
+        return starts, rows, np.searchsorted(starts, gpus)
+
+    def measure(self, a: float, b: float) -> Measurement:
+        """Exact means over [a, b] (b > a) of what every stage of every job does; `b - a` tiny: the instant a."""
+        span = b - a
+        watts = self.power.phase_w
+        gpu_watts = self.run.idle_gpus * self.power.idle_w
+        stages: dict[int, StageMeans] = {}
+        loads = np.zeros((len(self.tracks), len(TIERS)))
+        for track in self.tracks:
+            d = track.durations(a, b)
+            means = StageMeans(d, np.rint(d @ PHASE_UTIL * (100.0 / span)).astype(np.int64), d @ watts / span,
+                               d.argmax(axis=1))
+            stages[track.index] = means
+            j = track.job
+            gpu_watts += float(means.power.sum()) * (j.tp * j.cp * j.dp)
+            loads[track.index] = track.tier_load(a, b) / span
+        overrides = [o for o in self.run.overrides if o.start < b and o.end > a]
+        patch = self._patch(stages, overrides, a, b)
+        if patch is not None:
+            gpu_watts += float(patch.power.sum() - self.row_values(stages)[1][patch.rows].sum())
+        return Measurement(a, b, stages, loads, gpu_watts, overrides, patch)
+
+    def _patch(self, stages: dict[int, StageMeans], overrides: list[Override], a: float,
+               b: float) -> Patch | None:
+        """Per-GPU means of the GPUs that break the symmetry: stragglers, then overrides (later ones win)."""
+        pos: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        for track in self.tracks:
+            st = track.stragglers
+            if st is None:
+                continue
+            r = stages[track.index].durations[st.stage]
+            extra = track.extra(a, b)
+            if extra > 0:
+                shift = st.phi * extra
+                r[:, COMPUTE] += shift
+                r[:, WAIT] = np.maximum(r[:, WAIT] - shift, 0.0)
+            pos.append(st.gpus)
+            rows.append(r)
+        static = True
+        for o in overrides:
+            got = self._override_rows(stages, o, a, b)
+            if got is not None:
+                first, r = got
+                pos.append(np.arange(first, first + r.shape[0]))
+                rows.append(r)
+                static = False
+        if not pos:
+            return None
+        p, r = np.concatenate(pos), np.concatenate(rows)
+        if static:
+            p, r = p[self.slow_order], r[self.slow_order]
+        else:
+            last = p.size - 1 - np.unique(p[::-1], return_index=True)[1]      # the last row of each GPU wins
+            p, r = p[last], r[last]
+        span = b - a
+        return Patch(p, np.rint(r @ PHASE_UTIL * (100.0 / span)).astype(np.int64), r @ self.power.phase_w / span,
+                     r.argmax(axis=1), static,
+                     self.unit_rows[np.searchsorted(self.unit_starts, p, side="right") - 1])
+
+    def row_values(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(util %, power W, phase) per row: the stages of every job in track order, then the idle row."""
+        util = np.concatenate([stages[t.index].util for t in self.tracks] + [np.zeros(1, np.int64)])
+        power = np.concatenate([stages[t.index].power for t in self.tracks] + [np.array([self.power.idle_w])])
+        phase = np.concatenate([stages[t.index].phase for t in self.tracks] + [np.array([CODE["idle"]])])
+        return util, power, phase
+
+    def line(self, a: float, b: float, t: float) -> bytes:
+        """The sample line at time t: exact means over [a, b]."""
+        m = self.measure(a, b)
+        util_b, power_b, phase_b = self.arrays(m)
+        pod = m.loads.T @ self.pod_weights                  # (tiers, pods)
+        site = m.loads.T @ self.site_weights                # (tiers,)
+        links: dict[str, Any] = {}
+        for i, tier in enumerate(TIERS):
+            links[tier] = np.round(pod[i], 4).tolist() if tier in POD_TIERS else round(float(site[i]), 4)
+        jobs = {}
+        for track in self.tracks:
+            status: dict[str, Any] = {"running": track.activity.running, "step": track.step,
+                                      "tokens_total": track.tokens_total}
+            status.update(track.last_kpi)
+            d = track.driver
+            if d is not None:
+                elapsed = t - d.started
+                status["effective_training_time"] = round(min(1.0, d.kept_productive_s() / elapsed), 4) \
+                    if elapsed > 0 else 0.0
+                status["interruptions"] = d.interruptions + d.planned
+                status["tokens_lost"] = d.tokens_lost
+            jobs[track.job.name] = status
+        site_mw = round(self.power.site_mw(m.gpu_watts, self.topology.gpus), 4)
+        budget = b',"over_budget":true' if self.power.over_budget(site_mw) else b""
+        return b"".join((b'{"t":', orjson.dumps(wire_time(t)), b',"type":"sample","util":', util_b, b',"power_w":',
+                         power_b, b',"phase":', phase_b, b',"links":', orjson.dumps(links), b',"site_mw":',
+                         orjson.dumps(site_mw), budget, b',"jobs":', orjson.dumps(jobs), b"}\n"))
+
+    def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes]:
+        """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch spliced
+        in, equal neighbours merged. Cached as serialized bytes for samples that come out the same."""
+        key: list[bytes] = []
+        for track in self.tracks:
+            s = m.stages[track.index]
+            key += (s.util.tobytes(), s.watts.tobytes(), s.phase.tobytes())
+        p = m.patch
+        if p is not None:
+            key += (p.gpus.tobytes(), p.util.tobytes(), p.watts.tobytes(), p.phase.tobytes())
+        cache_key = tuple(key)
+        cached = self._cache.get(cache_key)
+        if cached is not None:
+            return cached
+        util, power, phase = self.row_values(m.stages)
+        row_values = (util, np.rint(power).astype(np.int64), phase)
+        if p is None:
+            starts, rows, at = self.unit_starts, self.unit_rows, None
+        elif p.static:
+            starts, rows, at = self.static_split
+        else:
+            starts, rows, at = self.split(p.gpus)
+        patched = (p.util, p.watts, p.phase) if p is not None else (None, None, None)
+        n = self.topology.gpus
+        out = []
+        for values, extra in zip(row_values, patched):
+            v = values[rows]
+            if at is not None and extra is not None:
+                v[at] = extra
+            keep = np.empty(v.size, dtype=bool)
+            keep[0] = True
+            np.not_equal(v[1:], v[:-1], out=keep[1:])
+            first = starts[keep]
+            out.append(orjson.dumps({"v": v[keep], "n": np.diff(first, append=n)}, option=OPT_ARRAYS))
+        result = (out[0], out[1], out[2])
+        if len(self._cache) > 256:
+            self._cache.clear()
+        self._cache[cache_key] = result
+        return result
+
+    def _override_rows(self, m_stages: dict[int, StageMeans], o: Override, a: float,
+                       b: float) -> tuple[int, np.ndarray] | None:
+        """Seconds in each phase over [a, b] of the GPUs of one override: (first GPU, rows (gpus, phases))."""
+        lo, hi = max(a, o.start), min(b, o.end)
+        first, last = max(o.first, 0), min(o.first + o.count, self.topology.gpus)
+        if hi <= lo or last <= first:
+            return None
+        w = hi - lo
+        rows = np.zeros((last - first, NPH))
+        rows[:, CODE["idle"]] = (b - a) - w           # GPUs without a job: idle outside the override
+        for track in self.tracks:
+            j = track.job
+            s, e = max(first, j.first_gpu), min(last, j.first_gpu + j.gpus)
+            if e > s:
+                stage = track.stage_index()[s - j.first_gpu:e - j.first_gpu]
+                rows[s - first:e - first] = (m_stages[track.index].durations - track.durations(lo, hi))[stage]
+        rows[:, CODE[o.phase]] += w
+        np.maximum(rows, 0.0, out=rows)
+        return first, rows
+
+
+@dataclass
+class StageMeans:
+    """One job over one window: per stage, seconds per phase and the means derived from them."""
+
+    durations: np.ndarray     # (pp, phases) seconds
+    util: np.ndarray          # (pp,) integer percent
+    power: np.ndarray         # (pp,) W (float)
+    phase: np.ndarray         # (pp,) dominant phase code
+
+    @property
+    def watts(self) -> np.ndarray:
+        return np.rint(self.power).astype(np.int64)
+
+
+@dataclass
+class Patch:
+    """Per-GPU means of the GPUs computed apart (stragglers, overrides), sorted by GPU."""
+
+    gpus: np.ndarray          # GPU indices, sorted, unique
+    util: np.ndarray          # integer percent
+    power: np.ndarray         # W (float)
+    phase: np.ndarray         # dominant phase code
+    static: bool              # stragglers only (their GPUs are the precomputed ones)
+    rows: np.ndarray          # the row each GPU would follow without the patch
+
+    @property
+    def watts(self) -> np.ndarray:
+        return np.rint(self.power).astype(np.int64)
+
+
+@dataclass
+class Measurement:
+    """Everything a sample needs over [a, b]: per-job stage means, tier loads, GPU power, active overrides."""
+
+    a: float
+    b: float
+    stages: dict[int, StageMeans]
+    loads: np.ndarray          # (jobs, tiers) mean load 0..1
+    gpu_watts: float
+    overrides: list[Override]
+    patch: Patch | None = None

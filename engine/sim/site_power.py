@@ -1,0 +1,100 @@
+"""The site's load as the run goes: its level, its instantaneous extremes, and the power swings between levels.
+
+Besides the exact means of the samples (engine/sim/sampling.py), the run follows the site's load level (each
+running job at its step-mean power, everything else at its phase's power) and its instantaneous extremes (a
+step's highest and lowest draw: all stages computing, all waiting together). When the level jumps by more than
+the threshold of engine/model/power.py (a checkpoint, a fault, a restart), a `power_swing` event says from and to
+what.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ..config.phases import CODE
+from ..stream import schema
+from .activity import WAIT, Constant, Running
+
+if TYPE_CHECKING:
+    from .run import JobTrack, Run
+
+COMPUTE = CODE["compute"]
+
+
+class SitePower:
+    """The site's load level and extremes over one run; `changed()` whenever what GPUs draw changes."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.level_mw: float | None = None     # the site's load level (power swings)
+        self.min_mw = math.inf                 # instantaneous extremes of site power over the run
+        self.max_mw = -math.inf
+        self._pending = False
+
+    def changed(self) -> None:
+        """Something changed what GPUs draw: look at the site once everything at this instant is done."""
+        if self._pending:
+            return
+        self._pending = True
+        self.run.env.timeout(0).callbacks.append(self._check)
+
+    def _check(self, _event: Any = None) -> None:
+        self._pending = False
+        power = self.run.power
+        level, lo, hi = self.now()
+        self.min_mw = min(self.min_mw, lo)
+        self.max_mw = max(self.max_mw, hi)
+        prev, self.level_mw = self.level_mw, level
+        if prev is not None and abs(level - prev) > power.swing_threshold_mw(prev):
+            fields: dict[str, Any] = {"from_mw": round(prev, 3), "to_mw": round(level, 3),
+                                      "delta_mw": round(level - prev, 3)}
+            if power.over_budget(level):
+                fields["over_budget"] = True
+            self.run.emit(schema.POWER_SWING, **fields)
+
+    def job_watts(self, track: JobTrack) -> tuple[float, float, float]:
+        """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants."""
+        act = track.segments[-1].activity if track.segments else None
+        power = self.run.power
+        w = power.phase_w
+        if isinstance(act, Running):
+            reps = track.job.dp
+            level, lo, hi = (x * reps for x in act.plan.watts)
+            st = track.stragglers
+            if st is not None and act.plan.extra is not None:
+                share = float(act.plan.extra.full[0, 0]) / act.plan.step_time_s
+                level += float(st.phi.sum()) * share * (w[COMPUTE] - w[WAIT])
+            return level, lo, hi
+        if isinstance(act, Constant):
+            x = float(w[CODE[act.phase]]) * track.job.gpus
+            return x, x, x
+        x = power.idle_w * track.job.gpus
+        return x, x, x
+
+    def now(self) -> tuple[float, float, float]:
+        """Site MW now: (level, lowest, highest), with the overrides in force."""
+        run = self.run
+        w = run.power.phase_w
+        idle = run.power.idle_w
+        level = lo = hi = run.idle_gpus * idle
+        per_gpu: list[tuple[int, int, float]] = []
+        for track in run.tracks:
+            a, b, c = self.job_watts(track)
+            level, lo, hi = level + a, lo + b, hi + c
+            per_gpu.append((track.job.first_gpu, track.job.gpus, a / track.job.gpus))
+        now = run.env.now
+        for o in run.overrides:
+            if not o.start <= now < o.end:
+                continue
+            covered = 0
+            delta = 0.0
+            for first, count, mean in per_gpu:
+                n = max(0, min(o.first + o.count, first + count) - max(o.first, first))
+                covered += n
+                delta += n * (w[CODE[o.phase]] - mean)
+            delta += (o.count - covered) * (w[CODE[o.phase]] - idle)
+            level, lo, hi = level + delta, lo + delta, hi + delta
+        n = run.topology.gpus
+        return (float(run.power.site_mw(level, n)), float(run.power.site_mw(lo, n)),
+                float(run.power.site_mw(hi, n)))

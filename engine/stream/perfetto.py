@@ -1,0 +1,218 @@
+"""Export a recording as Chrome Trace Event JSON, which the Perfetto UI (ui.perfetto.dev) opens.
+
+Processes and tracks:
+- "Cluster": counters for site power (MW) and the load of every link tier (%, one series per pod for the
+  tiers inside pods), and instants for cluster-wide events.
+- "Utilization by stage": a counter per pipeline stage of every job (mean utilization % of its GPUs).
+- "Utilization by pod": a counter per pod (mean utilization % of its GPUs).
+- One process per job: thread "steps" with one slice per training step (args: tokens/s, TFLOP/s, MFU);
+  thread "state" with a "running" slice from job_start to job_stop; thread "events" with the job's other
+  events as instants, and `X_start` / `X_end` pairs (checkpoints, later issues) as slices.
+Process and thread names and sort order are metadata events. Counters are written only when they change.
+The file is written to a temporary name and renamed at the end: a failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+import numpy as np
+import orjson
+
+from ..config.errors import UserError
+from . import schema
+from .reader import Reader, Warn
+from .state import ClusterState
+
+CLUSTER_PID = 1
+STAGE_PID = 2
+POD_PID = 3
+JOB_PID0 = 10
+STEPS_TID, STATE_TID, EVENTS_TID = 1, 2, 3
+CLUSTER_EVENTS_TID = 1
+
+
+def _us(t: float) -> float:
+    return round(t * 1e6, 3)
+
+
+class _Writer:
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.count = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.out.write(b",\n" if self.count else b"\n")
+        self.out.write(orjson.dumps(event))
+        self.count += 1
+
+
+class _Counters:
+    """Counter events, written only when a counter's values change."""
+
+    def __init__(self, write: _Writer) -> None:
+        self.write = write
+        self.last: dict[tuple[int, str], Any] = {}
+
+    def __call__(self, pid: int, name: str, ts: float, args: dict[str, float]) -> None:
+        key = (pid, name)
+        if self.last.get(key) == args:
+            return
+        self.last[key] = args
+        self.write({"ph": "C", "pid": pid, "name": name, "ts": ts, "args": args})
+
+
+def export(source: str | BinaryIO, output: str, warn: Warn | None = None) -> dict[str, Any]:
+    """Write the Perfetto trace of a recording to `output`; returns counts for a summary."""
+    reader = Reader(source, warn)
+    out_dir = Path(output).resolve().parent
+    fd, tmp = tempfile.mkstemp(prefix=".clustertop-", suffix=".json", dir=out_dir)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            stats = _export(reader, out)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)       # mkstemp creates 0600; a trace is an ordinary file
+        os.replace(tmp, output)
+    except BaseException:
+        reader.close()
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return stats
+
+
+def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
+    header = reader.header
+    state = ClusterState(header)
+    topo = header["topology"]
+    gpus = int(topo["gpus"])
+    write = _Writer(out)
+    counter = _Counters(write)
+    out.write(orjson.dumps({"displayTimeUnit": "ms", "otherData": {
+        "source": "clustertop", "scenario": header.get("scenario", {}).get("name", ""),
+        "schema_version": header.get("schema_version")}})[:-1] + b',"traceEvents":[')
+
+    # Metadata: names and order of processes and threads.
+    def meta(pid: int, name: str, sort: int, tid: int | None = None) -> None:
+        if tid is None:
+            write({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}})
+            write({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": sort}})
+        else:
+            write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
+            write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+                   "args": {"sort_index": sort}})
+
+    meta(CLUSTER_PID, f"Cluster ({gpus:,} GPUs)", 0)
+    meta(CLUSTER_PID, "events", 0, CLUSTER_EVENTS_TID)
+    meta(STAGE_PID, "Utilization by stage", 1)
+    meta(POD_PID, "Utilization by pod", 2)
+    jobs = header.get("jobs", [])
+    job_pid = {}
+    for i, job in enumerate(jobs):
+        pid = JOB_PID0 + i
+        job_pid[job["name"]] = pid
+        meta(pid, f"job {job['name']} ({job.get('model', '')}, {int(job['gpus']):,} GPUs)", 10 + i)
+        for tid, name in ((STEPS_TID, "steps"), (STATE_TID, "state"), (EVENTS_TID, "events")):
+            meta(pid, name, tid, tid)
+
+    # Group indices: (job, stage) and pod of every GPU, for means with one bincount per sample.
+    stage_group = np.full(gpus, -1, dtype=np.int64)
+    stage_names: list[str] = []
+    for job in jobs:
+        first, n = int(job["first_gpu"]), int(job["gpus"])
+        tp, cp, pp = int(job.get("tp", 1)), int(job.get("cp", 1)), int(job.get("pp", 1))
+        base = len(stage_names)
+        stage_group[first:first + n] = base + (np.arange(n) // (tp * cp)) % pp
+        stage_names += [f"{job['name']} stage {s:02d}" if pp > 1 else f"{job['name']}" for s in range(pp)]
+    in_job = stage_group >= 0
+    stage_sizes = np.bincount(stage_group[in_job], minlength=len(stage_names)).astype(np.float64)
+    per_pod = int(topo.get("gpus_per_pod", gpus)) or gpus
+    pod_group = np.arange(gpus) // per_pod
+    pod_sizes = np.bincount(pod_group).astype(np.float64)
+
+    open_slices: dict[tuple[int, int, str], float] = {}
+    steps = samples = 0
+    last_t = 0.0
+    for event in reader.applied(state):
+        kind = event["type"]
+        t = float(event["t"])
+        last_t = t
+        ts = _us(t)
+        if kind == schema.SAMPLE:
+            samples += 1
+            util = state.util
+            if stage_names:
+                sums = np.bincount(stage_group[in_job], weights=util[in_job], minlength=len(stage_names))
+                for name, value in zip(stage_names, (100.0 * sums / np.maximum(stage_sizes, 1)).tolist()):
+                    counter(STAGE_PID, name, ts, {"util %": round(value, 1)})
+            pods = np.bincount(pod_group, weights=util) / np.maximum(pod_sizes, 1) * 100.0
+            for p, value in enumerate(pods.tolist()):
+                counter(POD_PID, f"pod {p}", ts, {"util %": round(value, 1)})
+            if "site_mw" in event:
+                counter(CLUSTER_PID, "site power (MW)", ts, {"MW": event["site_mw"]})
+            for tier, load in event.get("links", {}).items():
+                if isinstance(load, list):
+                    args = {f"pod {p}": round(100.0 * float(x), 1) for p, x in enumerate(load)}
+                else:
+                    args = {"load %": round(100.0 * float(load), 1)}
+                counter(CLUSTER_PID, f"link {tier} (%)", ts, args)
+            continue
+        pid = job_pid.get(event.get("job", ""), CLUSTER_PID)
+        if kind == schema.STEP:
+            steps += 1
+            dur = float(event.get("step_time_s", 0.0))
+            write({"ph": "X", "pid": pid, "tid": STEPS_TID, "name": f"step {event.get('step')}",
+                   "ts": _us(t - dur), "dur": _us(dur),
+                   "args": {k: event[k] for k in ("tokens_per_s", "tflops_per_gpu", "mfu") if k in event}})
+            continue
+        args = {k: v for k, v in event.items() if k not in ("t", "type")}
+        tid = EVENTS_TID if pid != CLUSTER_PID else CLUSTER_EVENTS_TID
+        if kind == schema.JOB_START:
+            _begin(write, open_slices, pid, STATE_TID, "running", ts, args)
+        elif kind == schema.JOB_STOP:
+            _end(write, open_slices, pid, STATE_TID, "running", ts)
+            write({"ph": "i", "s": "t", "pid": pid, "tid": STATE_TID,
+                   "name": f"stop: {event.get('reason', '')}", "ts": ts, "args": args})
+        elif kind.endswith("_start"):
+            _begin(write, open_slices, pid, tid, kind[:-6], ts, args)
+        elif kind.endswith("_end"):
+            _end(write, open_slices, pid, tid, kind[:-4], ts)
+        else:
+            write({"ph": "i", "s": "t", "pid": pid, "tid": tid, "name": kind, "ts": ts, "args": args})
+    for (pid, tid, name) in list(open_slices):
+        _end(write, open_slices, pid, tid, name, _us(last_t))
+    out.write(b"\n]}\n")
+    return {"trace_events": write.count, "steps": steps, "samples": samples, "sim_seconds": last_t}
+
+
+def _begin(write: _Writer, open_slices: dict[tuple[int, int, str], float], pid: int, tid: int, name: str,
+           ts: float, args: dict[str, Any]) -> None:
+    key = (pid, tid, name)
+    if key in open_slices:
+        _end(write, open_slices, pid, tid, name, ts)
+    open_slices[key] = ts
+    write({"ph": "B", "pid": pid, "tid": tid, "name": name, "ts": ts, "args": args})
+
+
+def _end(write: _Writer, open_slices: dict[tuple[int, int, str], float], pid: int, tid: int, name: str,
+         ts: float) -> None:
+    if open_slices.pop((pid, tid, name), None) is not None:
+        write({"ph": "E", "pid": pid, "tid": tid, "name": name, "ts": ts})
+
+
+def check_output(path: str) -> None:
+    """UserError unless the trace can be written there (nothing is created)."""
+    from .recorder import check_output as check
+
+    if path == "-":
+        raise UserError("the trace needs a file name, not stdout", "-o")
+    check(path)
+
+
+__all__ = ["UserError", "check_output", "export"]

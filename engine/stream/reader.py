@@ -1,0 +1,512 @@
+"""Reading event streams: files (plain or gzip, by magic bytes), stdin and the live engine's pipe.
+
+One reader for every source. Streaming, in constant memory: bytes are read in chunks (gzip inflated with zlib
+member by member, so concatenated members and a stream cut short both work), split into lines, parsed with
+orjson and folded into a ClusterState by the one reducer (ClusterState.apply).
+
+Errors: a truncated last line (a recorder killed mid-write) is a warning and the complete prefix is used; so
+is a gzip stream that ends early. Any other bad line is a UserError naming the line; a header with a newer
+schema_version is a UserError saying so. Never a traceback.
+
+Seeking (`Recording`, files only): samples carry full state, so each is a keyframe. One pass builds an index
+of keyframes: for plain files the byte offset of every sample line (found with bytes.find, without parsing
+the samples); for gzip the offset of every gzip member, which clustertop's recorder starts at a sample every
+few MB (engine/stream/recorder.py). `state_at(t)` starts at the last keyframe at or before t and folds forward.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import sys
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Self
+
+import orjson
+
+from ..config.errors import UserError
+from . import schema
+from .state import ClusterState
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK = 1 << 20
+Warn = Callable[[str], None]
+
+
+def warn_stderr(message: str) -> None:
+    print(f"clustertop: warning: {message}", file=sys.stderr)
+
+
+def _open_raw(source: str | BinaryIO) -> tuple[IO[bytes], str, bool]:
+    """(buffered binary stream, display name, whether we opened it and must close it)."""
+    if not isinstance(source, str):
+        raw = source
+        name = getattr(source, "name", "<stream>")
+        owned = False
+    elif source == "-":
+        raw, name, owned = sys.stdin.buffer, "<stdin>", False
+    else:
+        path = Path(source)
+        if path.is_dir():
+            raise UserError("is a directory; expected a .jsonl or .jsonl.gz recording", source)
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 (the Reader owns and closes it)
+        except FileNotFoundError:
+            raise UserError("no such file", source) from None
+        except OSError as exc:
+            raise UserError(f"cannot read: {exc.strerror}", source) from None
+        name, owned = source, True
+    if not hasattr(raw, "peek"):
+        raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+    return raw, str(name), owned
+
+
+def open_binary(source: str) -> IO[bytes]:
+    """A binary stream of the recording's lines: '-' is stdin; gzip is detected by its magic bytes."""
+    import gzip
+
+    raw, _, _ = _open_raw(source)
+    if raw.peek(2)[:2] == GZIP_MAGIC:  # type: ignore[attr-defined]
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+class Lines:
+    """Complete lines (without their newline) of a plain or gzip byte stream, in batches, in constant memory.
+
+    After iteration, `count` is the number of complete lines, `tail` the bytes of an unterminated last line.
+    """
+
+    def __init__(self, raw: IO[bytes], name: str, warn: Warn | None = None, number: int = 0) -> None:
+        self.raw = raw
+        self.name = name
+        self.warn = warn or warn_stderr
+        self.count = number            # line number of the last line handed out
+        self.tail = b""
+        self.gzip = raw.peek(2)[:2] == GZIP_MAGIC  # type: ignore[attr-defined]
+        self._read = getattr(raw, "read1", raw.read)
+
+    def _chunks(self) -> Iterator[bytes]:
+        read = self._read
+        if not self.gzip:
+            while True:
+                chunk = read(CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+        d: Any = None
+        while True:
+            try:
+                chunk = read(CHUNK)
+            except OSError as exc:
+                raise UserError(f"cannot read after line {self.count}: {exc}", self.name) from None
+            if not chunk:
+                break
+            while chunk:
+                if d is None:
+                    d = zlib.decompressobj(31)
+                try:
+                    out = d.decompress(chunk, CHUNK)
+                    if out:
+                        yield out
+                    while d.unconsumed_tail and not d.eof:
+                        out = d.decompress(d.unconsumed_tail, CHUNK)
+                        if out:
+                            yield out
+                except zlib.error as exc:
+                    raise UserError(f"corrupt compressed data after line {self.count} ({exc}); the recording "
+                                    "is damaged", self.name) from None
+                if d.eof:
+                    chunk = d.unused_data
+                    d = None
+                    if chunk.strip(b"\0") == b"":    # zero padding after the last member
+                        chunk = b""
+                else:
+                    chunk = b""
+        if d is not None:
+            try:
+                rest = d.flush()
+            except zlib.error:
+                rest = b""
+            if rest:
+                yield rest
+            self.warn(f"{self.name}: compressed stream ends early (the recorder was stopped?); "
+                      "using the complete lines")
+
+    def batches(self) -> Iterator[list[bytes]]:
+        """Lists of complete lines; `count` is updated before each list is handed out."""
+        carry: list[bytes] = []
+        for chunk in self._chunks():
+            if carry:
+                if b"\n" not in chunk:
+                    carry.append(chunk)
+                    continue
+                carry.append(chunk)
+                chunk = b"".join(carry)
+                carry = []
+            lines = chunk.split(b"\n")
+            last = lines.pop()
+            if last:
+                carry.append(last)
+            if lines:
+                self.count += len(lines)
+                yield lines
+        self.tail = b"".join(carry)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for batch in self.batches():
+            yield from batch
+
+
+def _bad(name: str, number: int, message: str) -> UserError:
+    return UserError(message, f"{name}:{number}")
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, orjson.JSONDecodeError):
+        return f"line is not valid JSON ({exc.msg}); the recording is corrupt"
+    if isinstance(exc, _Backwards):
+        return str(exc)
+    return "expected an event object with \"t\" (a number) and \"type\""
+
+
+class _Backwards(ValueError):
+    pass
+
+
+# What a malformed line can raise while parsing or folding it (orjson.JSONDecodeError is a ValueError).
+_BAD_EVENT = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+
+
+class Reader:
+    """One recording or stream: its header, then its events or a folded ClusterState."""
+
+    def __init__(self, source: str | BinaryIO, warn: Warn | None = None, name: str | None = None) -> None:
+        raw, self.name, self._owned = _open_raw(source)
+        if name is not None:          # an already-open stream's display name (a pipe's is a number)
+            self.name = name
+        self.raw = raw
+        self.warn = warn or warn_stderr
+        self.lines = Lines(raw, self.name, self.warn)
+        self._batches = self.lines.batches()
+        self._first: list[bytes] = []
+        self.line = 1                    # line number of the event events() yielded last
+        self.header = self._read_header()
+
+    def close(self) -> None:
+        if self._owned:
+            self.raw.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read_header(self) -> dict[str, Any]:
+        try:
+            for batch in self._batches:
+                self._first = batch[1:]
+                return self._parse_header(batch[0])
+        except BaseException:
+            self.close()
+            raise
+        tail = self.lines.tail
+        if tail:
+            return self._parse_header(tail)
+        self.close()
+        raise UserError("is empty; expected a clustertop recording", self.name)
+
+    def _parse_header(self, line: bytes) -> dict[str, Any]:
+        try:
+            header = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self.close()
+            raise UserError("line 1 is not JSON; expected a clustertop recording header",
+                            f"{self.name}:1") from None
+        try:
+            return schema.check_header(header, f"{self.name}:1")
+        except UserError:
+            self.close()
+            raise
+
+    def _all_batches(self) -> Iterator[list[bytes]]:
+        if self._first:
+            first, self._first = self._first, []
+            yield first
+        yield from self._batches
+
+    def _line_base(self, batch: list[bytes]) -> int:
+        """Line number of the line before the batch's first."""
+        return self.lines.count - len(batch)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """Every event after the header, in order (checked: objects with a number t that never decreases)."""
+        last = float("-inf")
+        loads = orjson.loads
+        try:
+            for batch in self._all_batches():
+                base = self._line_base(batch)
+                for i, line in enumerate(batch):
+                    try:
+                        event = loads(line)
+                        t = event["t"]
+                        event["type"]
+                        if t < last:
+                            raise _Backwards(f"time goes backwards ({t} after {last})")
+                    except _BAD_EVENT as exc:
+                        raise _bad(self.name, base + i + 1, _describe(exc)) from None
+                    last = t
+                    self.line = base + i + 1
+                    yield event
+            event = self._tail()
+            if event is not None:
+                self.line = self.lines.count + 1
+                yield event
+        finally:
+            self.close()
+
+    def applied(self, state: ClusterState) -> Iterator[dict[str, Any]]:
+        """Fold every event into `state` and yield it afterwards (for consumers such as the exporter)."""
+        apply = state.apply
+        for event in self.events():
+            try:
+                apply(event)
+            except _BAD_EVENT as exc:
+                raise _bad(self.name, self.line, _describe(exc)) from None
+            yield event
+
+    def fold(self, state: ClusterState | None = None, until: float | None = None) -> ClusterState:
+        """Fold every event (or those with t <= until) into a ClusterState: the fast path of replay, seek."""
+        state = state if state is not None else ClusterState(self.header)
+        apply = state.apply
+        loads = orjson.loads
+        last = float("-inf")
+        limit = float("inf") if until is None else until
+        try:
+            for batch in self._all_batches():
+                for line in batch:
+                    try:
+                        event = loads(line)
+                        t = event["t"]
+                        if t > limit:
+                            return state
+                        if t < last:
+                            raise _Backwards(f"time goes backwards ({t} after {last})")
+                        last = t
+                        apply(event)
+                    except _BAD_EVENT as exc:
+                        # The line number, found only on error: the first line object identical to this one
+                        # (an earlier equal line would have failed first).
+                        i = next(k for k, other in enumerate(batch) if other is line)
+                        raise _bad(self.name, self._line_base(batch) + i + 1, _describe(exc)) from None
+            event = self._tail()
+            if event is not None and event.get("t", 0) <= limit:
+                try:
+                    apply(event)
+                except _BAD_EVENT as exc:
+                    raise _bad(self.name, self.lines.count + 1, _describe(exc)) from None
+            return state
+        finally:
+            self.close()
+
+    def _tail(self) -> dict[str, Any] | None:
+        """The unterminated last line: used if it is a whole event, else a warning."""
+        tail = self.lines.tail
+        if not tail:
+            return None
+        number = self.lines.count + 1
+        try:
+            event = orjson.loads(tail)
+            if isinstance(event, dict) and "t" in event and "type" in event:
+                return event
+        except orjson.JSONDecodeError:
+            pass
+        self.warn(f"{self.name}:{number}: last line is truncated; using the {number - 1} complete lines")
+        return None
+
+
+def iter_events(source: str | BinaryIO, warn: Warn | None = None,
+                name: str | None = None) -> Iterator[dict[str, Any]]:
+    """The header, then every event of a recording or stream, in order. UserError on a bad recording.
+
+    `source` may be an already-open binary stream (a pipe: read with read1, so events arrive as they are
+    written); `name` then names it in errors."""
+    reader = Reader(source, warn, name)
+    yield reader.header
+    yield from reader.events()
+
+
+def fold(source: str | BinaryIO, until: float | None = None, warn: Warn | None = None) -> ClusterState:
+    """The ClusterState after every event of a recording (or those up to time `until`)."""
+    return Reader(source, warn).fold(until=until)
+
+
+def iter_lines_events(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """Events from an in-process engine's lines (engine.sim.run.Run.lines()): the header is checked."""
+    it = iter(lines)
+    first = next(it, None)
+    if first is None:
+        raise UserError("the engine produced no header")
+    yield schema.check_header(orjson.loads(first), "<engine>:1")
+    for line in it:
+        yield orjson.loads(line)
+
+
+@dataclass(frozen=True)
+class Keyframe:
+    t: float           # time of the sample that starts here
+    offset: int        # byte offset in the file: the sample's line (plain) or its gzip member (gzip)
+    line: int          # line number of that sample
+
+
+class Recording:
+    """A recording file opened for random access: header, keyframe index, state at any time."""
+
+    def __init__(self, path: str, warn: Warn | None = None) -> None:
+        if path == "-":
+            raise UserError("seeking needs a file, not stdin", path)
+        self.path = path
+        self.warn = warn or warn_stderr
+        with Reader(path, self.warn) as reader:
+            self.header = reader.header
+            self.gzip = reader.lines.gzip
+        self._index: list[Keyframe] | None = None
+
+    def index(self) -> list[Keyframe]:
+        """Keyframes in time order, built in one pass over the file on first use."""
+        if self._index is None:
+            self._index = self._build_gzip() if self.gzip else self._build_plain()
+        return self._index
+
+    @property
+    def end_t(self) -> float:
+        """Time of the last keyframe (the last sample of a plain file; of a gzip member's first sample)."""
+        index = self.index()
+        return index[-1].t if index else 0.0
+
+    def _build_plain(self) -> list[Keyframe]:
+        keys: list[Keyframe] = []
+        marker = b',"type":"sample"'
+        with open(self.path, "rb") as f:
+            offset = 0          # file offset of buf[0]
+            line = 1            # line number at buf[0]
+            buf = b""
+            while True:
+                chunk = f.read(4 * CHUNK)
+                if not chunk:
+                    break
+                buf += chunk
+                end = buf.rfind(b"\n") + 1
+                if end == 0:
+                    continue
+                pos = buf.find(marker, 0, end)
+                counted = 0
+                lines_before = 0
+                while pos != -1:
+                    start = buf.rfind(b"\n", 0, pos) + 1
+                    if buf.startswith(b'{"t":', start):
+                        try:
+                            t = float(buf[start + 5:pos])
+                        except ValueError:
+                            t = None
+                        if t is not None:
+                            lines_before += buf.count(b"\n", counted, start)
+                            counted = start
+                            keys.append(Keyframe(t, offset + start, line + lines_before))
+                    nxt = buf.find(b"\n", pos)
+                    pos = buf.find(marker, nxt, end) if nxt != -1 else -1
+                line += buf.count(b"\n", 0, end)
+                offset += end
+                buf = buf[end:]
+        return keys
+
+    def _build_gzip(self) -> list[Keyframe]:
+        keys: list[Keyframe] = []
+        with open(self.path, "rb") as f:
+            data = f.read(CHUNK)
+            consumed = 0         # file offset of data[0]
+            line = 1
+            d: Any = None
+            member_start = 0
+            first: list[bytes] | None = None    # the current member's first line, while incomplete
+            while data:
+                if d is None:
+                    if data.strip(b"\0") == b"":
+                        break
+                    d = zlib.decompressobj(31)
+                    member_start = consumed
+                    first = []
+                    member_line = line
+                try:
+                    out = d.decompress(data, CHUNK)
+                    pending = d.unconsumed_tail
+                except zlib.error:
+                    break                         # the reader reports it; the index stops here
+                if first is not None:
+                    nl = out.find(b"\n")
+                    first.append(out if nl == -1 else out[:nl])
+                    if nl != -1:
+                        head = b"".join(first)
+                        first = None
+                        if head.startswith(b'{"t":'):
+                            cut = head.find(b',"type":"sample"')
+                            if cut != -1:
+                                try:
+                                    keys.append(Keyframe(float(head[5:cut]), member_start, member_line))
+                                except ValueError:
+                                    pass
+                line += out.count(b"\n")
+                if d.eof:                         # at the end of a member, unused_data is what follows it
+                    rest = d.unused_data
+                    consumed += len(data) - len(rest)
+                    d = None
+                    data = rest or f.read(CHUNK)
+                elif pending:
+                    consumed += len(data) - len(pending)
+                    data = pending
+                else:
+                    consumed += len(data)
+                    data = f.read(CHUNK)
+        return keys
+
+    def keyframe_before(self, t: float) -> Keyframe | None:
+        index = self.index()
+        i = bisect.bisect_right([k.t for k in index], t) - 1 if len(index) < 64 else self._bisect(index, t)
+        return index[i] if i >= 0 else None
+
+    def _bisect(self, index: list[Keyframe], t: float) -> int:
+        lo, hi = 0, len(index)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if index[mid].t <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1
+
+    def reader_at(self, t: float) -> Reader:
+        """A Reader positioned at the last keyframe at or before t (at the start when there is none)."""
+        key = self.keyframe_before(t)
+        if key is None:
+            return Reader(self.path, self.warn)
+        raw = open(self.path, "rb")  # noqa: SIM115 (the Reader owns and closes it)
+        raw.seek(key.offset)
+        buffered = io.BufferedReader(raw)
+        reader = Reader.__new__(Reader)
+        reader.raw, reader.name, reader._owned = buffered, self.path, True
+        reader.warn = self.warn
+        reader.lines = Lines(buffered, self.path, self.warn, number=key.line - 1)
+        reader.lines.gzip = self.gzip
+        reader._batches = reader.lines.batches()
+        reader._first = []
+        reader.line = key.line
+        reader.header = self.header
+        return reader
+
+    def state_at(self, t: float) -> ClusterState:
+        """The state at simulated time t: the last keyframe at or before t, then every event up to t."""
+        return self.reader_at(t).fold(until=t)

@@ -1,0 +1,155 @@
+"""The event stream schema (JSON Lines): the contract between the engine and the dashboard.
+
+Both sides import this module; it imports neither SimPy nor Textual. The full description with examples is
+docs/events.md.
+
+- Line 1 is the header: {"type": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+  "scenario": {...}, "topology": {...}, "jobs": [...], "seed": int, "sample_interval_s": float,
+  "duration_s": float, "sampling": "mean", "tiers": [...], "link_scope": {...}, "phases": [...],
+  "phase_util": [...], "power": {...}}.
+- Every later line has "t" (simulated seconds, never decreasing) and "type".
+- Samples ("sample") carry full state as exact means over (t - interval, t]: "util" (integer percent),
+  "power_w" (integer W) and "phase" (the dominant phase code) per GPU, "links" (tier -> load 0..1, a list
+  per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
+- Discrete events: "step", "job_start", "job_stop"; later issues add faults, checkpoints and power swings.
+- Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..config.errors import UserError
+from ..config.phases import PHASES
+
+SCHEMA = "clustertop.events"
+SCHEMA_VERSION = 1
+
+# Event types. Later issues append (fault, restart, maintenance, checkpoint_start, checkpoint_end, power_swing).
+HEADER = "header"
+SAMPLE = "sample"
+STEP = "step"
+JOB_START = "job_start"
+JOB_STOP = "job_stop"
+FAULT = "fault"
+RESTART = "restart"
+MAINTENANCE = "maintenance"
+CHECKPOINT_START = "checkpoint_start"
+CHECKPOINT_END = "checkpoint_end"
+POWER_SWING = "power_swing"
+
+
+def rle_encode(values: np.ndarray) -> dict[str, list[Any]]:
+    """Run-length encode a 1-D array: contiguous blocks of equal value collapse into (value, count)."""
+    values = np.asarray(values)
+    if values.size == 0:
+        return {"v": [], "n": []}
+    change = np.flatnonzero(values[1:] != values[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    counts = np.diff(np.concatenate((starts, [values.size])))
+    return {"v": values[starts].tolist(), "n": counts.tolist()}
+
+
+def rle_decode(rle: dict[str, list[Any]], dtype: Any = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Inverse of rle_encode; writes into `out` when given (no allocation on the hot path).
+
+    ValueError when the runs are malformed or do not cover `out` exactly.
+    """
+    v, n = rle["v"], rle["n"]
+    if len(v) != len(n):
+        raise ValueError(f"run-length array has {len(v)} values but {len(n)} counts")
+    if out is not None and len(v) <= 32:
+        # Few runs (the symmetric case): assign slices, no temporary arrays.
+        start = 0
+        for value, count in zip(v, n):
+            if count < 0:
+                raise ValueError("run-length array has a negative count")
+            out[start:start + count] = value
+            start += count
+        if start != out.size:
+            raise ValueError(f"run-length array covers {start} GPUs, expected {out.size}")
+        return out
+    values = np.asarray(v, dtype=dtype if out is None else out.dtype)
+    counts = np.asarray(n, dtype=np.int64)
+    if counts.size and counts.min() < 0:
+        raise ValueError("run-length array has a negative count")
+    if out is None:
+        return np.repeat(values, counts)
+    total = int(counts.sum())
+    if total != out.size:
+        raise ValueError(f"run-length array covers {total} GPUs, expected {out.size}")
+    out[:] = np.repeat(values, counts)
+    return out
+
+
+def rle_runs(values: list[Any], count: int) -> tuple[list[Any], list[int]]:
+    """Runs of a short list of values that each stand for `count` consecutive GPUs (e.g. pipeline stages)."""
+    v: list[Any] = []
+    n: list[int] = []
+    for x in values:
+        if v and v[-1] == x:
+            n[-1] += count
+        else:
+            v.append(x)
+            n.append(count)
+    return v, n
+
+
+def rle_tile(v: list[Any], n: list[int], reps: int) -> tuple[list[Any], list[int]]:
+    """The runs of a pattern repeated `reps` times (e.g. one DP replica tiled over all replicas), merged."""
+    if reps <= 1 or not v:
+        return list(v), list(n)
+    if len(v) == 1:
+        return list(v), [n[0] * reps]
+    if v[0] != v[-1]:
+        return v * reps, n * reps
+    mid_v, mid_n = v[1:-1], n[1:-1]
+    return [v[0]] + (mid_v + [v[-1]]) * reps, [n[0]] + (mid_n + [n[-1] + n[0]]) * (reps - 1) + mid_n + [n[-1]]
+
+
+def rle_concat(blocks: list[tuple[list[Any], list[int]]]) -> dict[str, list[Any]]:
+    """Concatenate run lists of consecutive GPU blocks, merging equal neighbours at the seams."""
+    v: list[Any] = []
+    n: list[int] = []
+    for bv, bn in blocks:
+        if not bv:
+            continue
+        if v and v[-1] == bv[0]:
+            n[-1] += bn[0]
+            v.extend(bv[1:])
+            n.extend(bn[1:])
+        else:
+            v.extend(bv)
+            n.extend(bn)
+    return {"v": v, "n": n}
+
+
+def check_header(obj: Any, where: str) -> dict[str, Any]:
+    """The header line, checked: right schema and a version this reader understands."""
+    if not isinstance(obj, dict) or obj.get("type") != HEADER:
+        raise UserError("expected a clustertop recording: line 1 must be the header ({\"type\": \"header\", ...})",
+                        where)
+    if obj.get("schema") != SCHEMA:
+        raise UserError(f"schema {obj.get('schema')!r} is not {SCHEMA!r}; not a clustertop recording", where)
+    version = obj.get("schema_version")
+    if not isinstance(version, int):
+        raise UserError("header has no integer schema_version", where)
+    if version > SCHEMA_VERSION:
+        raise UserError(f"recording uses schema_version {version}, newer than this clustertop understands "
+                        f"({SCHEMA_VERSION}); upgrade clustertop to read it", where)
+    return obj
+
+
+__all__ = [
+    "PHASES",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "check_header",
+    "rle_concat",
+    "rle_decode",
+    "rle_encode",
+    "rle_runs",
+    "rle_tile",
+]

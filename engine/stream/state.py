@@ -1,0 +1,248 @@
+"""ClusterState and the one reducer that folds events into it.
+
+There is exactly one way from events to pixels: every event source (live engine, file, pipe) feeds
+`ClusterState.apply`, and the dashboard's widgets only read the state. Per-GPU state is numpy arrays.
+This module imports neither SimPy nor Textual.
+
+Per-GPU arrays (`util`, `power_w`, `phase`) are decoded lazily: `apply` keeps the sample's run-length
+encoded arrays and the first read of the attribute after a change decodes them, in place, into the same
+array object. A replay that folds hundreds of samples between two frames decodes once per frame, not once
+per sample. Read the attributes after `apply` (do not keep a reference across applies and expect it to be
+refreshed without reading the attribute again).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..config.phases import CODE
+from . import schema
+
+HISTORY = 240        # samples kept for sparklines
+EVENT_LOG = 500      # discrete events kept for the log
+
+
+def _kpi(key: str, doc: str) -> property:
+    """A job figure read from the latest step event or sample status (folding a step is one assignment)."""
+
+    def get(self: JobStatus) -> Any:
+        return self._src.get(key, 0)
+
+    def set(self: JobStatus, value: Any) -> None:
+        self._src = {**self._src, key: value}
+
+    return property(get, set, doc=doc)
+
+
+class JobStatus:
+    """One job as the stream last described it.
+
+    Besides the step figures: `down` (stopped by a fault or maintenance, until its restart), `interruptions`
+    (faults and maintenance so far, as Llama 3 counts them), `tokens_lost` (work lost to restarts from
+    checkpoints), `checkpoints` (written), `effective_training_time` (share of the time since the job started
+    spent on steps whose work is kept; from the latest sample).
+    """
+
+    __slots__ = ("_src", "checkpoints", "down", "effective_training_time", "first_gpu", "gpus", "info",
+                 "interruptions", "name", "running", "stop_reason", "tokens_lost")
+
+    def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
+                 step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
+                 mfu: float = 0.0, tokens: float = 0.0, info: dict[str, Any] | None = None,
+                 stop_reason: str = "", interruptions: int = 0, tokens_lost: int = 0, checkpoints: int = 0,
+                 effective_training_time: float | None = None, down: bool = False) -> None:
+        self.name = name
+        self.first_gpu = first_gpu
+        self.gpus = gpus
+        self.running = running
+        self.info: dict[str, Any] = info if info is not None else {}   # the header's job entry (layout)
+        self.stop_reason = stop_reason
+        self.interruptions = interruptions
+        self.tokens_lost = tokens_lost
+        self.checkpoints = checkpoints
+        self.effective_training_time = effective_training_time
+        self.down = down
+        self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
+                                     "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
+
+    step = _kpi("step", "steps completed")
+    step_time_s = _kpi("step_time_s", "seconds per step")
+    tokens_per_s = _kpi("tokens_per_s", "training throughput")
+    tflops_per_gpu = _kpi("tflops_per_gpu", "model TFLOP/s per GPU")
+    mfu = _kpi("mfu", "model FLOPs utilization, 0..1")
+    tokens = _kpi("tokens_total", "tokens trained so far")
+
+    def __repr__(self) -> str:
+        return (f"JobStatus({self.name!r}, running={self.running}, step={self.step}, "
+                f"step_time_s={self.step_time_s}, mfu={self.mfu})")
+
+
+class _Lazy:
+    """One per-GPU array: the latest run-length encoding, decoded into `array` on first read."""
+
+    __slots__ = ("array", "decoded", "pending", "scale")
+
+    def __init__(self, array: np.ndarray, scale: float | None = None) -> None:
+        self.array = array
+        self.pending: dict[str, list[Any]] | None = None
+        self.decoded: dict[str, list[Any]] | None = None
+        self.scale = scale
+
+    def get(self) -> np.ndarray:
+        rle = self.pending
+        if rle is not None:
+            self.pending = None
+            last = self.decoded
+            if last is None or rle["n"] != last["n"] or rle["v"] != last["v"]:
+                try:
+                    schema.rle_decode(rle, out=self.array)
+                except (ValueError, TypeError, KeyError):
+                    self.array[:] = 0     # a malformed array shows as zeros rather than stopping the UI
+                if self.scale is not None:
+                    self.array *= self.array.dtype.type(self.scale)
+                self.decoded = rle
+        return self.array
+
+
+class ClusterState:
+    """Everything the dashboard shows at simulated time `t`."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.header = header
+        self.topology: dict[str, int] = header["topology"]
+        self.gpus = int(self.topology["gpus"])
+        self.t = 0.0
+        self.samples = 0
+        self._util = _Lazy(np.zeros(self.gpus, dtype=np.float32), scale=0.01)   # 0..1 (percent on the wire)
+        self._power = _Lazy(np.zeros(self.gpus, dtype=np.float32))
+        self._phase = _Lazy(np.full(self.gpus, CODE["idle"], dtype=np.uint8))
+        self.links: dict[str, np.ndarray] = {}       # tier -> load 0..1 (one value, or one per pod)
+        self.site_mw = 0.0
+        self.budget_mw: float | None = header.get("power", {}).get("site_power_budget_mw")
+        self.over_budget = False             # the latest sample's mean site power exceeds the budget
+        self.jobs: dict[str, JobStatus] = {}
+        for info in header.get("jobs", []):
+            self.jobs[info["name"]] = JobStatus(info["name"], int(info["first_gpu"]), int(info["gpus"]),
+                                                info=info)
+        self.events: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG)
+        self.site_mw_history: deque[float] = deque(maxlen=HISTORY)
+        self.link_history: dict[str, deque[float]] = {}
+        self.version = 0   # bumped on every change; widgets redraw when it moves
+        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+            schema.SAMPLE: self._sample, schema.STEP: self._step, schema.JOB_START: self._job_event,
+            schema.JOB_STOP: self._job_event, schema.HEADER: _ignore, schema.FAULT: self._fault,
+            schema.MAINTENANCE: self._maintenance, schema.RESTART: self._restart,
+            schema.CHECKPOINT_END: self._checkpoint_end}
+
+    @property
+    def util(self) -> np.ndarray:
+        """Per-GPU utilization, 0..1 (float32)."""
+        return self._util.get()
+
+    @property
+    def power_w(self) -> np.ndarray:
+        """Per-GPU power in W (float32)."""
+        return self._power.get()
+
+    @property
+    def phase(self) -> np.ndarray:
+        """Per-GPU phase code (uint8, engine.config.phases.PHASES)."""
+        return self._phase.get()
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Fold one event into the state."""
+        self.t = event["t"]
+        self.version += 1
+        kind = event["type"]
+        if kind == "step":                 # the most frequent event: folded inline
+            job = self.jobs.get(event["job"])
+            if job is not None:
+                job._src = event
+                job.running = True
+            return
+        handler = self._handlers.get(kind)
+        if handler is not None:
+            handler(event)
+        if kind not in _UNLOGGED:
+            self.events.append(event)      # every discrete event goes to the log (steps are folded above)
+
+    def _step(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event["job"])
+        if job is not None:
+            job._src = event
+            job.running = True
+
+    def _job_event(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event.get("job", ""))
+        if job is not None:
+            job.running = event["type"] == schema.JOB_START
+            job.stop_reason = "" if job.running else str(event.get("reason", ""))
+
+    def _fault(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event.get("job") or "")
+        if job is not None:          # `running` stays as the samples say it (they carry it every interval)
+            job.down = True
+            job.interruptions += 1
+
+    def _maintenance(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event.get("job") or "")
+        if job is not None:
+            job.interruptions += 1
+
+    def _restart(self, event: dict[str, Any]) -> None:
+        """Training again from a checkpoint: the step and token counters go back to it."""
+        job = self.jobs.get(event.get("job") or "")
+        if job is None:
+            return
+        job.running = True
+        job.down = False
+        job.tokens_lost += int(event.get("lost_tokens", 0))
+        back = {k: event[src] for k, src in (("step", "from_checkpoint_step"), ("tokens_total", "tokens_total"))
+                if src in event}
+        if back:
+            job._src = {**job._src, **back}
+
+    def _checkpoint_end(self, event: dict[str, Any]) -> None:
+        job = self.jobs.get(event.get("job") or "")
+        if job is not None and event.get("ok", True):
+            job.checkpoints += 1
+
+    def _sample(self, event: dict[str, Any]) -> None:
+        self.samples += 1
+        for lazy, key in ((self._util, "util"), (self._power, "power_w"), (self._phase, "phase")):
+            rle = event.get(key)
+            if rle is not None:
+                if type(rle) is not dict or len(rle["v"]) != len(rle["n"]):
+                    raise ValueError(f"{key} is not a run-length array")
+                lazy.pending = rle
+        for tier, load in event.get("links", {}).items():
+            arr = np.atleast_1d(np.asarray(load, dtype=np.float32))
+            self.links[tier] = arr
+            hist = self.link_history.get(tier)
+            if hist is None:
+                hist = self.link_history[tier] = deque(maxlen=HISTORY)
+            hist.append(float(arr.max()) if arr.size else 0.0)
+        if "site_mw" in event:
+            self.site_mw = float(event["site_mw"])
+            self.site_mw_history.append(self.site_mw)
+        self.over_budget = bool(event.get("over_budget", False))
+        for name, status in event.get("jobs", {}).items():
+            job = self.jobs.get(name)
+            if job is not None:
+                job.running = bool(status.get("running", job.running))
+                job._src = status
+                if "interruptions" in status:
+                    job.interruptions = int(status["interruptions"])
+                    job.tokens_lost = int(status.get("tokens_lost", job.tokens_lost))
+                    job.effective_training_time = status.get("effective_training_time")
+
+
+_UNLOGGED = frozenset({schema.SAMPLE, schema.HEADER, schema.STEP})
+
+
+def _ignore(event: dict[str, Any]) -> None:
+    return None
