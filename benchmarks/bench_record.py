@@ -6,7 +6,8 @@
 - replay_vs_parse: folding the 54-day recording into a ClusterState, divided by only reading and parsing its
   lines with orjson (same decompression and line splitting); target <= 2. Per-GPU arrays are decoded lazily,
   when read (as the dashboard does at its frame rate); replay_decode_vs_parse also decodes every sample.
-- seek_index_54d_s (one pass over the 54-day file) and seek_54d_ms (mean of state_at at 20 random times).
+- seek_index_54d_s: reading the 54-day file into the dashboard's seek index (engine/stream/index.py, what
+  `clustertop replay` does before the first frame), and seek_54d_ms: the mean of its state_at at 20 random times.
 
 Until engine/model/estimate.py exists on this branch, the run uses the synthetic planner of tests/fake_plan.py and
 says so on stderr (and record_planner_fake = 1).
@@ -25,7 +26,8 @@ from typing import Any
 import orjson
 from clustertop.engine.config import scenario
 from clustertop.engine.sim.run import Run
-from clustertop.engine.stream.reader import Reader, Recording
+from clustertop.engine.stream.index import EventIndex
+from clustertop.engine.stream.reader import Reader
 from clustertop.engine.stream.recorder import Recorder
 from clustertop.engine.stream.state import ClusterState
 
@@ -110,13 +112,12 @@ def run() -> dict[str, float]:
         parse_6h, fold_6h, _ = _interleaved(short)
         out["replay_vs_parse_6h"] = round(fold_6h / parse_6h, 3)
         start = time.perf_counter()
-        rec = Recording(str(long))
-        rec.index()
+        index = EventIndex.of_file(str(long))
         out["seek_index_54d_s"] = round(time.perf_counter() - start, 3)
         rng = random.Random(1)
         times = [rng.uniform(0, 54 * 86400.0) for _ in range(20)]
         start = time.perf_counter()
         for t in times:
-            rec.state_at(t)
+            index.state_at(t)
         out["seek_54d_ms"] = round((time.perf_counter() - start) / len(times) * 1000, 2)
     return out

@@ -32,6 +32,7 @@ from .config.overrides import DELETE, Axis, Path, apply, parse_vary
 from .config.scenario import Scenario
 from .config.tomlfile import dumps, read_toml
 from .model.estimate import estimate, to_json
+from .stream.sweep_records import RATE_PER_GPU, STEP_TIME, Facts, facts, fit_key, objective, oom_key
 
 Estimator = Callable[[Scenario], dict[str, Any]]
 MAX_POINTS = 10_000_000
@@ -153,17 +154,32 @@ def _derive_rule(data: dict[str, Any], base: Scenario, varied: set[Path]) -> tup
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """One evaluated point: its JSON Lines record and what ranking needs."""
+    """One evaluated point: its JSON Lines record and its ranking facts (engine/stream/sweep_records.py)."""
     index: int
     line: bytes                   # the record, newline included
     status: str                   # "ok" | "invalid" (the loader or the model refused it) | "failed" (a bug)
-    fits: bool = False
-    step_time_s: float = math.inf  # the slowest job's (inf when a job does not fit)
-    tokens_per_s: float = 0.0     # all jobs together
-    gpus: int = 0                 # all jobs together
-    tokens_per_step: int = 0
-    memory_gb: float = 0.0        # the largest per-GPU footprint of the jobs
+    facts: Facts
     reason: str = ""              # the error of an invalid or failed point
+
+    @property
+    def fits(self) -> bool:
+        return self.facts.fits
+
+    @property
+    def step_time_s(self) -> float:
+        return self.facts.step_time_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.facts.tokens_per_s
+
+    @property
+    def gpus(self) -> int:
+        return self.facts.gpus
+
+    @property
+    def memory_gb(self) -> float:
+        return self.facts.memory_gb
 
 
 def evaluate(sweep: Sweep, index: int) -> Outcome:
@@ -179,23 +195,19 @@ def evaluate(sweep: Sweep, index: int) -> Outcome:
     except Exception as exc:  # noqa: BLE001  (a bug in the model must not sink a long sweep: the point records it)
         return _error(record, "failed", f"the estimator failed: {type(exc).__name__}: {_message(exc)}")
     try:
-        jobs = result["jobs"]
-        fits = all(j["fits"] for j in jobs)
-        step = max(float(j["step_time_s"]) for j in jobs) if fits else math.inf
-        rate = sum(float(j["tokens_per_s"] or 0.0) for j in jobs) if fits else 0.0
-        memory = max(float(j["memory_gb_per_gpu"]) for j in jobs)
-        record.update(result)
-        line = orjson.dumps(record, option=_JSON)
+        merged = {**record, **result}
+        ranked = facts(merged)
+        line = orjson.dumps(merged, option=_JSON)
     except Exception as exc:  # noqa: BLE001  (the same for a result of the wrong shape)
         return _error(record, "failed", f"the estimator returned a malformed result: {type(exc).__name__}: "
                       f"{_message(exc)}")
-    return Outcome(index, line, "ok", fits, step, rate, sum(j.gpus for j in s.jobs),
-                   sum(j.tokens_per_step for j in s.jobs), memory)
+    return Outcome(index, line, "ok", ranked)
 
 
 def _error(record: dict[str, Any], status: str, message: str) -> Outcome:
     record["error"] = message
-    return Outcome(record["index"], orjson.dumps(record, option=_JSON), status, reason=message)
+    return Outcome(record["index"], orjson.dumps(record, option=_JSON), status, Facts(record["index"], "invalid"),
+                   reason=message)
 
 
 def _message(exc: BaseException) -> str:
@@ -291,7 +303,7 @@ def _run_dask(sweep: Sweep, address: str) -> Iterator[list[Outcome]]:
         client.close()
 
 
-# ---- ranking -------------------------------------------------------------------------------------------------
+# ---- ranking (the keys are engine/stream/sweep_records.py's, shared with the dashboard's table) -----------------
 
 class _Best:
     """The n smallest keys seen, with their outcomes (a bounded max-heap)."""
@@ -311,17 +323,9 @@ class _Best:
         return [o for _, o in sorted(self.heap, reverse=True)]
 
 
-STEP_TIME = "step time"
-RATE_PER_GPU = "tokens/s per GPU"
-
-
 class Ranking:
-    """Counts, reasons and the best points of a sweep, fed one outcome at a time in point order.
-
-    Points that fit in memory come first, by step time (shortest first) when they all use the same number of
-    GPUs and tokens per step, otherwise by tokens/s per GPU (highest first); then the points that do not fit,
-    by memory per GPU (closest to fitting first). Ties go to the earlier point.
-    """
+    """Counts, reasons and the best points of a sweep, fed one outcome at a time in point order, ranked as
+    engine/stream/sweep_records.py says (the best `top` of each kind are kept)."""
 
     def __init__(self, top: int) -> None:
         self.top = max(1, top)
@@ -331,7 +335,8 @@ class Ranking:
         self._by_step = _Best(self.top)
         self._by_rate = _Best(self.top)
         self._oom = _Best(self.top)
-        self._shapes: set[tuple[int, int]] = set()
+        self._first: Facts | None = None            # the first fitting point
+        self._varied = False                        # some fitting point has another shape
 
     def add(self, o: Outcome) -> None:
         self.total += 1
@@ -345,17 +350,19 @@ class Ranking:
                 self.failures.append(o.reason)
         elif o.fits:
             self.fit += 1
-            if len(self._shapes) < 2:
-                self._shapes.add((o.gpus, o.tokens_per_step))
-            self._by_step.add((o.step_time_s, o.index), o)
-            self._by_rate.add((-o.tokens_per_s / o.gpus, o.index), o)
+            if self._first is None:
+                self._first = o.facts
+            elif not self._varied:
+                self._varied = not o.facts.same_shape(self._first)
+            self._by_step.add(fit_key(o.facts, STEP_TIME), o)
+            self._by_rate.add(fit_key(o.facts, RATE_PER_GPU), o)
         else:
             self.oom += 1
-            self._oom.add((o.memory_gb, o.index), o)
+            self._oom.add(oom_key(o.facts), o)
 
     @property
     def objective(self) -> str:
-        return STEP_TIME if len(self._shapes) <= 1 else RATE_PER_GPU
+        return objective(self._varied)
 
     def best(self, n: int | None = None) -> list[Outcome]:
         """The best n points (default: top), fitting ones first."""

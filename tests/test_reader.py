@@ -16,7 +16,8 @@ from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import recorder
-from clustertop.engine.stream.reader import Reader, Recording, fold, iter_events, iter_lines_events
+from clustertop.engine.stream.index import EventIndex
+from clustertop.engine.stream.reader import Reader, fold, iter_events, iter_lines_events
 from clustertop.engine.stream.recorder import Recorder
 from clustertop.engine.stream.state import ClusterState
 from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, fake_planner, write_scenario
@@ -189,34 +190,20 @@ def long_recording(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: 
     return path
 
 
-def test_index_has_keyframes(long_recording: Path) -> None:
-    rec = Recording(str(long_recording))
-    index = rec.index()
-    times = [k.t for k in index]
-    assert times == sorted(times) and len(index) > 10
-    if long_recording.suffix == ".gz":
-        assert gzip.decompress(long_recording.read_bytes()).count(b'"type":"sample"') == 801
-    else:
-        assert len(index) == 801 and times[0] == 0.0 and times[-1] == 400.0
-    lines = (gzip.decompress(long_recording.read_bytes()) if long_recording.suffix == ".gz"
-             else long_recording.read_bytes()).split(b"\n")
-    for key in index:
-        event = orjson.loads(lines[key.line - 1])
-        assert event["type"] == "sample" and event["t"] == key.t
+def test_index_has_every_keyframe(long_recording: Path) -> None:
+    index = EventIndex.of_file(str(long_recording))
+    times = index.sample_t
+    assert times == sorted(times) and len(times) == 801 and times[0] == 0.0 and times[-1] == 400.0
+    assert index.done and index.end_t == 400.0
 
 
-def test_seek_lands_on_the_right_state(long_recording: Path) -> None:
-    rec = Recording(str(long_recording))
+def test_seek_lands_on_the_state_a_fold_gives(long_recording: Path) -> None:
+    index = EventIndex.of_file(str(long_recording))
     for t in (0.0, 0.3, 17.77, 123.5, 250.0, 399.9, 400.0, 1e9):
         expected = fold(str(long_recording), until=t)
-        got = rec.state_at(t)
+        got = index.state_at(t)
         same_state(got, expected)
         assert got.t <= t
-
-
-def test_seek_on_stdin_is_refused() -> None:
-    with pytest.raises(UserError, match="seeking needs a file"):
-        Recording("-")
 
 
 def test_reader_closes_its_file(recording: Path) -> None:

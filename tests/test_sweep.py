@@ -274,6 +274,22 @@ def test_tokens_per_gpu_when_the_gpu_counts_differ(tmp_path: Path) -> None:
     assert gpus == {64, 128, 256}
 
 
+@pytest.mark.parametrize("axes, estimator", [
+    (["jobs[0].tp=8,2,4,1,16"], _by_tp),
+    (["cluster.gpus=64,128,256", "jobs[0].tp=4,8,16"], fake_estimate.estimate_json),
+])
+def test_the_dashboard_table_ranks_as_the_sweep_does(tmp_path: Path, axes: list[str], estimator: Any) -> None:
+    from clustertop.engine.stream.sweep_records import ranked
+
+    sw = sweep.plan(write(tmp_path), axes, estimator)
+    recs, ranking, _ = records(sw, workers=1, top=100)
+    table, by = ranked(recs)
+    assert by == ranking.objective
+    best = [o.index for o in ranking.best()]
+    assert [r["index"] for r in table][: len(best)] == best
+    assert all("error" in r for r in table[len(best):]) and len(table) == len(recs)
+
+
 # ---- workers ------------------------------------------------------------------------------------------------------
 
 def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:

@@ -285,7 +285,8 @@ SWEEP = "recordings/sweep-16k.jsonl"
 async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path) -> None:
     """Rows by step time, out-of-memory then invalid points last; enter rebuilds the chosen point's scenario."""
     from clustertop.engine.config import scenario
-    from clustertop.tui.sweep import SweepApp, looks_like_sweep_results, read_results, status
+    from clustertop.engine.stream.sweep_records import looks_like_sweep_results, read_results
+    from clustertop.tui.sweep import SweepApp, status
     from textual.widgets import DataTable
 
     from clustertop.commands.replay import point_toml
@@ -309,7 +310,8 @@ async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path)
 
 @sync
 async def test_an_invalid_sweep_point_is_not_run(tmp_path) -> None:
-    from clustertop.tui.sweep import SweepApp, read_results
+    from clustertop.engine.stream.sweep_records import read_results
+    from clustertop.tui.sweep import SweepApp
 
     app = SweepApp(read_results(SWEEP), "sweep-16k.jsonl", prepare=lambda record: "ran")
     async with app.run_test(size=SIZE) as pilot:

@@ -136,7 +136,7 @@ def test_index_seeks_to_keyframes_and_advances() -> None:
     assert cursor == index.cursor_at(7.2)
     assert later.util[0] == pytest.approx(0.7) and later.jobs["train"].step == 7
     assert list(later.site_mw_history)[-1] == 27.0
-    assert index.prev_event(5.0) == 4.6 and index.next_event(4.6) is None
+    assert index.event_times() == [4.6]
 
 
 def test_advance_folds_late_events_with_the_same_time() -> None:

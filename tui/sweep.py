@@ -1,21 +1,18 @@
-"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md) as a table: one row per point, sorted by step
-time, out-of-memory points after those that fit and invalid points last. Enter on a row asks the caller's
-`prepare(record)` for something to run (the replay command writes the point's scenario to a temporary TOML) and
-exits with it; `prepare` raising UserError (an invalid point) is a notification and the table stays.
-
-Reading is engine/stream/reader.py's `open_binary` (plain or gzip); any line that is not a record is a UserError naming
-the file and line, before the table starts.
+"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md) as a table: one row per point, in the order
+`clustertop sweep` ranks them (engine/stream/sweep_records.py): those that fit, out-of-memory points after them and
+invalid points last. Enter on a row asks the caller's `prepare(record)` for something to run (the replay command
+writes the point's scenario to a temporary TOML) and exits with it; `prepare` raising UserError (an invalid point)
+is a notification and the table stays.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import orjson
 from clustertop.engine.config.errors import UserError
-from clustertop.engine.stream.reader import open_binary
+from clustertop.engine.stream.sweep_records import facts, ranked
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -24,73 +21,15 @@ from textual.widgets import DataTable, Footer, Static
 from . import format as fmt
 
 
-def looks_like_sweep_results(path: str) -> bool:
-    """True when the file's first line is a sweep record ({"index", "point", ...}) rather than a stream header."""
-    if path == "-":
-        return False
-    try:
-        stream = open_binary(path)
-    except UserError:
-        return False            # the recording reader reports the problem
-    try:
-        first = stream.readline(1 << 20)
-    except OSError:
-        return False
-    finally:
-        stream.close()
-    try:
-        record = orjson.loads(first)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(record, dict) and "point" in record and "index" in record and "type" not in record
-
-
-def read_results(path: str) -> list[dict[str, Any]]:
-    """Every record of a results file; UserError (file:line) on anything else."""
-    records: list[dict[str, Any]] = []
-    stream = open_binary(path)
-    try:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if not line.endswith(b"\n"):
-                    break           # a sweep killed mid-write leaves a readable prefix
-                raise UserError("line is not JSON; expected a sweep record", f"{path}:{number}") from None
-            if not isinstance(record, dict) or not isinstance(record.get("point"), dict):
-                raise UserError('expected a sweep record with "index" and "point"', f"{path}:{number}")
-            records.append(record)
-    finally:
-        stream.close()
-    if not records:
-        raise UserError("has no sweep records", path)
-    return records
-
-
-def status(record: dict[str, Any]) -> str:
-    """"ok", "oom" (some job does not fit) or "invalid" (the point was refused)."""
-    if "error" in record or not record.get("jobs"):
-        return "invalid"
-    return "ok" if all(job.get("fits", False) and job.get("step_time_s") is not None for job in record["jobs"]) \
-        else "oom"
-
-
-def sort_key(record: dict[str, Any]) -> tuple[int, float, int]:
-    rank = {"ok": 0, "oom": 1, "invalid": 2}[status(record)]
-    step = record["jobs"][0].get("step_time_s") if rank == 0 else None
-    return rank, float(step) if step is not None else math.inf, int(record.get("index", 0))
-
-
-def sorted_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(records, key=sort_key)
-
-
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def status(record: dict[str, Any]) -> str:
+    """"ok", "oom" (some job does not fit) or "invalid" (the point was refused)."""
+    return facts(record).status
 
 
 class SweepApp(App[Any]):
@@ -109,7 +48,7 @@ class SweepApp(App[Any]):
     def __init__(self, records: list[dict[str, Any]], name: str,
                  prepare: Callable[[dict[str, Any]], Any] | None = None) -> None:
         super().__init__()
-        self.records = sorted_records(records)
+        self.records, self.objective = ranked(records)
         self.source_name = name
         self.prepare = prepare
         self.keys: list[str] = []
@@ -122,7 +61,7 @@ class SweepApp(App[Any]):
         counts = {s: sum(status(r) == s for r in self.records) for s in ("ok", "oom", "invalid")}
         base = next((r.get("scenario") for r in self.records if r.get("scenario")), "?")
         yield Static(f"sweep of {base} · {len(self.records):,} points: {counts['ok']:,} fit, "
-                     f"{counts['oom']:,} out of memory, {counts['invalid']:,} invalid · sorted by step time · "
+                     f"{counts['oom']:,} out of memory, {counts['invalid']:,} invalid · sorted by {self.objective} · "
                      "enter runs the point live", id="about")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Footer()

@@ -46,7 +46,8 @@ def point_toml(record: dict[str, Any], directory: str) -> str:
 
 
 def run_sweep(path: str) -> int:
-    from clustertop.tui.sweep import SweepApp, read_results
+    from clustertop.engine.stream.sweep_records import read_results
+    from clustertop.tui.sweep import SweepApp
 
     records = read_results(path)                      # a bad file is a one-line error before any screen
     directory = tempfile.mkdtemp(prefix="clustertop-sweep-")
@@ -69,7 +70,7 @@ def run_live(scenario_path: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from clustertop.tui.sweep import looks_like_sweep_results
+    from clustertop.engine.stream.sweep_records import looks_like_sweep_results
 
     if looks_like_sweep_results(args.file):
         return run_sweep(args.file)

@@ -1,4 +1,5 @@
-"""A compact, seekable index of one event stream, and the two ways to read it: rebuild and advance.
+"""The seek index of an event stream: a compact store of its events, and the two ways to read it: rebuild and
+advance. The dashboard reads every source (a file, a pipe, a live engine) through one; benchmarks time the same.
 
 Samples carry full state, so each is a keyframe: the state at time t is the last keyframe at or before t,
 plus the job figures of the last `step` per job, the discrete events (for the log) and the sparkline history.
@@ -7,20 +8,22 @@ events as raw lines, and the per-sample site power and link maxima as plain floa
 
 One thread appends (the reader), the UI thread reads; a lock guards the lists. In live mode the index is
 bounded (`max_keyframes`): old keyframes and steps are thinned so memory stays flat however long it runs.
-
-This stands in for the reader's own seeking index (engine/stream/reader.py); the dashboard only uses `Source`.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from ..config.errors import UserError
 from . import schema
+from .reader import iter_events
 from .state import EVENT_LOG, HISTORY, ClusterState
 
 # Kinds of event that change job status; always kept (few) so a rebuilt state knows which jobs run.
@@ -50,6 +53,25 @@ class EventIndex:
         self.count = 0                           # events appended (the reader's progress)
         self.done = False                        # the stream ended
         self.error: str | None = None            # why it ended early, if it did
+
+    @classmethod
+    def of_file(cls, path: str, note: Callable[[str], None] | None = None) -> EventIndex:
+        """Every event of a recording file, indexed; UserError on a bad file or one without a sample.
+        `note(text)` hears about progress every 2 s of a long read."""
+        events = iter_events(path)
+        index = cls(next(events))
+        started = last_note = time.monotonic()
+        for event in events:
+            index.add(event)
+            if note is not None and index.count % 4096 == 0 and time.monotonic() - last_note > 2.0:
+                last_note = time.monotonic()
+                note(f"reading {path}: {index.count:,} events, t = {index.end_t:,.0f} s "
+                     f"({last_note - started:.0f} s)")
+        if index.keyframe_count() == 0:
+            raise UserError("has a header but no sample events; expected a recording with at least one sample",
+                            path)
+        index.finish()
+        return index
 
     # -- writing (the reader thread) ---------------------------------------------------------------------
 
@@ -118,17 +140,6 @@ class EventIndex:
         """Times of the discrete events (faults, checkpoints, job starts...), for the timeline and [ ]."""
         with self.lock:
             return list(self.event_t)
-
-    def prev_event(self, t: float) -> float | None:
-        """Time of the last discrete event strictly before t (with a small tolerance)."""
-        with self.lock:
-            i = bisect.bisect_left(self.event_t, t - 1e-6)
-            return self.event_t[i - 1] if i > 0 else None
-
-    def next_event(self, t: float) -> float | None:
-        with self.lock:
-            i = bisect.bisect_right(self.event_t, t + 1e-6)
-            return self.event_t[i] if i < len(self.event_t) else None
 
     def state_at(self, t: float) -> ClusterState:
         """The state at simulated time t, rebuilt from the last keyframe at or before t."""

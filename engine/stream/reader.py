@@ -8,20 +8,15 @@ Errors: a truncated last line (a recorder killed mid-write) is a warning and the
 is a gzip stream that ends early. Any other bad line is a UserError naming the line; a header with a newer
 schema_version is a UserError saying so. Never a traceback.
 
-Seeking (`Recording`, files only): samples carry full state, so each is a keyframe. One pass builds an index
-of keyframes: for plain files the byte offset of every sample line (found with bytes.find, without parsing
-the samples); for gzip the offset of every gzip member, which clustertop's recorder starts at a sample every
-few MB (engine/stream/recorder.py). `state_at(t)` starts at the last keyframe at or before t and folds forward.
+Seeking is engine/stream/index.py's EventIndex, which the dashboard and the benchmarks share.
 """
 
 from __future__ import annotations
 
-import bisect
 import io
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Self
 
@@ -354,159 +349,3 @@ def iter_lines_events(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
     yield schema.check_header(orjson.loads(first), "<engine>:1")
     for line in it:
         yield orjson.loads(line)
-
-
-@dataclass(frozen=True)
-class Keyframe:
-    t: float           # time of the sample that starts here
-    offset: int        # byte offset in the file: the sample's line (plain) or its gzip member (gzip)
-    line: int          # line number of that sample
-
-
-class Recording:
-    """A recording file opened for random access: header, keyframe index, state at any time."""
-
-    def __init__(self, path: str, warn: Warn | None = None) -> None:
-        if path == "-":
-            raise UserError("seeking needs a file, not stdin", path)
-        self.path = path
-        self.warn = warn or warn_stderr
-        with Reader(path, self.warn) as reader:
-            self.header = reader.header
-            self.gzip = reader.lines.gzip
-        self._index: list[Keyframe] | None = None
-
-    def index(self) -> list[Keyframe]:
-        """Keyframes in time order, built in one pass over the file on first use."""
-        if self._index is None:
-            self._index = self._build_gzip() if self.gzip else self._build_plain()
-        return self._index
-
-    @property
-    def end_t(self) -> float:
-        """Time of the last keyframe (the last sample of a plain file; of a gzip member's first sample)."""
-        index = self.index()
-        return index[-1].t if index else 0.0
-
-    def _build_plain(self) -> list[Keyframe]:
-        keys: list[Keyframe] = []
-        marker = b',"type":"sample"'
-        with open(self.path, "rb") as f:
-            offset = 0          # file offset of buf[0]
-            line = 1            # line number at buf[0]
-            buf = b""
-            while True:
-                chunk = f.read(4 * CHUNK)
-                if not chunk:
-                    break
-                buf += chunk
-                end = buf.rfind(b"\n") + 1
-                if end == 0:
-                    continue
-                pos = buf.find(marker, 0, end)
-                counted = 0
-                lines_before = 0
-                while pos != -1:
-                    start = buf.rfind(b"\n", 0, pos) + 1
-                    if buf.startswith(b'{"t":', start):
-                        try:
-                            t = float(buf[start + 5:pos])
-                        except ValueError:
-                            t = None
-                        if t is not None:
-                            lines_before += buf.count(b"\n", counted, start)
-                            counted = start
-                            keys.append(Keyframe(t, offset + start, line + lines_before))
-                    nxt = buf.find(b"\n", pos)
-                    pos = buf.find(marker, nxt, end) if nxt != -1 else -1
-                line += buf.count(b"\n", 0, end)
-                offset += end
-                buf = buf[end:]
-        return keys
-
-    def _build_gzip(self) -> list[Keyframe]:
-        keys: list[Keyframe] = []
-        with open(self.path, "rb") as f:
-            data = f.read(CHUNK)
-            consumed = 0         # file offset of data[0]
-            line = 1
-            d: Any = None
-            member_start = 0
-            first: list[bytes] | None = None    # the current member's first line, while incomplete
-            while data:
-                if d is None:
-                    if data.strip(b"\0") == b"":
-                        break
-                    d = zlib.decompressobj(31)
-                    member_start = consumed
-                    first = []
-                    member_line = line
-                try:
-                    out = d.decompress(data, CHUNK)
-                    pending = d.unconsumed_tail
-                except zlib.error:
-                    break                         # the reader reports it; the index stops here
-                if first is not None:
-                    nl = out.find(b"\n")
-                    first.append(out if nl == -1 else out[:nl])
-                    if nl != -1:
-                        head = b"".join(first)
-                        first = None
-                        if head.startswith(b'{"t":'):
-                            cut = head.find(b',"type":"sample"')
-                            if cut != -1:
-                                try:
-                                    keys.append(Keyframe(float(head[5:cut]), member_start, member_line))
-                                except ValueError:
-                                    pass
-                line += out.count(b"\n")
-                if d.eof:                         # at the end of a member, unused_data is what follows it
-                    rest = d.unused_data
-                    consumed += len(data) - len(rest)
-                    d = None
-                    data = rest or f.read(CHUNK)
-                elif pending:
-                    consumed += len(data) - len(pending)
-                    data = pending
-                else:
-                    consumed += len(data)
-                    data = f.read(CHUNK)
-        return keys
-
-    def keyframe_before(self, t: float) -> Keyframe | None:
-        index = self.index()
-        i = bisect.bisect_right([k.t for k in index], t) - 1 if len(index) < 64 else self._bisect(index, t)
-        return index[i] if i >= 0 else None
-
-    def _bisect(self, index: list[Keyframe], t: float) -> int:
-        lo, hi = 0, len(index)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if index[mid].t <= t:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo - 1
-
-    def reader_at(self, t: float) -> Reader:
-        """A Reader positioned at the last keyframe at or before t (at the start when there is none)."""
-        key = self.keyframe_before(t)
-        if key is None:
-            return Reader(self.path, self.warn)
-        raw = open(self.path, "rb")  # noqa: SIM115 (the Reader owns and closes it)
-        raw.seek(key.offset)
-        buffered = io.BufferedReader(raw)
-        reader = Reader.__new__(Reader)
-        reader.raw, reader.name, reader._owned = buffered, self.path, True
-        reader.warn = self.warn
-        reader.lines = Lines(buffered, self.path, self.warn, number=key.line - 1)
-        reader.lines.gzip = self.gzip
-        reader._batches = reader.lines.batches()
-        reader._first = []
-        reader.line = key.line
-        reader.header = self.header
-        return reader
-
-    def state_at(self, t: float) -> ClusterState:
-        """The state at simulated time t: the last keyframe at or before t, then every event up to t."""
-        return self.reader_at(t).fold(until=t)

@@ -6,9 +6,9 @@ points depend only on the stream's content, never on the wall clock, so the same
 
 Gzip files are written with zlib directly (level 6, no file name, mtime 0) as a sequence of gzip members:
 each sample ends with Z_SYNC_FLUSH (a killed process leaves a decompressible prefix), and a new member starts
-at the first sample after MEMBER_BYTES of uncompressed data. Every member therefore begins with a sample, a
-keyframe from which the reader can start decompressing: that is how seeking in a .gz recording stays fast
-(engine/stream/reader.py). Concatenated members are plain gzip: `gzip -dc` and Python's gzip module read them.
+at the first sample after MEMBER_BYTES of uncompressed data, so every member begins with a keyframe and a long
+recording can be cut at member boundaries into valid pieces. Concatenated members are plain gzip: `gzip -dc`
+and Python's gzip module read them.
 """
 
 from __future__ import annotations

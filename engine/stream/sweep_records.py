@@ -1,0 +1,142 @@
+"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md): reading them, and the one ranking of points.
+
+A results file is JSON Lines, one record per point: {"index", "point", "scenario", "cluster", "jobs": [...]} (an
+estimate's JSON), or {"index", "point", "error"} for a point that was refused. The ranking here is the only one:
+`clustertop sweep` ranks its points as they stream in (engine/sweep.py) and the dashboard's table sorts a file's
+records, both with these keys, so they always agree.
+
+Points that fit in memory come first, by step time (shortest first) when they all use the same number of GPUs and
+tokens per step, otherwise by tokens/s per GPU (highest first); then the points that do not fit, by memory per
+GPU (closest to fitting first); invalid points last. Ties go to the earlier point. A point's step time is its
+slowest job's, its throughput and GPUs all its jobs'.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..config.errors import UserError
+from .reader import open_binary
+
+STEP_TIME = "step time"
+RATE_PER_GPU = "tokens/s per GPU"
+SAME_TOKENS = 0.01        # tokens per step within 1% are the same shape (the record's figures are rounded)
+MAX_LINE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What ranking needs of one point, read from its record."""
+
+    index: int
+    status: str                    # "ok" (every job fits) | "oom" (a job does not fit) | "invalid"
+    step_time_s: float = math.inf  # the slowest job's
+    tokens_per_s: float = 0.0      # all jobs together
+    gpus: int = 0                  # all jobs together
+    tokens_per_step: float = 0.0   # all jobs together (from the rounded figures)
+    memory_gb: float = 0.0         # the largest per-GPU footprint of the jobs
+
+    @property
+    def fits(self) -> bool:
+        return self.status == "ok"
+
+    def same_shape(self, other: Facts) -> bool:
+        """Same GPUs and tokens per step: step times compare like throughputs."""
+        big = max(self.tokens_per_step, other.tokens_per_step, 1e-9)
+        return self.gpus == other.gpus and abs(self.tokens_per_step - other.tokens_per_step) <= SAME_TOKENS * big
+
+
+def facts(record: dict[str, Any]) -> Facts:
+    """A record's ranking facts; ValueError (or KeyError, TypeError) when its jobs are malformed."""
+    index = int(record.get("index", 0))
+    jobs = record.get("jobs")
+    if "error" in record or not jobs:
+        return Facts(index, "invalid")
+    memory = max(float(j.get("memory_gb_per_gpu") or 0.0) for j in jobs)
+    gpus = sum(int(j.get("gpus", 0)) for j in jobs)
+    if not all(j.get("fits", False) and j.get("step_time_s") is not None for j in jobs):
+        return Facts(index, "oom", gpus=gpus, memory_gb=memory)
+    steps = [float(j["step_time_s"]) for j in jobs]
+    rates = [float(j.get("tokens_per_s") or 0.0) for j in jobs]
+    return Facts(index, "ok", max(steps), sum(rates), gpus, sum(r * s for r, s in zip(rates, steps)), memory)
+
+
+def objective(varied: bool) -> str:
+    """Step time while every fitting point has the first one's shape; tokens/s per GPU once they differ."""
+    return RATE_PER_GPU if varied else STEP_TIME
+
+
+def fit_key(f: Facts, by: str) -> tuple[float, int]:
+    if by == STEP_TIME:
+        return f.step_time_s, f.index
+    return -f.tokens_per_s / max(f.gpus, 1), f.index
+
+
+def oom_key(f: Facts) -> tuple[float, int]:
+    return f.memory_gb, f.index
+
+
+def ranked(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """Records in rank order, and the objective the fitting ones are ranked by."""
+    pairs = [(facts(r), r) for r in records]
+    fitting = [p for p in pairs if p[0].fits]
+    first = fitting[0][0] if fitting else None
+    by = objective(first is not None and any(not f.same_shape(first) for f, _ in fitting))
+    fitting.sort(key=lambda p: fit_key(p[0], by))
+    oom = sorted((p for p in pairs if p[0].status == "oom"), key=lambda p: oom_key(p[0]))
+    invalid = sorted((p for p in pairs if p[0].status == "invalid"), key=lambda p: p[0].index)
+    return [r for _, r in fitting + oom + invalid], by
+
+
+def looks_like_sweep_results(path: str) -> bool:
+    """True when the file's first line is a sweep record ({"index", "point", ...}) rather than a stream header."""
+    if path == "-":
+        return False
+    try:
+        stream = open_binary(path)
+    except UserError:
+        return False            # the recording reader reports the problem
+    try:
+        first = stream.readline(MAX_LINE)
+    except OSError:
+        return False
+    finally:
+        stream.close()
+    try:
+        record = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(record, dict) and "point" in record and "index" in record and "type" not in record
+
+
+def read_results(path: str) -> list[dict[str, Any]]:
+    """Every record of a results file; UserError (file:line) on anything else."""
+    records: list[dict[str, Any]] = []
+    stream = open_binary(path)
+    try:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                if not line.endswith(b"\n"):
+                    break           # a sweep killed mid-write leaves a readable prefix
+                raise UserError("line is not JSON; expected a sweep record", f"{path}:{number}") from None
+            if not isinstance(record, dict) or not isinstance(record.get("point"), dict):
+                raise UserError('expected a sweep record with "index" and "point"', f"{path}:{number}")
+            try:
+                facts(record)
+            except (ValueError, TypeError, KeyError, AttributeError):
+                raise UserError("expected a sweep record's jobs (gpus, fits, step_time_s, tokens_per_s, "
+                                "memory_gb_per_gpu)", f"{path}:{number}") from None
+            records.append(record)
+    finally:
+        stream.close()
+    if not records:
+        raise UserError("has no sweep records", path)
+    return records
