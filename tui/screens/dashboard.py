@@ -24,10 +24,11 @@ class DashboardScreen(Screen[None]):
     MIN_SIZE = (100, 30)
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("m", "cycle_metric", "Metric"),
-        Binding("1", "metric('util')", "Utilization", show=False),
-        Binding("2", "metric('power')", "Power", show=False),
-        Binding("3", "metric('phase')", "Phase", show=False),
+        Binding("m", "cycle_metric", "Metric", tooltip="colour by utilization, power or phase"),
+        Binding("1", "metric('util')", "Utilization", show=False, key_display="1 2 3",
+                tooltip="colour by utilization, power or phase"),
+        Binding("2", "metric('power')", "Power", show=False, tooltip="colour by utilization, power or phase"),
+        Binding("3", "metric('phase')", "Phase", show=False, tooltip="colour by utilization, power or phase"),
     ]
 
     DEFAULT_CSS = """

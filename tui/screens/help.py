@@ -1,4 +1,4 @@
-"""The help screen: every key, what the colours mean, and where the numbers come from."""
+"""The help screen: every key (from the bindings: tui/keys.py), what the colours mean, what a cell holds."""
 
 from __future__ import annotations
 
@@ -12,42 +12,14 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..keys import dashboard_rows
 from ..palette import PHASE_COLORS, PHASE_LABELS
-
-KEYS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("Transport", (
-        ("space", "play / pause"),
-        ("+  -", "faster / slower: 0.1x to 1,000,000x simulated seconds per second"),
-        ("←  →", "seek back / forward (a hundredth of the run; shift: a tenth)"),
-        ("home  end", "start / end (end follows the engine in live mode)"),
-        ("[  ]", "previous / next event (fault, checkpoint, restart...)"),
-        ("f", "follow live (live mode)"),
-        ("click timeline", "seek there"),
-    )),
-    ("Heatmap", (
-        ("h j k l  ↑ ↓", "move the cursor (shift: 8 at a time); click selects"),
-        ("enter  z", "zoom in on the cursor: site, building, pod, rack, node"),
-        ("backspace  Z", "zoom out"),
-        ("scroll", "zoom in (up, at the mouse) / out (down); double click zooms in"),
-        ("m  1 2 3", "colour by utilization, power or phase"),
-        ("tab", "next panel (compare: the other cluster)"),
-    )),
-    ("App", (
-        ("i", "inject a fault at the cursor's GPU (live mode)"),
-        ("s", "save an SVG screenshot"),
-        ("t", "dark / light theme"),
-        ("ctrl+p", "command palette: every action by name"),
-        ("?", "this help (escape closes)"),
-        ("q", "quit"),
-    )),
-)
-
 
 def help_text() -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(justify="right", style="bold")
     table.add_column(ratio=1)
-    for section, rows in KEYS:
+    for section, rows in dashboard_rows():
         table.add_row(Text(section, style="bold underline"), "")
         for key, what in rows:
             table.add_row(key, what)

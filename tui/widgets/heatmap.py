@@ -42,16 +42,18 @@ class Heatmap(Widget, can_focus=True):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k,up", "move(0, -1)", "Cursor up", show=False),
-        Binding("j,down", "move(0, 1)", "Cursor down", show=False),
-        Binding("h", "move(-1, 0)", "Cursor left", show=False),
-        Binding("l", "move(1, 0)", "Cursor right", show=False),
-        Binding("K", "move(0, -8)", "Cursor up x8", show=False),
-        Binding("J", "move(0, 8)", "Cursor down x8", show=False),
-        Binding("H", "move(-8, 0)", "Cursor left x8", show=False),
-        Binding("L", "move(8, 0)", "Cursor right x8", show=False),
-        Binding("enter,z", "zoom_in", "Zoom in"),
-        Binding("backspace,Z", "zoom_out", "Zoom out"),
+        Binding("k,up", "move(0, -1)", "Cursor up", show=False, key_display="h j k l  ↑ ↓",
+                tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("j,down", "move(0, 1)", "Cursor down", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("h", "move(-1, 0)", "Cursor left", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("l", "move(1, 0)", "Cursor right", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("K", "move(0, -8)", "Cursor up x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("J", "move(0, 8)", "Cursor down x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("H", "move(-8, 0)", "Cursor left x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("L", "move(8, 0)", "Cursor right x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("enter,z", "zoom_in", "Zoom in",
+                tooltip="zoom in on the cursor: site, building, pod, rack, node"),
+        Binding("backspace,Z", "zoom_out", "Zoom out", tooltip="zoom out"),
     ]
 
     metric: reactive[str] = reactive("util")
