@@ -29,10 +29,10 @@ def test_every_section_entry_is_a_binding() -> None:
 
 def test_shared_tooltips_share_a_row_and_keys_are_not_repeated() -> None:
     rows = dict(keys.dashboard_rows())
-    transport = dict((what, k) for k, what in rows["Transport"])
+    transport = {what: k for k, what in rows["Transport"]}
     assert transport["seek back / forward (a hundredth of the run; shift: a tenth)"] == "←  →"
     assert transport["faster / slower: 0.1x to 1,000,000x simulated seconds per second"] == "+  -"
-    heatmap = dict((what, k) for k, what in rows["Heatmap"])
+    heatmap = {what: k for k, what in rows["Heatmap"]}
     assert heatmap["move the cursor (shift: 8 at a time); click selects"] == "h j k l  ↑ ↓"
     assert [k for k, _ in rows["App"]][-2:] == ["?", "q"]
 

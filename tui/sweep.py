@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import orjson
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.stream.sweep_records import facts, ranked
 from rich.text import Text

@@ -15,6 +15,7 @@ from textual.widgets import Static
 from ..keys import dashboard_rows
 from ..palette import PHASE_COLORS, PHASE_LABELS
 
+
 def help_text() -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(justify="right", style="bold")
