@@ -8,20 +8,14 @@
   when read (as the dashboard does at its frame rate); replay_decode_vs_parse also decodes every sample.
 - seek_index_54d_s: reading the 54-day file into the dashboard's seek index (engine/stream/index.py, what
   `clustertop replay` does before the first frame), and seek_54d_ms: the mean of its state_at at 20 random times.
-
-Until engine/model/estimate.py exists on this branch, the run uses the synthetic planner of tests/fake_plan.py and
-says so on stderr (and record_planner_fake = 1).
 """
 
 from __future__ import annotations
 
 import random
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import orjson
 from clustertop.engine.config import scenario
@@ -32,24 +26,9 @@ from clustertop.engine.stream.recorder import Recorder
 from clustertop.engine.stream.state import ClusterState
 
 
-def _planner() -> tuple[Callable[..., Any], bool]:
-    try:
-        from clustertop.engine.model.estimate import estimate_job  # noqa: F401
-    except ModuleNotFoundError:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from fake_plan import fake_planner
-
-        print("bench_record: engine/model/estimate.py is missing; using the synthetic planner of "
-              "tests/fake_plan.py", file=sys.stderr)
-        return fake_planner, True
-    from clustertop.engine.sim.run import default_planner
-
-    return default_planner, False
-
-
-def _record(path: Path, duration_s: float, planner: Callable[..., Any]) -> float:
+def _record(path: Path, duration_s: float) -> float:
     start = time.perf_counter()
-    run = Run(scenario.load("llama3-405b-16k"), duration_s=duration_s, planner=planner)
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=duration_s)
     sink = Recorder.open(str(path))
     run.run(sink)
     sink.close()
@@ -96,13 +75,12 @@ def _interleaved(path: Path, repeats: int = 3) -> tuple[float, float, float]:
 
 
 def run() -> dict[str, float]:
-    planner, fake = _planner()
-    out: dict[str, float] = {"record_planner_fake": float(fake)}
+    out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         short, long = Path(tmp) / "6h.jsonl.gz", Path(tmp) / "54d.jsonl.gz"
-        out["record_flagship_6h_s"] = round(_record(short, 6 * 3600.0, planner), 3)
+        out["record_flagship_6h_s"] = round(_record(short, 6 * 3600.0), 3)
         out["recording_flagship_6h_mb"] = round(short.stat().st_size / 1e6, 3)
-        out["record_flagship_54d_s"] = round(_record(long, 54 * 86400.0, planner), 3)
+        out["record_flagship_54d_s"] = round(_record(long, 54 * 86400.0), 3)
         out["recording_flagship_54d_mb"] = round(long.stat().st_size / 1e6, 3)
         parse, fold, decode = _interleaved(long)
         out["parse_flagship_54d_s"] = round(parse, 3)

@@ -1,6 +1,7 @@
-"""A synthetic but realistic planner, for the stream's tests and benchmarks until engine/model/estimate.py lands.
+"""A synthetic but realistic planner for the stream's tests: fast, and independent of the performance model, so a
+change to the model does not move what these tests expect.
 
-It builds a StepPlan the way the real cost model will: a list schedule of 1F1B over `pp` stages with
+It builds a StepPlan the way the real cost model does: a list schedule of 1F1B over `pp` stages with
 `v * m` chunk-microbatches (interleaving approximated by v chunks per microbatch, so the bubble is about
 (p-1)/(v m + p - 1) of the pipelined span), fixed compute times derived from the model's FLOPs at a fixed
 fraction of peak, a TP wait inside every compute op, PP point-to-point waits between stages, an exposed DP
@@ -146,17 +147,15 @@ def fake_planner(scenario: Scenario, job: Job) -> StepPlan | None:
         stages.append(tuple(_merge(iv, step)))
     tiers = Layout(job, Topology.of(scenario.cluster)).tiers()
     load: dict[str, float] = {}
-    busy: dict[str, tuple[tuple[float, float, float], ...]] = {}
     for dim, share in (("tp", 0.35), ("cp", 0.3), ("pp", 0.05), ("ep", 0.4)):
         tier = tiers.get(dim)
         if tier:
             load[tier] = min(1.0, load.get(tier, 0.0) + share)
     if tiers.get("dp"):
         tier = tiers["dp"]
-        window = (step * 0.6, end + dp_s, 0.8)      # gradient buckets from mid-backward to the exposed tail
-        busy[tier] = (window,)
+        window = (step * 0.6, end + dp_s)           # gradient buckets from mid-backward to the exposed tail
         load[tier] = min(1.0, load.get(tier, 0.0) + 0.8 * (window[1] - window[0]) / step)
-    return StepPlan(step_time_s=step, stages=tuple(stages), tier_load=load, tier_busy=busy,
+    return StepPlan(step_time_s=step, stages=tuple(stages), tier_load=load,
                     tokens=job.tokens_per_step, model_flops=flops)
 
 
@@ -254,8 +253,8 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-# No faults, checkpoints or stragglers: steps then follow the plan exactly (issue 6's behaviour has its own
-# tests); append to a scenario's text.
+# No faults, checkpoints or stragglers: steps then follow the plan exactly (those have their own tests:
+# test_run_faults*.py); append to a scenario's text.
 QUIET = """
 [faults]
 enabled = false

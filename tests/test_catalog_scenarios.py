@@ -1,4 +1,4 @@
-"""Each built-in scenario of the catalog shows the property it exists to show (issue 7)."""
+"""Each built-in scenario of the catalog shows the property it exists to show."""
 
 from __future__ import annotations
 

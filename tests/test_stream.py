@@ -16,8 +16,8 @@ from clustertop.engine.stream import schema
 from clustertop.engine.stream.state import ClusterState
 from fake_plan import MIXED, QUIET, SMALL, fake_planner, write_scenario
 
-# The stream's mechanics are tested on a cluster with no faults, no checkpoints and no stragglers (issue 6's
-# behaviour has its own tests in test_run_faults.py): steps then follow the cost model's plan exactly.
+# The stream's mechanics are tested on a cluster with no faults, no checkpoints and no stragglers (those
+# have their own tests in test_run_faults*.py): steps then follow the cost model's plan exactly.
 
 
 def quiet(directory: Any, text: str = SMALL, name: str = "small.toml") -> str:
@@ -54,20 +54,6 @@ def test_rle_round_trip() -> None:
             assert np.array_equal(schema.rle_decode(rle, out=out), values)
     with pytest.raises(ValueError):
         schema.rle_decode({"v": [1, 2], "n": [3, 3]}, out=np.zeros(5))
-
-
-def test_rle_tile_and_concat_match_numpy() -> None:
-    rng = np.random.default_rng(1)
-    for _ in range(200):
-        stages = rng.integers(0, 3, size=rng.integers(1, 6)).tolist()
-        group, reps = int(rng.integers(1, 4)), int(rng.integers(1, 5))
-        v, n = schema.rle_runs(stages, group)
-        tiled = schema.rle_tile(v, n, reps)
-        gap = int(rng.integers(0, 3))
-        whole = schema.rle_concat([tiled, ([stages[-1]], [gap]) if gap else ([], []), ([9], [2])])
-        expected = np.concatenate([np.tile(np.repeat(stages, group), reps), [stages[-1]] * gap, [9, 9]])
-        assert np.array_equal(schema.rle_decode(whole), expected)
-        assert whole == schema.rle_encode(expected)      # merged: as short as a direct encoding
 
 
 # ----- header and ordering -----------------------------------------------------------------------------------
@@ -255,7 +241,7 @@ def test_job_that_does_not_fit(tmp_path: Any) -> None:
     assert sample["jobs"]["too-big"]["running"] is False and sample["jobs"]["train"]["running"] is True
 
 
-# ----- hooks for faults, checkpoints and power (issue 6) --------------------------------------------------------
+# ----- hooks for faults, checkpoints and power -----------------------------------------------------------------
 
 
 def test_perturbation_pauses_the_job_and_resumes(small: str) -> None:

@@ -21,4 +21,3 @@ PHASES = (
     "memory",      # 11: memory-bound work (inference decode)
 )
 CODE = {name: code for code, name in enumerate(PHASES)}
-WAITING = frozenset({"tp", "pp", "dp", "cp", "ep", "bubble", "checkpoint"})

@@ -29,17 +29,6 @@ class Layout:
     def size(self, dim: str) -> int:
         return getattr(self.job, dim)
 
-    def ranks(self, local: np.ndarray | int) -> dict[str, np.ndarray]:
-        """Each parallel rank of the job's GPUs given by their index inside the job (vectorized)."""
-        local = np.asarray(local)
-        j = self.job
-        tp = local % j.tp
-        cp = local // j.tp % j.cp
-        pp = local // (j.tp * j.cp) % j.pp
-        dp = local // (j.tp * j.cp * j.pp)
-        ep = dp % j.ep
-        return {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep}
-
     def stage_of(self) -> np.ndarray:
         """Pipeline stage of every GPU of the job, in job-local GPU order."""
         j = self.job

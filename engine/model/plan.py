@@ -32,8 +32,6 @@ class StepPlan:
     stages: tuple[tuple[Interval, ...], ...]
     # Mean load (0..1 of the tier's capacity) each link tier carries over the step, per tier name.
     tier_load: dict[str, float] = field(default_factory=dict)
-    # Busy periods per tier within the step: (start_s, end_s, load 0..1). Optional; tier_load is the mean.
-    tier_busy: dict[str, tuple[tuple[float, float, float], ...]] = field(default_factory=dict)
     tokens: int = 0
     model_flops: float = 0.0       # per step, whole job (model FLOPs: no recomputation)
 

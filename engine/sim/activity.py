@@ -127,7 +127,7 @@ class CompiledPlan:
             tracks.append((starts, eye[codes]))
         tier_tracks = []
         for tier in TIERS:
-            starts, load = _tier_track(step, plan, tier)
+            starts, load = _tier_track(plan, tier)
             if extra_s > 0:
                 starts, load = np.append(starts, step), np.vstack([load, [[0.0]]])
             tier_tracks.append((starts, load))
@@ -155,18 +155,9 @@ class CompiledPlan:
                             self.extra.scaled(k) if self.extra is not None else None, self.watts, self.figures)
 
 
-def _tier_track(period: float, plan: StepPlan, tier: str) -> tuple[np.ndarray, np.ndarray]:
-    """A tier's load over one step: its busy periods when the plan gives them, else its mean load."""
-    busy = plan.tier_busy.get(tier)
-    if not busy:
-        return np.zeros(1), np.array([[float(plan.tier_load.get(tier, 0.0))]])
-    cuts = sorted({0.0, *(min(max(float(x), 0.0), period) for b in busy for x in b[:2])} - {period})
-    starts = np.array(cuts)
-    mids = (starts + np.append(starts[1:], period)) / 2
-    load = np.zeros(starts.size)
-    for a, b, value in busy:
-        load += np.where((mids >= a) & (mids < b), float(value), 0.0)
-    return starts, load[:, None]
+def _tier_track(plan: StepPlan, tier: str) -> tuple[np.ndarray, np.ndarray]:
+    """A tier's load over one step: its mean load over the step."""
+    return np.zeros(1), np.array([[float(plan.tier_load.get(tier, 0.0))]])
 
 
 class Activity:

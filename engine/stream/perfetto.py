@@ -7,7 +7,7 @@ Processes and tracks:
 - "Utilization by pod": a counter per pod (mean utilization % of its GPUs).
 - One process per job: thread "steps" with one slice per training step (args: tokens/s, TFLOP/s, MFU);
   thread "state" with a "running" slice from job_start to job_stop; thread "events" with the job's other
-  events as instants, and `X_start` / `X_end` pairs (checkpoints, later issues) as slices.
+  events as instants, and `X_start` / `X_end` pairs (checkpoints) as slices.
 Process and thread names and sort order are metadata events. Counters are written only when they change.
 The file is written to a temporary name and renamed at the end: a failed export leaves nothing behind.
 """

@@ -52,7 +52,6 @@ class Recorder:
         self.buffer: list[bytes] = []
         self.buffered = 0
         self.member = 0                 # uncompressed bytes in the current gzip member
-        self.bytes_in = 0               # uncompressed bytes (the JSON Lines)
         self.bytes_out = 0              # bytes written to the output
         self.lines = 0
         self._z = self._compressor() if compress else None
@@ -101,7 +100,6 @@ class Recorder:
         data = b"".join(self.buffer)
         self.buffer.clear()
         self.buffered = 0
-        self.bytes_in += len(data)
         if self._z is None:
             self._emit(data)
             return

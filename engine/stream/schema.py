@@ -11,7 +11,8 @@ docs/events.md.
 - Samples ("sample") carry full state as exact means over (t - interval, t]: "util" (integer percent),
   "power_w" (integer W) and "phase" (the dominant phase code) per GPU, "links" (tier -> load 0..1, a list
   per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
-- Discrete events: "step", "job_start", "job_stop"; later issues add faults, checkpoints and power swings.
+- Discrete events: "step", "job_start", "job_stop", "fault", "restart", "maintenance", "checkpoint_start",
+  "checkpoint_end", "power_swing".
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
 
@@ -27,7 +28,7 @@ from ..config.phases import PHASES
 SCHEMA = "clustertop.events"
 SCHEMA_VERSION = 1
 
-# Event types. Later issues append (fault, restart, maintenance, checkpoint_start, checkpoint_end, power_swing).
+# Event types (docs/events.md).
 HEADER = "header"
 SAMPLE = "sample"
 STEP = "step"
@@ -84,48 +85,6 @@ def rle_decode(rle: dict[str, list[Any]], dtype: Any = None, out: np.ndarray | N
     return out
 
 
-def rle_runs(values: list[Any], count: int) -> tuple[list[Any], list[int]]:
-    """Runs of a short list of values that each stand for `count` consecutive GPUs (e.g. pipeline stages)."""
-    v: list[Any] = []
-    n: list[int] = []
-    for x in values:
-        if v and v[-1] == x:
-            n[-1] += count
-        else:
-            v.append(x)
-            n.append(count)
-    return v, n
-
-
-def rle_tile(v: list[Any], n: list[int], reps: int) -> tuple[list[Any], list[int]]:
-    """The runs of a pattern repeated `reps` times (e.g. one DP replica tiled over all replicas), merged."""
-    if reps <= 1 or not v:
-        return list(v), list(n)
-    if len(v) == 1:
-        return list(v), [n[0] * reps]
-    if v[0] != v[-1]:
-        return v * reps, n * reps
-    mid_v, mid_n = v[1:-1], n[1:-1]
-    return [v[0]] + (mid_v + [v[-1]]) * reps, [n[0]] + (mid_n + [n[-1] + n[0]]) * (reps - 1) + mid_n + [n[-1]]
-
-
-def rle_concat(blocks: list[tuple[list[Any], list[int]]]) -> dict[str, list[Any]]:
-    """Concatenate run lists of consecutive GPU blocks, merging equal neighbours at the seams."""
-    v: list[Any] = []
-    n: list[int] = []
-    for bv, bn in blocks:
-        if not bv:
-            continue
-        if v and v[-1] == bv[0]:
-            n[-1] += bn[0]
-            v.extend(bv[1:])
-            n.extend(bn[1:])
-        else:
-            v.extend(bv)
-            n.extend(bn)
-    return {"v": v, "n": n}
-
-
 def check_header(obj: Any, where: str) -> dict[str, Any]:
     """The header line, checked: right schema and a version this reader understands."""
     if not isinstance(obj, dict) or obj.get("type") != HEADER:
@@ -147,9 +106,6 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "check_header",
-    "rle_concat",
     "rle_decode",
     "rle_encode",
-    "rle_runs",
-    "rle_tile",
 ]

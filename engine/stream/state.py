@@ -133,7 +133,7 @@ class ClusterState:
         self.link_history: dict[str, deque[float]] = {}
         self.version = 0   # bumped on every change; widgets redraw when it moves
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
-            schema.SAMPLE: self._sample, schema.STEP: self._step, schema.JOB_START: self._job_event,
+            schema.SAMPLE: self._sample, schema.JOB_START: self._job_event,
             schema.JOB_STOP: self._job_event, schema.HEADER: _ignore, schema.FAULT: self._fault,
             schema.MAINTENANCE: self._maintenance, schema.RESTART: self._restart,
             schema.CHECKPOINT_END: self._checkpoint_end}
@@ -169,12 +169,6 @@ class ClusterState:
             handler(event)
         if kind not in _UNLOGGED:
             self.events.append(event)      # every discrete event goes to the log (steps are folded above)
-
-    def _step(self, event: dict[str, Any]) -> None:
-        job = self.jobs.get(event["job"])
-        if job is not None:
-            job._src = event
-            job.running = True
 
     def _job_event(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job", ""))

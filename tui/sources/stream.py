@@ -40,10 +40,6 @@ class StreamSource(Source):
         self._events = events
         self._thread = threading.Thread(target=self._read, name=f"reader:{name}", daemon=True)
 
-    @classmethod
-    def stdin(cls) -> StreamSource:
-        return cls("<stdin>", iter_events("-"))
-
     def start(self) -> None:
         if not self._thread.is_alive() and not self.index.done:
             self._thread.start()

@@ -163,13 +163,6 @@ class Heatmap(Widget, can_focus=True):
         index = 0 if level == "site" else self.cursor_gpu // self.hierarchy.size(level)
         self.set_view(View(level, index))
 
-    def action_cycle_metric(self) -> None:
-        metrics = palette.METRICS
-        self.metric = metrics[(metrics.index(self.metric) + 1) % len(metrics)]
-
-    def action_metric(self, metric: str) -> None:
-        self.metric = metric
-
     def watch_metric(self) -> None:
         self.refresh()
         self.post_message(self.ViewChanged(self))
