@@ -74,3 +74,25 @@ def test_inference_plan_records_decode_as_memory_phase(base: scenario.Scenario) 
 
 def _pair(scen: scenario.Scenario) -> tuple[scenario.Scenario, scenario.Job]:
     return scen, scen.jobs[0]
+
+
+def test_a_recorded_inference_job_is_shown_as_one(base: scenario.Scenario) -> None:
+    """The header says the job serves (kind, memory per GPU, median TTFT and TPOT): the jobs panel shows
+    latencies instead of MFU, and the inspector its memory."""
+    import orjson
+    from clustertop.engine.sim.run import Run
+    from clustertop.engine.stream.state import ClusterState
+    from clustertop.tui.widgets.jobs import figures
+
+    run = Run(base, duration_s=30.0)
+    lines = list(run.lines())
+    header = orjson.loads(lines[0])
+    job = header["jobs"][0]
+    est = estimate_job(base, base.jobs[0])
+    assert job["kind"] == "inference" and job["memory_gb"] == est.memory_gb_per_gpu
+    assert job["ttft_s"] == pytest.approx(est.ttft_s, abs=1e-6) and job["tpot_s"] == pytest.approx(est.tpot_s, abs=1e-6)
+    state = ClusterState(header)
+    for line in lines[1:]:
+        state.apply(orjson.loads(line))
+    shown = figures(state.jobs[job["name"]], state, state.t)
+    assert "MFU" not in shown and shown["TTFT"].endswith(("ms", "s")) and shown["TTFT"] != "—"

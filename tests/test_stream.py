@@ -69,7 +69,7 @@ def test_header_replays_without_the_scenario(small: str) -> None:
     job = header["jobs"][0]
     assert {k: job[k] for k in ("name", "first_gpu", "gpus", "tp", "cp", "pp", "dp", "ep", "model", "kind")} == {
         "name": "train", "first_gpu": 0, "gpus": 64, "tp": 2, "cp": 1, "pp": 4, "dp": 8, "ep": 1,
-        "model": "llama3.1-8b", "kind": "train"}
+        "model": "llama3.1-8b", "kind": "training"}
     state = ClusterState(header)
     for event in events[1:]:
         state.apply(event)

@@ -253,7 +253,9 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
     flops = 2.0 * active * (out_tokens + in_tokens)
     mean_prompt, mean_out = job.prompt_tokens, job.output_tokens
     mean_batch = float(np.mean(batches)) if batches else 0.0
-    plan = _plan(timeline, t0, job, cluster, out_tokens / span, flops / span)
+    memory_gb = round((weights + kv + reserve) / gb, 2)
+    plan = _plan(timeline, t0, job, cluster, out_tokens / span, flops / span, memory_gb,
+                 {"ttft_s": round(ttft, 6), "tpot_s": round(tpot, 6)})
     return ServingResult(
         fits=True, weights_gb=weights / gb, kv_cache_gb=kv / gb, reserve_gb=reserve / gb, capacity_gb=capacity / gb,
         batch_limit=limit, tokens_per_s=float(out_tokens / span * replicas), requests_per_s=float(ok.sum() / span * replicas),
@@ -264,7 +266,8 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
 
 
 def _plan(timeline: list[tuple[float, float, str, int]], t0: float, job: Job, cluster: Cluster,
-          tokens_per_s: float, flops_per_s: float) -> StepPlan | None:
+          tokens_per_s: float, flops_per_s: float, memory_gb: float,
+          serving: dict[str, float]) -> StepPlan | None:
     """A stretch of the measured timeline, from t0, that the engine run repeats: prefill, decode, idle."""
     segs = [s for s in timeline if s[0] >= t0][:PLAN_ITERATIONS]
     if not segs:
@@ -280,4 +283,4 @@ def _plan(timeline: list[tuple[float, float, str, int]], t0: float, job: Job, cl
     stages = tuple(tuple(intervals) for _ in range(job.pp))
     load = {"node": 0.05 if job.tp > 1 else 0.0}
     return StepPlan(step_time_s=span, stages=stages, tier_load=load, tokens=round(tokens_per_s * span),
-                    model_flops=flops_per_s * span * job.dp)
+                    model_flops=flops_per_s * span * job.dp, memory_gb=(memory_gb,) * job.pp, serving=serving)

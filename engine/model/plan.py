@@ -34,6 +34,8 @@ class StepPlan:
     tier_load: dict[str, float] = field(default_factory=dict)
     tokens: int = 0
     model_flops: float = 0.0       # per step, whole job (model FLOPs: no recomputation)
+    memory_gb: tuple[float, ...] = ()   # memory per GPU of each pipeline stage (GB)
+    serving: dict[str, float] = field(default_factory=dict)   # inference: ttft_s, tpot_s (medians)
 
 
 def extend_run(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Intervals, list, list]:

@@ -403,8 +403,9 @@ class JobModel:
         for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(),
                                  runs.phase.tolist()):
             stages[r].append(Interval(a, b, PHASE_NAMES[code]))
+        memory = tuple(round(s.total / mem.GB, 2) for s in self.memory(cfg))
         return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load,
-                         tokens=tokens, model_flops=flops), step, breakdown)
+                         tokens=tokens, model_flops=flops, memory_gb=memory), step, breakdown)
 
     def _update(self, params: float) -> tuple[float, float]:
         """Seconds of the optimizer step and of the parameter all-gather (ZeRO-1/2) for a stage's params."""

@@ -317,7 +317,7 @@ class Run:
         jobs = []
         for t in self.tracks:
             j = t.job
-            entry = {"name": j.name, "kind": "train", "model": j.model.name, "first_gpu": j.first_gpu,
+            entry = {"name": j.name, "kind": j.kind, "model": j.model.name, "first_gpu": j.first_gpu,
                      "gpus": j.gpus, "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep,
                      "virtual_stages": j.virtual_stages, "rank_order": ["tp", "cp", "pp", "dp"],
                      "tiers": t.layout.tiers(), "fits": t.plan is not None,
@@ -328,6 +328,10 @@ class Run:
                                        "write_s": round(ck.write_s, 3), "stall_s": round(ck.stall_s, 3),
                                        "interval_s": round(ck.interval_s, 1) if math.isfinite(ck.interval_s)
                                        else None}
+                memory = t.plan.plan.memory_gb
+                if memory:      # memory per GPU: one figure, or one per pipeline stage when they differ
+                    entry["memory_gb"] = memory[0] if len(set(memory)) == 1 else list(memory)
+                entry.update(t.plan.plan.serving)       # inference: median TTFT and TPOT
                 st = t.stragglers
                 entry["speed"] = round(st.speed, 4) if st else 1.0
                 entry["slow_gpus"] = st.gpus.tolist() if st else []

@@ -57,8 +57,8 @@ def _seconds(value: object) -> str:
 
 
 def _latency(job: JobStatus, name: str) -> str:
-    """TTFT / TPOT from the latest step event (or sample status): `<name>_s` or `<name>_ms`."""
-    src = job._src
+    """TTFT / TPOT from the latest step event (or sample status), else the header: `<name>_s` or `<name>_ms`."""
+    src = job._src if f"{name}_s" in job._src or f"{name}_ms" in job._src else job.info
     if f"{name}_s" in src:
         return _seconds(src[f"{name}_s"])
     if f"{name}_ms" in src:
