@@ -165,22 +165,6 @@ class Outcome:
     def fits(self) -> bool:
         return self.facts.fits
 
-    @property
-    def step_time_s(self) -> float:
-        return self.facts.step_time_s
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.facts.tokens_per_s
-
-    @property
-    def gpus(self) -> int:
-        return self.facts.gpus
-
-    @property
-    def memory_gb(self) -> float:
-        return self.facts.memory_gb
-
 
 def evaluate(sweep: Sweep, index: int) -> Outcome:
     """Validate and estimate one point; never raises for a bad combination."""

@@ -175,15 +175,10 @@ def _merge(intervals: list[Interval], step: float) -> list[Interval]:
 
 # Small scenarios for the stream's tests: fast to simulate, with every feature of the flagship (pipeline, DP
 # replicas, several pods) plus a job that does not fit and idle GPUs.
-SMALL = """\
-name = "small"
-description = "64 GPUs in 2 pods: Llama 3.1 8B, TP 2, PP 4, DP 8"
-seed = 7
-duration = "30s"
-
+_CLUSTER = """
 [cluster]
 gpu = "h100-sxm-80gb"
-gpus = 64
+gpus = {gpus}
 gpus_per_node = 8
 gpus_per_rack = 16
 racks_per_pod = 2
@@ -198,28 +193,19 @@ pp = 4
 dp = 8
 """
 
+SMALL = """\
+name = "small"
+description = "64 GPUs in 2 pods: Llama 3.1 8B, TP 2, PP 4, DP 8"
+seed = 7
+duration = "30s"
+""" + _CLUSTER.format(gpus=64)
+
 MIXED = """\
 name = "mixed"
 description = "96 GPUs: a 64-GPU job, an 8-GPU job that does not fit, 24 idle GPUs"
 seed = 3
 duration = "20s"
-
-[cluster]
-gpu = "h100-sxm-80gb"
-gpus = 96
-gpus_per_node = 8
-gpus_per_rack = 16
-racks_per_pod = 2
-
-[[jobs]]
-name = "train"
-model = "llama3.1-8b"
-seq_len = 4096
-global_batch = 64
-tp = 2
-pp = 4
-dp = 8
-
+""" + _CLUSTER.format(gpus=96) + """
 [[jobs]]
 name = "too-big"
 model = "llama3.1-70b"
@@ -230,6 +216,21 @@ pp = 1
 dp = 1
 zero = 0
 """
+
+
+def checkpoint_for(seconds: float):  # type: ignore[no-untyped-def]
+    """A checkpoint-like perturbation (engine/sim/run.py Run.interrupt): the job's GPUs write for `seconds`,
+    then training resumes from that step."""
+    from clustertop.engine.sim.activity import Constant
+
+    def checkpoint(run, track):  # type: ignore[no-untyped-def]
+        run.emit("checkpoint_start", job=track.job.name, step=track.step)
+        run.switch(track, Constant("checkpoint", track.job.pp))
+        yield run.env.timeout(seconds)
+        run.emit("checkpoint_end", job=track.job.name)
+        run.resume(track)
+
+    return checkpoint
 
 
 def write_scenario(directory: object, text: str = SMALL, name: str = "small.toml") -> str:

@@ -21,6 +21,8 @@ def _installed() -> set[str]:
     site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     dists = list(metadata.distributions(name="clustertop", path=site))
     assert dists, "clustertop is not installed in this environment (pip install '.[test]')"
+    assert '"editable":true' not in (dists[0].read_text("direct_url.json") or "").replace(" ", ""), \
+        "an editable install has no copies to check: the README's `pip install '.[test]'` makes a regular one"
     return {str(f).replace("\\", "/") for f in dists[0].files or []}
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from clustertop.engine.config import scenario
-from clustertop.engine.sim.run import Constant, Run
+from clustertop.engine.sim.run import Run
 from clustertop.engine.stream.recorder import Recorder
-from fake_plan import MIXED, fake_planner, write_scenario
+from fake_plan import MIXED, checkpoint_for, fake_planner, write_scenario
 
 from clustertop.cli import main
 
@@ -21,17 +21,10 @@ from clustertop.cli import main
 def trace(tmp_path: Path) -> dict[str, Any]:
     run = Run(scenario.load(write_scenario(tmp_path, MIXED)), planner=fake_planner, duration_s=12.0, sample_s=0.25)
 
-    def checkpoint(run: Run, track: Any) -> Any:
-        run.emit("checkpoint_start", job=track.job.name)
-        run.switch(track, Constant("checkpoint", track.job.pp))
-        yield run.env.timeout(1.0)
-        run.emit("checkpoint_end", job=track.job.name)
-        run.resume(track)
-
     def later(run: Run) -> Any:
         yield run.env.timeout(5.0)
         run.emit("fault", gpu=70, cause="GPU HBM3 memory")      # a cluster-wide instant
-        run.interrupt(run.tracks[0], checkpoint)
+        run.interrupt(run.tracks[0], checkpoint_for(1.0))
 
     run.add_process(later)
     recording = tmp_path / "r.jsonl.gz"

@@ -14,7 +14,7 @@ from clustertop.engine.model.plan import Interval, StepPlan
 from clustertop.engine.sim.run import PHASE_UTIL, Constant, Run, default_sample_interval
 from clustertop.engine.stream import schema
 from clustertop.engine.stream.state import ClusterState
-from fake_plan import MIXED, QUIET, SMALL, fake_planner, write_scenario
+from fake_plan import MIXED, QUIET, SMALL, checkpoint_for, fake_planner, write_scenario
 
 # The stream's mechanics are tested on a cluster with no faults, no checkpoints and no stragglers (those
 # have their own tests in test_run_faults*.py): steps then follow the cost model's plan exactly.
@@ -248,16 +248,9 @@ def test_perturbation_pauses_the_job_and_resumes(small: str) -> None:
     """A checkpoint-like perturbation: the job's GPUs write for 2 s, then training resumes from that step."""
     run = Run(scenario.load(small), planner=fake_planner, duration_s=10.0, sample_s=1.0)
 
-    def checkpoint(run: Run, track: Any) -> Any:
-        run.emit("checkpoint_start", job=track.job.name, step=track.step)
-        run.switch(track, Constant("checkpoint", track.job.pp))
-        yield run.env.timeout(2.0)
-        run.emit("checkpoint_end", job=track.job.name)
-        run.resume(track)
-
     def source(run: Run) -> Any:
         yield run.env.timeout(4.0)
-        run.interrupt(run.tracks[0], checkpoint)
+        run.interrupt(run.tracks[0], checkpoint_for(2.0))
 
     run.add_process(source)
     events = [orjson.loads(line) for line in run.lines()]
@@ -339,13 +332,6 @@ def test_overlapping_overrides_stay_physical(small: str) -> None:
 def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
     run = Run(scenario.load(small), planner=fake_planner, duration_s=12.0, sample_s=1.0)
 
-    def checkpoint(run: Run, track: Any) -> Any:
-        run.emit("checkpoint_start", job=track.job.name)
-        run.switch(track, Constant("checkpoint", track.job.pp))
-        yield run.env.timeout(3.0)
-        run.emit("checkpoint_end", job=track.job.name)
-        run.resume(track)
-
     def fault(run: Run, track: Any) -> Any:
         run.emit("fault", job=track.job.name)
         run.switch(track, Constant("failed", track.job.pp))
@@ -355,7 +341,7 @@ def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
 
     def source(run: Run) -> Any:
         yield run.env.timeout(2.0)
-        run.interrupt(run.tracks[0], checkpoint)
+        run.interrupt(run.tracks[0], checkpoint_for(3.0))
         yield run.env.timeout(1.0)
         run.interrupt(run.tracks[0], fault)
 

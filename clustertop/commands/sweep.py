@@ -122,13 +122,14 @@ def _table(plan: sweep.Sweep, best: list[sweep.Outcome]) -> str:
     for rank, o in enumerate(best, start=1):
         record: dict[str, Any] = orjson.loads(o.line)
         values = [_show(v) for v in plan.choice(o.index)]
-        if o.fits:
-            mfu = sum((j.get("mfu") or 0.0) * j["gpus"] for j in record["jobs"]) / o.gpus
-            numbers = [f"{o.step_time_s:.3f}", f"{o.tokens_per_s:,.0f}", f"{o.tokens_per_s / o.gpus:,.1f}",
-                       f"{mfu * 100:.1f}%"]
+        point = o.facts
+        if point.fits:
+            mfu = sum((j.get("mfu") or 0.0) * j["gpus"] for j in record["jobs"]) / point.gpus
+            numbers = [f"{point.step_time_s:.3f}", f"{point.tokens_per_s:,.0f}",
+                       f"{point.tokens_per_s / point.gpus:,.1f}", f"{mfu * 100:.1f}%"]
         else:
             numbers = ["OOM", "-", "-", "-"]
-        rows.append([str(rank), *values, f"{o.gpus:,}", *numbers, f"{o.memory_gb:.1f}"])
+        rows.append([str(rank), *values, f"{point.gpus:,}", *numbers, f"{point.memory_gb:.1f}"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     left = set(range(1, 1 + len(keys)))
     return "\n".join("  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
