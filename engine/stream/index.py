@@ -23,7 +23,7 @@ import orjson
 
 from ..config.errors import UserError
 from . import schema
-from .reader import iter_events
+from .reader import Reader
 from .state import EVENT_LOG, HISTORY, ClusterState
 
 # Kinds of event that change job status; always kept (few) so a rebuilt state knows which jobs run.
@@ -58,11 +58,11 @@ class EventIndex:
     def of_file(cls, path: str, note: Callable[[str], None] | None = None) -> EventIndex:
         """Every event of a recording file, indexed; UserError on a bad file or one without a sample.
         `note(text)` hears about progress every 2 s of a long read."""
-        events = iter_events(path)
-        index = cls(next(events))
+        reader = Reader(path)
+        index = cls(reader.header)
         started = last_note = time.monotonic()
-        for event in events:
-            index.add(event)
+        for event, line in reader.pairs():
+            index.add(event, line)
             if note is not None and index.count % 4096 == 0 and time.monotonic() - last_note > 2.0:
                 last_note = time.monotonic()
                 note(f"reading {path}: {index.count:,} events, t = {index.end_t:,.0f} s "
@@ -77,8 +77,8 @@ class EventIndex:
 
     def add(self, event: dict[str, Any], line: bytes | None = None) -> None:
         """Append one parsed event; `line` is its raw JSON when the caller has it (saves a dump)."""
-        if line is None:
-            line = orjson.dumps(event)
+        if line is None:       # a tight copy: orjson's own result keeps a 4 KB buffer, which a long index holds
+            line = bytes(bytearray(orjson.dumps(event)))
         t = float(event["t"])
         kind = event["type"]
         with self.lock:

@@ -240,6 +240,12 @@ class Reader:
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Every event after the header, in order (checked: objects with a number t that never decreases)."""
+        for event, _ in self.pairs():
+            yield event
+
+    def pairs(self) -> Iterator[tuple[dict[str, Any], bytes]]:
+        """Every event after the header with its line as read (for an index that keeps lines: a line of the file
+        is a tight bytes object, where one dumped again by orjson holds a 4 KB buffer)."""
         last = float("-inf")
         loads = orjson.loads
         try:
@@ -256,11 +262,11 @@ class Reader:
                         raise _bad(self.name, base + i + 1, _describe(exc)) from None
                     last = t
                     self.line = base + i + 1
-                    yield event
+                    yield event, line
             event = self._tail()
             if event is not None:
                 self.line = self.lines.count + 1
-                yield event
+                yield event, self.lines.tail
         finally:
             self.close()
 
@@ -333,6 +339,14 @@ def iter_events(source: str | BinaryIO, warn: Warn | None = None,
     reader = Reader(source, warn, name)
     yield reader.header
     yield from reader.events()
+
+
+def iter_pairs(source: str | BinaryIO, warn: Warn | None = None,
+               name: str | None = None) -> Iterator[dict[str, Any] | tuple[dict[str, Any], bytes]]:
+    """As iter_events, but every event after the header comes with its line: (event, line)."""
+    reader = Reader(source, warn, name)
+    yield reader.header
+    yield from reader.pairs()
 
 
 def fold(source: str | BinaryIO, until: float | None = None, warn: Warn | None = None) -> ClusterState:

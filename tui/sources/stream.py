@@ -13,25 +13,27 @@ from typing import IO, Any
 
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.stream.index import EventIndex
-from clustertop.engine.stream.reader import iter_events
+from clustertop.engine.stream.reader import iter_pairs
 
 from . import Source
 
 LIVE_KEYFRAMES = 2048   # keyframes kept by an endless stream (memory stays flat)
 
 
-def stream_events(stream: IO[bytes], name: str) -> Iterator[dict[str, Any]]:
-    """The header (checked), then each event of an open binary stream (plain or gzip), read by engine/stream/reader.py
-    as lines arrive. Warnings (a truncated last line when the writer stops) are not printed over the screen."""
-    return iter_events(stream, warn=lambda message: None, name=name)
+def stream_events(stream: IO[bytes], name: str) -> Iterator[Any]:
+    """The header (checked), then each event of an open binary stream (plain or gzip) with its line, read by
+    engine/stream/reader.py as lines arrive. Warnings (a truncated last line when the writer stops) are not
+    printed over the screen."""
+    return iter_pairs(stream, warn=lambda message: None, name=name)
 
 
 class StreamSource(Source):
-    """Events from an iterator whose first item is the header, read on a background thread."""
+    """Events from an iterator whose first item is the header, read on a background thread. Later items are
+    events, or (event, line) pairs when the raw line is at hand."""
 
     live = True
 
-    def __init__(self, name: str, events: Iterator[dict[str, Any]], max_keyframes: int | None = LIVE_KEYFRAMES) -> None:
+    def __init__(self, name: str, events: Iterator[Any], max_keyframes: int | None = LIVE_KEYFRAMES) -> None:
         try:
             header = next(events)
         except StopIteration:
@@ -47,8 +49,12 @@ class StreamSource(Source):
     def _read(self) -> None:
         error: str | None = None
         try:
-            for event in self._events:
-                self.index.add(event)
+            add = self.index.add
+            for item in self._events:
+                if isinstance(item, tuple):
+                    add(*item)
+                else:
+                    add(item)
         except UserError as exc:
             error = str(exc)
         except (OSError, ValueError) as exc:   # the pipe closed under us
