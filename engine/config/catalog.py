@@ -25,15 +25,20 @@ class GPU:
     fp8_tflops: float | None = None
     nvlink_domain: int = 8       # GPUs one NVSwitch domain can join (NVL72: 72)
     source: str = ""
-    # Efficiency parameters of the performance model (engine/model/compute.py); each value in gpus.toml names the
+    # Kernel parameters of the performance model (engine/model/kernels.py); each value in gpus.toml names the
     # measurement it comes from. Defaults are the H100 figures.
-    gemm_efficiency: float = 0.70         # sustained fraction of dense BF16 peak for large, well-shaped GEMMs
-    fp8_gemm_efficiency: float = 0.55     # the same for FP8 GEMMs, as a fraction of the FP8 peak
-    gemm_half_dim: float = 96.0           # a GEMM dimension of this size halves the throughput (tiles, waves)
-    attention_fwd_efficiency: float = 0.55   # fused (flash) attention forward, fraction of BF16 peak
-    attention_bwd_efficiency: float = 0.45   # fused attention backward (recomputes the scores inside)
+    sms: int = 132                        # streaming multiprocessors (GEMM tiles run on them in waves)
+    gemm_efficiency: float = 0.66         # sustained fraction of dense BF16 peak in a GEMM's main loop
+    fp8_gemm_efficiency: float = 0.60     # the same for FP8 GEMMs, as a fraction of the FP8 peak
+    gemm_tile: tuple[int, int] = (64, 128)   # output tile of one SM (fitted to the measured H100 GEMM table)
+    gemm_k0: float = 128.0                # a tile's fixed prologue/epilogue, in units of k
+    gemm_split_k_min: int = 512           # split-K parts are at least this long
+    flash2_tflops: float = 333.0          # FlashAttention-2 plateau, causal (fwd + bwd, FA2's FLOPs convention)
+    flash2_full_tflops: float = 331.0     # the same without the causal mask
+    flash3_tflops: float = 490.0          # FA3 / cuDNN fused attention (Hopper and newer); 0: not available
+    flash3_full_tflops: float = 490.0
     hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
-    kernel_overhead_us: float = 4.0       # launch and tail cost per kernel
+    kernel_overhead_us: float = 4.0       # a kernel's fixed cost in a stream of kernels (ramp-up, tail)
     server_overhead_w: float | None = None   # host, NICs, fans and PSU losses per GPU (None: scaled from H100)
 
     def server_overhead(self) -> float:
@@ -45,6 +50,18 @@ class GPU:
         if precision == "fp8" and self.fp8_tflops:
             return self.fp8_tflops * self.fp8_gemm_efficiency
         return self.bf16_tflops * self.gemm_efficiency
+
+    def attention_kernel(self, wanted: str) -> str:
+        """The fused attention kernel a job runs: "flash3" where the GPU has it (asked or "auto"), else "flash2"."""
+        if wanted == "flash2" or not self.flash3_tflops:
+            return "flash2"
+        return "flash3"
+
+    def attention_plateau(self, kernel: str, causal: bool) -> float:
+        """TF/s a fused attention kernel reaches on long sequences (fwd + bwd, FA2's FLOPs convention)."""
+        if self.attention_kernel(kernel) == "flash3":
+            return self.flash3_tflops if causal else self.flash3_full_tflops
+        return self.flash2_tflops if causal else self.flash2_full_tflops
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for the precision; FP8 falls back to BF16 on GPUs without FP8 tensor cores."""
@@ -73,7 +90,7 @@ class Model:
     heads: int
     kv_heads: int
     ffn: int
-    ffn_activation: str          # "swiglu" | "gelu"
+    ffn_activation: str          # "swiglu" | "gelu" | "relu2" (squared ReLU: a plain two-matrix MLP)
     vocab: int
     head_dim: int | None = None  # defaults to hidden / heads
     experts: int = 0             # MoE: routed experts per MoE layer (0 = dense)
@@ -86,6 +103,8 @@ class Model:
     kv_lora_rank: int = 0
     qk_rope_dim: int = 0
     tied_embeddings: bool = False
+    norm: str = "rmsnorm"        # "rmsnorm" (Llama, DeepSeek) | "layernorm" (GPT, MPT, BLOOM, Nemotron)
+    rotary: bool = True          # rotary position embeddings on Q and K (False: learned positions or ALiBi)
     source: str = ""
 
     @property
@@ -110,11 +129,16 @@ GPU_SPEC: dict[str, Field] = {
     "memory_bound_w": Field("float", positive=True, high=1e5),
     "nvlink_domain": optional("int", 8, positive=True, high=1e5),
     "source": optional("str", ""),
+    "sms": optional("int", None, positive=True, high=10_000),
     "gemm_efficiency": optional("float", None, positive=True, high=1.0),
     "fp8_gemm_efficiency": optional("float", None, positive=True, high=1.0),
-    "gemm_half_dim": optional("float", None, low=0.0, high=1e5),
-    "attention_fwd_efficiency": optional("float", None, positive=True, high=1.0),
-    "attention_bwd_efficiency": optional("float", None, positive=True, high=1.0),
+    "gemm_tile": optional("any", None, doc="two integers: the output tile (m, n) of one SM"),
+    "gemm_k0": optional("float", None, low=0.0, high=1e5),
+    "gemm_split_k_min": optional("int", None, positive=True, high=1e6),
+    "flash2_tflops": optional("float", None, positive=True, high=1e5),
+    "flash2_full_tflops": optional("float", None, positive=True, high=1e5),
+    "flash3_tflops": optional("float", None, low=0.0, high=1e5),
+    "flash3_full_tflops": optional("float", None, low=0.0, high=1e5),
     "hbm_efficiency": optional("float", None, positive=True, high=1.0),
     "kernel_overhead_us": optional("float", None, low=0.0, high=1e4),
     "server_overhead_w": optional("float", None, low=0.0, high=1e5),
@@ -137,7 +161,7 @@ MODEL_SPEC: dict[str, Field] = {
     "kv_heads": optional("int", None, positive=True, high=100_000),
     "head_dim": optional("int", None, positive=True, high=100_000),
     "ffn": Field("int", positive=True, high=10_000_000),
-    "ffn_activation": optional("str", "swiglu", choices=("swiglu", "gelu")),
+    "ffn_activation": optional("str", "swiglu", choices=("swiglu", "gelu", "relu2")),   # relu2: squared ReLU
     "vocab": Field("int", positive=True, high=100_000_000),
     "experts": optional("int", 0, low=0, high=100_000),
     "experts_per_token": optional("int", 0, low=0, high=100_000),
@@ -149,6 +173,8 @@ MODEL_SPEC: dict[str, Field] = {
     "kv_lora_rank": optional("int", 0, low=0, high=1_000_000),
     "qk_rope_dim": optional("int", 0, low=0, high=1_000_000),
     "tied_embeddings": optional("bool", False),
+    "norm": optional("str", "rmsnorm", choices=("rmsnorm", "layernorm")),
+    "rotary": optional("bool", True),
     "source": optional("str", ""),
 }
 
@@ -166,7 +192,16 @@ def _build(cls: type, name: str, values: dict[str, Any]) -> Any:
 @cache
 def gpus() -> dict[str, GPU]:
     ctx = Context("engine/config/catalogs/gpus.toml")
-    return {name: _build(GPU, name, check_table(ctx, name, table, GPU_SPEC)) for name, table in _read("gpus.toml").items()}
+    out = {}
+    for name, table in _read("gpus.toml").items():
+        values = check_table(ctx, name, table, GPU_SPEC)
+        tile = values["gemm_tile"]
+        if tile is not None:
+            if not (isinstance(tile, list) and len(tile) == 2 and all(isinstance(x, int) and x > 0 for x in tile)):
+                raise ctx.error(f"{name}.gemm_tile", "expected two positive integers, as [64, 128]")
+            values["gemm_tile"] = tuple(tile)
+        out[name] = _build(GPU, name, values)
+    return out
 
 
 @cache

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..config.catalog import GPU, Model
+from .kernels import BF16, attention_time, gemm_time, memory_time
 
-BF16 = 2  # bytes per activation element
 GRAD_ACCUMULATION_BYTES = 8.0   # FP32 main gradient read + written per parameter per microbatch
 
 
@@ -35,6 +35,9 @@ class Shard:
     sp: bool             # sequence parallelism: norms and residual adds split over TP
     ep: int
     precision: str       # "bf16" | "fp8" (GEMMs only)
+    attention: str = "auto"   # "auto" | "flash2" | "flash3" (fused kernels) | "unfused" (scores materialized)
+    dropout: float = 0.0      # hidden and attention dropout probability (masks stored and applied when > 0)
+    fused: bool = True        # memory-bound ops fused into single kernels (else eager PyTorch, op by op)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class PassCost:
     cp_bytes: float      # K/V bytes one GPU sends per CP ring step (0 without CP)
     cp_overlap_s: float  # compute a CP ring step can hide its transfer behind
     ep_bytes: float      # bytes one GPU holds for each of the pass's two EP all-to-alls (dispatch, combine)
+    gemm_s: float = 0.0  # the GEMMs' part of compute_s (what TP communication overlap can hide behind)
 
 
 @dataclass(frozen=True)
@@ -149,42 +153,6 @@ def model_flops_per_token(model: Model, seq_len: int) -> float:
     return 6.0 * matmul + 3.0 * attention
 
 
-# ------------------------------------------------------------------------------------------ kernel timing
-
-def _shape(gpu: GPU, dim: float) -> float:
-    """Throughput factor of one GEMM dimension: small dimensions waste tiles and waves."""
-    return dim / (dim + gpu.gemm_half_dim)
-
-
-def gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, count: float = 1.0) -> float:
-    """Seconds for `count` GEMMs of (m x k) @ (k x n): compute at the shape's throughput, or HBM if slower."""
-    if m <= 0 or n <= 0 or k <= 0 or count <= 0:
-        return 0.0
-    flops = 2.0 * m * n * k
-    rate = gpu.gemm_peak_tflops(precision) * 1e12 * _shape(gpu, m) * _shape(gpu, n) * _shape(gpu, k)
-    elem = 1 if precision == "fp8" else BF16
-    traffic = (m * k + k * n) * elem + m * n * BF16
-    return count * (max(flops / rate, traffic / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6)
-
-
-def hbm_rate(gpu: GPU) -> float:
-    """Bytes per second elementwise kernels reach."""
-    return gpu.hbm_tb_s * 1e12 * gpu.hbm_efficiency
-
-
-def memory_time(gpu: GPU, traffic: float, kernels: int) -> float:
-    return traffic / hbm_rate(gpu) + kernels * gpu.kernel_overhead_us * 1e-6
-
-
-def attention_time(gpu: GPU, flops: float, queries: float, keys: float, backward: bool) -> float:
-    """Fused attention kernel: a fraction of BF16 peak that falls for short sequences."""
-    if flops <= 0:
-        return 0.0
-    eff = gpu.attention_bwd_efficiency if backward else gpu.attention_fwd_efficiency
-    rate = gpu.bf16_tflops * 1e12 * eff * _shape(gpu, queries) * _shape(gpu, keys)
-    return flops / rate + gpu.kernel_overhead_us * 1e-6
-
-
 # -------------------------------------------------------------------------------------------- one layer
 
 def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float, float]]:
@@ -213,21 +181,55 @@ def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float
     return out
 
 
-def _elementwise_bytes(model: Model, moe: bool, sh: Shard) -> tuple[float, float]:
-    """(norm + residual bytes, activation-function + rotary bytes) one forward moves per GPU per microbatch."""
+# Bytes per element the memory-bound ops of a layer's forward move (reads + writes, BF16 tensors), fused (one
+# kernel per op: Megatron-LM / Transformer Engine / torch.compile) and eager (PyTorch op by op, as written in the
+# Llama reference code: RMSNorm in FP32 is x.float(), pow, mean, rsqrt, mul, type_as, mul by the weight; rotary
+# embedding in FP32 complex arithmetic; SiLU then a separate multiply). LayerNorm and GELU are single kernels in
+# either. The backward moves about twice as much. (fused, eager) bytes and (fused, eager) kernels:
+NORM_BYTES = {"rmsnorm": (4.0, 36.0), "layernorm": (4.0, 4.0)}
+NORM_KERNELS = {"rmsnorm": (1, 7), "layernorm": (1, 1)}
+ACTIVATION_BYTES = {"swiglu": (6.0, 10.0), "gelu": (4.0, 4.0), "relu2": (4.0, 8.0)}   # per FFN element
+ROTARY_BYTES = (4.0, 28.0)       # per element of Q and K
+ADD_BYTES = 6.0                  # a residual add: two reads, one write
+# Cross-entropy, bytes per logit (forward, backward). Fused (Megatron's vocab-parallel cross-entropy): read the
+# BF16 logits, write FP32 max/sum and softmax (10); backward softmax minus one-hot into BF16 gradients (6). Eager
+# (F.cross_entropy under autocast): the logits upcast to FP32 (2 + 4), log_softmax (4 + 4), the loss gathered;
+# backward a dense FP32 gradient (4), log_softmax's backward (4 + 4 + 4), the cast back (4 + 2).
+CROSS_ENTROPY_BYTES = ((10.0, 6.0), (14.0, 22.0))
+
+
+def _elementwise(model: Model, moe: bool, sh: Shard) -> tuple[float, float, int]:
+    """(norm + residual bytes, activation-function + rotary + dispatch bytes, kernels) of one forward per GPU
+    per microbatch."""
     h, t, T = model.hidden, sh.tp, sh.tokens
+    k = 0 if sh.fused else 1
     split = t if sh.sp else 1
-    norms_residual = (2 * 4 * h + 2 * 6 * h) * BF16 / 2 * T / split   # 2 norms (r+w), 2 adds (2r+1w)
+    norms_residual = (2 * NORM_BYTES[model.norm][k] + 2 * ADD_BYTES) * h * T / split
+    if sh.dropout > 0:          # the two fused bias-dropout-adds also write a 1-byte mask per element
+        norms_residual += 2 * h * T / split
     d_qk, _, _ = attention_dims(model)
-    rotary = 2 * 2 * (model.heads * d_qk / t + kv_width_per_rank(model, t) / 2) * T
-    per_value = 6 if model.ffn_activation == "swiglu" else 4             # bytes per FFN element (r + w)
+    rotary = 0.0
+    if model.rotary:
+        rotary = ROTARY_BYTES[k] * (model.heads * d_qk / t + kv_width_per_rank(model, t) / 2) * T
     if moe:
         ffn = model.moe_ffn * (model.experts_per_token + model.shared_experts)
         dispatch = 4 * T * model.experts_per_token * h * BF16           # permute + unpermute (r + w)
     else:
         ffn, dispatch = model.ffn, 0.0
-    act = per_value * ffn * T / t + rotary + dispatch
-    return norms_residual, act
+    act = ACTIVATION_BYTES[model.ffn_activation][k] * ffn * T / t + rotary + dispatch
+    kernels = 2 * NORM_KERNELS[model.norm][k] + 2 + (2 if sh.fused or model.ffn_activation == "swiglu" else 1)
+    if model.rotary:
+        kernels += 1 if sh.fused else 6
+    return norms_residual, act, kernels
+
+
+def _fp8_casts(gemms: list[tuple[float, float, float, float]]) -> tuple[float, float]:
+    """Bytes of the FP8 quantization kernels of a layer's GEMMs (Transformer Engine's fused cast-transpose):
+    forward, each GEMM's input read in BF16 and written in FP8 twice (as is, and transposed for the weight
+    gradient): 4 bytes per element; backward, the same for each output gradient."""
+    fwd = sum(4.0 * m * k * c for m, n, k, c in gemms)
+    bwd = sum(4.0 * m * n * c for m, n, k, c in gemms)
+    return fwd, bwd
 
 
 @lru_cache(maxsize=4096)
@@ -244,17 +246,22 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     d_qk, d_v, _ = attention_dims(model)
     heads = model.heads / t
     done_attn = T * sh.seq_len * heads * (d_qk + d_v)      # forward, causal: each query sees s/2 keys on average
-    queries = sh.seq_len / sh.cp
-    a_fwd = attention_time(gpu, done_attn, queries, sh.seq_len, backward=False)
-    a_bwd = attention_time(gpu, 2 * done_attn, queries, sh.seq_len, backward=True)
+    head_dim = (d_qk + d_v) / 2
+    if sh.attention == "unfused":
+        a_fwd, a_bwd = unfused_attention(gpu, model, sh)
+    else:
+        a_fwd = attention_time(gpu, sh.attention, done_attn, sh.seq_len, sh.cp, head_dim, backward=False)
+        a_bwd = attention_time(gpu, sh.attention, done_attn, sh.seq_len, sh.cp, head_dim, backward=True)
 
-    nr, act = _elementwise_bytes(model, moe, sh)
-    m_fwd = memory_time(gpu, nr + act, 8)
+    nr, act, kernels = _elementwise(model, moe, sh)
+    cast_fwd, cast_bwd = _fp8_casts(gemms) if sh.precision == "fp8" else (0.0, 0.0)
+    casts = len(gemms) if cast_fwd else 0
+    m_fwd = memory_time(gpu, nr + act + cast_fwd, kernels + casts)
     # Backward also adds each microbatch's weight gradients into the FP32 main gradients: read + write 8 bytes
     # per parameter (fused into the weight-gradient GEMM by Megatron's gradient-accumulation fusion, or a
     # separate add; either way the traffic is there every microbatch).
     accumulate = GRAD_ACCUMULATION_BYTES * layer_params_per_gpu(model, moe, t, sh.ep)
-    m_bwd = memory_time(gpu, 2 * (nr + act) + accumulate, 12)
+    m_bwd = memory_time(gpu, 2 * (nr + act) + accumulate + cast_bwd, 2 * kernels + casts)
 
     tp_bytes = T * model.hidden * BF16 if t > 1 else 0.0
     n_tp = 2 if t > 1 else 0
@@ -266,9 +273,9 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     # backward all-to-alls stay BF16 (DeepSeek-V3 report 3.3.3, low-precision communication)
     ep_fwd = ep_bytes * (1.0 + BF16) / (2 * BF16) if sh.precision == "fp8" else ep_bytes
     fwd = PassCost(g_fwd + a_fwd + m_fwd, gemm_flops + done_attn, n_tp, tp_bytes, cp_bytes,
-                   a_fwd / ranks, ep_fwd)
+                   a_fwd / ranks, ep_fwd, g_fwd)
     bwd = PassCost(g_bwd + a_bwd + m_bwd, 2 * (gemm_flops + done_attn), n_tp, tp_bytes, 2 * cp_bytes,
-                   a_bwd / ranks, ep_bytes)
+                   a_bwd / ranks, ep_bytes, g_bwd)
     model_flops = 3.0 * (gemm_flops + done_attn)
     rec: PassCost | None = None
     hardware = model_flops
@@ -276,9 +283,33 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
         rec = fwd
         hardware += gemm_flops + done_attn
     elif recompute == "selective":
-        # norms and the MLP activation are recomputed from their inputs: memory-bound, no GEMM FLOPs
-        rec = PassCost(memory_time(gpu, nr / 2 + act / 2, 3), 0.0, 0, 0.0, 0.0, 0.0, 0.0)
+        # norms and the MLP activation are recomputed from their inputs: memory-bound, no GEMM FLOPs; without a
+        # fused attention kernel the attention core (scores, softmax, dropout, values) is recomputed as well
+        # (Korthikanti et al.'s selective recomputation)
+        core = a_fwd if sh.attention == "unfused" else 0.0
+        rec = PassCost(memory_time(gpu, nr / 2 + act / 2, kernels // 2) + core, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
     return BlockCost(fwd, bwd, rec, model_flops, hardware)
+
+
+def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
+    """Attention without a fused kernel (Megatron-LM before FlashAttention): per sequence and head the full
+    s x s scores as a batched GEMM (the causal mask hides half of them, the GEMM computes all), a fused scaled
+    masked softmax (read and write the scores), attention dropout (a 1-byte mask), the product with V. The
+    backward runs the four data-gradient GEMMs and the softmax and dropout backward. Forward and backward
+    seconds for one microbatch on one GPU."""
+    d_qk, d_v, _ = attention_dims(model)
+    s = sh.seq_len
+    q = sh.tokens                       # queries on this GPU (all of a sequence without CP)
+    batch = q / (s / sh.cp) * model.heads / sh.tp      # (sequence, head) pairs
+    rows = s / sh.cp
+    elements = batch * rows * s
+    drop = sh.dropout > 0
+    fwd = (gemm_time(gpu, "bf16", rows, s, d_qk, batch) + gemm_time(gpu, "bf16", rows, d_v, s, batch)
+           + memory_time(gpu, elements * (4 + (5 if drop else 0)), 2 if drop else 1))
+    bwd = (gemm_time(gpu, "bf16", rows, s, d_v, batch) + gemm_time(gpu, "bf16", s, d_v, rows, batch)
+           + gemm_time(gpu, "bf16", rows, d_qk, s, batch) + gemm_time(gpu, "bf16", s, d_qk, rows, batch)
+           + memory_time(gpu, elements * (6 + (5 if drop else 0)), 2 if drop else 1))
+    return fwd, bwd
 
 
 # ---------------------------------------------------------------------------------- embedding and output
@@ -299,17 +330,20 @@ def output_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
     """Final norm, output projection over the TP-split vocabulary and the cross-entropy loss (last stage)."""
     T, t, h = sh.tokens, sh.tp, model.hidden
     v = model.vocab / t
-    g_fwd = gemm_time(gpu, sh.precision, T, v, h)
-    g_bwd = (gemm_time(gpu, sh.precision, T, h, v) + gemm_time(gpu, sh.precision, h, v, T)
+    # the output layer stays in BF16 under FP8 training (Transformer Engine recipes keep the first and last
+    # layers in higher precision)
+    g_fwd = gemm_time(gpu, "bf16", T, v, h)
+    g_bwd = (gemm_time(gpu, "bf16", T, h, v) + gemm_time(gpu, "bf16", h, v, T)
              + memory_time(gpu, GRAD_ACCUMULATION_BYTES * h * v, 1))
     logits = T * v
-    # cross-entropy in FP32: logits read, max/sum/softmax written (fwd); softmax - one-hot (bwd)
-    ce_fwd = memory_time(gpu, logits * (BF16 + 4 + 4) + 4 * h * T * BF16 / (t if sh.sp else 1), 4)
-    ce_bwd = memory_time(gpu, logits * (4 + BF16) + 8 * h * T * BF16 / (t if sh.sp else 1), 3)
+    # cross-entropy in FP32 over the logits (bytes per logit: CROSS_ENTROPY_BYTES) and the final norm
+    fwd_bytes, bwd_bytes = CROSS_ENTROPY_BYTES[0 if sh.fused else 1]
+    ce_fwd = memory_time(gpu, logits * fwd_bytes + 4 * h * T * BF16 / (t if sh.sp else 1), 4 if sh.fused else 6)
+    ce_bwd = memory_time(gpu, logits * bwd_bytes + 8 * h * T * BF16 / (t if sh.sp else 1), 3 if sh.fused else 6)
     flops = 2.0 * T * v * h
     tp_bytes = T * h * BF16 if t > 1 else 0.0
-    fwd = PassCost(g_fwd + ce_fwd, flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0)
-    bwd = PassCost(g_bwd + ce_bwd, 2 * flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0)
+    fwd = PassCost(g_fwd + ce_fwd, flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_fwd)
+    bwd = PassCost(g_bwd + ce_bwd, 2 * flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_bwd)
     return BlockCost(fwd, bwd, None, 3 * flops, 3 * flops)
 
 

@@ -21,6 +21,7 @@ from ..config.scenario import Cluster, Job, Scenario
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
+from .kernels import attention_rate, hbm_rate
 from .plan import Interval, StepPlan
 
 WINDOW_REQUESTS = 2000       # completed requests measured after warm-up
@@ -87,7 +88,8 @@ def _forward_s(cluster: Cluster, job: Job, tokens: int, seq_len: int, decode: bo
         # Each new token attends to its whole context: read every running request's K/V cache once.
         kv = tokens * seq_len * cm.kv_width_per_rank(model, job.tp) * cm.BF16 * model.layers
         flops = 4.0 * tokens * seq_len * model.heads / job.tp * model.dim_head * model.layers
-        t += max(kv / cm.hbm_rate(gpu), flops / (gpu.bf16_tflops * 1e12 * gpu.attention_fwd_efficiency))
+        rate = attention_rate(gpu, "auto", seq_len, False, model.dim_head)
+        t += max(kv / hbm_rate(gpu), flops / rate)
     t += cm.output_cost(gpu, model, _shard(job, tokens, 1)).fwd.compute_s
     if job.tp > 1:
         route = col.route(cluster, job, ("tp",))
