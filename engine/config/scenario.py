@@ -87,6 +87,15 @@ class Job:
     prompt_tokens: int = 0       # inference: mean prompt length
     output_tokens: int = 0       # inference: mean generated tokens per request
     max_batch: int = 0           # inference: sequences one replica decodes at once (continuous batching)
+    # The software stack (docs/performance-model.md "Software stack"); the defaults are Megatron-LM's current ones
+    attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "unfused" | "auto"
+    dropout: float = 0.0                 # hidden and attention dropout probability (0: none, as Llama trains)
+    fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile); else eager
+    overlap_p2p_comm: bool = True        # pipeline sends run behind compute (else the sender waits for them)
+    overlap_grad_reduce: bool = True     # DP gradient reduction in buckets behind the backward (else after it)
+    overlap_param_gather: bool = True    # parameter all-gather (ZeRO) ahead of the forward (else exposed)
+    tp_comm_overlap: bool = False        # TP collectives overlapped with the GEMMs (Transformer Engine)
+    grad_reduce_dtype: str = "fp32"      # the data type gradients are reduced in: "fp32" | "bf16"
 
     @property
     def is_inference(self) -> bool:
@@ -242,6 +251,14 @@ JOB_SPEC: dict[str, Field] = {
     "sequence_parallel": optional("bool", True),
     "first_gpu": optional("int", None, low=0, high=MAX_GPUS),
     "gpus": optional("int", None, positive=True, high=MAX_GPUS),
+    "attention_kernel": optional("str", "auto", choices=("auto", "flash2", "flash3", "unfused")),
+    "dropout": optional("float", 0.0, low=0.0, high=0.9),
+    "fused_kernels": optional("bool", True),
+    "overlap_p2p_comm": optional("bool", True),
+    "overlap_grad_reduce": optional("bool", True),
+    "overlap_param_gather": optional("bool", True),
+    "tp_comm_overlap": optional("bool", False),
+    "grad_reduce_dtype": optional("str", "fp32", choices=("fp32", "bf16")),
 }
 
 
@@ -477,6 +494,9 @@ def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> 
                             f"{model.layers} layers")
         if j["schedule"] == "gpipe":
             raise ctx.error(f"{path}.virtual_stages", "interleaved stages need schedule = \"1f1b\"")
+    if j["attention_kernel"] == "flash3" and not cluster.gpu.flash3_tflops:
+        raise ctx.error(f"{path}.attention_kernel", f"{cluster.gpu.name} has no FlashAttention-3 / cuDNN fused "
+                        "attention figure (Hopper and newer); expected \"flash2\" or \"auto\"")
     if j["precision"] == "fp8" and not cluster.gpu.fp8_tflops:
         raise ctx.error(f"{path}.precision", f"{cluster.gpu.name} has no FP8 tensor cores; expected \"bf16\"")
     return Job(name=name, model=model, seq_len=j["seq_len"], global_batch=j["global_batch"], micro_batch=mb,
@@ -484,7 +504,10 @@ def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> 
                precision=j["precision"], zero=j["zero"], schedule=j["schedule"],
                sequence_parallel=j["sequence_parallel"], first_gpu=first, gpus=gpus, kind=j["kind"],
                request_rate=j["request_rate"] or 0.0, prompt_tokens=j["prompt_tokens"],
-               output_tokens=j["output_tokens"], max_batch=j["max_batch"])
+               output_tokens=j["output_tokens"], max_batch=j["max_batch"], attention_kernel=j["attention_kernel"],
+               dropout=j["dropout"], overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
+               overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],
+               tp_comm_overlap=j["tp_comm_overlap"], grad_reduce_dtype=j["grad_reduce_dtype"])
 
 
 def _inference_defaults(ctx: Context, path: str, j: dict[str, Any]) -> None:

@@ -38,13 +38,18 @@ def capacity_bytes(gpu: GPU) -> float:
 
 
 def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recompute: str,
-                               fp8: bool = False) -> float:
+                               fp8: bool = False, scores: float = 0.0, dropout: bool = False) -> float:
     """Bytes one layer keeps per token of a microbatch until its backward, on one GPU of the TP group.
 
     fp8 (FP8 training as DeepSeek-V3 runs it, report section 3.3.3): the inputs of FP8 GEMMs (attention
     output projection, the SwiGLU inputs, the dispatched expert inputs, the MLA latents) are cached in FP8,
     1 byte instead of 2; norm inputs on the residual stream stay BF16. With selective recomputation, MLA's
     up-projections (Q, K, V) are recomputed from the cached latents in the backward (section 3.2.3).
+
+    Without a fused attention kernel, `scores` are the keys each query's score row holds (heads x keys on this
+    GPU): the softmax output (2 bytes each) is kept for the backward, and with dropout its mask and output
+    (1 + 2 bytes): Korthikanti's 5 a s / h term. Selective recomputation recomputes them instead. `dropout` also
+    keeps the 1-byte masks of the two hidden dropouts.
     """
     g = 1.0 if fp8 else BF16                             # bytes of a cached GEMM input
     h = model.hidden
@@ -74,7 +79,9 @@ def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recom
         norm_out = 0.0       # recomputed from the norm inputs
         act_out = 0.0        # recomputed from the FFN inputs
     split_norm = tp if sp else 1
-    return (norm_in + norm_out) / split_norm + (attn + inner + act_out + dispatch) / tp
+    masks = 2 * h * 1.0 if dropout else 0.0
+    score_bytes = scores * (5.0 if dropout else 2.0) if recompute == "none" else 0.0
+    return (norm_in + norm_out + masks) / split_norm + (attn + inner + act_out + dispatch) / tp + score_bytes
 
 
 @dataclass(frozen=True)
@@ -101,13 +108,14 @@ class StageMemory:
 
 def stage_memory(*, params: float, expert_params: float, largest_layer_params: float, zero: int,
                  dp_shards: int, expert_shards: int, activations: float, transient: float,
-                 logits: float) -> StageMemory:
+                 logits: float, grad_bytes: float = 4.0) -> StageMemory:
     """Memory of one GPU: `params` are its (TP/PP/EP-sharded) parameters, of which `expert_params` are experts.
 
     dp_shards is the data-parallel (x CP) group the optimizer state is sharded over; expert parameters are
     sharded over their own, smaller group (expert_shards). `activations` are the bytes in flight under the
     schedule, `transient` the working set of the layer being computed (backward, recompute), `logits` the
-    output layer's FP32 logits on the last stage.
+    output layer's FP32 logits on the last stage; `grad_bytes` per gradient (FP32, or BF16 when gradients are
+    kept and reduced in BF16).
     """
     dense = params - expert_params
 
@@ -117,7 +125,7 @@ def stage_memory(*, params: float, expert_params: float, largest_layer_params: f
     weights = BF16 * (shard(params, 3))
     if zero >= 3:
         weights += 2 * BF16 * largest_layer_params      # gathered copies: current layer and the prefetched one
-    grads = 4.0 * shard(params, 2)
+    grads = grad_bytes * shard(params, 2)
     if zero >= 2:
         grads += COMM_BUCKET_BYTES
     optimizer = 12.0 * shard(params, 1)

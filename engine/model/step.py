@@ -50,6 +50,7 @@ class Config:
 
 def shard(job: Job, micro_batch: int) -> cm.Shard:
     return cm.Shard(tokens=micro_batch * job.seq_len // job.cp, seq_len=job.seq_len, tp=job.tp, cp=job.cp,
+                    attention=job.attention_kernel, dropout=job.dropout, fused=job.fused_kernels,
                     sp=job.sequence_parallel and job.tp > 1, ep=job.ep, precision=job.precision)
 
 
@@ -205,7 +206,12 @@ class JobModel:
                     continue
                 acc["compute"] += n * pas.compute_s
                 if pas.tp_collectives:
-                    acc["tp"] += n * pas.tp_collectives * _tp_time(cl, net, pas.tp_bytes, sh.sp).time_s
+                    comm = n * pas.tp_collectives * _tp_time(cl, net, pas.tp_bytes, sh.sp).time_s
+                    if job.tp_comm_overlap:
+                        # each GEMM is split in tp chunks whose transfers overlap the other chunks' compute:
+                        # the first chunk's transfer, and what the GEMMs cannot cover, stay exposed
+                        comm = max(comm / job.tp, comm - n * pas.gemm_s)
+                    acc["tp"] += comm
                 if pas.cp_bytes:
                     step = col.p2p(cl, net.cp, pas.cp_bytes).time_s
                     acc["cp"] += n * (job.cp - 1) * max(0.0, step - pas.cp_overlap_s)
@@ -218,12 +224,17 @@ class JobModel:
                 acc["compute"] /= DUALPIPE_COMPUTE_SHARE
             f["ep"], b["ep"] = max(0.0, f["ep"] - b["compute"]), max(0.0, b["ep"] - f["compute"])
         if job.zero >= 3:
-            # ZeRO-3 gathers the chunk's weights before its forward and its backward, prefetched behind compute
+            # ZeRO-3 (FSDP) gathers each layer's weights before its forward and its backward and reduce-scatters
+            # its gradients after, every microbatch: prefetched behind the other layers' compute when
+            # overlapped, but for the first layer's gather and the last layer's reduction
             params = self._chunk_params(st)
+            layers = max(1, st.layers)
             ag = col.all_gather(cl, net.dp, cm.BF16 * params).time_s
-            rs = col.reduce_scatter(cl, net.dp, 4.0 * params).time_s
-            f["dp"] = max(0.0, ag - f["compute"])
-            b["dp"] = max(0.0, ag + rs - b["compute"])
+            rs = col.reduce_scatter(cl, net.dp, self._grad_bytes * params).time_s
+            f["dp"] = max(ag / layers, ag - f["compute"]) if job.overlap_param_gather else ag
+            hidden = b["compute"] if job.overlap_grad_reduce else 0.0
+            b["dp"] = max((ag + rs) / layers, ag + rs - hidden) if job.overlap_param_gather else \
+                ag + max(rs / layers, rs - hidden)
         return tuple(f.items()), tuple(b.items())
 
     def _chunk_params(self, st: _Stage) -> float:
@@ -238,7 +249,9 @@ class JobModel:
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
         fp8 = job.precision == "fp8"
-        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8)
+        scores = job.model.heads / job.tp * job.seq_len if job.attention_kernel == "unfused" else 0.0
+        per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8,
+                                                         scores, job.dropout > 0)
                      for moe in (False, True)}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
                       for moe in (False, True)}
@@ -260,11 +273,14 @@ class JobModel:
             transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
             logits = 0.0
             if stage.output:
-                logits = 2 * sh.tokens * job.model.vocab / job.tp * 4.0
+                # the output layer's BF16 logits and the loss's FP32 working copy (its gradient is written in
+                # place by a fused cross-entropy)
+                logits = sh.tokens * job.model.vocab / job.tp * (cm.BF16 + 4.0)
             out.append(mem.stage_memory(params=stage.params, expert_params=stage.expert_params,
                                         largest_layer_params=stage.largest_layer_params, zero=job.zero,
                                         dp_shards=self.dp_shards, expert_shards=self.expert_shards,
-                                        activations=activations, transient=transient, logits=logits))
+                                        activations=activations, transient=transient, logits=logits,
+                                        grad_bytes=self._grad_bytes))
             if job.schedule == "dualpipe":
                 # DualPipe keeps two copies of the parameters (and their gradients), one per direction
                 # (DeepSeek-V3 report 3.2.1)
@@ -297,6 +313,8 @@ class JobModel:
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
+        if p > 1 and not job.overlap_p2p_comm:
+            fwd, bwd, send, send_b = _blocking_sends(fwd, bwd, send, send_b)
         schedule = sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:
             run = _simulate_cached(plan, schedule, p, v, m, fwd, bwd, send, send_b)
@@ -355,14 +373,17 @@ class JobModel:
                 dp_busy += comm_s / p
                 b0, b1 = last_b[r][c]
                 n_layers = max(1, st.layers)
+                if not job.overlap_grad_reduce:
+                    t_stream = max(t_stream, ends[r]) + comm_s      # after the stage's whole backward
+                    continue
                 # buckets: the first is ready after one layer's backward, the last after the chunk's
                 t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm_s, b1 + comm_s / n_layers)
             dp_end.append(max(ends[r], t_stream))
             optimizer, ag = self._update(stage.params)
             opt_by_stage.append(optimizer)
             if job.zero in (1, 2):
-                # overlapped with the next step's first forward but for the first layer's bucket
-                n_layers = max(1, stage.layers)
+                # overlapped with the next step's first forward but for the first layer's bucket, or exposed
+                n_layers = max(1, stage.layers) if job.overlap_param_gather else 1
                 ag_by_stage.append(ag / n_layers)
                 dp_busy += ag / p
             else:
@@ -417,10 +438,15 @@ class JobModel:
             self._updates[params] = (cm.optimizer_time(self.gpu, params, shards), ag)
         return self._updates[params]
 
+    @property
+    def _grad_bytes(self) -> float:
+        """Bytes per gradient as reduced: FP32 (Megatron's default, Llama 3) or BF16 (grad_reduce_dtype)."""
+        return 4.0 if self.job.grad_reduce_dtype == "fp32" else 2.0
+
     def _gradient_reduction(self, params: float) -> float:
-        """Seconds to reduce a chunk's FP32 gradients (Megatron: accumulated and reduced in FP32) over DP."""
+        """Seconds to reduce a chunk's gradients over DP (in grad_reduce_dtype)."""
         if params not in self._grad_comm:
-            grads, cl, route = 4.0 * params, self.cluster, self.net.dp
+            grads, cl, route = self._grad_bytes * params, self.cluster, self.net.dp
             reduce = col.allreduce if self.job.zero == 0 else col.reduce_scatter
             comm = reduce(cl, route, grads)
             self._grad_comm[params] = comm.time_s
@@ -491,6 +517,19 @@ def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_Stag
                                   if st.layers), default=0.0),
         layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
         output=any(st.output for st in stage)) for stage in _chunks(model, pp, v))
+
+
+def _blocking_sends(fwd: tuple, bwd: tuple, send: tuple, send_b: tuple) -> tuple[tuple, tuple, tuple, tuple]:
+    """Blocking point-to-point (older pipeline engines): the sender waits while its activations (gradients)
+    travel, so each operation that sends ends with the transfer ("pp") and its output arrives as it ends. The
+    last stage's last chunk sends no forward output, the first stage's first chunk no gradient."""
+    p, v = len(fwd), len(fwd[0])
+    fwd = tuple(tuple(tuple(segs) + ((("pp", send[r]),) if (r, c) != (p - 1, v - 1) else ())
+                      for c, segs in enumerate(stage)) for r, stage in enumerate(fwd))
+    bwd = tuple(tuple(tuple(segs) + ((("pp", send_b[r]),) if (r, c) != (0, 0) else ())
+                      for c, segs in enumerate(stage)) for r, stage in enumerate(bwd))
+    zero = (0.0,) * p
+    return fwd, bwd, zero, zero
 
 
 @lru_cache(maxsize=64)

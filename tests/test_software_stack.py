@@ -1,0 +1,107 @@
+"""The software stack as job settings: each one changes what it should, and shows in the breakdown."""
+
+from __future__ import annotations
+
+import pytest
+from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.fields import Context
+from clustertop.engine.config.scenario import parse
+from clustertop.engine.model.estimate import JobEstimate, estimate_job
+
+
+def estimate(gpu: str = "h100-sxm-80gb", gpus: int = 64, **job: object) -> JobEstimate:
+    spec: dict[str, object] = {"model": "llama3.1-8b", "seq_len": 4096, "global_batch": 256, "micro_batch": 1,
+                               "tp": 1, "pp": 1, "zero": 1, "recompute": "none"}
+    spec.update(job)
+    s = parse({"name": "stack", "cluster": {"gpu": gpu, "gpus": gpus, "scale_out": "ib-ndr-400g"},
+               "jobs": [spec], "variability": {"straggler_sigma": 0.0}}, Context("stack.toml"), "")
+    return estimate_job(s, s.jobs[0], plan=False)
+
+
+def test_defaults_are_todays_megatron() -> None:
+    s = parse({"name": "d", "cluster": {"gpu": "h100-sxm-80gb", "gpus": 8},
+               "jobs": [{"model": "llama3.1-8b", "seq_len": 4096, "global_batch": 8}]}, Context("d.toml"), "")
+    job = s.jobs[0]
+    assert (job.overlap_grad_reduce, job.overlap_param_gather, job.tp_comm_overlap, job.grad_reduce_dtype,
+            job.attention_kernel, job.overlap_p2p_comm, job.fused_kernels, job.dropout) == \
+        (True, True, False, "fp32", "auto", True, True, 0.0)
+
+
+def test_no_dp_overlap_exposes_the_gradient_reduction() -> None:
+    overlapped = estimate()
+    exposed = estimate(overlap_grad_reduce=False)
+    assert exposed.breakdown_s["dp"] > overlapped.breakdown_s["dp"] + 0.01
+    assert exposed.step_time_s > overlapped.step_time_s
+
+
+def test_bf16_gradients_halve_the_reduction() -> None:
+    fp32 = estimate(overlap_grad_reduce=False)
+    bf16 = estimate(overlap_grad_reduce=False, grad_reduce_dtype="bf16")
+    assert bf16.breakdown_s["dp"] == pytest.approx(fp32.breakdown_s["dp"] / 2, rel=0.1)
+    assert bf16.memory_gb["gradients"] == pytest.approx(fp32.memory_gb["gradients"] / 2, rel=0.01)
+
+
+def test_the_parameter_gather_ahead_or_exposed() -> None:
+    ahead = estimate()
+    exposed = estimate(overlap_param_gather=False)
+    assert exposed.breakdown_s["dp"] > ahead.breakdown_s["dp"]
+
+
+def test_fsdp_gathers_every_layer_behind_compute() -> None:
+    fsdp = estimate(zero=3)
+    exposed = estimate(zero=3, overlap_param_gather=False, overlap_grad_reduce=False)
+    assert exposed.breakdown_s["dp"] > 3 * fsdp.breakdown_s.get("dp", 0.0)
+    assert fsdp.memory_gb["weights"] < estimate().memory_gb["weights"] / 10
+
+
+def test_tp_communication_overlap_hides_behind_the_gemms() -> None:
+    plain = estimate(tp=8, gpus=64)
+    overlapped = estimate(tp=8, gpus=64, tp_comm_overlap=True)
+    assert overlapped.breakdown_s["tp"] < 0.5 * plain.breakdown_s["tp"]
+    assert overlapped.step_time_s < plain.step_time_s
+
+
+def test_attention_kernels() -> None:
+    fa3 = estimate(attention_kernel="flash3")
+    fa2 = estimate(attention_kernel="flash2")
+    assert fa2.breakdown_s["compute"] > fa3.breakdown_s["compute"]
+    assert estimate(attention_kernel="auto").step_time_s == fa3.step_time_s          # Hopper: FA3 / cuDNN
+    with pytest.raises(UserError, match="attention_kernel"):
+        estimate(gpu="a100-sxm-80gb", attention_kernel="flash3")
+
+
+def test_unfused_attention_stores_and_moves_the_scores() -> None:
+    short = {"gpu": "a100-sxm-80gb", "seq_len": 2048}
+    fused = estimate(attention_kernel="flash2", **short)
+    unfused = estimate(attention_kernel="unfused", **short)
+    assert unfused.step_time_s > 1.1 * fused.step_time_s
+    assert unfused.memory_gb["activations"] > fused.memory_gb["activations"] + 1
+    selective = estimate(attention_kernel="unfused", recompute="selective", **short)
+    assert selective.memory_gb["activations"] < unfused.memory_gb["activations"]    # scores recomputed
+
+
+def test_dropout_keeps_masks() -> None:
+    assert estimate(dropout=0.1).memory_gb["activations"] > estimate().memory_gb["activations"]
+
+
+def test_blocking_pipeline_sends_wait() -> None:
+    asynchronous = estimate(pp=4, micro_batch=1)
+    blocking = estimate(pp=4, micro_batch=1, overlap_p2p_comm=False)
+    assert blocking.breakdown_s["pp"] > asynchronous.breakdown_s.get("pp", 0.0)
+    assert blocking.step_time_s > asynchronous.step_time_s
+
+
+def test_eager_pytorch_moves_more_bytes_for_rmsnorm_models() -> None:
+    # Llama (RMSNorm, SwiGLU, rotary) unfused in eager PyTorch is slower; MPT (LayerNorm, GELU, ALiBi) hardly
+    assert estimate(fused_kernels=False).step_time_s > 1.05 * estimate().step_time_s
+    mpt = {"model": "mpt-7b", "seq_len": 2048}
+    assert estimate(fused_kernels=False, **mpt).step_time_s < 1.05 * estimate(**mpt).step_time_s
+
+
+def test_2021_megatron_is_expressible() -> None:
+    """Megatron-LM as Narayanan et al. ran it: no DP overlap, FP32 all-reduce, no FlashAttention, dropout,
+    blocking pipeline sends."""
+    old = estimate(gpu="a100-sxm-80gb", tp=8, pp=2, zero=0, dropout=0.1, attention_kernel="unfused",
+                   overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p_comm=False,
+                   grad_reduce_dtype="fp32", recompute="full", model="gpt3-20b", seq_len=2048, gpus=128)
+    assert old.fits and old.breakdown_s["dp"] > 0 and old.breakdown_s["pp"] > 0
