@@ -222,9 +222,9 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import clustertop.engine.model.step as est
-    from clustertop.engine.model.validate import scenarios
+    from clustertop.engine.model import calibration
 
-    s = scenarios()["bloom-176b"]
+    s = calibration.scenario(next(r for r in calibration.rows() if r.name == "bloom-176b"))
     job = dataclasses.replace(s.jobs[0], micro_batch=1)        # 256 microbatches per replica
     exact = estimate_job(s, job)
     monkeypatch.setattr(est, "MAX_SIM_MICROBATCHES", 64)

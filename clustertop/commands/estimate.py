@@ -73,6 +73,8 @@ def _job_lines(e: JobEstimate) -> list[str]:
                + f", zero {j.zero}, {j.precision}, {j.schedule}"
                + (", sequence parallel" if j.sequence_parallel and j.tp > 1 else "")
                + f"; {e.microbatches} microbatches per replica")
+    if e.stack:
+        out.append("  stack       " + _stack(e.stack))
     if e.fits and e.step_time_s is not None:
         out.append(f"  step        {e.step_time_s:.3f} s   {_si(e.tokens_per_s or 0)}tokens/s")
         out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
@@ -114,3 +116,16 @@ def _inference_lines(e: JobEstimate) -> list[str]:
     else:
         out.append("  serving     - (does not fit in GPU memory)")
     return out + _memory_lines(e)
+
+
+def _stack(stack: dict[str, object]) -> str:
+    """The software stack in a line: attention kernel, fusion, what overlaps, the gradients' type, dropout."""
+    overlaps = [name for key, name in (("overlap_grad_reduce", "DP reduce"), ("overlap_param_gather", "param gather"),
+                                       ("tp_comm_overlap", "TP comm"), ("overlap_p2p_comm", "PP sends"))
+                if stack.get(key)]
+    parts = [f"attention {stack['attention_kernel']}", "fused kernels" if stack.get("fused_kernels") else "eager kernels",
+             "overlapped: " + (", ".join(overlaps) if overlaps else "nothing"),
+             f"gradients reduced in {str(stack['grad_reduce_dtype']).upper()}"]
+    if stack.get("dropout"):
+        parts.append(f"dropout {stack['dropout']}")
+    return "; ".join(parts)

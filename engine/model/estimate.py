@@ -60,6 +60,7 @@ class JobEstimate:
     ttft_s: float | None = None          # inference: median time to first token
     tpot_s: float | None = None          # inference: median time per output token
     serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
+    stack: dict[str, Any] = field(default_factory=dict)       # the software stack (software_stack)
 
 
 @dataclass
@@ -173,7 +174,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     cap = round(mem.capacity_bytes(cluster.gpu) / mem.GB, 2)
     common: dict[str, Any] = {"name": job.name, "gpus": job.gpus, "memory_gb": mem_gb,
                                "memory_gb_per_gpu": total_gb, "capacity_gb": cap, "chosen": chosen,
-                               "tiers": tiers, "job": resolved, "microbatches": best.microbatches}
+                               "tiers": tiers, "job": resolved, "microbatches": best.microbatches,
+                               "stack": software_stack(job, cluster.gpu)}
     if not fits:
         common["note"] = _fit_hint(model, job) if hints else ""
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
@@ -209,6 +211,7 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
         "name": job.name, "gpus": job.gpus, "memory_gb": memory_gb,
         "memory_gb_per_gpu": round(r.weights_gb + r.kv_cache_gb + r.reserve_gb, 2),
         "capacity_gb": round(r.capacity_gb, 2), "chosen": {}, "tiers": _tiers(cluster, job), "job": job,
+        "stack": software_stack(job, cluster.gpu),
         "kind": "inference"}
     if not r.fits:
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
@@ -304,6 +307,15 @@ def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> Scena
     return out
 
 
+def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
+    """The job's software stack as the model runs it (the attention kernel resolved for the GPU)."""
+    kernel = job.attention_kernel if job.attention_kernel == "unfused" else gpu.attention_kernel(job.attention_kernel)
+    return {"attention_kernel": kernel, "fused_kernels": job.fused_kernels,
+            "overlap_grad_reduce": job.overlap_grad_reduce, "overlap_param_gather": job.overlap_param_gather,
+            "tp_comm_overlap": job.tp_comm_overlap, "overlap_p2p_comm": job.overlap_p2p_comm,
+            "grad_reduce_dtype": job.grad_reduce_dtype, "dropout": job.dropout}
+
+
 def _round(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
 
@@ -320,6 +332,7 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
             "memory_gb": j.memory_gb, "chosen": j.chosen,
             "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,
             "capacity_gb": j.capacity_gb, "microbatches": j.microbatches, "kind": j.kind,
+            "stack": j.stack,
         })
         if j.kind == "inference":
             jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})
