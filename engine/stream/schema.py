@@ -12,7 +12,7 @@ docs/events.md.
   "power_w" (integer W) and "phase" (the dominant phase code) per GPU, "links" (tier -> load 0..1, a list
   per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
 - Discrete events: "step", "job_start", "job_stop", "fault", "restart", "maintenance", "checkpoint_start",
-  "checkpoint_end", "power_swing".
+  "checkpoint_end", "power_swing", "contention".
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
 
@@ -40,6 +40,7 @@ MAINTENANCE = "maintenance"
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 POWER_SWING = "power_swing"
+CONTENTION = "contention"
 
 
 def rle_encode(values: np.ndarray) -> dict[str, list[Any]]:
