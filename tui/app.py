@@ -74,8 +74,12 @@ class ClusterTopApp(App[None]):
         self.status_note = ""
         live = any(s.live for s in sources)
         start = min(s.start_t for s in sources)
+        driving = any(s.controllable and not s.done for s in sources)
+        interval = float(sources[0].header.get("sample_interval_s") or 1.0)
         self.playback = Playback(t=start, start=start, end=self._end(), speed=speed, paused=paused,
-                                 follow=live and start_t is None and not paused)
+                                 follow=live and start_t is None and not paused,
+                                 edge=start if driving else None, lead=interval)
+        self._sent_edge: float | None = None
         if start_t is not None:
             self.playback.t = min(max(start_t, start), max(self.playback.end, start))
         self.states: list[ClusterState] = [s.state_at(self.playback.t) for s in sources]
@@ -121,6 +125,7 @@ class ClusterTopApp(App[None]):
         dt, self._last_wall = now - self._last_wall, now
         end = self._end()
         t = self.playback.tick(dt, end)
+        self._drive()
         changed = self.set_time(t)
         if end != self._seen_end:
             self._seen_end = end
@@ -137,6 +142,17 @@ class ClusterTopApp(App[None]):
                 self.notify(source.index.error, title="stream stopped", severity="error", timeout=10)
         if changed:
             self.redraw()
+
+    def _drive(self) -> None:
+        """Give the engine the live edge (run_to): it simulates up to the clock on screen and no further."""
+        p = self.playback
+        if p.edge is None:
+            return
+        if all(s.done for s in self.sources if s.controllable):
+            p.stop_driving()
+        elif p.edge != self._sent_edge:
+            self._sent_edge = p.edge
+            self._send(protocol.run_to(p.edge))
 
     def set_time(self, t: float) -> bool:
         """Bring every state to simulated time t (folding events that arrived since); True when anything changed."""
@@ -238,16 +254,25 @@ class ClusterTopApp(App[None]):
         self.redraw()
 
     def action_inject_fault(self) -> None:
+        """A fault at the cursor's GPU at the time on screen (the live edge when the view is in the past)."""
         heatmap = self.screen.focused
         gpu = getattr(heatmap, "cursor_gpu", None)
         if gpu is None:
             maps = list(self.dashboard.query("Heatmap"))
             gpu = maps[0].cursor_gpu if maps else 0   # type: ignore[attr-defined]
-        sent = self._send(protocol.inject_fault(int(gpu)))
-        if sent:
-            self.notify(f"Fault injected at GPU {int(gpu):,}", timeout=3)
-        else:
+        p = self.playback
+        if p.edge is None:
             self.notify("Faults can be injected only into a live engine", severity="warning", timeout=3)
+            return
+        note = ""
+        if p.t < p.edge - 1e-9:                 # looking back: the engine cannot go into the past
+            p.follow, p.t = True, p.edge
+            note = " (the live edge: a fault cannot go into the past)"
+        if self._send(protocol.inject_fault(int(gpu), p.t)):
+            self.notify(f"Fault injected at GPU {int(gpu):,} at {format_clock(p.t)}{note}", timeout=4)
+            self.redraw()
+        else:
+            self.notify("The engine has stopped: no fault injected", severity="warning", timeout=3)
 
     def _send(self, command: dict[str, object]) -> bool:
         sent = False
@@ -312,10 +337,10 @@ class ClusterTopApp(App[None]):
         return run
 
 
-def show(sources: list[Source], compare: bool = False) -> None:
+def show(sources: list[Source], compare: bool = False, speed: float = 1.0, metric: str = "util") -> None:
     """Run the dashboard on `sources` until the user quits; the sources are closed whatever happens."""
     try:
-        ClusterTopApp(sources, compare=compare).run()
+        ClusterTopApp(sources, compare=compare, speed=speed, metric=metric).run()
     finally:
         for source in sources:
             source.close()

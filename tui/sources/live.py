@@ -37,6 +37,7 @@ class LiveSource(StreamSource):
         self._stderr: list[bytes] = []
         self._stderr_thread = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
         self._stderr_thread.start()
+        self.send(protocol.run_to(0.0))    # wait at the start for the dashboard's clock (it sends run_to)
         assert self.proc.stdout is not None
         stdout: IO[bytes] = self.proc.stdout
         try:
