@@ -41,14 +41,15 @@ def _kpi(key: str, doc: str) -> property:
 class JobStatus:
     """One job as the stream last described it.
 
-    Besides the step figures: `down` (stopped by a fault or maintenance, until its restart), `interruptions`
+    Besides the step figures: `down` (stopped by a fault, until its restart; `down_since` its time),
+    `time_lost_s` (work lost and downtime of its restarts so far), `interruptions`
     (faults and maintenance so far, as Llama 3 counts them), `tokens_lost` (work lost to restarts from
     checkpoints), `checkpoints` (written), `effective_training_time` (share of the time since the job started
     spent on steps whose work is kept; from the latest sample).
     """
 
-    __slots__ = ("_src", "checkpoints", "down", "effective_training_time", "first_gpu", "gpus", "info",
-                 "interruptions", "name", "running", "stop_reason", "tokens_lost")
+    __slots__ = ("_src", "checkpoints", "down", "down_since", "effective_training_time", "first_gpu", "gpus",
+                 "info", "interruptions", "name", "running", "stop_reason", "time_lost_s", "tokens_lost")
 
     def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
                  step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
@@ -66,6 +67,8 @@ class JobStatus:
         self.checkpoints = checkpoints
         self.effective_training_time = effective_training_time
         self.down = down
+        self.down_since: float | None = None
+        self.time_lost_s = 0.0
         self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
                                      "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
 
@@ -179,6 +182,8 @@ class ClusterState:
     def _fault(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job") or "")
         if job is not None:          # `running` stays as the samples say it (they carry it every interval)
+            if not job.down:
+                job.down_since = float(event["t"])
             job.down = True
             job.interruptions += 1
 
@@ -194,7 +199,9 @@ class ClusterState:
             return
         job.running = True
         job.down = False
+        job.down_since = None
         job.tokens_lost += int(event.get("lost_tokens", 0))
+        job.time_lost_s += float(event.get("lost_s", 0.0)) + float(event.get("downtime_s", 0.0))
         back = {k: event[src] for k, src in (("step", "from_checkpoint_step"), ("tokens_total", "tokens_total"))
                 if src in event}
         if back:

@@ -125,7 +125,7 @@ class Heatmap(Widget, can_focus=True):
         self._layout = None
         self.refresh()
         self.post_message(self.ViewChanged(self))
-        self._announce_cursor()
+        self.announce_cursor()
 
     def set_cursor(self, gpu: int) -> None:
         start, end = self.view.span(self.hierarchy)
@@ -133,7 +133,7 @@ class Heatmap(Widget, can_focus=True):
         if gpu != self.cursor_gpu:
             self.cursor_gpu = gpu
             self.refresh()
-        self._announce_cursor()
+        self.announce_cursor()
 
     # -- actions ------------------------------------------------------------------------------------------
 
@@ -203,7 +203,7 @@ class Heatmap(Widget, can_focus=True):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return container.height
 
-    def _announce_cursor(self) -> None:
+    def announce_cursor(self) -> None:
         gpu0, gpu1 = self.cursor_span
         self.post_message(self.CursorMoved(self, gpu0, gpu1))
 

@@ -44,6 +44,8 @@ class Inspector(QuietStatic):
         height: 3;
         padding: 0 1;
         background: $boost;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
     }
     """
 
