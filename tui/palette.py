@@ -46,7 +46,7 @@ PHASE_COLORS = {
     "optimizer": "#a6e22e",
     "checkpoint": "#e8e8ff",
     "failed": "#ff2020",
-    "memory": "#d98c3f",
+    "memory": "#8c564b",     # brown: apart from the bubble's orange
 }
 PHASE_LABELS = {
     "idle": "idle", "compute": "computing", "tp": "wait TP", "pp": "wait PP", "dp": "wait DP",

@@ -10,6 +10,8 @@ Symmetry: all DP replicas of a stage follow the same timeline, so a sample is co
 matrix of durations per job) and broadcast over "unit runs" (one per stage per replica, tp * cp GPUs); only GPUs
 that break the symmetry are computed apart and spliced into the runs: stragglers (engine/sim/variability.py) and
 GPUs under an override (a failed node). Encoded arrays that did not change since an earlier sample are reused.
+The phase shares (`phase_mix`) keep the symmetry on the wire: a row per stage of each job, the GPUs that differ
+apart, so they cost a few dozen numbers at any size (docs/events.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from ..config.phases import CODE
+from ..config.phases import CODE, PHASES
 from ..model.topology import TIERS
 from .activity import NPH, WAIT
 
@@ -183,7 +185,7 @@ class Sampler:
             p, r = p[last], r[last]
         span = b - a
         return Patch(p, np.rint(r @ PHASE_UTIL * (100.0 / span)).astype(np.int64), r @ self.power.phase_w / span,
-                     r.argmax(axis=1), static,
+                     r.argmax(axis=1), r, static,
                      self.unit_rows[np.searchsorted(self.unit_starts, p, side="right") - 1])
 
     def row_values(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -196,7 +198,7 @@ class Sampler:
     def line(self, a: float, b: float, t: float) -> bytes:
         """The sample line at time t: exact means over [a, b]."""
         m = self.measure(a, b)
-        util_b, power_b, phase_b = self.arrays(m)
+        util_b, power_b, phase_b, mix_b = self.arrays(m)
         pod = m.loads.T @ self.pod_weights                  # (tiers, pods)
         site = m.loads.T @ self.site_weights                # (tiers,)
         links: dict[str, Any] = {}
@@ -218,19 +220,46 @@ class Sampler:
         site_mw = round(self.power.site_mw(m.gpu_watts, self.topology.gpus), 4)
         budget = b',"over_budget":true' if self.power.over_budget(site_mw) else b""
         return b"".join((b'{"t":', orjson.dumps(wire_time(t)), b',"type":"sample","util":', util_b, b',"power_w":',
-                         power_b, b',"phase":', phase_b, b',"links":', orjson.dumps(links), b',"site_mw":',
+                         power_b, b',"phase":', phase_b, b',"phase_mix":', mix_b, b',"links":', orjson.dumps(links), b',"site_mw":',
                          orjson.dumps(site_mw), budget, b',"jobs":', orjson.dumps(jobs), b"}\n"))
 
-    def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes]:
+    def mix(self, stage_pct: list[np.ndarray], patch: Patch | None, patch_pct: np.ndarray | None) -> bytes:
+        """`phase_mix`: each GPU's phase shares over the interval (integer percent of the phases that occur), by
+        symmetry: a table of distinct shares, the row of each stage of each job (the reader broadcasts it over the
+        job's layout, as the stage of a GPU follows from it), the row of GPUs without a job, and runs of GPUs
+        that differ (stragglers, failed nodes). A cluster of any size costs a few dozen numbers."""
+        idle = np.zeros((1, NPH), np.int64)
+        idle[0, CODE["idle"]] = 100
+        table = np.concatenate([*stage_pct, idle] + ([patch_pct] if patch_pct is not None else []))
+        uniq, inverse = np.unique(table, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        cols = np.flatnonzero(uniq.any(axis=0))
+        jobs = {t.job.name: inverse[self.row_offset[i]:self.row_offset[i + 1]] for i, t in enumerate(self.tracks)}
+        out: dict[str, Any] = {"phases": [PHASES[c] for c in cols], "shares": np.ascontiguousarray(uniq[:, cols]),
+                               "jobs": jobs, "other": int(inverse[self.idle_row])}
+        if patch is not None and patch_pct is not None:
+            gpus, rows = patch.gpus, inverse[self.idle_row + 1:]
+            new = np.ones(gpus.size, dtype=bool)
+            new[1:] = (gpus[1:] != gpus[:-1] + 1) | (rows[1:] != rows[:-1])
+            first = np.flatnonzero(new)
+            out["gpus"] = {"at": gpus[first], "n": np.diff(first, append=gpus.size), "v": rows[first]}
+        return orjson.dumps(out, option=OPT_ARRAYS)
+
+    def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes, bytes]:
         """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch spliced
         in, equal neighbours merged. Cached as serialized bytes for samples that come out the same."""
+        span = m.b - m.a
         key: list[bytes] = []
+        stage_pct = []
         for track in self.tracks:
             s = m.stages[track.index]
-            key += (s.util.tobytes(), s.watts.tobytes(), s.phase.tobytes())
+            pct = percent(s.durations, span)
+            stage_pct.append(pct)
+            key += (s.util.tobytes(), s.watts.tobytes(), s.phase.tobytes(), pct.tobytes())
         p = m.patch
+        patch_pct = percent(p.durations, span) if p is not None else None
         if p is not None:
-            key += (p.gpus.tobytes(), p.util.tobytes(), p.watts.tobytes(), p.phase.tobytes())
+            key += (p.gpus.tobytes(), p.util.tobytes(), p.watts.tobytes(), p.phase.tobytes(), patch_pct.tobytes())
         cache_key = tuple(key)
         cached = self._cache.get(cache_key)
         if cached is not None:
@@ -255,7 +284,8 @@ class Sampler:
             np.not_equal(v[1:], v[:-1], out=keep[1:])
             first = starts[keep]
             out.append(orjson.dumps({"v": v[keep], "n": np.diff(first, append=n)}, option=OPT_ARRAYS))
-        result = (out[0], out[1], out[2])
+        out.append(self.mix(stage_pct, p, patch_pct))
+        result = (out[0], out[1], out[2], out[3])
         if len(self._cache) > 256:
             self._cache.clear()
         self._cache[cache_key] = result
@@ -282,6 +312,11 @@ class Sampler:
         return first, rows
 
 
+def percent(durations: np.ndarray, span: float) -> np.ndarray:
+    """Seconds per phase over a window as integer percent of it (rows: stages or GPUs)."""
+    return np.rint(durations * (100.0 / span)).astype(np.int64)
+
+
 @dataclass
 class StageMeans:
     """One job over one window: per stage, seconds per phase and the means derived from them."""
@@ -304,6 +339,7 @@ class Patch:
     util: np.ndarray          # integer percent
     power: np.ndarray         # W (float)
     phase: np.ndarray         # dominant phase code
+    durations: np.ndarray     # (gpus, phases) seconds
     static: bool              # stragglers only (their GPUs are the precomputed ones)
     rows: np.ndarray          # the row each GPU would follow without the patch
 

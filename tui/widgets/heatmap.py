@@ -283,8 +283,9 @@ class Heatmap(Widget, can_focus=True):
         for pixel in range(lay.pixels):
             gpu = lay.gpu0 + pixel * lay.g
             if self.metric == "phase":
-                code = int(palette.known_phases(state.phase[gpu:gpu + 1])[0])
-                value = PHASE_LABELS.get(PHASES[code], "?") if code < len(PHASES) else "?"
+                shares = state.mix.per_gpu(gpu, gpu + 1)[0]
+                code = int(shares.argmax())
+                value = f"{PHASE_LABELS.get(PHASES[code], '?')} {shares[code] * 100:.0f}%"
             elif self.metric == "power":
                 value = f"{float(state.power_w[gpu]):.0f} W"
             else:
@@ -292,7 +293,7 @@ class Heatmap(Widget, can_focus=True):
             x = int(lay.pixel_x[pixel]) + 1
             y = (int(lay.pixel_yh[pixel]) + 1) // 2 + (1 if lay.scale >= 7 else 0)
             style = styles.on(int(table[pixel]))
-            for row, text in ((y, f"GPU {gpu}"), (y + 1, value)):
+            for row, text in ((y, f"GPU {gpu:,}"), (y + 1, value)):
                 bottom = (int(lay.pixel_yh[pixel]) + lay.scale) // 2
                 if row >= bottom or row >= len(strips):
                     continue
