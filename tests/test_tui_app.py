@@ -359,3 +359,37 @@ def test_a_bad_sweep_file_is_one_line_and_exit_2(tmp_path, capsys) -> None:
     assert cli_main(["replay", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{bad}:2" in err[0] and "not JSON" in err[0]
+
+
+@sync
+async def test_compare_a_recording_that_ended_is_not_compared_as_current(tmp_path) -> None:
+    """Defects: a recording that had ended still said "running" and its last sample was compared as current;
+    "0 vs 0 = 1.00x" before the first step."""
+    import gzip
+
+    lines = gzip.open("recordings/flagship-8k.jsonl.gz").read().splitlines(keepends=True)
+    short = tmp_path / "short.jsonl"
+    short.write_bytes(b"".join(line for line in lines if line.startswith(b'{"t":') is False or
+                               float(line[5:line.index(b",")]) <= 20.0))
+    app = ClusterTopApp([RecordingSource(FLAGSHIP), RecordingSource(str(short))], start_t=0.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = rendered(app.screen.query_one("#comparison"))
+        row = next(line for line in table.splitlines() if "mean utilization" in line)
+        assert row.split()[-4:] == ["0%", "0%", "—", "—"]          # nothing yet: no difference, no ratio
+        app.seek(45.0)
+        await pilot.pause()
+        table = rendered(app.screen.query_one("#comparison"))
+        assert "ended 00:00:20.0" in table
+        row = next(line for line in table.splitlines() if "tokens/s " in line)
+        assert row.rstrip().endswith("—") and "x" not in row.split()[-1]
+        side_b = rendered(app.screen.query_one("#jobs-b"))
+        assert "recording ended 00:00:20.0" in side_b and "running" not in side_b
+
+
+def test_power_reads_in_kw_below_a_megawatt_and_with_separators() -> None:
+    from clustertop.tui import format as fmt
+
+    assert fmt.power(0.0123) == "12.3 kW"                         # 8 GPUs: not "0.01 MW"
+    assert fmt.power(24.56) == "24.56 MW"
+    assert fmt.power(2789.75) == "2,789.8 MW" and fmt.power(5000.0) == "5,000.0 MW"

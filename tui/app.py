@@ -74,6 +74,8 @@ class ClusterTopApp(App[None]):
         self.status_note = ""
         live = any(s.live for s in sources)
         start = min(s.start_t for s in sources)
+        if start_t is None and not live:
+            start_t = self._first_interval(sources)
         driving = any(s.controllable and not s.done for s in sources)
         interval = float(sources[0].header.get("sample_interval_s") or 1.0)
         self.playback = Playback(t=start, start=start, end=self._end(), speed=speed, paused=paused,
@@ -92,6 +94,13 @@ class ClusterTopApp(App[None]):
         self.sub_title = f"{'live' if first.controllable else 'replay'} {first.name} · {jobinfo.describe(self.states[0])}"
         if self.compare:
             self.sub_title = f"compare {sources[0].name} ↔ {sources[1].name}"
+
+    @staticmethod
+    def _first_interval(sources: list[Source]) -> float | None:
+        """Where a replay opens: the first sample that covers an interval (the one at the start is the instant
+        the jobs start, all idle: an all-zero first frame tells nothing)."""
+        times = [s.index.sample_t[1] for s in sources if len(s.index.sample_t) > 1]
+        return min(times) if times else None
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
+from .. import format as fmt
 from ..playback import format_clock
 from .panel import Panel
 
@@ -51,7 +52,7 @@ def describe(event: dict[str, Any]) -> str:
     if kind == "checkpoint_end":
         return f"checkpoint {job or ''} step {event.get('step', '?')} written"
     if kind == "power_swing" and "from_mw" in event and "to_mw" in event:
-        return f"power swing {float(event['from_mw']):.1f} → {float(event['to_mw']):.1f} MW"
+        return f"power swing {fmt.power(float(event['from_mw']))} → {fmt.power(float(event['to_mw']))}"
     if kind == "maintenance":
         parts = [event.get("cause") or "", f"[{event['component']}]" if event.get("component") else ""]
         where = " ".join(f"{k} {event[k]:,}" if isinstance(event[k], int) else f"{k} {event[k]}"

@@ -230,6 +230,8 @@ class Heatmap(Widget, can_focus=True):
     def pixel_colours(self, lay: Layout) -> np.ndarray:
         """Colour index of every pixel of the layout for the current metric (numpy, no loop over GPUs)."""
         state = self.state
+        if not state.samples:        # nothing measured yet: blank, not a cluster of zeros
+            return np.full(lay.pixels, palette.BG, dtype=np.int16)
         if self.metric == "phase":
             return palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]), lay.gpu0))
         if self.metric == "power":

@@ -179,11 +179,25 @@ class JobsPanel(Panel):
         self.sort = "name"
         self._headers: list[tuple[int, int, str]] = []
 
-    def show(self, state: ClusterState, t: float) -> None:
+    def show(self, state: ClusterState, t: float, ended: str | None = None) -> None:
+        """`ended`: the recording ended before t (compare mode): the figures are its last, not live."""
         width = max(20, (self.size.width or 50) - 4)
         jobs = list(state.jobs.values())
-        key = repr((width, self.sort, [(job.name, job.running, job.down, figures(job, state, t)) for job in jobs]))
+        key = repr((width, self.sort, ended,
+                    [(job.name, job.running, job.down, figures(job, state, t)) for job in jobs]))
         if key == self._shown:
+            return
+        if ended:
+            text = Text(no_wrap=True, overflow="ellipsis")
+            text.append(f"■ recording {ended}", style="bold yellow")
+            text.append(" · its last figures:\n", style="dim")
+            for job in jobs:
+                f = figures(job, state, t)
+                text.append(f"{job.name} ", style="bold")
+                text.append(f"step {f.get('step', '—')} · {f.get('tokens/s', '—')} tok/s · MFU {f.get('MFU', '—')}\n",
+                            style="dim")
+            text.rstrip()
+            self.show_if_changed(key, text)
             return
         if len(jobs) > 1:
             self.tooltip = "\n".join(f"{job.name}: {jobinfo.model_name(job)}, {job.gpus:,} GPUs" for job in jobs)
