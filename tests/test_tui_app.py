@@ -7,6 +7,7 @@ import functools
 import io
 import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -245,8 +246,9 @@ async def test_command_palette_lists_every_action() -> None:
         titles = {c.title for c in app.get_system_commands(app.screen)}
         for title in ("Play / pause", "Faster", "Slower", "Seek back", "Seek forward", "Previous event",
                       "Next event", "Zoom in", "Zoom out", "Colour by phase", "Help", "Save SVG screenshot",
-                      "Toggle dark / light", "Follow live", "Inject fault"):
+                      "Toggle dark / light"):
             assert title in titles
+        assert "Follow live" not in titles and "Inject fault" not in titles     # live-only: not in a replay
 
 
 @sync
@@ -367,7 +369,8 @@ async def test_compare_a_recording_that_ended_is_not_compared_as_current(tmp_pat
     "0 vs 0 = 1.00x" before the first step."""
     import gzip
 
-    lines = gzip.open("recordings/flagship-8k.jsonl.gz").read().splitlines(keepends=True)
+    with gzip.open("recordings/flagship-8k.jsonl.gz") as f:
+        lines = f.read().splitlines(keepends=True)
     short = tmp_path / "short.jsonl"
     short.write_bytes(b"".join(line for line in lines if line.startswith(b'{"t":') is False or
                                float(line[5:line.index(b",")]) <= 20.0))
@@ -393,3 +396,31 @@ def test_power_reads_in_kw_below_a_megawatt_and_with_separators() -> None:
     assert fmt.power(0.0123) == "12.3 kW"                         # 8 GPUs: not "0.01 MW"
     assert fmt.power(24.56) == "24.56 MW"
     assert fmt.power(2789.75) == "2,789.8 MW" and fmt.power(5000.0) == "5,000.0 MW"
+
+
+@sync
+async def test_sweep_table_s_saves_a_screenshot_and_question_mark_shows_help(tmp_path, monkeypatch) -> None:
+    """Defect: `s` and `?` did nothing in the sweep table."""
+    from clustertop.engine.stream.sweep_records import read_results
+    from clustertop.tui.sweep import SweepApp, SweepHelp
+
+    monkeypatch.chdir(tmp_path)
+    app = SweepApp(read_results(str(Path(__file__).parent.parent / SWEEP)), "sweep-16k.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, SweepHelp)
+        await pilot.press("escape", "s")
+        await pilot.pause()
+        assert not isinstance(app.screen, SweepHelp) and list(tmp_path.glob("*.svg"))
+
+
+def test_live_title_names_the_scenario_once_and_a_point_by_its_name() -> None:
+    """Defects: the title repeated the scenario name; a sweep point showed its temporary path."""
+    from clustertop.tui.jobinfo import describe
+    from clustertop.tui.sources.live import display_name
+
+    state = RecordingSource(FLAGSHIP).state_at(1.0)
+    assert describe(state, "llama3-405b-16k").count("llama3-405b-16k") == 1
+    assert describe(state, "flagship-16k.jsonl.gz").startswith("flagship-16k.jsonl.gz · llama3-405b-16k · ")
+    assert display_name("/tmp/clustertop-sweep-x1/llama3-405b-16k-point-3.toml") == "llama3-405b-16k-point-3"

@@ -91,7 +91,7 @@ class ClusterTopApp(App[None]):
         self._seen_end = self.playback.end
         self._reported_error = [False] * len(sources)
         first = sources[0]
-        self.sub_title = f"{'live' if first.controllable else 'replay'} {first.name} · {jobinfo.describe(self.states[0])}"
+        self.sub_title = f"{'live' if first.controllable else 'replay'} {jobinfo.describe(self.states[0], first.name)}"
         if self.compare:
             self.sub_title = f"compare {sources[0].name} ↔ {sources[1].name}"
 
@@ -316,8 +316,9 @@ class ClusterTopApp(App[None]):
             ("Go to end", "The last sample, or the live edge (end)", self.action_seek_end),
             ("Previous event", "Jump to the previous fault, checkpoint, restart... ([)", self.action_prev_event),
             ("Next event", "Jump to the next event (])", self.action_next_event),
-            ("Follow live", "Pin the clock to the engine (f)", self.action_follow_live),
-            ("Inject fault", "Fail the GPU under the cursor, live mode (i)", self.action_inject_fault),
+            *([("Follow live", "Pin the clock to the engine (f)", self.action_follow_live)] if self.live else []),
+            *([("Inject fault", "Fail the GPU under the cursor at the time on screen (i)", self.action_inject_fault)]
+              if self.playback.edge is not None else []),
             ("Zoom in", "On the cursor's building, pod, rack or node (enter)", self._heatmap_action("zoom_in")),
             ("Zoom out", "Back up the hierarchy (backspace)", self._heatmap_action("zoom_out")),
             ("Colour by utilization", "Heatmap metric (1)", self._screen_action("metric", "util")),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import IO, Any
 
 from clustertop.engine.config.errors import UserError
@@ -23,6 +24,11 @@ def record_command(scenario: str, seed: int | None = None, extra: list[str] | No
     if seed is not None:
         cmd += ["--seed", str(seed)]
     return cmd + list(extra or [])
+
+
+def display_name(scenario: str) -> str:
+    """A built-in scenario's name, or a scenario file's stem (a sweep point's temporary path is not a name)."""
+    return Path(scenario).stem if scenario.endswith(".toml") else scenario
 
 
 class LiveSource(StreamSource):
@@ -41,7 +47,7 @@ class LiveSource(StreamSource):
         assert self.proc.stdout is not None
         stdout: IO[bytes] = self.proc.stdout
         try:
-            super().__init__(scenario, stream_events(stdout, f"{scenario} (engine)"))
+            super().__init__(display_name(scenario), stream_events(stdout, f"{scenario} (engine)"))
         except UserError:
             self._fail()
             raise
