@@ -424,3 +424,36 @@ def test_live_title_names_the_scenario_once_and_a_point_by_its_name() -> None:
     assert describe(state, "llama3-405b-16k").count("llama3-405b-16k") == 1
     assert describe(state, "flagship-16k.jsonl.gz").startswith("flagship-16k.jsonl.gz · llama3-405b-16k · ")
     assert display_name("/tmp/clustertop-sweep-x1/llama3-405b-16k-point-3.toml") == "llama3-405b-16k-point-3"
+
+
+@sync
+async def test_event_log_folds_checkpoints_filters_and_seeks() -> None:
+    """Defects: each checkpoint added four event lines; no filter by kind; enter on an event did nothing; ] at the
+    end said nothing useful."""
+    from clustertop.tui.widgets.event_log import EventLog
+
+    app = app_at(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert log.count("checkpoint") == 1 and "power swing" not in log
+        assert "checkpoint pretrain step 3 written in 2.8\u00a0s · power 23.12 MW → 14.38 MW → 23.12 MW" in log
+        app.seek(60.0)
+        await pilot.press("e")                                  # no power swings
+        await pilot.pause()
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert "power swing" not in log and "FAULT" in log
+        await pilot.press("e")                                  # faults and restarts
+        await pilot.pause()
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert "checkpoint" not in log and "FAULT" in log and "restart" in log
+        events = app.screen.query_one(EventLog)
+        events.focus()
+        await pilot.press("up", "enter")                         # the fault (the restart is the newest)
+        await pilot.pause()
+        assert app.playback.t == pytest.approx(40.0, abs=0.01)
+        await pilot.press("right_square_bracket")               # the restart, at 51 s
+        assert app.playback.t == pytest.approx(51.0, abs=0.01)
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        assert any("No later event: the last was at 00:00:51.0" in str(n.message) for n in app._notifications)

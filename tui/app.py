@@ -7,6 +7,7 @@ frame timer polls them, so updates are coalesced to the frame rate however fast 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import ClassVar
@@ -24,8 +25,10 @@ from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.main import MainScreen
 from .sources import Source
+from .widgets.event_log import shown
 
 FPS = 30
+_KIND = re.compile(rb'"type":\s*"([a-z_]+)"')
 
 
 class ClusterTopApp(App[None]):
@@ -233,22 +236,33 @@ class ClusterTopApp(App[None]):
             self.seek(self.playback.end)
 
     def _event_times(self) -> list[float]:
+        """Times of the events [ and ] stop at: those the event log's filter shows, a checkpoint once."""
+        mode = getattr(self.dashboard, "event_filter", None)
         times: set[float] = set()
         for source in self.sources:
-            times.update(source.index.event_times())
+            with source.index.lock:
+                pairs = list(zip(source.index.event_t, source.index.event_line))
+            for t, line in pairs:
+                found = _KIND.search(line)
+                kind = found.group(1).decode() if found else ""
+                if kind != "checkpoint_end" and (mode is None or shown(kind, mode)):
+                    times.add(t)
         return sorted(times)
 
     def action_prev_event(self) -> None:
         earlier = [e for e in self._event_times() if e < self.playback.t - 1e-6]
         if not earlier:
-            self.notify("No earlier event", timeout=2)
+            self.notify("At the first event: none earlier", timeout=3)
             return
         self.seek(earlier[-1])
 
     def action_next_event(self) -> None:
-        later = [e for e in self._event_times() if e > self.playback.t + 1e-6]
+        times = self._event_times()
+        later = [e for e in times if e > self.playback.t + 1e-6]
         if not later:
-            self.notify("No later event", timeout=2)
+            last = f"the last was at {format_clock(times[-1])}" if times else "there are none"
+            more = "; more may come while the engine runs" if self.live else ""
+            self.notify(f"No later event: {last}{more}", timeout=3)
             return
         self.seek(later[0])
 

@@ -16,7 +16,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Transport", ("toggle_pause", "faster", "slower", "seek", "seek_start", "seek_end", "prev_event",
                    "next_event", "follow_live")),
     ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric")),
-    ("Panels", ("toggle_side", "panel", "sort_jobs")),
+    ("Panels", ("toggle_side", "panel", "sort_jobs", "event_filter", "choose", "go")),
     ("App", ("inject_fault", "save_screenshot", "toggle_theme", "help", "quit")),
 )
 
@@ -86,9 +86,10 @@ def dashboard_classes() -> tuple[type, ...]:
     from .app import ClusterTopApp
     from .screens.dashboard import DashboardScreen
     from .screens.main import MainScreen
+    from .widgets.event_log import EventLog
     from .widgets.heatmap import Heatmap
 
-    return (ClusterTopApp, DashboardScreen, MainScreen, Heatmap)
+    return (ClusterTopApp, DashboardScreen, MainScreen, Heatmap, EventLog)
 
 
 def dashboard_rows() -> list[tuple[str, list[tuple[str, str]]]]:

@@ -51,6 +51,8 @@ class MainScreen(DashboardScreen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "toggle_side", "Panels", tooltip="hide / show the side panels (the heatmap takes the width)"),
+        Binding("e", "event_filter", "Events", show=False,
+                tooltip="event log filter: all events, no power swings, faults and restarts ([ ] follow it)"),
         Binding("o", "sort_jobs", "Sort jobs", show=False,
                 tooltip="sort the jobs table: name, tokens/s, MFU, effective, interruptions, time lost "
                         "(or click a header)"),
@@ -155,6 +157,18 @@ class MainScreen(DashboardScreen):
             self.hidden.add(name)
         self.arrange_side()
         self.update_frame()
+
+    @property
+    def event_filter(self) -> str:
+        return self.query_one(EventLog).mode
+
+    def action_event_filter(self) -> None:
+        mode = self.query_one(EventLog).cycle_filter()
+        self.notify(f"event log: {mode}", timeout=2)
+        self.update_frame()
+
+    def on_event_log_chosen(self, message: EventLog.Chosen) -> None:
+        self.app.seek(message.t)   # type: ignore[attr-defined]
 
     def action_sort_jobs(self) -> None:
         order = self.query_one(JobsPanel).cycle_sort()
