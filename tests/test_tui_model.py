@@ -309,7 +309,7 @@ def test_power_panel_shows_the_site_budget_and_when_it_is_exceeded() -> None:
     state = ClusterState(h)
     state.apply({**sample(1.0, 50, mw=20.0), "over_budget": False})
     text = power_text(state, 40).plain
-    assert "budget 24.0 MW" in text and "83.3%" in text and "OVER" not in text
+    assert "budget 24.00 MW" in text and "83.3%" in text and "OVER" not in text
     state.apply({**sample(2.0, 90, mw=24.8), "over_budget": True})
     assert "103.3%  OVER BUDGET" in power_text(state, 40).plain
     assert "budget" not in power_text(ClusterState(header()), 40).plain    # no budget set: no line
