@@ -457,3 +457,98 @@ async def test_event_log_folds_checkpoints_filters_and_seeks() -> None:
         await pilot.press("right_square_bracket")
         await pilot.pause()
         assert any("No later event: the last was at 00:00:51.0" in str(n.message) for n in app._notifications)
+
+
+def two_jobs_source(names: tuple[str, str] = ("prometheus-pretrain-405b", "frontier-moe-serving")) -> Any:
+    """A 6,144-GPU cluster in two pods with two jobs (one a pod each), one sample; the second job down."""
+    import numpy as np
+    from clustertop.engine.stream import schema
+    from clustertop.engine.stream.index import EventIndex
+    from clustertop.tui.sources import Source
+
+    topology = {"gpus": 6144, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072,
+                "gpus_per_building": 6144}
+    jobs = [{"name": name, "first_gpu": 3072 * i, "gpus": 3072, "tp": 8, "cp": 1, "pp": 4, "dp": 96, "ep": 1,
+             "model": "llama3.1-405b"} for i, name in enumerate(names)]
+    header = {"type": "header", "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
+              "scenario": {"name": "two", "cluster": {"gpu": {"name": "h100", "tdp_w": 700.0}}},
+              "topology": topology, "jobs": jobs, "sample_interval_s": 1.0, "duration_s": 60.0}
+    index = EventIndex(header)
+    index.add({"t": 0.0, "type": "job_start", "job": names[0]})
+    index.add({"t": 0.0, "type": "job_start", "job": names[1]})
+    util = np.r_[np.full(3072, 80), np.zeros(3072, int)]
+    for t in (1.0, 2.0):
+        index.add({"t": t, "type": "step", "job": names[0], "step": int(t), "step_time_s": 1.0,
+                   "tokens_per_s": 2.5e6, "mfu": 0.4, "tflops_per_gpu": 400.0, "tokens_total": 2.5e6 * t})
+        index.add({"t": t, "type": "step", "job": names[1], "step": int(t), "step_time_s": 2.0,
+                   "tokens_per_s": 1.1e6, "mfu": 0.2, "tflops_per_gpu": 200.0, "tokens_total": 1.1e6 * t})
+        index.add({"t": t, "type": "sample", "util": schema.rle_encode(util),
+                   "power_w": schema.rle_encode(util * 7), "phase": schema.rle_encode((util > 0).astype(int)),
+                   "links": {"node": [0.3, 0.0], "leaf": [0.2, 0.0], "spine": [0.97, 0.0], "core": 0.1},
+                   "site_mw": 3.0})
+    index.add({"t": 2.5, "type": "fault", "job": names[1], "gpu": 4000, "cause": "Faulty GPU", "component": "gpu"})
+    index.finish()
+    return Source("two.jsonl", index)
+
+
+@sync
+async def test_jobs_are_named_on_the_map_and_one_can_be_highlighted() -> None:
+    """At any zoom a reader can tell which block is which job; n highlights one job and dims the others."""
+    from clustertop.tui import palette
+
+    app = ClusterTopApp([two_jobs_source()], start_t=3.0, paused=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        lay = heatmap.layout_info
+        labelled = {name for _, _, _, name in heatmap.job_labels(lay)}
+        assert labelled == {"prometheus-pretrain-405b", "frontier-moe-serving"}
+        from rich.color import Color
+
+        def colours() -> set[Any]:
+            return {c for strip in heatmap.render_frame() for seg in strip if seg.style
+                    for c in (seg.style.color, seg.style.bgcolor)}
+
+        dim = Color.parse(heatmap._theme().colours[palette.DIM])
+        assert dim not in colours()
+        await pilot.press("n")
+        assert heatmap.highlight == "prometheus-pretrain-405b"
+        assert "job prometheus-pretrain-405b" in str(app.screen.query_one("#map").border_title)
+        assert dim in colours()                            # the other job's GPUs are dimmed
+        await pilot.press("n", "n")
+        assert heatmap.highlight is None
+
+
+@sync
+async def test_jobs_table_keeps_names_and_widths_and_shows_a_down_job_as_stopped() -> None:
+    """Defects: names cut to "fro...", headers to "TFL...", widths changing each frame; a job that is down still
+    showed its running tokens/s and MFU."""
+    from clustertop.tui.widgets.jobs import JobsPanel
+
+    app = ClusterTopApp([two_jobs_source()], start_t=1.5, paused=True)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        panel = app.screen.query_one(JobsPanel)
+        before = rendered(panel).splitlines()
+        assert any("prometheus-pretrain-405b" in line for line in before)
+        assert any("frontier-moe-serving" in line and "1.10M" in line for line in before)
+        app.seek(3.0)                                      # the second job is down since 2.5 s
+        await pilot.pause()
+        after = rendered(panel).splitlines()
+        header = after[0]
+        assert header == before[0] and "tok/s" in header and "MFU" in header
+        assert [line.index(" ") for line in after[1:3]] == [line.index(" ") for line in before[1:3]]
+        down = next(line for line in after if "frontier-moe-serving" in line)
+        assert "down" in down and "1.10M" not in down and "20.0%" not in down
+        await pilot.press("o")                             # sort by tokens/s: the running job first
+        await pilot.pause()
+        rows = rendered(panel).splitlines()
+        assert "prometheus" in rows[1] and panel.sort == "tokens/s"
+    narrow = ClusterTopApp([two_jobs_source()], start_t=1.5, paused=True)
+    async with narrow.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        rows = rendered(narrow.screen.query_one(JobsPanel)).splitlines()
+        names = [row.split()[0] for row in rows[1:3]]
+        prom = next(name for name in names if name.startswith("prome"))     # a stable abbreviation
+        assert "…" in prom and prom.endswith("405b")
+        assert "prometheus-pretrain-405b" in str(narrow.screen.query_one(JobsPanel).tooltip)

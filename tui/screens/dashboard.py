@@ -48,6 +48,8 @@ class DashboardScreen(Screen[None]):
         heatmap.show(state)
         gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
         title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
+        if heatmap.highlight:
+            title += f" · job {heatmap.highlight}"
         if frame.border_title != title:   # setting it repaints the frame: only when it changes
             frame.border_title = title
         legend.show(state, heatmap.metric, gpu0, gpu1, heatmap.layout_info.g)

@@ -51,6 +51,8 @@ class MainScreen(DashboardScreen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "toggle_side", "Panels", tooltip="hide / show the side panels (the heatmap takes the width)"),
+        Binding("n", "highlight_job", "Job", show=False,
+                tooltip="highlight a job on the map (the others dim), the next on each press, then all"),
         Binding("e", "event_filter", "Events", show=False,
                 tooltip="event log filter: all events, no power swings, faults and restarts ([ ] follow it)"),
         Binding("o", "sort_jobs", "Sort jobs", show=False,
@@ -156,6 +158,18 @@ class MainScreen(DashboardScreen):
         else:
             self.hidden.add(name)
         self.arrange_side()
+        self.update_frame()
+
+    def action_highlight_job(self) -> None:
+        heatmap = self.query_one(Heatmap)
+        names = [None, *sorted(heatmap.state.jobs, key=lambda n: heatmap.state.jobs[n].first_gpu)]
+        heatmap.highlight = names[(names.index(heatmap.highlight) + 1) % len(names)] \
+            if heatmap.highlight in names else None
+        if heatmap.highlight is not None:
+            job = heatmap.state.jobs[heatmap.highlight]
+            heatmap.set_cursor(job.first_gpu)
+        self.notify(f"highlight: {heatmap.highlight or 'all jobs'}", timeout=2)
+        heatmap.refresh()
         self.update_frame()
 
     @property

@@ -104,9 +104,10 @@ class Entry:
         return f"{self.text} · power {' → '.join(self.swings)}"
 
 
-def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0]) -> list[Entry]:
+def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: float = 0.0) -> list[Entry]:
     """The log's lines: a checkpoint's start and end are one line (with how long it took), and the power swings
-    at its start and end fold into it; then the filter."""
+    at its start and end (within `slack`, a sample interval: swings are seen in samples) fold into it; then the
+    filter."""
     out: list[Entry] = []
     open_checkpoints: dict[str, Entry] = {}
     last_checkpoint: Entry | None = None
@@ -123,8 +124,7 @@ def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0]) -> list[En
             last_checkpoint = entry
             continue
         if kind == "power_swing" and last_checkpoint is not None and "to_mw" in event and (
-                abs(t - last_checkpoint.t) < 1e-6 or (last_checkpoint.end is not None
-                                                       and abs(t - last_checkpoint.end) < 1e-6)):
+                last_checkpoint.t - 1e-6 <= t <= (last_checkpoint.end or last_checkpoint.t) + slack + 1e-6):
             if not last_checkpoint.swings:
                 last_checkpoint.swings.append(fmt.power(float(event.get("from_mw", 0.0))))
             last_checkpoint.swings.append(fmt.power(float(event["to_mw"])))
@@ -204,7 +204,7 @@ class EventLog(Panel, can_focus=True):
         self.chosen = None
 
     def show(self, state: ClusterState) -> None:
-        self._entries = entries(state.events, self.mode)
+        self._entries = entries(state.events, self.mode, float(state.header.get("sample_interval_s") or 0.0))
         if self.chosen is not None and self.chosen >= len(self._entries):
             self.chosen = None
         self._draw()

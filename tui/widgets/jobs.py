@@ -141,8 +141,8 @@ def lost_time(job: JobStatus, t: float) -> float:
 
 # The jobs table: (header, width, figure key or None for the name and status, sort key).
 COLUMNS: tuple[tuple[str, int, str], ...] = (
-    ("state", 7, "state"), ("step", 7, "step"), ("s/step", 6, "step time"), ("tok/s", 6, "tokens/s"),
-    ("MFU", 6, "MFU"), ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"),
+    ("state", 7, "state"), ("tok/s", 6, "tokens/s"), ("MFU", 6, "MFU"), ("s/step", 6, "step time"),
+    ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"), ("step", 7, "step"),
 )
 SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
 
@@ -222,22 +222,22 @@ class JobsPanel(Panel):
         text.rstrip()
         return text
 
-    def columns(self, width: int) -> tuple[int, list[tuple[str, int, str]]]:
-        """The name column's width and the other columns that fit after it (in COLUMNS order)."""
+    def columns(self, width: int, longest: int) -> tuple[int, list[tuple[str, int, str]]]:
+        """The name column's width (the longest name, up to half the panel) and the columns that fit after it
+        (in COLUMNS order). Depends on the names and the width only: the same every frame."""
+        name_w = min(max(longest, 4), max(12, width // 2))
         shown: list[tuple[str, int, str]] = []
-        used = 0
+        used = name_w + 1
         for column in COLUMNS:
-            if used + column[1] + 1 + 10 > width:
+            if used + column[1] + 1 > width:
                 break
             shown.append(column)
             used += column[1] + 1
-        return width - used, shown
+        return name_w, shown
 
     def _many(self, state: ClusterState, t: float, width: int) -> Text:
         jobs = sorted(state.jobs.values(), key=lambda job: sort_value(job, self.sort, state, t))
-        longest = max(len(job.name) for job in jobs)
-        name_w, columns = self.columns(width)
-        name_w = min(name_w, max(longest, 4))
+        name_w, columns = self.columns(width, max(len(job.name) for job in jobs))
         text = Text(no_wrap=True, overflow="ellipsis")
         self._headers = []
         x = 0
