@@ -388,3 +388,23 @@ def test_phase_mix_is_each_gpus_time_shares(small: str) -> None:
     older.apply({k: v for k, v in samples[2].items() if k != "phase_mix"})
     assert np.array_equal(older.mix.per_gpu(0, older.gpus).argmax(axis=1), older.phase)
     assert np.allclose(older.mix.per_gpu(0, older.gpus).sum(axis=1), 1.0)
+
+
+def test_a_degraded_pod_tier_carries_its_load_on_the_links_left(tmp_path: Any) -> None:
+    """congested-fabric: half of pod 1's spine links down; the same traffic is twice the load there."""
+    plain = quiet(tmp_path)
+    degraded = quiet(tmp_path, SMALL + '\n[[cluster.degraded]]\ntier = "spine"\npod = 1\ncapacity = 0.5\n',
+                     "degraded.toml")
+    import dataclasses
+
+    def planner(s: Any, j: Any) -> Any:          # the fake plan, with traffic on the spine
+        plan = fake_planner(s, j)
+        return dataclasses.replace(plan, tier_load={**plan.tier_load, "spine": 0.3})
+
+    def links(path: str) -> dict[str, Any]:
+        events = run_events(path, duration_s=3.0, sample_s=1.0, planner=planner)[1]
+        return [e for e in events if e["type"] == "sample"][-1]["links"]
+
+    a, b = links(plain), links(degraded)
+    assert a["spine"][1] > 0 and b["spine"][0] == a["spine"][0]
+    assert b["spine"][1] == pytest.approx(min(1.0, 2 * a["spine"][1]), abs=2e-4)

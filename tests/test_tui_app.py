@@ -552,3 +552,24 @@ async def test_jobs_table_keeps_names_and_widths_and_shows_a_down_job_as_stopped
         prom = next(name for name in names if name.startswith("prome"))     # a stable abbreviation
         assert "…" in prom and prom.endswith("405b")
         assert "prometheus-pretrain-405b" in str(narrow.screen.query_one(JobsPanel).tooltip)
+
+
+@sync
+async def test_links_view_shows_each_pod_and_names_a_hot_or_degraded_one() -> None:
+    """A pod whose spine is busier than the others stands out and is named; the scenario's degraded links are named
+    in the links panel and, for the jobs that cross them, in the event log."""
+    from clustertop.tui.widgets.event_log import EventLog
+    from clustertop.tui.widgets.links import LinksPanel
+
+    source = two_jobs_source()
+    source.index.header["scenario"]["cluster"]["degraded"] = [{"tier": "spine", "pod": 0, "capacity": 0.5}]
+    app = ClusterTopApp([source], start_t=1.5, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        links = rendered(app.screen.query_one(LinksPanel))
+        spine = next(line for line in links.splitlines() if line.startswith("spine"))
+        assert "97%" in spine and "█▁" in spine                    # pod 0 full, pod 1 idle
+        assert "hottest spine pod 0 97%" in links and "degraded spine pod 0 at 50%" in links
+        log = unwrapped(rendered(app.screen.query_one(EventLog)))
+        assert "degraded spine in pod 0 (50% of its links) slows prometheus-pretrain-405b" in log
+        assert "slows frontier-moe-serving" not in log             # its pod is not degraded

@@ -115,6 +115,15 @@ class Sampler:
                 hi = min(j.first_gpu + j.gpus, (pod + 1) * per_pod)
                 self.pod_weights[track.index, pod] = (hi - lo) / pod_gpus[pod]
         self.site_weights = np.array([t.job.gpus / topo.gpus for t in self.tracks])
+        # Capacity left of each pod tier (cluster.degraded): the same traffic is a larger share of fewer links.
+        self.capacity = np.ones((len(TIERS), pods))
+        for d in run.scenario.cluster.degraded:
+            if d.tier in POD_TIERS:
+                row = self.capacity[TIERS.index(d.tier)]
+                if d.pod is None:
+                    row *= d.capacity
+                elif 0 <= d.pod < pods:
+                    row[d.pod] *= d.capacity
 
     def split(self, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit runs with each of `gpus` (sorted, unique) a run of its own: (starts, rows, index of each GPU)."""
@@ -199,7 +208,7 @@ class Sampler:
         """The sample line at time t: exact means over [a, b]."""
         m = self.measure(a, b)
         util_b, power_b, phase_b, mix_b = self.arrays(m)
-        pod = m.loads.T @ self.pod_weights                  # (tiers, pods)
+        pod = np.minimum(m.loads.T @ self.pod_weights / self.capacity, 1.0)      # (tiers, pods)
         site = m.loads.T @ self.site_weights                # (tiers,)
         links: dict[str, Any] = {}
         for i, tier in enumerate(TIERS):

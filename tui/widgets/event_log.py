@@ -75,7 +75,7 @@ def describe(event: dict[str, Any]) -> str:
 
 
 FILTERS = ("all events", "no power swings", "faults and restarts")
-FAULTS = frozenset({"fault", "restart", "maintenance", "job_stop"})
+FAULTS = frozenset({"fault", "restart", "maintenance", "job_stop", "degraded"})
 
 
 def shown(kind: str, mode: str) -> bool:
@@ -104,7 +104,27 @@ class Entry:
         return f"{self.text} · power {' → '.join(self.swings)}"
 
 
-def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: float = 0.0) -> list[Entry]:
+def slowed_by_links(header: dict[str, Any], job: str) -> list[str]:
+    """What the scenario's degraded links (cluster.degraded) do to a job that crosses them, one line each."""
+    info = next((j for j in header.get("jobs", []) if j.get("name") == job), None)
+    per_pod = int(header.get("topology", {}).get("gpus_per_pod", 0) or 0)
+    cluster = header.get("scenario", {}).get("cluster", {}) or {}
+    if info is None or per_pod <= 0:
+        return []
+    first, last = int(info["first_gpu"]), int(info["first_gpu"]) + int(info["gpus"]) - 1
+    out = []
+    for d in cluster.get("degraded") or []:
+        pod = d.get("pod") if isinstance(d, dict) else None
+        if not isinstance(d, dict) or (pod is not None and not first // per_pod <= int(pod) <= last // per_pod):
+            continue
+        where = f"pod {pod}" if pod is not None else "every pod"
+        out.append(f"degraded {d.get('tier')} in {where} ({float(d.get('capacity', 1)) * 100:.0f}% of its links) "
+                   f"slows {job}: its rings cross it")
+    return out
+
+
+def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: float = 0.0,
+            header: dict[str, Any] | None = None) -> list[Entry]:
     """The log's lines: a checkpoint's start and end are one line (with how long it took), and the power swings
     at its start and end (within `slack`, a sample interval: swings are seen in samples) fold into it; then the
     filter."""
@@ -134,6 +154,8 @@ def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: flo
             open_checkpoints[job] = entry
             last_checkpoint = entry
         out.append(entry)
+        if kind == "job_start" and header is not None:
+            out += [Entry(t, "degraded", line, "bold yellow") for line in slowed_by_links(header, job)]
     return [e for e in out if shown(e.kind, mode)]
 
 
@@ -204,14 +226,15 @@ class EventLog(Panel, can_focus=True):
         self.chosen = None
 
     def show(self, state: ClusterState) -> None:
-        self._entries = entries(state.events, self.mode, float(state.header.get("sample_interval_s") or 0.0))
+        self._entries = entries(state.events, self.mode, float(state.header.get("sample_interval_s") or 0.0),
+                                state.header)
         if self.chosen is not None and self.chosen >= len(self._entries):
             self.chosen = None
         self._draw()
 
     def _draw(self) -> None:
-        rows = max(1, self.size.height - 2) if self.size.height else 8
-        width = max(20, self.size.width - 4) if self.size.width else 60
+        rows = max(1, self.size.height) if self.size.height else 8   # size: the content, inside border and padding
+        width = max(20, self.size.width) if self.size.width else 60
         room = width - 11                       # after the clock
         # (entry index, clock or indent, text, style): long events wrap
         lines: list[tuple[int, str, str, str]] = []
@@ -227,8 +250,10 @@ class EventLog(Panel, can_focus=True):
                 lines.append((i, clock, words[:cut], entry.style))
                 words = "  " + words[cut:].lstrip()
                 clock = " " * 11
-        if self.chosen is None:
+        if self.chosen is None:                 # the newest events that fit whole
             lines = lines[-rows:]
+            while lines and not lines[0][1].strip():
+                lines = lines[1:]
         else:                                   # keep the chosen event in view
             at = next(k for k, line in enumerate(lines) if line[0] == self.chosen)
             start = min(max(0, at - rows // 2), max(0, len(lines) - rows))

@@ -181,7 +181,7 @@ class JobsPanel(Panel):
 
     def show(self, state: ClusterState, t: float, ended: str | None = None) -> None:
         """`ended`: the recording ended before t (compare mode): the figures are its last, not live."""
-        width = max(20, (self.size.width or 50) - 4)
+        width = max(20, self.size.width or 46)    # the content width (inside border and padding)
         jobs = list(state.jobs.values())
         key = repr((width, self.sort, ended,
                     [(job.name, job.running, job.down, figures(job, state, t)) for job in jobs]))

@@ -16,7 +16,7 @@ class PowerPanel(Panel):
     TITLE = "power"
 
     def show(self, state: ClusterState) -> None:
-        text = power_text(state, max(8, (self.size.width or 40) - 4))
+        text = power_text(state, max(8, self.size.width or 40))
         self.show_if_changed(text.plain, text)
 
 

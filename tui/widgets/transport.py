@@ -33,7 +33,7 @@ class TransportBar(QuietStatic):
         self._bar_w = 1
 
     def show(self, playback: Playback, *, live: bool, events: list[float], note: str = "") -> None:
-        width = max(20, self.size.width - 2) if self.size.width else 100
+        width = max(20, self.size.width) if self.size.width else 100
         if playback.at_end and not live and playback.t > playback.start:
             state, style = "■ END", "bold"
         elif playback.paused:
