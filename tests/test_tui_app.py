@@ -573,3 +573,34 @@ async def test_links_view_shows_each_pod_and_names_a_hot_or_degraded_one() -> No
         log = unwrapped(rendered(app.screen.query_one(EventLog)))
         assert "degraded spine in pod 0 (50% of its links) slows prometheus-pretrain-405b" in log
         assert "slows frontier-moe-serving" not in log             # its pod is not degraded
+
+
+@sync
+async def test_drill_down_lists_each_gpu_at_rack_zoom_and_the_worst_at_site_zoom() -> None:
+    """At node and rack zoom a row per GPU (utilization, power, memory, phase shares, history) instead of mostly
+    empty tiles; w at site zoom lists the worst GPUs of the view, failed first."""
+    from clustertop.tui.widgets.gpu_table import GpuTable
+
+    app = app_at(30.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one(GpuTable)
+        assert not table.display
+        await pilot.press("enter", "enter")                   # pod 0, then rack 0
+        await pilot.pause()
+        await pilot.pause()
+        assert app.screen.query_one(Heatmap).view.level == "rack" and table.display
+        rows = rendered(table).splitlines()
+        assert rows[0].split()[:5] == ["GPU", "job", "util", "power", "memory"]
+        body = [row for row in rows[1:] if row.strip()]
+        assert [row.split()[0] for row in body] == [str(g) for g in range(16)]
+        assert all("pretrain" in row and "cmp" in row and "%" in row for row in body)
+        assert all(any(ch in row for ch in "▁▂▃▄▅▆▇█") for row in body)   # a history per GPU
+        await pilot.press("backspace", "backspace")
+        app.seek(41.0)
+        await pilot.press("w")
+        await pilot.pause()
+        await pilot.pause()
+        rows = [row for row in rendered(table).splitlines()[1:] if row.strip()]
+        assert rows and all("FAIL" in row for row in rows[:8])
+        assert rows[0].split()[0] == "1,000"

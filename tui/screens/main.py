@@ -17,6 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header
 
 from ..widgets.event_log import EventLog
+from ..widgets.gpu_table import GpuTable
 from ..widgets.heatmap import Heatmap
 from ..widgets.inspector import Inspector
 from ..widgets.jobs import JobsPanel
@@ -53,6 +54,8 @@ class MainScreen(DashboardScreen):
         Binding("p", "toggle_side", "Panels", tooltip="hide / show the side panels (the heatmap takes the width)"),
         Binding("n", "highlight_job", "Job", show=False,
                 tooltip="highlight a job on the map (the others dim), the next on each press, then all"),
+        Binding("w", "toggle_worst", "Worst GPUs", show=False,
+                tooltip="the worst GPUs of the view under the map (rack and node zoom: every GPU, always)"),
         Binding("e", "event_filter", "Events", show=False,
                 tooltip="event log filter: all events, no power swings, faults and restarts ([ ] follow it)"),
         Binding("o", "sort_jobs", "Sort jobs", show=False,
@@ -85,6 +88,12 @@ class MainScreen(DashboardScreen):
     MainScreen.-folded #side > Panel {
         height: 1fr;
     }
+    MainScreen.-drill #map {
+        height: 12;
+    }
+    MainScreen.-worst #map {
+        height: 2fr;
+    }
     """
 
     def __init__(self) -> None:
@@ -92,6 +101,8 @@ class MainScreen(DashboardScreen):
         self.hidden: set[str] = set()   # panels the user hid (stacked side column)
         self.tab = PANELS[0]            # the panel shown when the side column is folded
         self.side_shown = True
+        self.worst = False              # the worst GPUs under the map at pod and site zoom
+        self._drill_mode = ""
 
     def compose(self) -> ComposeResult:
         state = self.app.states[0]   # type: ignore[attr-defined]
@@ -102,6 +113,7 @@ class MainScreen(DashboardScreen):
                     yield Heatmap(state, id="heatmap")
                 yield Legend(id="legend")
                 yield Inspector(id="inspector")
+                yield GpuTable(id="gpus")
             with Vertical(id="side"):
                 yield SideTabs(PANELS, PANEL_KEYS, id="tabs")
                 yield JobsPanel(id="jobs")
@@ -160,6 +172,17 @@ class MainScreen(DashboardScreen):
         self.arrange_side()
         self.update_frame()
 
+    def action_toggle_worst(self) -> None:
+        self.worst = not self.worst
+        self.update_frame()
+
+    def drill(self) -> str:
+        """'' (the heatmap alone), 'all' (a row per GPU: rack and node zoom) or 'worst' (pod and site zoom)."""
+        level = self.query_one(Heatmap).view.level
+        if level in ("rack", "node"):
+            return "all"
+        return "worst" if self.worst else ""
+
     def action_highlight_job(self) -> None:
         heatmap = self.query_one(Heatmap)
         names = [None, *sorted(heatmap.state.jobs, key=lambda n: heatmap.state.jobs[n].first_gpu)]
@@ -208,6 +231,17 @@ class MainScreen(DashboardScreen):
         self.show_map(heatmap, frame, self.query_one(Legend), state)
         c0, c1 = heatmap.cursor_span
         self.query_one(Inspector).show(state, c0, c1)
+        mode = self.drill()
+        table = self.query_one(GpuTable)
+        if mode != self._drill_mode:
+            self._drill_mode = mode
+            self.call_after_refresh(self.update_frame)     # again once the table has its size
+        self.set_class(mode == "all", "-drill")
+        self.set_class(mode == "worst", "-worst")
+        table.display = bool(mode)
+        if mode:
+            gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
+            table.show(state, gpu0, gpu1, mode == "worst", app.sources[0].index, playback.t)   # type: ignore[attr-defined]
         if self.panel("jobs").display:
             self.query_one(JobsPanel).show(state, playback.t)
         if self.panel("links").display:
