@@ -16,7 +16,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Transport", ("toggle_pause", "faster", "slower", "seek", "seek_start", "seek_end", "prev_event",
                    "next_event", "follow_live")),
     ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric", "highlight_job")),
-    ("Panels", ("toggle_side", "panel", "sort_jobs", "event_filter", "choose", "go")),
+    ("Panels", ("toggle_side", "panel", "toggle_worst", "sort_jobs", "event_filter", "choose", "go")),
     ("App", ("inject_fault", "save_screenshot", "toggle_theme", "help", "quit")),
 )
 
