@@ -130,6 +130,11 @@ class GpuTable(Panel):
             text.append(fmt.sparkline(self._history.get(r["gpu"], ()), history_w, 0.0, 1.0), style="cyan")
         self.show_if_changed(repr((text.plain, self.sort)), text)
 
+    def on_resize(self, event: events.Resize) -> None:
+        """How many rows fit changed: list as many GPUs as now fit."""
+        self._shown = ""
+        self.call_after_refresh(self.app.redraw)   # type: ignore[attr-defined]
+
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
         if offset is None or offset.y != 0:
