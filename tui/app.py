@@ -16,6 +16,7 @@ from clustertop.engine.stream import protocol
 from clustertop.engine.stream.state import ClusterState
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from . import jobinfo
@@ -185,7 +186,10 @@ class ClusterTopApp(App[None]):
     def redraw(self) -> None:
         screen = getattr(self, "dashboard", None)
         if isinstance(screen, DashboardScreen) and screen.is_mounted:
-            screen.update_frame()
+            try:
+                screen.update_frame()
+            except NoMatches:          # the app is closing: its widgets are going away under the frame timer
+                pass
 
     # -- transport actions ----------------------------------------------------------------------------------
 
