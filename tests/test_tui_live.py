@@ -86,3 +86,12 @@ def test_the_clock_ticks_between_samples(tmp_path: Path) -> None:
         asyncio.run(go())
     finally:
         source.close()
+
+
+def test_record_to_stdout_never_draws_a_progress_bar(monkeypatch) -> None:
+    """`record -o - | replay -`: the recorder's bar drew over the dashboard; on a terminal it is drawn only when the
+    stream goes to a file."""
+    from clustertop import progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert not progress.wanted("-") and progress.wanted("run.jsonl.gz")
