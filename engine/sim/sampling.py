@@ -73,6 +73,7 @@ class Sampler:
         self.topology = topo = run.topology
         self.power = run.power
         self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
+        self._mix_cache: dict[Any, bytes] = {}
         self.blocks: list[tuple[int, int, JobTrack | None]] = []
         pos = 0
         for track in sorted(self.tracks, key=lambda t: t.job.first_gpu):
@@ -240,8 +241,7 @@ class Sampler:
         idle = np.zeros((1, NPH), np.int64)
         idle[0, CODE["idle"]] = 100
         table = np.concatenate([*stage_pct, idle] + ([patch_pct] if patch_pct is not None else []))
-        uniq, inverse = np.unique(table, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        uniq, inverse = distinct_rows(table)
         cols = np.flatnonzero(uniq.any(axis=0))
         jobs = {t.job.name: inverse[self.row_offset[i]:self.row_offset[i + 1]] for i, t in enumerate(self.tracks)}
         out: dict[str, Any] = {"phases": [PHASES[c] for c in cols], "shares": np.ascontiguousarray(uniq[:, cols]),
@@ -259,20 +259,29 @@ class Sampler:
         in, equal neighbours merged. Cached as serialized bytes for samples that come out the same."""
         span = m.b - m.a
         key: list[bytes] = []
+        mix_key: list[bytes] = []
         stage_pct = []
         for track in self.tracks:
             s = m.stages[track.index]
             pct = percent(s.durations, span)
             stage_pct.append(pct)
-            key += (s.util.tobytes(), s.watts.tobytes(), s.phase.tobytes(), pct.tobytes())
+            key += (s.util.tobytes(), s.watts.tobytes(), s.phase.tobytes())
+            mix_key.append(pct.tobytes())
         p = m.patch
         patch_pct = percent(p.durations, span) if p is not None else None
-        if p is not None:
-            key += (p.gpus.tobytes(), p.util.tobytes(), p.watts.tobytes(), p.phase.tobytes(), patch_pct.tobytes())
+        if p is not None and patch_pct is not None:
+            key += (p.gpus.tobytes(), p.util.tobytes(), p.watts.tobytes(), p.phase.tobytes())
+            mix_key += (p.gpus.tobytes(), patch_pct.tobytes())
+        mix_bytes = self._mix_cache.get(tuple(mix_key))
+        if mix_bytes is None:
+            mix_bytes = self.mix(stage_pct, p, patch_pct)
+            if len(self._mix_cache) > 256:
+                self._mix_cache.clear()
+            self._mix_cache[tuple(mix_key)] = mix_bytes
         cache_key = tuple(key)
         cached = self._cache.get(cache_key)
         if cached is not None:
-            return cached
+            return (*cached, mix_bytes)
         util, power, phase = self.row_values(m.stages)
         row_values = (util, np.rint(power).astype(np.int64), phase)
         if p is None:
@@ -293,12 +302,11 @@ class Sampler:
             np.not_equal(v[1:], v[:-1], out=keep[1:])
             first = starts[keep]
             out.append(orjson.dumps({"v": v[keep], "n": np.diff(first, append=n)}, option=OPT_ARRAYS))
-        out.append(self.mix(stage_pct, p, patch_pct))
-        result = (out[0], out[1], out[2], out[3])
+        result = (out[0], out[1], out[2])
         if len(self._cache) > 256:
             self._cache.clear()
         self._cache[cache_key] = result
-        return result
+        return (*result, mix_bytes)
 
     def _override_rows(self, m_stages: dict[int, StageMeans], o: Override, a: float,
                        b: float) -> tuple[int, np.ndarray] | None:
@@ -319,6 +327,22 @@ class Sampler:
         rows[:, CODE[o.phase]] += w
         np.maximum(rows, 0.0, out=rows)
         return first, rows
+
+
+def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of an integer table in order of first appearance, and the index of each row's. A few
+    dozen rows (the usual case): a dict of their bytes; more (a large override): numpy on a void view."""
+    if table.shape[0] <= 256:
+        seen: dict[bytes, int] = {}
+        inverse = np.fromiter((seen.setdefault(row.tobytes(), len(seen)) for row in table), np.int64,
+                              count=table.shape[0])
+        first = np.zeros(len(seen), np.int64)
+        first[inverse[::-1]] = np.arange(table.shape[0] - 1, -1, -1)
+        return table[first], inverse
+    rows = np.ascontiguousarray(table)
+    void = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
+    _, first, inverse = np.unique(void, return_index=True, return_inverse=True)
+    return rows[first], inverse.reshape(-1)
 
 
 def percent(durations: np.ndarray, span: float) -> np.ndarray:
