@@ -36,7 +36,7 @@ PANEL_TIP = "show or hide the jobs, links, power or events panel (folded side co
 
 def side_width(width: int) -> int:
     """Columns of the side column at a terminal width: never more than half of it."""
-    want = 60 if width >= 190 else 54 if width >= 150 else 46 if width >= 120 else 40
+    want = 54 if width >= 150 else 46 if width >= 120 else 40
     return min(want, width // 2)
 
 
