@@ -25,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _si(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.2f} {unit}"
     return f"{x:.0f}"
