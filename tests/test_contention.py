@@ -15,6 +15,10 @@ from clustertop.engine.model import collectives as col
 from clustertop.engine.model.estimate import estimate, estimate_job, to_json
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import schema
+from clustertop.engine.stream.index import EventIndex
+from clustertop.engine.stream.state import ClusterState
+from clustertop.tui.widgets import links
+from clustertop.tui.widgets.event_log import describe
 
 from clustertop.cli import main
 
@@ -146,3 +150,27 @@ def test_a_neighbour_down_speeds_the_others_up(tmp_path: Path) -> None:
     assert separate.max() == pytest.approx(separate.min(), rel=1e-3)   # the day's clocks only; no neighbour
     steps = [e["step"] for e in events if e["type"] == schema.STEP and e["job"] == "interleaved-a"]
     assert steps == list(range(1, len(steps) + 1))                      # no step lost or repeated at a switch
+
+    # what the dashboard shows at any time it seeks to: the shared tier and each job's share, none while b is down
+    index = EventIndex(events[0])
+    for event in events[1:]:
+        index.add(event)
+    shared = {t: links.sharing(index.state_at(t)) for t in (10.0, fault["t"] + 60, restart["t"] + 60)}
+    assert [tier for tier, _ in shared[10.0]] == ["core"]
+    assert {name for name, _, _ in shared[10.0][0][1]} == {"interleaved-a", "interleaved-b"}
+    assert shared[fault["t"] + 60] == []
+    assert shared[restart["t"] + 60] == shared[10.0]
+    assert "interleaved-a x1.005" in describe(changes[1])
+
+
+def test_contention_events_from_untrusted_files_do_not_break_the_state() -> None:
+    header = {"type": "header", "topology": {"gpus": 16}, "jobs": [
+        {"name": "a", "first_gpu": 0, "gpus": 8, "contention_slowdown": 1.1, "contention_shares": {"core": 0.5}},
+        {"name": "b", "first_gpu": 8, "gpus": 8, "contention_shares": "not a dict"}]}
+    state = ClusterState(header)
+    assert links.sharing(state) == [("core", [("a", 0.5, 1.1)])]
+    for bad in ({"jobs": 3}, {"jobs": [1, {"nojob": 1}]}, {"jobs": [{"job": "zz", "contention_slowdown": "x"}]}):
+        event = {"t": 1.0, "type": "contention", **bad}
+        state.apply(event)
+        describe(event)
+        assert links.sharing(state) == []

@@ -24,6 +24,7 @@ from ..config.phases import CODE, PHASES
 from . import schema
 
 HISTORY = 240        # samples kept for sparklines
+CONTENTION_KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
 EVENT_LOG = 500      # discrete events kept for the log
 
 
@@ -49,8 +50,8 @@ class JobStatus:
     spent on steps whose work is kept; from the latest sample).
     """
 
-    __slots__ = ("_src", "checkpoints", "down", "down_since", "effective_training_time", "first_gpu", "gpus",
-                 "info", "interruptions", "name", "running", "stop_reason", "time_lost_s", "tokens_lost")
+    __slots__ = ("_src", "checkpoints", "contention", "down", "down_since", "effective_training_time", "first_gpu",
+                 "gpus", "info", "interruptions", "name", "running", "stop_reason", "time_lost_s", "tokens_lost")
 
     def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
                  step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
@@ -70,6 +71,8 @@ class JobStatus:
         self.down = down
         self.down_since: float | None = None
         self.time_lost_s = 0.0
+        # jobs sharing tiers: contention_slowdown, contention_tier, contention_shares (header, then "contention")
+        self.contention: dict[str, Any] = {k: self.info[k] for k in CONTENTION_KEYS if k in self.info}
         self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
                                      "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
 
@@ -221,7 +224,7 @@ class ClusterState:
             schema.SAMPLE: self._sample, schema.JOB_START: self._job_event,
             schema.JOB_STOP: self._job_event, schema.HEADER: _ignore, schema.FAULT: self._fault,
             schema.MAINTENANCE: self._maintenance, schema.RESTART: self._restart,
-            schema.CHECKPOINT_END: self._checkpoint_end}
+            schema.CHECKPOINT_END: self._checkpoint_end, schema.CONTENTION: self._contention}
 
     @property
     def util(self) -> np.ndarray:
@@ -288,6 +291,15 @@ class ClusterState:
                 if src in event}
         if back:
             job._src = {**job._src, **back}
+
+    def _contention(self, event: dict[str, Any]) -> None:
+        """The running jobs changed: each running job's slowdown and shares now; a job not running shares none."""
+        jobs = event.get("jobs")
+        now = {e["job"]: e for e in jobs if isinstance(e, dict) and "job" in e} if isinstance(jobs, list) else {}
+        for name, job in self.jobs.items():
+            if job.contention or name in now:
+                entry = now.get(name, {})
+                job.contention = {k: entry[k] for k in CONTENTION_KEYS if k in entry}
 
     def _checkpoint_end(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job") or "")

@@ -21,7 +21,8 @@ from ..playback import format_clock
 from .panel import Panel
 
 STYLES = {"fault": "bold red", "restart": "yellow", "maintenance": "magenta", "checkpoint_start": "cyan",
-          "checkpoint_end": "cyan", "power_swing": "yellow", "job_start": "green", "job_stop": "red"}
+          "checkpoint_end": "cyan", "power_swing": "yellow", "job_start": "green", "job_stop": "red",
+          "contention": "blue"}
 QUIET_KEYS = {"t", "type"}
 
 
@@ -70,6 +71,14 @@ def describe(event: dict[str, Any]) -> str:
         if "duration_s" in event:
             where = (where + " " if where else "") + f"for {float(event['duration_s']):,.0f} s"
         return (text + (f" · {where}" if where else "")).rstrip()
+    if kind == "contention" and isinstance(event.get("jobs"), list):
+        slowed = [f"{e.get('job')} x{float(e['contention_slowdown']):.3f}" for e in event["jobs"]
+                  if isinstance(e, dict) and isinstance(e.get("contention_slowdown"), (int, float))
+                  and e["contention_slowdown"] > 1.0005]
+        running = event.get("running")
+        count = f"{len(running)} jobs running" if isinstance(running, list) else "jobs changed"
+        return f"shared links: {count}; " + (", ".join(slowed) + " by their neighbours" if slowed
+                                             else "no job slowed by its neighbours")
     rest = " ".join(f"{k}={v}" for k, v in event.items() if k not in QUIET_KEYS)
     return f"{kind} {rest}".rstrip()
 

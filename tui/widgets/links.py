@@ -1,5 +1,6 @@
 """Link tiers: saturation of NVLink or PCIe, leaf, spine, between pods and buildings: the busiest link now, each
-pod's load at a glance (a degraded spine in one pod stands out), the hottest links and the degraded ones."""
+pod's load at a glance (a degraded spine in one pod stands out), the hottest links, the tiers jobs share (each
+job's share and slowdown) and the degraded ones."""
 
 from __future__ import annotations
 
@@ -74,6 +75,24 @@ def degraded(state: ClusterState) -> list[str]:
     return out
 
 
+def sharing(state: ClusterState) -> list[tuple[str, list[tuple[str, float, float]]]]:
+    """Per shared tier: each job that meets others there, its share of the busiest shared block and its slowdown
+    (the engine's contention figures: header, then "contention" events), largest share first."""
+    tiers: dict[str, list[tuple[str, float, float]]] = {}
+    for name, job in state.jobs.items():
+        shares = job.contention.get("contention_shares")
+        if not isinstance(shares, dict):
+            continue
+        slowdown = job.contention.get("contention_slowdown")
+        slow = float(slowdown) if isinstance(slowdown, (int, float)) else 1.0
+        for tier, share in shares.items():
+            if isinstance(share, (int, float)):
+                tiers.setdefault(str(tier), []).append((name, float(share), slow))
+    order = {t: i for i, t in enumerate(TIER_ORDER)}
+    return [(t, sorted(jobs, key=lambda j: -j[1])) for t, jobs in sorted(tiers.items(),
+                                                                        key=lambda kv: order.get(kv[0], 99))]
+
+
 class LinksPanel(Panel):
     """One line per link tier: the busiest link now, then each pod's load (a character per pod, buildings apart)
     or, for a site-wide tier, its recent history; the hottest links and the degraded ones below."""
@@ -116,6 +135,10 @@ class LinksPanel(Panel):
             if hot:
                 text.append("\nhottest ", style="dim")
                 text.append(" · ".join(hot))
+            for tier, jobs in sharing(state):
+                text.append(f"\nshared {tier_label(tier, state).split(' ')[0]} ", style="dim")
+                text.append(" · ".join(f"{name} {share * 100:.0f}%" + (f" x{slow:.3f}" if slow > 1.0005 else "")
+                                       for name, share, slow in jobs))
             bad = degraded(state)
             if bad:
                 text.append("\ndegraded ", style="dim")
