@@ -158,7 +158,7 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     if job.is_inference:
         return _estimate_inference(scenario, job, plan)
     cluster = scenario.cluster
-    model = JobModel(cluster, job, background)
+    model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
     configs = candidates(job)
     if not configs:
         per_replica = job.global_batch // job.dp

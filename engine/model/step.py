@@ -174,10 +174,11 @@ class JobModel:
     model and reused by every stage, configuration and evaluation with the same blocks.
     """
 
-    def __init__(self, cluster: Cluster, job: Job, background: col.Background = ()) -> None:
+    def __init__(self, cluster: Cluster, job: Job, background: col.Background = (), busy: bool = False) -> None:
         self.cluster, self.job = cluster, job
         self.gpu = cluster.gpu
         self.background = background
+        self.want_busy = busy          # Eval.busy even without a plan (jobs that share tiers: contention.py)
         self.net = _net(cluster, col.placement(job), background)
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
@@ -429,7 +430,7 @@ class JobModel:
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
-        busy = self._busy(cfg, fwd, bwd, m, dp_busy)
+        busy = self._busy(cfg, fwd, bwd, m, dp_busy) if plan or self.want_busy else {}
         if not plan:
             return None, step, breakdown, busy
         runs = merge_runs(intervals().then(tail), step, p)
