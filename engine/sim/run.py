@@ -63,6 +63,8 @@ from .variability import Stragglers
 Planner = Callable[[Scenario, Job], "StepPlan | None"]
 
 MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fill a disk
+MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection, restart,
+#                                     lost work), so 5,000 take ~15 s; the flagship's 54 days expect ~470
 OPT = orjson.OPT_APPEND_NEWLINE
 
 
@@ -204,6 +206,7 @@ class Run:
         if steps > MAX_STEP_EVENTS:
             raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
                             f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)")
+        self._check_faults()
         self.idle_gpus = self.topology.gpus - sum(t.job.gpus for t in self.tracks)
         self.speeds = variability.draw_speeds(scenario.variability, self.rng("variability.speed"),
                                               self.topology.gpus)
@@ -412,6 +415,19 @@ class Run:
             "site_mw_min": round(self.site_power.min_mw, 4) if math.isfinite(self.site_power.min_mw) else None,
             "site_mw_max": round(self.site_power.max_mw, 4) if math.isfinite(self.site_power.max_mw) else None,
             "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver)})
+
+    def _check_faults(self) -> None:
+        """UserError when the jobs expect more interruptions than a run can simulate (MAX_FAULTS)."""
+        f = self.scenario.faults
+        if not f.enabled:
+            return
+        count = sum(faults.expected(t.job.gpus, self.topology.gpus_per_node, self.duration_s, f.rate_scale,
+                                    f.planned_per_day) for t in self.tracks if t.plan is not None)
+        if count > MAX_FAULTS:
+            raise UserError(f"faults.rate_scale: the jobs expect {count:,.0f} interruptions in "
+                            f"{self.duration_s:,.0f} s at rate_scale {f.rate_scale:g}; expected at most {MAX_FAULTS:,}, "
+                            "as each one is simulated (lower rate_scale or --duration)",
+                            self.scenario.path or None)
 
     def _job(self, track: JobTrack) -> Generator[Any, Any, None]:
         if track.plan is None:
