@@ -53,7 +53,7 @@ def read_toml(path: Path) -> tuple[dict[str, Any], str]:
 
 # The tokens that matter for structure: strings and comments (skipped whole), brackets, '=', ',', '.', newlines.
 _TOKEN = re.compile(r'''"""(?:[^"\\]|\\.|"(?!""))*+"""|\'\'\'(?:[^\']|\'(?!\'\'))*+\'\'\'|"(?:[^"\\\n]|\\.)*+"|\'[^\'\n]*+\''''
-                    r"|#[^\n]*+|[-+]?[0-9][0-9_]{%d,}|[\[\]{}=,.\n]" % MAX_DIGITS, re.DOTALL)
+                    rf"|#[^\n]*+|[-+]?[0-9][0-9_]{{{MAX_DIGITS},}}|[\[\]{{}}=,.\n]", re.DOTALL)
 
 
 def check_structure(text: str, where: str) -> None:
