@@ -9,20 +9,20 @@ Processes and tracks:
   thread "state" with a "running" slice from job_start to job_stop; thread "events" with the job's other
   events as instants, and `X_start` / `X_end` pairs (checkpoints) as slices.
 Process and thread names and sort order are metadata events. Counters are written only when they change.
-The file is written to a temporary name and renamed at the end: a failed export leaves nothing behind.
+The file is written to a temporary name and renamed at the end, so a failed export leaves nothing behind; a FIFO
+or a device (/dev/stdout) is written through instead (engine/config/outfile.py).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 import numpy as np
 import orjson
 
+from ..config import outfile
 from ..config.errors import UserError
+from ..config.outfile import Output, open_output
 from . import schema
 from .reader import Reader, Warn
 from .state import ClusterState
@@ -40,7 +40,7 @@ def _us(t: float) -> float:
 
 
 class _Writer:
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes] | Output) -> None:
         self.out = out
         self.count = 0
 
@@ -68,26 +68,22 @@ class _Counters:
 def export(source: str | BinaryIO, output: str, warn: Warn | None = None) -> dict[str, Any]:
     """Write the Perfetto trace of a recording to `output`; returns counts for a summary."""
     reader = Reader(source, warn)
-    out_dir = Path(output).resolve().parent
-    fd, tmp = tempfile.mkstemp(prefix=".clustertop-", suffix=".json", dir=out_dir)
     try:
-        with os.fdopen(fd, "wb") as out:
-            stats = _export(reader, out)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)       # mkstemp creates 0600; a trace is an ordinary file
-        os.replace(tmp, output)
+        out = open_output(output, atomic=True)
     except BaseException:
         reader.close()
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise
+    try:
+        stats = _export(reader, out)
+    except BaseException:
+        reader.close()
+        out.abort()
+        raise
+    out.close()
     return stats
 
 
-def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
+def _export(reader: Reader, out: IO[bytes] | Output) -> dict[str, Any]:
     header = reader.header
     state = ClusterState(header)
     topo = header["topology"]
@@ -208,11 +204,9 @@ def _end(write: _Writer, open_slices: dict[tuple[int, int, str], float], pid: in
 
 def check_output(path: str) -> None:
     """UserError unless the trace can be written there (nothing is created)."""
-    from .recorder import check_output as check
-
     if path == "-":
         raise UserError("the trace needs a file name, not stdout", "-o")
-    check(path)
+    outfile.check_output(path)
 
 
 __all__ = ["UserError", "check_output", "export"]
