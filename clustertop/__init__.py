@@ -7,13 +7,19 @@ search path then includes the checkout, so `clustertop.engine` imports the same 
 
 from __future__ import annotations
 
+import sys
+
+if sys.argv and (sys.argv[0] == "-m" or sys.argv[0].endswith("clustertop")):   # the command line is starting:
+    from clustertop.signals import quiet_until_main  # first, so Ctrl-C during the
+
+    quiet_until_main()                                                        # imports below exits quietly
+
 from importlib import metadata
 from pathlib import Path
 
 _here = Path(__file__).resolve().parent
 if not (_here / "engine").is_dir() and (_here.parent / "engine" / "__init__.py").is_file():
     __path__.append(str(_here.parent))   # a source checkout: engine/ and tui/ beside clustertop/
-
 
 
 def _version() -> str:

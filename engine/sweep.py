@@ -251,8 +251,22 @@ def _init_worker(sweep: Sweep) -> None:
     global _WORKER_SWEEP
     _WORKER_SWEEP = sweep
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C stops the parent, which ends the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool ends its workers with SIGTERM: quietly, whatever the
+    #                                                parent's handler (clustertop/signals.py)
+    _end_with_parent()
     from .config import catalog
     catalog.gpus(), catalog.fabrics(), catalog.models()   # once per worker (already there after a fork)
+
+
+def _end_with_parent() -> None:
+    """Linux: SIGTERM this worker when its parent dies (even of SIGKILL), instead of leaving it to compute on and
+    print a BrokenPipeError traceback when it hands in its next chunk."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _pool_chunk(bounds: tuple[int, int]) -> list[Outcome]:
