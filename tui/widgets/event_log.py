@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clustertop.engine.config.errors import escape
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
@@ -82,7 +83,7 @@ class EventLog(Panel):
         lines: list[tuple[str, str, str]] = []  # (clock or indent, text, style): long events wrap
         for event in list(state.events)[-rows:]:
             style = STYLES.get(event.get("type", ""), "")
-            words = describe(event)
+            words = escape(describe(event))       # unknown events echo their keys and values
             clock = format_clock(float(event.get("t", 0.0))) + " "
             while True:
                 if len(words) <= room:
