@@ -23,6 +23,7 @@ from .units import parse_duration
 FORMAT_VERSION = 1
 MAX_GPUS = 10_000_000
 MAX_JOBS = 1_000
+MAX_PIPELINE_STAGES = 16_384   # each stage is costed on its own (Llama 3 405B ran 16)
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ JOB_SPEC: dict[str, Field] = {
     "micro_batch": optional("int", 1, positive=True, high=100_000, auto=True),
     "tp": optional("int", 1, positive=True, high=MAX_GPUS),
     "cp": optional("int", 1, positive=True, high=MAX_GPUS),
-    "pp": optional("int", 1, positive=True, high=MAX_GPUS),
+    "pp": optional("int", 1, positive=True, high=MAX_PIPELINE_STAGES),
     "dp": optional("int", None, positive=True, high=MAX_GPUS),
     "ep": optional("int", 1, positive=True, high=MAX_GPUS),
     "virtual_stages": optional("int", 1, positive=True, high=10_000, auto=True),

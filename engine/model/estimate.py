@@ -114,7 +114,7 @@ def _simulable(scenario: Scenario, job: Job, configs: list[Config]) -> list[Conf
     m = job.global_batch // job.dp // smallest.micro_batch
     where = f"{scenario.path}" if scenario.path else None
     i = scenario.jobs.index(job) if job in scenario.jobs else 0
-    raise UserError(f"jobs[{i}].pp: job {quote(job.name)}'s pipeline (pp = {job.pp:,}, virtual_stages = "
+    raise UserError(f"jobs[{i}].pp: the pipeline of job {quote(job.name)} (pp = {job.pp:,}, virtual_stages = "
                     f"{smallest.virtual_stages:,}, {m:,} microbatches per replica) needs {ops:,} operations simulated, "
                     f"{_size(need)} of schedule arrays; expected at most {pipeline.MAX_SCHEDULE_OPS:,} ({_size(cap)}): "
                     "lower pp or virtual_stages", where)

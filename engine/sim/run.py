@@ -419,6 +419,10 @@ class Run:
     def _check_faults(self) -> None:
         """UserError when the jobs expect more interruptions than a run can simulate (MAX_FAULTS)."""
         f = self.scenario.faults
+        where = self.scenario.path or None
+        if len(f.inject) > MAX_FAULTS:
+            raise UserError(f"faults.inject: {len(f.inject):,} injected faults; expected at most {MAX_FAULTS:,}, as "
+                            "each one is simulated", where)
         if not f.enabled:
             return
         count = sum(faults.expected(t.job.gpus, self.topology.gpus_per_node, self.duration_s, f.rate_scale,
@@ -426,8 +430,7 @@ class Run:
         if count > MAX_FAULTS:
             raise UserError(f"faults.rate_scale: the jobs expect {count:,.0f} interruptions in "
                             f"{self.duration_s:,.0f} s at rate_scale {f.rate_scale:g}; expected at most {MAX_FAULTS:,}, "
-                            "as each one is simulated (lower rate_scale or --duration)",
-                            self.scenario.path or None)
+                            "as each one is simulated (lower rate_scale or --duration)", where)
 
     def _job(self, track: JobTrack) -> Generator[Any, Any, None]:
         if track.plan is None:
