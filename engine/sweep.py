@@ -318,12 +318,12 @@ def _connect(client_class: Any, address: str) -> Any:
     try:
         identity = asyncio.run(asyncio.wait_for(_identity(address), DASK_TIMEOUT_S))
     except TimeoutError:
-        identity = f"no answer in {DASK_TIMEOUT_S:.0f} s"
+        identity = f"no answer in {DASK_TIMEOUT_S:g} s"
     except Exception as exc:  # noqa: BLE001  (OSError, a garbled reply the deserializer chokes on...)
         identity = _message(exc)[:200] or type(exc).__name__
     if not isinstance(identity, dict) or identity.get("type") != "Scheduler":
         why = identity if isinstance(identity, str) else "the reply is not a Dask scheduler's"
-        raise UserError(f"--dask: cannot connect to a Dask scheduler at {address}: {why}; expected the address of "
+        raise UserError(f"--dask: cannot connect to the Dask scheduler at {address}: {why}; expected the address of "
                         "a running dask scheduler")
     try:
         return client_class(address, timeout=DASK_TIMEOUT_S, set_as_default=False)
@@ -418,14 +418,18 @@ def sweep_to(sweep: Sweep, sink: IO[bytes] | None = None, top: int = 10, workers
              dask: str | None = None, progress: Callable[[Ranking], None] | None = None) -> Ranking:
     """Run the sweep, writing every record to `sink` in point order (flushed per chunk); rank as it goes."""
     ranking = Ranking(top)
-    for chunk in run(sweep, workers, dask):
-        for outcome in chunk:
-            ranking.add(outcome)
-        if sink is not None:
-            sink.write(b"".join(o.line for o in chunk))
-            sink.flush()
-        if progress is not None:
-            progress(ranking)
+    chunks = run(sweep, workers, dask)
+    try:
+        for chunk in chunks:
+            for outcome in chunk:
+                ranking.add(outcome)
+            if sink is not None:
+                sink.write(b"".join(o.line for o in chunk))
+                sink.flush()
+            if progress is not None:
+                progress(ranking)
+    finally:
+        chunks.close()        # a failed write (a full disk) ends the pool now, not when the generator is collected
     return ranking
 
 

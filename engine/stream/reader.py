@@ -55,10 +55,10 @@ def _open_raw(source: str | BinaryIO, expected: str = EXPECTED) -> tuple[IO[byte
     return raw, str(name), owned
 
 
-def open_lines(source: str, expected: str, warn: Warn | None = None) -> Lines:
+def open_lines(source: str, expected: str) -> Lines:
     """The complete lines of a file (plain or gzip) or '-', bounded as Lines bounds them; close with .close()."""
     raw, name, owned = _open_raw(source, expected)
-    return Lines(raw, name, warn, owned=owned)
+    return Lines(raw, name, owned=owned)
 
 
 class Lines:
@@ -67,14 +67,13 @@ class Lines:
     After iteration, `count` is the number of complete lines, `tail` the bytes of an unterminated last line.
     """
 
-    def __init__(self, raw: IO[bytes], name: str, warn: Warn | None = None, number: int = 0,
-                 owned: bool = False) -> None:
+    def __init__(self, raw: IO[bytes], name: str, number: int = 0, owned: bool = False) -> None:
         self.raw = raw
         self.owned = owned
         self.name = name
-        self.warn = warn or warn_stderr
         self.count = number            # line number of the last line handed out
         self.tail = b""
+        self.ended_early = False        # a compressed stream that stops mid-member (a writer killed)
         try:
             self.gzip = raw.peek(2)[:2] == GZIP_MAGIC  # type: ignore[attr-defined]
         except OSError as exc:
@@ -132,8 +131,7 @@ class Lines:
                 rest = b""
             if rest:
                 yield rest
-            self.warn(f"{self.name}: compressed stream ends early (the recorder was stopped?); "
-                      "using the complete lines")
+            self.ended_early = True
 
     def batches(self) -> Iterator[list[bytes]]:
         """Lists of complete lines; `count` is updated before each list is handed out."""
@@ -182,15 +180,11 @@ class Reader:
             self.name = name
         self.raw = raw
         self.warn = warn or warn_stderr
-        held: list[str] = []             # warnings while the header is read: said only if the header is good
-        self.lines = Lines(raw, self.name, held.append)
+        self.lines = Lines(raw, self.name)
         self._batches = self.lines.batches()
         self._first: list[bytes] = []
         self.line = 1                    # line number of the event events() yielded last
         self.header = self._read_header()
-        self.lines.warn = self.warn
-        for message in held:
-            self.warn(message)
 
     def close(self) -> None:
         if self._owned:
@@ -210,7 +204,7 @@ class Reader:
         except BaseException:
             self.close()
             raise
-        tail = self.lines.tail
+        tail, self.lines.tail = self.lines.tail, b""
         if tail:
             return self._parse_header(tail)
         self.close()
@@ -320,6 +314,9 @@ class Reader:
         is a whole line that breaks the schema."""
         tail = self.lines.tail
         if not tail:
+            if self.lines.ended_early:
+                self.warn(f"{self.name}: compressed stream ends early (the writer was stopped?); using the "
+                          f"{self.lines.count} complete lines")
             return None
         number = self.lines.count + 1
         event, why = self._check(tail, last)
@@ -327,7 +324,8 @@ class Reader:
             return event
         if why is not None and not why.startswith("line is not valid JSON"):
             raise _bad(self.name, number, why)
-        self.warn(f"{self.name}:{number}: last line is truncated; using the {number - 1} complete lines")
+        cause = " (the compressed stream ends early: the writer was stopped?)" if self.lines.ended_early else ""
+        self.warn(f"{self.name}:{number}: last line is truncated{cause}; using the {number - 1} complete lines")
         return None
 
 

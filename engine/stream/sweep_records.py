@@ -117,7 +117,7 @@ def looks_like_sweep_results(path: str) -> bool:
     if path == "-":
         return False
     try:
-        lines = open_lines(path, EXPECTED, warn=lambda message: None)
+        lines = open_lines(path, EXPECTED)
     except UserError:
         return False            # the recording reader reports the problem
     try:
@@ -140,7 +140,7 @@ def read_results(path: str) -> list[dict[str, Any]]:
     (a sweep killed while writing, plain or gzip) is left out: the complete lines are used."""
     records: list[dict[str, Any]] = []
     indexes: set[int] = set()
-    lines = open_lines(path, EXPECTED, warn=lambda message: None)
+    lines = open_lines(path, EXPECTED)
     try:
         for number, line in enumerate(lines, start=1):
             if line.strip():
