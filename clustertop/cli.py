@@ -10,7 +10,8 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from clustertop import __version__, signals
+import clustertop
+from clustertop import signals
 from clustertop.commands.scenarios import DEFAULT_SCENARIO
 from clustertop.engine.config.errors import UserError, escape
 
@@ -53,10 +54,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {escape(message)} (see `{self.prog} --help`)\n")
 
 
+class _Version(argparse.Action):
+    """--version: the version is looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        parser.exit(0, f"clustertop {clustertop.__version__}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clustertop", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"clustertop {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
 
     def add(name: str, help: str, description: str = "", epilog: str = "") -> argparse.ArgumentParser:

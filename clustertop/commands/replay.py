@@ -12,9 +12,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clustertop.tui.sources import Source
+if TYPE_CHECKING:
+    from clustertop.tui.sources import Source
 
 
 def open_source(path: str) -> Source:
@@ -50,9 +51,9 @@ def point_toml(record: dict[str, Any], directory: str) -> str:
 
 def run_sweep(path: str) -> int:
     from clustertop.engine.stream.sweep_records import read_results
-    from clustertop.tui.sweep import SweepApp
 
     records = read_results(path)                      # a bad file is a one-line error before any screen
+    from clustertop.tui.sweep import SweepApp
     directory = tempfile.mkdtemp(prefix="clustertop-sweep-")
     try:
         while True:

@@ -181,12 +181,12 @@ class Run:
         self.sample_s = float(sample_s if sample_s is not None
                               else default_sample_interval(self.duration_s, scenario.cluster.gpus))
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
-            raise UserError(f"expected a positive duration, got {self.duration_s}")
+            raise UserError(f"expected a positive duration, got {self.duration_s}", scenario.path or None)
         if not (self.sample_s > 0 and math.isfinite(self.sample_s)):
-            raise UserError(f"expected a positive sampling interval, got {self.sample_s}")
+            raise UserError(f"expected a positive sampling interval, got {self.sample_s}", scenario.path or None)
         if self.duration_s / self.sample_s > MAX_SAMPLES:
             raise UserError(f"{self.duration_s / self.sample_s:,.0f} samples is too many; expected at most "
-                            f"{MAX_SAMPLES:,} (raise --sample or lower --duration)")
+                            f"{MAX_SAMPLES:,} (raise --sample or lower --duration)", scenario.path or None)
         self.scenario = scenario
         self.topology = Topology.of(scenario.cluster)
         self.power = PowerModel.of(scenario.cluster)
@@ -205,7 +205,7 @@ class Run:
         steps = sum(self.duration_s / t.plan.step_time_s for t in self.tracks if t.plan is not None)
         if steps > MAX_STEP_EVENTS:
             raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
-                            f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)")
+                            f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)", scenario.path or None)
         self._check_faults()
         self.idle_gpus = self.topology.gpus - sum(t.job.gpus for t in self.tracks)
         self.speeds = variability.draw_speeds(scenario.variability, self.rng("variability.speed"),
