@@ -288,26 +288,16 @@ class Reader:
         """Fold every event (or those with t <= until) into a ClusterState: the fast path of replay, seek."""
         state = state if state is not None else ClusterState(self.header)
         apply = state.apply
-        check = self._check
-        last = float("-inf")
         limit = float("inf") if until is None else until
+        pairs = self.pairs()
         try:
-            for batch in self._all_batches():
-                base = self._line_base(batch)
-                for i, line in enumerate(batch):
-                    event, why = check(line, last)
-                    if event is None:
-                        raise _bad(self.name, base + i + 1, str(why))
-                    last = event["t"]
-                    if last > limit:
-                        return state
-                    apply(event)
-            event = self._tail(last)
-            if event is not None and event["t"] <= limit:
+            for event, _ in pairs:
+                if event["t"] > limit:
+                    break
                 apply(event)
-            return state
         finally:
-            self.close()
+            pairs.close()
+        return state
 
     def _tail(self, last: float) -> dict[str, Any] | None:
         """The unterminated last line: used if it is a whole event, a warning if it is cut short, an error if it
