@@ -77,7 +77,8 @@ def fields(obj: dict[str, Any], spec: dict[str, Check], path: str = "") -> str |
         if key in obj:
             why = check(obj[key])
             if why is not None:
-                return f"{path}{key}: {why}, got {show(obj[key])}"
+                got = "" if isinstance(obj[key], (dict, list)) else f", got {show(obj[key])}"
+                return f"{path}{key}{'' if why.startswith('[') else ': '}{why}{got}"   # jobs[0].gpus: ...
     return None
 
 
