@@ -23,13 +23,15 @@ from clustertop.signals import terminate_quietly
 
 ESTIMATOR: sweep.Estimator | None = None     # None: the performance model (tests put a stand-in here)
 MAX_REASONS = 8                               # kinds of invalid points listed in the summary
+MAX_WORKERS = 256                             # local worker processes: more is a fork bomb, not a speed-up
 
 
 def main(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UserError(f"--top {args.top}: expected 0 or more")
-    if args.workers is not None and args.workers < 1:
-        raise UserError(f"--workers {args.workers}: expected at least 1")
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers {args.workers}: expected 1 to {MAX_WORKERS} (one process each; this machine has "
+                        f"{sweep.available_cpus()} CPUs)")
     if args.workers is not None and args.dask:
         raise UserError("--workers is for local runs; with --dask the cluster's workers run the points")
     best = open_output(args.best_to, "--best-to", atomic=True) if args.best_to else None   # before the sweep
