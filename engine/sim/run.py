@@ -63,6 +63,8 @@ from .variability import Stragglers
 Planner = Callable[[Scenario, Job], "StepPlan | None"]
 
 MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fill a disk
+SAMPLE_BYTES_PER_RUN = 20          # a run in the three per-GPU arrays, at most: "100,700,1," + three counts (15 measured)
+SAMPLE_BYTES_PER_LOAD = 8          # a link load, "0.1234,"
 MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection, restart,
 #                                     lost work), so 5,000 take ~15 s; the flagship's 54 days expect ~470
 OPT = orjson.OPT_APPEND_NEWLINE
@@ -207,6 +209,7 @@ class Run:
             raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
                             f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)", scenario.path or None)
         self._check_faults()
+        self._check_sample_size()
         self.idle_gpus = self.topology.gpus - sum(t.job.gpus for t in self.tracks)
         self.speeds = variability.draw_speeds(scenario.variability, self.rng("variability.speed"),
                                               self.topology.gpus)
@@ -415,6 +418,18 @@ class Run:
             "site_mw_min": round(self.site_power.min_mw, 4) if math.isfinite(self.site_power.min_mw) else None,
             "site_mw_max": round(self.site_power.max_mw, 4) if math.isfinite(self.site_power.max_mw) else None,
             "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver)})
+
+    def _check_sample_size(self) -> None:
+        """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES). Per-GPU arrays are
+        run-length encoded: a job's GPUs run in lockstep but for its pipeline stages, which alternate every
+        tp * cp GPUs (up to one run per GPU); links carry one load per pod for three tiers."""
+        runs = sum(t.job.gpus // (t.job.tp * t.job.cp) if t.job.pp > 1 else 1 for t in self.tracks) + 1
+        size = runs * SAMPLE_BYTES_PER_RUN + self.topology.pods * 3 * SAMPLE_BYTES_PER_LOAD
+        if size > schema.MAX_LINE_BYTES:
+            raise UserError(f"a sample of this cluster could take {size / 2**20:,.0f} MiB ({runs:,} runs of "
+                            f"pipeline stages, {self.topology.pods:,} pods); expected at most "
+                            f"{schema.MAX_LINE_BYTES / 2**20:,.0f} MiB per line: larger tp * cp, or fewer, larger "
+                            "pods", self.scenario.path or None)
 
     def _check_faults(self) -> None:
         """UserError when the jobs expect more interruptions than a run can simulate (MAX_FAULTS)."""

@@ -29,7 +29,7 @@ from .state import ClusterState
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20
-MAX_LINE_BYTES = 64 << 20     # the longest line read; a sample of the largest cluster (10M GPUs) is ~10 MB
+MAX_LINE_BYTES = schema.MAX_LINE_BYTES
 Warn = Callable[[str], None]
 
 
