@@ -4,6 +4,7 @@ names, the signals and the Dask connection."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -242,3 +243,57 @@ def test_dask_port_that_never_answers_is_one_line(capsys: pytest.CaptureFixture[
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+# ---- the dashboard shows what the reader accepts ----------------------------------------------------------------
+
+ACCEPTED = ["valid_crlf", "event_unknown_type", "event_extra_keys", "last_line_truncated"]
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_dashboard_shows_accepted_hostile_recordings(name: str, tmp_path: Path) -> None:
+    """Recordings the reader accepts though an attacker wrote them (an unknown event with an escape sequence,
+    extra keys, CRLF, a cut last line; a header claiming a giant cluster of one job) play in the dashboard."""
+    import asyncio
+
+    from clustertop.tui.app import ClusterTopApp
+    from clustertop.tui.sources.recording import RecordingSource
+
+    path = Path(__file__).parent / "hostile" / "recordings" / f"{name}.jsonl"
+
+    async def play() -> str:
+        app = ClusterTopApp([RecordingSource(str(path))], start_t=0.0, paused=True)
+        async with app.run_test(size=(160, 50)) as pilot:
+            for key in ("end", "home", "right", "right", "z", "m", "2", "3", "tab", "]"):
+                await pilot.press(key)
+            await pilot.pause()
+            return app.screen.query_one("EventLog").content.plain if name == "event_unknown_type" else ""
+
+    log = asyncio.run(play())
+    if name == "event_unknown_type":
+        assert "future_thing" in log and "\x1b" not in log and "\\x1b[2J" in log
+
+
+def test_dashboard_shows_a_giant_header_with_one_small_job(tmp_path: Path) -> None:
+    import asyncio
+
+    from clustertop.tui.app import ClusterTopApp
+    from clustertop.tui.sources.recording import RecordingSource
+
+    lines = (Path(__file__).parent / "hostile" / "recordings" / "valid_prefix.jsonl").read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    header["topology"] = {"gpus": 10_000_000, "gpus_per_node": 1, "gpus_per_rack": 1, "gpus_per_pod": 1,
+                          "gpus_per_building": 1}
+    samples = [json.dumps({"t": float(i), "type": "sample", "util": {"v": [i], "n": [10_000_000]}}).encode()
+               for i in range(3)]
+    path = tmp_path / "giant.jsonl"
+    path.write_bytes(b"\n".join([json.dumps(header).encode(), *samples]) + b"\n")
+
+    async def play() -> None:
+        app = ClusterTopApp([RecordingSource(str(path))], start_t=0.0, paused=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for key in ("end", "z", "z", "backspace", "m"):
+                await pilot.press(key)
+            await pilot.pause()
+
+    asyncio.run(play())
