@@ -161,6 +161,7 @@ def made_cases(tmp: Path) -> list[Case]:
                                     "--seed", str(2**70)], 2, "--seed", names="--seed"))
     cases.append(Case("duration_inf", ["record", str(CORPUS / "scenarios" / "crlf.toml"), "-o", str(tmp / "d.jsonl"),
                                        "--duration", "1e400s"], 2, "--duration", names="--duration"))
+    cases.append(Case("workers_fork_bomb", [*sweep, "--workers", "100000"], 2, "expected 1 to 256", names="--workers"))
     cases.append(Case("dask_bad_scheme", [*sweep, "--dask", "notaproto://x"], 2, "not a Dask scheduler address",
                       names="--dask"))
     return cases

@@ -197,6 +197,7 @@ class Run:
         self.summary: dict[str, Any] = {}          # extra keys for `record --json`
         self.overrides: list[Override] = []
         self._extra: list[Callable[[Run], Generator[Any, Any, None]]] = []
+        self._check_sample_size()
         planner = planner or default_planner
         self.tracks: list[JobTrack] = []
         for i, job in enumerate(scenario.jobs):
@@ -209,7 +210,6 @@ class Run:
             raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
                             f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)", scenario.path or None)
         self._check_faults()
-        self._check_sample_size()
         self.idle_gpus = self.topology.gpus - sum(t.job.gpus for t in self.tracks)
         self.speeds = variability.draw_speeds(scenario.variability, self.rng("variability.speed"),
                                               self.topology.gpus)
@@ -420,10 +420,10 @@ class Run:
             "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver)})
 
     def _check_sample_size(self) -> None:
-        """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES). Per-GPU arrays are
-        run-length encoded: a job's GPUs run in lockstep but for its pipeline stages, which alternate every
-        tp * cp GPUs (up to one run per GPU); links carry one load per pod for three tiers."""
-        runs = sum(t.job.gpus // (t.job.tp * t.job.cp) if t.job.pp > 1 else 1 for t in self.tracks) + 1
+        """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES), before any job is
+        planned. Per-GPU arrays are run-length encoded: a job's GPUs run in lockstep but for its pipeline stages,
+        which alternate every tp * cp GPUs (up to one run per GPU); links carry one load per pod for three tiers."""
+        runs = sum(j.gpus // (j.tp * j.cp) if j.pp > 1 else 1 for j in self.scenario.jobs) + 1
         size = runs * SAMPLE_BYTES_PER_RUN + self.topology.pods * 3 * SAMPLE_BYTES_PER_LOAD
         if size > schema.MAX_LINE_BYTES:
             raise UserError(f"a sample of this cluster could take {size / 2**20:,.0f} MiB ({runs:,} runs of "

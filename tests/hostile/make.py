@@ -183,6 +183,11 @@ def scenarios() -> None:
          + '[[jobs]]\nname = "job0"\nmodel = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 16\ntp = 8\n', "unique"),
     ]:
         toml(f"type_{name}", text, fragment=fragment)
+    toml("sample_too_big", BASE.replace("gpus = 16", "gpus = 4000000").replace("tp = 8", "tp = 1\npp = 2")
+         .replace("global_batch = 16", "global_batch = 2000000"), command=RECORD, fragment="MiB per line")
+    toml("million_pods", BASE.replace("gpus = 16", "gpus = 4000000\ngpus_per_node = 1\ngpus_per_rack = 1\n"
+                                      "racks_per_pod = 1").replace("global_batch = 16", "global_batch = 4000000")
+         .replace("tp = 8", "tp = 1"), command=RECORD, fragment="pods")
     toml("record_duration_huge", BASE.replace('duration = "2s"', 'duration = "3650d"'), command=RECORD,
          fragment="")
 
