@@ -127,7 +127,7 @@ def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field]) -> 
     for key in table:
         if key not in spec:
             hint = did_you_mean(key, spec)
-            raise ctx.error(_join(path, key), f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
+            raise ctx.error(_join(path, _key_text(key)), f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
     out: dict[str, Any] = {}
     for key, field in spec.items():
         if key in table:
@@ -140,11 +140,12 @@ def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field]) -> 
 
 
 def _join(path: str, key: str) -> str:
-    return f"{path}.{key_text(key)}" if path else key_text(key)
+    return f"{path}.{key}" if path else key
 
 
-def key_text(key: str) -> str:
-    """A key as a key path shows it: bare when TOML allows it bare, else quoted (and escaped)."""
+def _key_text(key: str) -> str:
+    """A key the user wrote, as a key path shows it: bare when TOML allows it bare, else quoted (and escaped).
+    (The spec's own keys are all bare.)"""
     return key if _BARE_KEY.fullmatch(key) else quote(key)
 
 
