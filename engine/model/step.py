@@ -338,9 +338,7 @@ class JobModel:
             intervals = lambda: run.intervals
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
-            step = p if v > 1 else 1
-            m2 = max(2 * step, MAX_SIM_MICROBATCHES // step * step)     # two sizes at least a round apart
-            m1 = max(step, m2 // 2 // step * step)
+            m1, m2 = simulated_sizes(p, v, m)
             run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
@@ -557,6 +555,16 @@ def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: tup
     """The pipeline's times, kept for the same exact inputs: the SimPy simulation for a step plan, the same
     times evaluated without processes for a search or a sweep (pipeline.evaluate)."""
     return (simulate if plan else evaluate)(schedule, p, v, m, fwd, bwd, send, send_b)
+
+
+def simulated_sizes(p: int, v: int, m: int) -> tuple[int, ...]:
+    """The microbatch counts `JobModel.run` simulates for a step of m: m itself, or two sizes at least a round
+    apart that it extends from (m > MAX_SIM_MICROBATCHES)."""
+    if m <= MAX_SIM_MICROBATCHES:
+        return (m,)
+    step = p if v > 1 else 1
+    m2 = max(2 * step, MAX_SIM_MICROBATCHES // step * step)
+    return max(step, m2 // 2 // step * step), m2
 
 
 def sim_schedule(job: Job) -> str:

@@ -29,6 +29,7 @@ from ..config.phases import PHASES
 
 SCHEMA = "clustertop.events"
 SCHEMA_VERSION = 1
+MAX_LINE_BYTES = 64 << 20     # the longest line a reader takes (and so the longest sample a run may write)
 
 # Event types (docs/events.md).
 HEADER = "header"

@@ -62,7 +62,11 @@ class LiveSource(StreamSource):
 
     def _fail(self) -> None:
         """The engine stopped before its header: its one-line error is the user's error."""
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:      # it closed its output but runs on: end it, and say so
+            self.proc.kill()
+            self.proc.wait()
         self._stderr_thread.join(timeout=5)
         message = b"".join(self._stderr).decode(errors="replace").strip().splitlines()
         text = message[-1] if message else f"the engine exited with code {self.proc.returncode}"
