@@ -215,6 +215,9 @@ class Reader:
             header = orjson.loads(line)
         except orjson.JSONDecodeError:
             self.close()
+            if self.lines.ended_early and not self.lines.count:
+                raise UserError("line 1 is not JSON: the compressed stream ends inside it (the writer was stopped "
+                                "before its first line was out); nothing to read", f"{self.name}:1") from None
             raise UserError("line 1 is not JSON; expected a clustertop recording header",
                             f"{self.name}:1") from None
         try:
