@@ -161,6 +161,8 @@ def made_cases(tmp: Path) -> list[Case]:
                                     "--seed", str(2**70)], 2, "--seed", names="--seed"))
     cases.append(Case("duration_inf", ["record", str(CORPUS / "scenarios" / "crlf.toml"), "-o", str(tmp / "d.jsonl"),
                                        "--duration", "1e400s"], 2, "--duration", names="--duration"))
+    cases.append(Case("output_name_escape", [*sweep, "-o", str(tmp / "a\x1b[2J\nb.jsonl"), "--best-to",
+                                             str(tmp / "c\x1b]0;x\x07.toml")], 0))
     cases.append(Case("workers_fork_bomb", [*sweep, "--workers", "100000"], 2, "expected 1 to 256", names="--workers"))
     cases.append(Case("dask_bad_scheme", [*sweep, "--dask", "notaproto://x"], 2, "not a Dask scheduler address",
                       names="--dask"))

@@ -16,7 +16,7 @@ from typing import IO, Any, TextIO, cast
 import orjson
 
 from clustertop.engine import sweep
-from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.outfile import Output, open_output
 from clustertop.progress import Bar, wanted
 from clustertop.signals import terminate_quietly
@@ -75,14 +75,15 @@ def _sweep(args: argparse.Namespace, best: Output | None) -> int:
             raise UserError(f"no point fits in memory; nothing written to {args.best_to}")
         best.write(sweep.best_scenario(plan, winner[0], ranking).encode())
         best.close()
-        print(f"wrote the best point ({sweep.point_label(plan, winner[0].index)}) to {args.best_to}", file=report)
+        print(f"wrote the best point ({sweep.point_label(plan, winner[0].index)}) to {escape(args.best_to)}",
+              file=report)
     return 0
 
 
 def _summary(plan: sweep.Sweep, ranking: sweep.Ranking, args: argparse.Namespace, elapsed: float,
              report: TextIO) -> None:
     """How many points, how fast, how many invalid and why, what was derived, where the records went."""
-    where = f"Dask at {args.dask}" if args.dask else f"{_workers(args, plan):,} worker(s)"
+    where = f"Dask at {escape(args.dask)}" if args.dask else f"{_workers(args, plan):,} worker(s)"
     print(f"{plan.name}: {plan.size:,} points in {elapsed:.2f} s ({plan.size / max(elapsed, 1e-9):,.0f} points/s, "
           f"{where})", file=report)
     print(f"  {ranking.fit:,} fit, {ranking.oom:,} out of memory, {ranking.invalid:,} invalid (skipped)"
@@ -100,7 +101,7 @@ def _summary(plan: sweep.Sweep, ranking: sweep.Ranking, args: argparse.Namespace
         print(f"  dp derived as GPUs / (tp*cp*pp): the base's {', '.join(plan.derived)} left out of every point",
               file=report)
     if args.output and args.output != "-":
-        print(f"  wrote {plan.size:,} records to {args.output}", file=report)
+        print(f"  wrote {plan.size:,} records to {escape(args.output)}", file=report)
 
 
 def _workers(args: argparse.Namespace, plan: sweep.Sweep) -> int:

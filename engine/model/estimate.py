@@ -80,8 +80,7 @@ MAX_AUTO_VIRTUAL_STAGES = 64    # the most chunks per stage "auto" tries (Megatr
 
 
 def candidates(job: Job) -> list[Config]:
-    """Every configuration the "auto" settings may take (fixed settings stay as given) whose schedule the
-    pipeline can simulate (`schedule_ops`)."""
+    """Every configuration the "auto" settings may take (fixed settings stay as given)."""
     per_replica = job.global_batch // job.dp
     mbs = [job.micro_batch] if job.micro_batch != "auto" else \
         [d for d in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % d == 0]
@@ -105,22 +104,22 @@ def schedule_ops(job: Job, cfg: Config) -> int:
     return pipeline.operations(job.pp, cfg.virtual_stages, max(step.simulated_sizes(job.pp, cfg.virtual_stages, m)))
 
 
-def _simulable(scenario: Scenario, job: Job, configs: list[Config]) -> list[Config]:
-    """The configurations whose schedule is small enough to simulate; UserError, with the figure, when none is."""
-    fit = [c for c in configs if schedule_ops(job, c) <= pipeline.MAX_SCHEDULE_OPS]
-    if fit or not configs:
-        return fit
+def _simulable(job: Job, configs: list[Config]) -> list[Config]:
+    """The configurations whose schedule is small enough to simulate (pipeline.MAX_SCHEDULE_OPS)."""
+    return [c for c in configs if schedule_ops(job, c) <= pipeline.MAX_SCHEDULE_OPS]
+
+
+def _too_big(scenario: Scenario, job: Job, configs: list[Config]) -> UserError:
+    """The error for a job none of whose configurations can be simulated, with the smallest one's size."""
     smallest = min(configs, key=lambda c: schedule_ops(job, c))
     ops = schedule_ops(job, smallest)
-    need = ops * pipeline.SCHEDULE_BYTES_PER_OP
-    cap = pipeline.MAX_SCHEDULE_OPS * pipeline.SCHEDULE_BYTES_PER_OP
     m = job.global_batch // job.dp // smallest.micro_batch
-    where = f"{scenario.path}" if scenario.path else None
-    i = scenario.jobs.index(job) if job in scenario.jobs else 0
-    raise UserError(f"jobs[{i}].pp: the pipeline of job {quote(job.name)} (pp = {job.pp:,}, virtual_stages = "
-                    f"{smallest.virtual_stages:,}, {m:,} microbatches per replica) needs {ops:,} operations simulated, "
-                    f"{_size(need)} of schedule arrays; expected at most {pipeline.MAX_SCHEDULE_OPS:,} ({_size(cap)}): "
-                    "lower pp or virtual_stages", where)
+    i = next((k for k, other in enumerate(scenario.jobs) if other.name == job.name), 0)
+    return UserError(f"jobs[{i}].pp: the pipeline of job {quote(job.name)} (pp = {job.pp:,}, virtual_stages = "
+                     f"{smallest.virtual_stages:,}, {m:,} microbatches per replica) needs {ops:,} operations "
+                     f"simulated, {_size(ops * pipeline.SCHEDULE_BYTES_PER_OP)} of schedule arrays; expected at most "
+                     f"{pipeline.MAX_SCHEDULE_OPS:,} ({_size(pipeline.MAX_SCHEDULE_OPS * pipeline.SCHEDULE_BYTES_PER_OP)})"
+                     ": lower pp or virtual_stages", scenario.path or None)
 
 
 def _size(nbytes: float) -> str:
@@ -192,7 +191,10 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
         return _estimate_inference(scenario, job, plan)
     cluster = scenario.cluster
     model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
-    configs = _simulable(scenario, job, candidates(job))
+    everything = candidates(job)
+    configs = _simulable(job, everything)
+    if everything and not configs:
+        raise _too_big(scenario, job, everything)
     if not configs:
         per_replica = job.global_batch // job.dp
         raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
@@ -288,10 +290,9 @@ def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
 def _fit_hint(model: JobModel, job: Job) -> str:
     """When fixed settings do not fit: the settings that would, with every auto setting searched."""
     autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
-    everything = dataclasses.replace(job, **autos)
-    configs = [c for c in candidates(everything) if schedule_ops(job, c) <= pipeline.MAX_SCHEDULE_OPS]
+    configs = _simulable(job, candidates(dataclasses.replace(job, **autos)))
     best, fits = _search(model, configs, plan=False) if configs else (None, False)
-    if best is None or not fits:
+    if not fits or best is None:
         return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
     changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
     return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"

@@ -143,9 +143,7 @@ class Lines:
                 carried += len(chunk)
                 if b"\n" not in chunk:
                     if carried > MAX_LINE_BYTES:
-                        raise UserError(f"line {self.count + 1} is longer than {MAX_LINE_BYTES:,} bytes; expected "
-                                        "JSON lines of a clustertop stream (its longest are a few MB)",
-                                        self.name)
+                        raise self._too_long()
                     continue
                 chunk = b"".join(carry)
                 carry = []
@@ -154,9 +152,8 @@ class Lines:
             carried = len(last)
             if last:
                 carry.append(last)
-            if len(lines) > 1 and len(lines[0]) > MAX_LINE_BYTES:
-                raise UserError(f"line {self.count + 1} is longer than {MAX_LINE_BYTES:,} bytes; expected JSON "
-                                "lines of a clustertop stream (its longest are a few MB)", self.name)
+            if lines and len(lines[0]) > MAX_LINE_BYTES:     # (only the first can be: the others are in one chunk)
+                raise self._too_long()
             if lines:
                 self.count += len(lines)
                 yield lines
@@ -165,6 +162,10 @@ class Lines:
     def __iter__(self) -> Iterator[bytes]:
         for batch in self.batches():
             yield from batch
+
+    def _too_long(self) -> UserError:
+        return UserError(f"line {self.count + 1} is longer than {MAX_LINE_BYTES:,} bytes, the most a line of a "
+                         "clustertop stream holds", self.name)
 
 
 def _bad(name: str, number: int, message: str) -> UserError:
@@ -215,6 +216,9 @@ class Reader:
             header = orjson.loads(line)
         except orjson.JSONDecodeError:
             self.close()
+            if self.lines.ended_early and not self.lines.count:
+                raise UserError("line 1 is not JSON: the compressed stream ends inside it (the writer was stopped "
+                                "before its first line was out); nothing to read", f"{self.name}:1") from None
             raise UserError("line 1 is not JSON; expected a clustertop recording header",
                             f"{self.name}:1") from None
         try:

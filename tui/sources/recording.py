@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from clustertop.engine.config.errors import escape
 from clustertop.engine.stream.index import EventIndex
 
 from . import Source
@@ -14,5 +15,5 @@ class RecordingSource(Source):
     """Every event of a .jsonl or .jsonl.gz file, indexed for seeking."""
 
     def __init__(self, path: str) -> None:
-        index = EventIndex.of_file(path, note=lambda text: print(f"clustertop: {text}", file=sys.stderr))
+        index = EventIndex.of_file(path, note=lambda text: print(f"clustertop: {escape(text)}", file=sys.stderr))
         super().__init__(Path(path).name, index)
