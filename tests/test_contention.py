@@ -151,6 +151,11 @@ def test_a_neighbour_down_speeds_the_others_up(tmp_path: Path) -> None:
     steps = [e["step"] for e in events if e["type"] == schema.STEP and e["job"] == "interleaved-a"]
     assert steps == list(range(1, len(steps) + 1))                      # no step lost or repeated at a switch
 
+    # the shared pod's uplinks carry both jobs' rings: twice the load of the pods either job has alone
+    core = np.array([e["links"]["core"] for e in events if e["type"] == schema.SAMPLE and 0 < e["t"] <= fault["t"]])
+    assert core[:, 1].mean() == pytest.approx(2 * core[:, 0].mean(), rel=0.05)
+    assert core[:, 3:].max() == 0.0                                    # the separated pair never leaves its pods
+
     # what the dashboard shows at any time it seeks to: the shared tier and each job's share, none while b is down
     index = EventIndex(events[0])
     for event in events[1:]:

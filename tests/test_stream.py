@@ -213,14 +213,17 @@ def test_power_and_site_mw(small: str) -> None:
             assert e["site_mw"] == pytest.approx(expected, abs=64 * 0.5 * 1.32 / 1e6 + 1e-4)
 
 
-def test_links_per_pod_and_site(small: str) -> None:
+def test_links_per_pod_and_building(small: str) -> None:
     run, events = run_events(small, duration_s=2.0, sample_s=1.0)
+    header = events[0]
+    assert header["link_scope"] == {"node": "pod", "leaf": "pod", "spine": "pod", "core": "pod",
+                                    "campus": "building"}
     sample = [e for e in events if e["type"] == "sample"][-1]
     links = sample["links"]
     assert set(links) == {"node", "leaf", "spine", "core", "campus"}
-    for tier in ("node", "leaf", "spine"):
-        assert isinstance(links[tier], list) and len(links[tier]) == 2
-    assert isinstance(links["core"], float) and isinstance(links["campus"], float)
+    for tier in ("node", "leaf", "spine", "core"):
+        assert isinstance(links[tier], list) and len(links[tier]) == header["topology"]["pods"]
+    assert isinstance(links["campus"], list) and len(links["campus"]) == header["topology"]["buildings"]
     tiers = run.tracks[0].layout.tiers()
     assert links["node"][0] > 0 and tiers["tp"] == "node"
     assert links[tiers["dp"]] != 0

@@ -51,9 +51,9 @@ from .activity import NPH, Activity, CompiledPlan, Constant, Running, Segment
 from .lifecycle import PLANNED, JobDriver, SparePool
 from .sampling import (
     INSTANT,
+    LINK_SCOPE,
     MAX_SAMPLES,
     PHASE_UTIL,
-    POD_TIERS,
     Measurement,
     Sampler,
     default_sample_interval,
@@ -376,7 +376,7 @@ class Run:
                 "generator": f"clustertop {__version__}", "scenario": s, "topology": self.topology.summary(),
                 "jobs": jobs, "seed": self.seed, "sample_interval_s": self.sample_s,
                 "duration_s": self.duration_s, "sampling": "mean", "tiers": list(TIERS),
-                "link_scope": {tier: ("pod" if tier in POD_TIERS else "site") for tier in TIERS},
+                "link_scope": dict(LINK_SCOPE),
                 "phases": list(PHASES), "phase_util": [float(u) for u in PHASE_UTIL],
                 "power": self.power.describe()}
 

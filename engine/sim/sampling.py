@@ -36,7 +36,9 @@ PHASE_UTIL[CODE["compute"]] = 1.0
 PHASE_UTIL[CODE["optimizer"]] = 0.5
 PHASE_UTIL[CODE["memory"]] = 0.5
 
-POD_TIERS = ("node", "leaf", "spine")      # tiers inside a pod: one load per pod; core and campus: one load
+# Where each tier's load is given: one value per pod for the links of a pod (inside it, and its uplinks between
+# pods), one per building for a building's links to the others.
+LINK_SCOPE = {"node": "pod", "leaf": "pod", "spine": "pod", "core": "pod", "campus": "building"}
 TARGET_SAMPLES = 5000
 TARGET_GPU_SAMPLES = 1e9
 NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
@@ -105,26 +107,18 @@ class Sampler:
         self.slow_gpus = np.concatenate(slow) if slow else np.zeros(0, np.int64)
         self.slow_order = np.argsort(self.slow_gpus, kind="stable")
         self.static_split = self.split(self.slow_gpus[self.slow_order])
-        pods = topo.pods
-        per_pod = topo.gpus_per_pod
-        pod_gpus = np.minimum(per_pod, topo.gpus - np.arange(pods) * per_pod).astype(np.float64)
-        self.pod_weights = np.zeros((len(self.tracks), pods))
-        for track in self.tracks:
-            j = track.job
-            for pod in range(j.first_gpu // per_pod, (j.first_gpu + j.gpus - 1) // per_pod + 1):
-                lo = max(j.first_gpu, pod * per_pod)
-                hi = min(j.first_gpu + j.gpus, (pod + 1) * per_pod)
-                self.pod_weights[track.index, pod] = (hi - lo) / pod_gpus[pod]
-        self.site_weights = np.array([t.job.gpus / topo.gpus for t in self.tracks])
-        # Capacity left of each pod tier (cluster.degraded): the same traffic is a larger share of fewer links.
-        self.capacity = np.ones((len(TIERS), pods))
+        self.scopes = {"pod": _Blocks(self.tracks, topo.gpus, topo.gpus_per_pod),
+                       "building": _Blocks(self.tracks, topo.gpus, topo.gpus_per_building)}
+        # Capacity left of each tier's blocks (cluster.degraded): the same traffic is a larger share of fewer links.
         for d in run.scenario.cluster.degraded:
-            if d.tier in POD_TIERS:
-                row = self.capacity[TIERS.index(d.tier)]
-                if d.pod is None:
-                    row *= d.capacity
-                elif 0 <= d.pod < pods:
-                    row[d.pod] *= d.capacity
+            if d.tier not in LINK_SCOPE:
+                continue
+            blocks = self.scopes[LINK_SCOPE[d.tier]]
+            row = blocks.capacity.setdefault(d.tier, np.ones(blocks.count))
+            if d.pod is None:
+                row *= d.capacity
+            elif 0 <= d.pod * topo.gpus_per_pod < topo.gpus:
+                row[d.pod * topo.gpus_per_pod // blocks.size] *= d.capacity
 
     def split(self, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit runs with each of `gpus` (sorted, unique) a run of its own: (starts, rows, index of each GPU)."""
@@ -209,11 +203,9 @@ class Sampler:
         """The sample line at time t: exact means over [a, b]."""
         m = self.measure(a, b)
         util_b, power_b, phase_b, mix_b = self.arrays(m)
-        pod = np.minimum(m.loads.T @ self.pod_weights / self.capacity, 1.0)      # (tiers, pods)
-        site = m.loads.T @ self.site_weights                # (tiers,)
         links: dict[str, Any] = {}
         for i, tier in enumerate(TIERS):
-            links[tier] = np.round(pod[i], 4).tolist() if tier in POD_TIERS else round(float(site[i]), 4)
+            links[tier] = self.scopes[LINK_SCOPE[tier]].loads(tier, m.loads[:, i])
         jobs = {}
         for track in self.tracks:
             status: dict[str, Any] = {"running": track.activity.running, "step": track.step,
@@ -379,6 +371,29 @@ class Patch:
     @property
     def watts(self) -> np.ndarray:
         return np.rint(self.power).astype(np.int64)
+
+
+class _Blocks:
+    """Pods or buildings: each job's share of each block's GPUs, and the capacity left of degraded tiers."""
+
+    def __init__(self, tracks: list[JobTrack], gpus: int, size: int) -> None:
+        self.size = size
+        self.count = -(-gpus // size)
+        present = np.minimum(size, gpus - np.arange(self.count) * size).astype(np.float64)
+        self.weights = np.zeros((len(tracks), self.count))
+        for track in tracks:
+            j = track.job
+            for b in range(j.first_gpu // size, (j.first_gpu + j.gpus - 1) // size + 1):
+                lo, hi = max(j.first_gpu, b * size), min(j.first_gpu + j.gpus, (b + 1) * size)
+                self.weights[track.index, b] = (hi - lo) / present[b]
+        self.capacity: dict[str, np.ndarray] = {}
+
+    def loads(self, tier: str, per_job: np.ndarray) -> list[float]:
+        """A tier's load in each block: each job's load on it weighted by its share of the block's GPUs."""
+        load = per_job @ self.weights
+        if tier in self.capacity:
+            load = load / self.capacity[tier]
+        return np.round(np.minimum(load, 1.0), 4).tolist()
 
 
 @dataclass

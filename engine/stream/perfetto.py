@@ -156,7 +156,8 @@ def _export(reader: Reader, out: IO[bytes] | Output) -> dict[str, Any]:
                 counter(CLUSTER_PID, "site power (MW)", ts, {"MW": event["site_mw"]})
             for tier, load in event.get("links", {}).items():
                 if isinstance(load, list):
-                    args = {f"pod {p}": round(100.0 * float(x), 1) for p, x in enumerate(load)}
+                    per = state.link_scope.get(tier, "pod")
+                    args = {f"{per} {p}": round(100.0 * float(x), 1) for p, x in enumerate(load)}
                 else:
                     args = {"load %": round(100.0 * float(load), 1)}
                 counter(CLUSTER_PID, f"link {tier} (%)", ts, args)

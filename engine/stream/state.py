@@ -202,6 +202,9 @@ class ClusterState:
         self.header = header
         self.topology: dict[str, int] = header["topology"]
         self.gpus = int(self.topology["gpus"])
+        scope = header.get("link_scope")
+        # per tier, what a list of loads is per: "pod" or "building" (older recordings: pods)
+        self.link_scope: dict[str, str] = {str(k): str(v) for k, v in scope.items()} if isinstance(scope, dict) else {}
         self.t = 0.0
         self.samples = 0
         self._util = _Lazy(np.zeros(self.gpus, dtype=np.float32), scale=0.01)   # 0..1 (percent on the wire)

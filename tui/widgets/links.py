@@ -53,15 +53,20 @@ def pod_strip(loads: np.ndarray, width: int, pods_per_building: int) -> tuple[st
     return "".join(out), cells
 
 
-def hottest(state: ClusterState, count: int = 3) -> list[tuple[str, int | None, float]]:
-    """The most loaded links: (tier, pod or None for a site tier, load), highest first."""
-    found: list[tuple[str, int | None, float]] = []
+def scope(state: ClusterState, tier: str) -> str:
+    """What a tier's list of loads is per: "pod" or "building"."""
+    return "building" if state.link_scope.get(tier) == "building" else "pod"
+
+
+def hottest(state: ClusterState, count: int = 3) -> list[tuple[str, str, float]]:
+    """The most loaded links: (tier, where: "pod 3", "building 1" or "site", load), highest first."""
+    found: list[tuple[str, str, float]] = []
     for tier, loads in state.links.items():
         if loads.size > 1:
-            for pod in np.argsort(-loads, kind="stable")[:count]:
-                found.append((tier, int(pod), float(loads[pod])))
+            for block in np.argsort(-loads, kind="stable")[:count]:
+                found.append((tier, f"{scope(state, tier)} {int(block)}", float(loads[block])))
         elif loads.size:
-            found.append((tier, None, float(loads[0])))
+            found.append((tier, "site", float(loads[0])))
     return sorted(found, key=lambda item: -item[2])[:count]
 
 
@@ -115,7 +120,7 @@ class LinksPanel(Panel):
             text.append(fmt.bar(load, 8), style=load_style(load))
             text.append(f" {load * 100:3.0f}% ", style=load_style(load))
             if loads.size > 1:
-                strip, cells = pod_strip(loads, room, per_building)
+                strip, cells = pod_strip(loads, room, per_building if scope(state, tier) == "pod" else 1)
                 usual = float(np.median(loads))
                 k = 0
                 for ch in strip:
@@ -130,8 +135,8 @@ class LinksPanel(Panel):
             if i < len(tiers) - 1:
                 text.append("\n")
         if tiers:
-            hot = [f"{tier_label(t, state).split(' ')[0]} {'pod ' + str(p) if p is not None else 'site'} "
-                   f"{v * 100:.0f}%" for t, p, v in hottest(state) if v > 0]
+            hot = [f"{tier_label(t, state).split(' ')[0]} {where} {v * 100:.0f}%" for t, where, v in hottest(state)
+                   if v > 0]
             if hot:
                 text.append("\nhottest ", style="dim")
                 text.append(" · ".join(hot))
