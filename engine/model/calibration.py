@@ -78,7 +78,7 @@ def _records(table: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _cluster(gpu: str, n: int, scale_out: str) -> dict[str, Any]:
     """Nodes of 8 GPUs on NVSwitch (fewer: part of one), one NIC per GPU, no oversubscription."""
     per_node = min(8, n)
-    return {"gpu": gpu, "gpus": n, "gpus_per_node": per_node, "node_fabric": "nvswitch", "scale_out": scale_out,
+    return {"gpu": gpu, "gpus": n, "gpus_per_node": per_node, "scale_up": "nvswitch", "scale_out": scale_out,
             "nics_per_node": per_node, "gpus_per_rack": 16 if per_node == 8 else per_node}
 
 
@@ -149,7 +149,7 @@ def _nemo() -> Iterator[Row]:
             job["zero"] = 3
         cluster = _cluster(BRIDGE_GPUS[r["system"]], r["gpus"], DGX_H100[1])
         if r["system"] == "gb200":       # one NVLink domain per rack: 64 of an NVL72's GPUs in use
-            cluster.update(gpus_per_node=min(r["gpus"], 64), nics_per_node=min(r["gpus"], 64),
+            cluster.update(scale_up="nvl72", gpus_per_node=min(r["gpus"], 64), nics_per_node=min(r["gpus"], 64),
                            gpus_per_rack=min(r["gpus"], 64))
         yield Row("nemo", name, _scenario(name, cluster, job), r["tok_s_gpu"], TOKENS)
 

@@ -8,8 +8,10 @@ Per GPU, by phase and GPU type (engine/config/catalogs/gpus.toml):
 - failed: off (0 W): the GPU has fallen off the bus or its node is being drained.
 
 Every GPU brings its server overhead (host CPUs, NICs, fans, PSU losses; `server_overhead_w` in the GPU catalog,
-575 W per H100 from shared/reference/hardware.toml [facility]), storage and network add 10% of IT power, and
-cooling multiplies the lot by the PUE. A failed GPU's host stays powered while it is drained and diagnosed.
+575 W per H100 from shared/reference/hardware.toml [facility]), storage and network switches add 10% of IT
+power, the optical transceivers of the fabric draw their own constant power (engine/config/optics.py: counted from
+the topology, by link speed and kind), and cooling multiplies the lot by the PUE. A failed GPU's host stays
+powered while it is drained and diagnosed.
 
 A `power_swing` event is written when the site's load level changes at once by more than `swing_threshold_mw`:
 5% of the site's power or 2 MW, whichever is smaller (the engine/sim/run.py docstring says what a level is).
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..config.facility import IT_OVERHEAD
+from ..config.optics import site_optics
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster
 
@@ -41,6 +44,7 @@ class PowerModel:
     it_overhead: float
     pue: float
     budget_mw: float | None = None
+    optics_w: float = 0.0          # the fabric's transceivers, always on
 
     @classmethod
     def of(cls, cluster: Cluster) -> PowerModel:
@@ -53,16 +57,22 @@ class PowerModel:
         for name in OFF_PHASES:
             watts[CODE[name]] = 0.0
         return cls(phase_w=watts, overhead_w_per_gpu=gpu.server_overhead(), it_overhead=IT_OVERHEAD,
-                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw)
+                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw, optics_w=site_optics(cluster).watts)
 
     @property
     def idle_w(self) -> float:
         return float(self.phase_w[CODE["idle"]])
 
     def site_mw(self, gpu_watts: float, gpus: int) -> float:
-        """Site power in MW for a total GPU draw: plus server overhead, storage and network, times PUE."""
-        it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead)
+        """Site power in MW for a total GPU draw: plus server overhead, storage and switches, optics, times PUE."""
+        it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead) + self.optics_w
         return it * self.pue / 1e6
+
+    def job_w(self, gpu_watts: float, gpus: int, share: float) -> float:
+        """Facility watts of a job: its GPUs' draw, their servers, storage and switches, its `share` of the site's
+        optics (its share of the GPUs), times PUE."""
+        it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead) + self.optics_w * share
+        return it * self.pue
 
     def swing_threshold_mw(self, site_mw: float) -> float:
         """The smallest sudden change of the site's load that is a power swing."""
@@ -75,5 +85,5 @@ class PowerModel:
         """The model's figures, for the recording header."""
         return {"phase_w": {name: float(self.phase_w[code]) for code, name in enumerate(PHASES)},
                 "server_overhead_w_per_gpu": self.overhead_w_per_gpu, "it_overhead": self.it_overhead,
-                "pue": self.pue, "site_power_budget_mw": self.budget_mw,
+                "pue": self.pue, "site_power_budget_mw": self.budget_mw, "optics_w": round(self.optics_w, 1),
                 "swing": {"share": SWING_SHARE, "mw": SWING_MW}}

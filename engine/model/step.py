@@ -27,6 +27,7 @@ from ..config.scenario import Cluster, Job
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
+from . import scaleup
 from .pipeline import PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
 from .plan import Interval, StepPlan, extend_run, merge_runs
 from .topology import TIERS, Topology
@@ -92,6 +93,7 @@ class _Net:
     dp: col.Route
     pp_tiers: tuple[int, ...]      # tier index crossed by each stage boundary r -> r+1 (and p-1 -> 0)
     pp_slowdown: float
+    pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
 
 
 @lru_cache(maxsize=64)
@@ -106,7 +108,7 @@ def _net(cluster: Cluster, job: col.Placement) -> _Net:
     pp = col.route(cluster, job, ("pp",))
     return _Net(tp=col.route(cluster, job, ("tp",)), cp=col.route(cluster, job, ("cp",)),
                 ep=col.route(cluster, job, ("ep",), "all2all") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
-                dp=col.route(cluster, job, dp_dims), pp_tiers=tiers, pp_slowdown=pp.slowdown)
+                dp=col.route(cluster, job, dp_dims), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops)
 
 
 def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
@@ -120,9 +122,10 @@ def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
 def _p2p_time(cluster: Cluster, net: _Net, nbytes: float, boundary: int) -> float:
     if nbytes <= 0:
         return 0.0
-    if net.pp_tiers[boundary] == 0:
-        return nbytes / (cluster.node_link.busbw_gb_s * col.GB) + cluster.node_link.latency_us * 1e-6
-    return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + cluster.scale_out.latency_us * 1e-6
+    tier = net.pp_tiers[boundary]
+    if tier == 0:
+        return scaleup.p2p(cluster, net.pp_hops, nbytes)
+    return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + col.net_latency(cluster, TIERS[tier])
 
 
 # ------------------------------------------------------------------------------------------- evaluation
