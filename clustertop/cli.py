@@ -94,9 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
     p = add("compare", "two scenarios or recordings side by side, in sync",
-            epilog="example: clustertop compare pcie-8gpu nvswitch-8gpu")
+            epilog="examples:\n  clustertop compare pcie-8gpu nvswitch-8gpu\n"
+                   "  clustertop compare mi300x-vs-h100          the scenario beside its twin (compare_with)")
     p.add_argument("a", metavar="A", help="scenario name, .toml path or recording")
-    p.add_argument("b", metavar="B", help="scenario name, .toml path or recording")
+    p.add_argument("b", metavar="B", nargs="?",
+                   help="scenario name, .toml path or recording (default: the twin A's compare_with names)")
 
     p = add("export", "convert a recording to another format (Perfetto / Chrome trace)",
             epilog="example: clustertop export run.jsonl.gz --format perfetto -o trace.json")

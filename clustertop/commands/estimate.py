@@ -41,7 +41,7 @@ def _power(mw: float) -> str:
 SCALE_UP_NAMES = {"nvswitch": "NVSwitch", "nvl72": "an NVL72 NVLink domain (a rack)",
                   "xgmi-mesh": "an Infinity Fabric mesh (no switch: a link to each peer)",
                   "roce-mesh": "an on-chip RoCE mesh (no switch: links to each peer)",
-                  "torus-2d": "a 2D torus", "torus-3d": "a 3D torus", "pcie": "PCIe through the host CPU"}
+                  "torus-2d": "2D torus", "torus-3d": "3D torus", "pcie": "PCIe through the host CPU"}
 
 
 def render(est: ScenarioEstimate, description: str = "") -> str:
@@ -62,9 +62,11 @@ def render(est: ScenarioEstimate, description: str = "") -> str:
 
 def _scale_up(s: dict[str, object]) -> str:
     """'scale-up    nodes of 8 GPUs on NVSwitch (nvlink4: 450 GB/s per GPU per direction, busbw 370 GB/s)'"""
-    shape = " x ".join(map(str, s["torus"])) + " " if "torus" in s else ""   # type: ignore[call-overload]
+    name = SCALE_UP_NAMES.get(str(s["kind"]), str(s["kind"]))
+    if "torus" in s:
+        name = "a " + " x ".join(map(str, s["torus"])) + " " + name   # type: ignore[call-overload]
     links = f" over {s['links_per_gpu']} links of {s['gb_s_per_link']:g}" if "links_per_gpu" in s else ""
-    return (f"scale-up    nodes of {s['gpus']:,} GPUs on {shape}{SCALE_UP_NAMES.get(str(s['kind']), s['kind'])} "
+    return (f"scale-up    nodes of {s['gpus']:,} GPUs on {name} "
             f"({s['link']}: {s['gb_s_per_gpu']:g} GB/s per GPU per direction{links}, busbw {s['busbw_gb_s']:g} GB/s)")
 
 

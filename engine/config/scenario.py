@@ -183,6 +183,7 @@ class Scenario:
     checkpoint: Checkpoint
     variability: Variability
     path: str = ""
+    compare_with: str = ""       # the twin `clustertop compare` shows beside it (a built-in name or a .toml path)
     economics: Economics = dataclasses.field(default_factory=lambda: default_economics())
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,6 +203,7 @@ TOP_SPEC: dict[str, Field] = {
     "checkpoint": optional("table", None),
     "variability": optional("table", None),
     "economics": optional("table", None),
+    "compare_with": optional("str", ""),
 }
 
 FAULTS_SPEC: dict[str, Field] = {
@@ -361,7 +363,8 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
     economics = Economics(**{k: catalog.economics_defaults()[k] if x is None else x for k, x in e.items()})
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
                     duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
-                    checkpoint=checkpoint, variability=Variability(**v), path=path, economics=economics)
+                    checkpoint=checkpoint, variability=Variability(**v), path=path, economics=economics,
+                    compare_with=top["compare_with"])
 
 
 def _injections(ctx: Context, raw: Any, cluster: Cluster) -> tuple[Injection, ...]:

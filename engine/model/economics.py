@@ -65,7 +65,7 @@ def figures(econ: Economics, power: PowerModel, gpus: int, site_gpus: int, gpu_w
             "energy_j_per_step": round(facility_w * step_s, 1),
             "energy_j_per_token": round(facility_w / tokens_per_s, 6),
             "tokens_per_s_per_mw": round(tokens_per_s / (facility_w / 1e6), 1),
-            "usd_per_hour": round(per_hour, 2),
+            "usd_per_hour": round(per_hour, 4),
             "usd_per_mtoken": round(per_hour / (tokens_per_s * 3600) * 1e6, 6),
             "run_54d_mwh": round(run_mwh, 1),
             "run_54d_usd": round(run_cost(econ, gpus, run_mwh, hours), 0)}
