@@ -195,7 +195,7 @@ TOP_SPEC: dict[str, Field] = {
     "name": Field("str"),
     "description": optional("str", ""),
     "seed": optional("int", 1, low=0, high=2**63 - 1),
-    "duration": optional("str", "1h", parse=parse_duration),
+    "duration": optional("str", 3600.0, parse=parse_duration),   # default 1h (defaults are not parsed)
     "format": optional("int", FORMAT_VERSION, low=1, high=FORMAT_VERSION),
     "cluster": Field("table"),
     "jobs": Field("any", doc="an array of [[jobs]] tables"),

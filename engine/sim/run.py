@@ -437,10 +437,10 @@ class Run:
 
     def _energy(self, end: float) -> dict[str, Any]:
         """The site's energy over the run, what the run cost (every accelerator of the site, idle or not), and
-        both per token trained or served."""
+        both per token kept (the jobs' progress at the end: work lost to a fault and redone costs twice)."""
         energy = self.sampler.energy_mwh
         cost = economics.run_cost(self.scenario.economics, self.topology.gpus, energy, end / 3600.0)
-        tokens = self.stats.tokens
+        tokens = sum(t.tokens_total for t in self.tracks)
         return {"energy_mwh": round(energy, 4), "cost_usd": round(cost, 2),
                 "energy_j_per_token": round(energy * 3.6e9 / tokens, 6) if tokens else None,
                 "usd_per_mtoken": round(cost / tokens * 1e6, 6) if tokens else None}
