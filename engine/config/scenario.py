@@ -415,27 +415,31 @@ def _cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
     if c["gpus_per_rack"] % c["gpus_per_node"]:
         raise ctx.error("cluster.gpus_per_rack", f"{c['gpus_per_rack']} is not a whole number of nodes of "
                         f"{c['gpus_per_node']}; expected a multiple of gpus_per_node")
-    auto = c["gpus"] == "auto"
-    if auto:
-        if c["site_power_budget_mw"] is None:
-            raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
-                            "or give a GPU count")
-        c["gpus"] = c["gpus_per_rack"]
-    raw_degraded = c.pop("degraded")
     del c["node_fabric"]
-    cluster = Cluster(gpu=gpu, scale_out=scale_out, scale_up_link=link, pcie=fabrics[c.pop("pcie")], **c)
-    if auto:
-        n = facility.gpus_for_budget(cluster.site_power_budget_mw or 0.0, gpu, cluster.pue, cluster.gpus_per_rack,
-                                     lambda n: site_optics(dataclasses.replace(cluster, gpus=n)).watts)
-        if n < cluster.gpus_per_rack:
-            raise ctx.error("cluster.site_power_budget_mw", f"{cluster.site_power_budget_mw} MW does not power one "
-                            f"rack of {cluster.gpus_per_rack} {gpu.name}")
-        cluster = dataclasses.replace(cluster, gpus=n)
-    if cluster.gpus % cluster.gpus_per_node:
-        raise ctx.error("cluster.gpus", f"{cluster.gpus} GPUs is not a whole number of nodes of "
-                        f"{cluster.gpus_per_node} (gpus_per_node); expected a multiple of {cluster.gpus_per_node}")
-    c["gpus"] = cluster.gpus
-    return dataclasses.replace(cluster, degraded=_degraded(ctx, raw_degraded, _pod_count(c)))
+    c["pcie"] = fabrics[c["pcie"]]
+    if c["gpus"] == "auto":
+        c["gpus"] = _size_from_budget(ctx, c, gpu, scale_out, link)
+    if c["gpus"] % c["gpus_per_node"]:
+        raise ctx.error("cluster.gpus", f"{c['gpus']} GPUs is not a whole number of nodes of "
+                        f"{c['gpus_per_node']} (gpus_per_node); expected a multiple of {c['gpus_per_node']}")
+    c["degraded"] = _degraded(ctx, c["degraded"], _pod_count(c))
+    return Cluster(gpu=gpu, scale_out=scale_out, scale_up_link=link, **c)
+
+
+def _size_from_budget(ctx: Context, c: dict[str, Any], gpu: GPU, scale_out: Fabric, link: Fabric) -> int:
+    """gpus = "auto": the most GPUs, in whole racks, the site's budget powers at full load, optics included."""
+    budget = c["site_power_budget_mw"]
+    if budget is None:
+        raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
+                        "or give a GPU count")
+    shape = Cluster(gpu=gpu, scale_out=scale_out, scale_up_link=link, **{**c, "gpus": c["gpus_per_rack"],
+                                                                         "degraded": ()})
+    n = facility.gpus_for_budget(budget, gpu, c["pue"], c["gpus_per_rack"],
+                                 lambda n: site_optics(dataclasses.replace(shape, gpus=n)).watts)
+    if n < c["gpus_per_rack"]:
+        raise ctx.error("cluster.site_power_budget_mw", f"{budget} MW does not power one rack of "
+                        f"{c['gpus_per_rack']} {gpu.name}")
+    return n
 
 
 def _scale_up(ctx: Context, c: dict[str, Any], gpu: GPU, link: Fabric) -> None:

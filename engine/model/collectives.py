@@ -158,7 +158,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                              for c in pairs.tolist()])[np.ravel(where)]
             slowdown = max(slowdown, float(np.max(load)))
             crossing[t] = total / max(net_share * groups.size, 1e-9)
-    return Route(size, q, k, tier, max(1.0, slowdown), crossing, scaleup.group_shape(cluster, groups[0]),
+    return Route(size, q, k, tier, max(1.0, slowdown), crossing, scaleup.group_shape(cluster, groups[0], q),
                  scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
 
 

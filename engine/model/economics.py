@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.phases import CODE
-from ..config.scenario import Economics
-from .power import PowerModel
+from ..config.optics import site_optics
+from ..config.scenario import Cluster, Economics
+from .power import job_facility_w, phase_watts
 
 HOURS_PER_YEAR = 365 * 24
 RUN_DAYS = 54                     # Llama 3's 54-day training snapshot
@@ -29,13 +29,13 @@ RUN_DAYS = 54                     # Llama 3's 54-day training snapshot
 PHASE_OF = {"stragglers": "dp", "prefill": "compute", "decode": "memory"}
 
 
-def gpu_watts(power: PowerModel, breakdown: dict[str, float], step_s: float, gpus: int) -> float:
-    """The job's GPUs' mean draw over a step, from the seconds its breakdown gives each phase."""
-    if step_s <= 0:
-        return 0.0
-    energy = sum(seconds * float(power.phase_w[CODE[PHASE_OF.get(name, name)]])
-                 for name, seconds in breakdown.items())
-    return energy / step_s * gpus
+def facility_w(cluster: Cluster, breakdown: dict[str, float], step_s: float, gpus: int) -> float:
+    """A job's facility watts: its GPUs' mean draw over a step (the seconds its breakdown gives each phase at
+    that phase's watts), with their share of the site (engine/model/power.py job_facility_w)."""
+    gpu = cluster.gpu
+    energy = sum(seconds * phase_watts(gpu, PHASE_OF.get(name, name)) for name, seconds in breakdown.items())
+    gpu_w = energy / step_s * gpus if step_s > 0 else 0.0
+    return job_facility_w(gpu_w, gpus, cluster.gpus, gpu.server_overhead(), site_optics(cluster).watts, cluster.pue)
 
 
 def usd_per_hour(econ: Economics, gpus: int, facility_w: float) -> float:
@@ -54,10 +54,8 @@ def run_cost(econ: Economics, gpus: int, energy_mwh: float, hours: float) -> flo
     return capex + energy_mwh * econ.electricity_usd_per_mwh
 
 
-def figures(econ: Economics, power: PowerModel, gpus: int, site_gpus: int, gpu_w: float, step_s: float,
-            tokens_per_s: float) -> dict[str, float]:
-    """A job's energy and cost figures (the `estimate --json` keys), from its GPUs' mean draw and throughput."""
-    facility_w = power.job_w(gpu_w, gpus, gpus / max(site_gpus, 1))
+def figures(econ: Economics, facility_w: float, gpus: int, step_s: float, tokens_per_s: float) -> dict[str, float]:
+    """A job's energy and cost figures (the `estimate --json` keys), from its facility power and throughput."""
     per_hour = usd_per_hour(econ, gpus, facility_w)
     hours = RUN_DAYS * 24
     run_mwh = facility_w / 1e6 * hours

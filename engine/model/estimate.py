@@ -32,7 +32,6 @@ from . import pipeline, scaleup, step
 from .layout import DIMS, Layout
 from .pipeline import check
 from .plan import StepPlan
-from .power import PowerModel
 from .step import Config, Eval, JobModel, sim_schedule
 from .topology import Topology
 
@@ -207,9 +206,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
 def _economics(scenario: Scenario, job: Job, breakdown: dict[str, float], step: float,
                tokens_per_s: float) -> dict[str, Any]:
     """The job's energy and cost figures (engine/model/economics.py)."""
-    power = PowerModel.of(scenario.cluster)
-    gpu_w = econ.gpu_watts(power, breakdown, step, job.gpus)
-    return econ.figures(scenario.economics, power, job.gpus, scenario.cluster.gpus, gpu_w, step, tokens_per_s)
+    facility_w = econ.facility_w(scenario.cluster, breakdown, step, job.gpus)
+    return econ.figures(scenario.economics, facility_w, job.gpus, step, tokens_per_s)
 
 
 def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config.catalog import GPU
 from ..config.facility import IT_OVERHEAD
 from ..config.optics import site_optics
 from ..config.phases import CODE, PHASES
@@ -35,6 +36,23 @@ SWING_MW = 2.0                   # ...or of more than 2 MW (a large site), which
 COMPUTE_PHASES = ("compute",)
 MEMORY_PHASES = ("optimizer", "memory")
 OFF_PHASES = ("failed",)
+
+
+def phase_watts(gpu: GPU, phase: str) -> float:
+    """What one GPU draws in a phase: TDP computing, its memory-bound figure, off when failed, else idle."""
+    if phase in COMPUTE_PHASES:
+        return gpu.tdp_w
+    if phase in MEMORY_PHASES:
+        return gpu.memory_bound_w
+    return 0.0 if phase in OFF_PHASES else gpu.idle_w
+
+
+def job_facility_w(gpu_watts: float, gpus: int, site_gpus: int, overhead_w_per_gpu: float, optics_w: float,
+                   pue: float) -> float:
+    """Facility watts of a job: its GPUs' draw, their servers, storage and switches, its share of the site's
+    optics (its share of the GPUs), times PUE."""
+    it = (gpu_watts + gpus * overhead_w_per_gpu) * (1.0 + IT_OVERHEAD) + optics_w * gpus / max(site_gpus, 1)
+    return it * pue
 
 
 @dataclass(frozen=True)
@@ -49,13 +67,7 @@ class PowerModel:
     @classmethod
     def of(cls, cluster: Cluster) -> PowerModel:
         gpu = cluster.gpu
-        watts = np.full(len(PHASES), gpu.idle_w, dtype=np.float64)
-        for name in COMPUTE_PHASES:
-            watts[CODE[name]] = gpu.tdp_w
-        for name in MEMORY_PHASES:
-            watts[CODE[name]] = gpu.memory_bound_w
-        for name in OFF_PHASES:
-            watts[CODE[name]] = 0.0
+        watts = np.array([phase_watts(gpu, name) for name in PHASES], dtype=np.float64)
         return cls(phase_w=watts, overhead_w_per_gpu=gpu.server_overhead(), it_overhead=IT_OVERHEAD,
                    pue=cluster.pue, budget_mw=cluster.site_power_budget_mw, optics_w=site_optics(cluster).watts)
 
@@ -68,11 +80,9 @@ class PowerModel:
         it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead) + self.optics_w
         return it * self.pue / 1e6
 
-    def job_w(self, gpu_watts: float, gpus: int, share: float) -> float:
-        """Facility watts of a job: its GPUs' draw, their servers, storage and switches, its `share` of the site's
-        optics (its share of the GPUs), times PUE."""
-        it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead) + self.optics_w * share
-        return it * self.pue
+    def job_w(self, gpu_watts: float, gpus: int, site_gpus: int) -> float:
+        """Facility watts of a job of `gpus` drawing `gpu_watts` on a site of `site_gpus` (job_facility_w)."""
+        return job_facility_w(gpu_watts, gpus, site_gpus, self.overhead_w_per_gpu, self.optics_w, self.pue)
 
     def swing_threshold_mw(self, site_mw: float) -> float:
         """The smallest sudden change of the site's load that is a power swing."""

@@ -39,13 +39,13 @@ def coordinates(cluster: Cluster, gpus: np.ndarray) -> np.ndarray:
     return np.stack(out, axis=-1)
 
 
-def group_shape(cluster: Cluster, members: np.ndarray) -> tuple[int, ...]:
-    """A group's extent along each torus dimension, from its members in its first member's domain (a mesh or a
-    switch: the members there, as one number)."""
+def group_shape(cluster: Cluster, members: np.ndarray, q: int) -> tuple[int, ...]:
+    """A group's extent along each torus dimension, from its q members in its first member's domain (a mesh or a
+    switch: q)."""
+    if cluster.scale_up not in TORUS_DIMS:
+        return (q,)
     node = members // cluster.gpus_per_node
     local = members[node == node[0]]
-    if cluster.scale_up not in TORUS_DIMS:
-        return (int(local.size),)
     coords = coordinates(cluster, local)
     return tuple(int(np.unique(coords[:, d]).size) for d in range(len(cluster.torus)))
 

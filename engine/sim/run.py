@@ -362,8 +362,8 @@ class Run:
         tokens_per_s = plan.kpi["tokens"] / step
         if not tokens_per_s:
             return dict(economics.NO_FIGURES)
-        return economics.figures(self.scenario.economics, self.power, j.gpus, self.topology.gpus,
-                                 plan.watts[0] * j.dp, step, tokens_per_s)
+        facility_w = self.power.job_w(plan.watts[0] * j.dp, j.gpus, self.topology.gpus)
+        return economics.figures(self.scenario.economics, facility_w, j.gpus, step, tokens_per_s)
 
     def run(self, sink: Sink, progress: Callable[[float], None] | None = None) -> RunStats:
         """Write the whole stream to `sink`; `progress(t)` after every sample."""
