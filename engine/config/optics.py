@@ -45,6 +45,7 @@ class SiteOptics:
         return dict(self.transceivers)
 
 
+@lru_cache(maxsize=64)
 def transceiver_w(gbps: float, kind: str = "pluggable") -> float:
     """Watts of one transceiver of `gbps` per direction, of a kind ("pluggable", "lpo", "cpo")."""
     table = catalog.optics()
@@ -60,15 +61,17 @@ def transceiver_w(gbps: float, kind: str = "pluggable") -> float:
     return per_bit * gbps * share
 
 
-def _blocks(gpus: int, per: int) -> list[int]:
-    """GPUs in each block of `per` (the last may be partial)."""
+def _uplinks(gpus: int, per: int, nic_share: float, over: float) -> int:
+    """Uplinks of the blocks of `per` GPUs (the last may be partial): NICs of each / oversubscription, rounded up;
+    none when one block holds them all."""
     full, rest = divmod(gpus, per)
-    return [per] * full + ([rest] if rest else [])
+    if full + (rest > 0) <= 1:
+        return 0
+    return full * math.ceil(per * nic_share / over) + (math.ceil(rest * nic_share / over) if rest else 0)
 
 
-@lru_cache(maxsize=64)
 def site_optics(cluster: Cluster) -> SiteOptics:
-    """The cluster's transceivers per tier and their watts."""
+    """The cluster's transceivers per tier and their watts (`Cluster.transceivers` keeps them)."""
     table = catalog.optics()
     per_link = table.transceivers_per_link
     nic_share = cluster.nics_per_node / cluster.gpus_per_node
@@ -79,9 +82,9 @@ def site_optics(cluster: Cluster) -> SiteOptics:
     for tier, per, over in (("spine", cluster.gpus_per_rack, cluster.rack_oversubscription),
                             ("core", per_pod, cluster.pod_oversubscription),
                             ("campus", per_building, cluster.building_oversubscription)):
-        blocks = _blocks(cluster.gpus, per)
-        if len(blocks) > 1:
-            links.append((tier, sum(math.ceil(n * nic_share / over) for n in blocks), nic_gbps))
+        n = _uplinks(cluster.gpus, per, nic_share, over)
+        if n:
+            links.append((tier, n, nic_gbps))
     if cluster.scale_up == "torus-3d":
         link = cluster.scale_up_link
         domains = cluster.gpus // cluster.gpus_per_node

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from . import catalog, facility
 from .catalog import GPU, Fabric, Model
 from .errors import UserError
 from .fields import Context, Field, check_table, did_you_mean, optional
-from .optics import site_optics
+from .optics import SiteOptics, site_optics
 from .tomlfile import read_toml
 from .units import parse_duration
 
@@ -68,6 +69,11 @@ class Cluster:
     @property
     def nodes(self) -> int:
         return self.gpus // self.gpus_per_node
+
+    @cached_property
+    def transceivers(self) -> SiteOptics:
+        """The optical transceivers of its fabric and their power (engine/config/optics.py), counted once."""
+        return site_optics(self)
 
     @property
     def node_link(self) -> Fabric:
@@ -166,6 +172,7 @@ class Economics:
     cloud_usd_per_accelerator_hour: float = 0.0   # > 0: rented at this price (power included) instead of owned
 
 
+@cache
 def default_economics() -> Economics:
     """The [economics] defaults of catalogs/site.toml (hardware.toml's ranges, their middles)."""
     return Economics(**catalog.economics_defaults())
@@ -359,8 +366,10 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
     c = check_table(ctx, "checkpoint", top["checkpoint"] or {}, CHECKPOINT_SPEC)
     checkpoint = Checkpoint(interval_s=c["interval"], mode=c["mode"], storage_tb_s=c["storage_tb_s"])
     v = check_table(ctx, "variability", top["variability"] or {}, VARIABILITY_SPEC)
-    e = check_table(ctx, "economics", top["economics"] or {}, catalog.ECONOMICS_SPEC)
-    economics = Economics(**{k: catalog.economics_defaults()[k] if x is None else x for k, x in e.items()})
+    economics = default_economics()
+    if top["economics"] is not None:
+        e = check_table(ctx, "economics", top["economics"], catalog.ECONOMICS_SPEC)
+        economics = dataclasses.replace(economics, **{k: x for k, x in e.items() if x is not None})
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
                     duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
                     checkpoint=checkpoint, variability=Variability(**v), path=path, economics=economics,

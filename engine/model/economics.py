@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.optics import site_optics
 from ..config.scenario import Cluster, Economics
 from .power import job_facility_w, phase_watts
 
@@ -35,7 +34,7 @@ def facility_w(cluster: Cluster, breakdown: dict[str, float], step_s: float, gpu
     gpu = cluster.gpu
     energy = sum(seconds * phase_watts(gpu, PHASE_OF.get(name, name)) for name, seconds in breakdown.items())
     gpu_w = energy / step_s * gpus if step_s > 0 else 0.0
-    return job_facility_w(gpu_w, gpus, cluster.gpus, gpu.server_overhead(), site_optics(cluster).watts, cluster.pue)
+    return job_facility_w(gpu_w, gpus, cluster.gpus, gpu.server_overhead(), cluster.transceivers.watts, cluster.pue)
 
 
 def usd_per_hour(econ: Economics, gpus: int, facility_w: float) -> float:

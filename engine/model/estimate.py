@@ -22,7 +22,6 @@ import numpy as np
 
 from ..config import facility
 from ..config.errors import UserError
-from ..config.optics import site_optics
 from ..config.scenario import Cluster, Job, Scenario
 from . import collectives as col
 from . import compute as cm
@@ -309,7 +308,7 @@ def recompute_flops_per_token(job: Job, recompute: str) -> float:
 def cluster_summary(cluster: Cluster) -> dict[str, Any]:
     """The cluster's size, its scale-up domain, its optics and its power at full load."""
     topo = Topology.of(cluster)
-    optics = site_optics(cluster)
+    optics = cluster.transceivers
     it_mw = (cluster.gpus * facility.it_w_per_gpu(cluster.gpu) + optics.watts) / 1e6
     return {"gpus": cluster.gpus, "nodes": topo.nodes, "pods": topo.pods, "buildings": topo.buildings,
             "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6),

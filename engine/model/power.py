@@ -26,7 +26,6 @@ import numpy as np
 
 from ..config.catalog import GPU
 from ..config.facility import IT_OVERHEAD
-from ..config.optics import site_optics
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster
 
@@ -69,7 +68,7 @@ class PowerModel:
         gpu = cluster.gpu
         watts = np.array([phase_watts(gpu, name) for name in PHASES], dtype=np.float64)
         return cls(phase_w=watts, overhead_w_per_gpu=gpu.server_overhead(), it_overhead=IT_OVERHEAD,
-                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw, optics_w=site_optics(cluster).watts)
+                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw, optics_w=cluster.transceivers.watts)
 
     @property
     def idle_w(self) -> float:

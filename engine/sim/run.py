@@ -35,7 +35,6 @@ import simpy
 from clustertop import __version__
 
 from ..config.errors import UserError
-from ..config.optics import site_optics
 from ..config.phases import PHASES
 from ..config.scenario import Job, Scenario
 from ..model import economics, scaleup
@@ -350,7 +349,7 @@ class Run:
                 "optics": self._optics()}
 
     def _optics(self) -> dict[str, Any]:
-        optics = site_optics(self.scenario.cluster)
+        optics = self.scenario.cluster.transceivers
         return {"kind": self.scenario.cluster.optics, "transceivers": optics.count,
                 "transceivers_by_tier": optics.by_tier(), "optics_mw": round(optics.watts / 1e6, 6)}
 
