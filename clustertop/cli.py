@@ -53,6 +53,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
+def _speed(text: str) -> float:
+    """--speed: a number of simulated seconds per second in the dashboard's range."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of simulated seconds per second, got {text!r}") \
+            from None
+    if not 0.1 <= value <= 1e6:
+        raise argparse.ArgumentTypeError(f"expected 0.1 to 1000000 simulated seconds per second, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clustertop", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,15 +77,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_dispatch(name))
         return p
 
+    def view_flags(p: argparse.ArgumentParser) -> None:
+        """How the dashboard starts: its speed and the heatmap's metric."""
+        p.add_argument("--speed", type=_speed, default=1.0, metavar="N",
+                       help="simulated seconds per second, 0.1 to 1000000 (default: 1)")
+        p.add_argument("--metric", choices=("util", "power", "phase"), default="util",
+                       help="what the heatmap colours by (default: util)")
+
     p = add("run", "run a scenario live in the dashboard",
             epilog="example: clustertop run llama3-405b-16k")
     p.add_argument("scenario", metavar="SCENARIO", nargs="?", default=DEFAULT_SCENARIO,
                    help=f"built-in name or .toml path (default: {DEFAULT_SCENARIO})")
     p.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
+    view_flags(p)
 
     p = add("replay", "replay a recording in the dashboard",
             epilog="examples:\n  clustertop replay run.jsonl.gz\n  clustertop record X -o - | clustertop replay -")
     p.add_argument("file", metavar="FILE", help="a .jsonl or .jsonl.gz recording, or - for stdin")
+    view_flags(p)
 
     p = add("record", "simulate a scenario headless and write its event stream",
             epilog="example: clustertop record llama3-405b-16k -o run.jsonl.gz --duration 6h --json")
@@ -99,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", metavar="A", help="scenario name, .toml path or recording")
     p.add_argument("b", metavar="B", nargs="?",
                    help="scenario name, .toml path or recording (default: the twin A's compare_with names)")
+    view_flags(p)
 
     p = add("export", "convert a recording to another format (Perfetto / Chrome trace)",
             epilog="example: clustertop export run.jsonl.gz --format perfetto -o trace.json")

@@ -153,3 +153,45 @@ def test_record_control_paces_and_injects(tmp_path: Path) -> None:
     assert fault["gpu"] == 13 and fault["injected"] and fault["t"] < 1.0
     unpaced = cli("record", path, "-o", str(tmp_path / "fast.jsonl"), "--duration", "10s", "--json")
     assert orjson.loads(unpaced.stdout)["wall_seconds"] < 0.3
+
+
+class SlowWhenBlocked(Script):
+    """A wait with no timeout (paused) takes 10 wall seconds, as a user who pauses for 10 s."""
+
+    def wait(self, timeout: float | None) -> list[dict[str, Any]]:
+        got = super().wait(timeout)
+        if timeout is None:
+            self.now += 10.0
+        return got
+
+
+def test_a_pause_is_not_simulated_time(tmp_path: Any) -> None:
+    """Defect: after space, 10 s, space at 100x the engine's clock jumped 1,000 simulated seconds."""
+    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=600.0,
+            sample_s=1.0)
+    script = SlowWhenBlocked({2: [protocol.speed(100)], 4: [protocol.pause()], 6: [protocol.resume()]}, eof_at=10)
+    script.run = r
+    control.Pacer(r, script, clock=script.clock).drive(Lines())  # type: ignore[arg-type]
+    sim = script.sim
+    assert sim[5] == sim[4] and sim[6] == sim[4]                 # paused
+    assert sim[7] - sim[6] <= 5.0 + 1e-9                          # one tick at 100x after the resume, not 1,000 s
+
+
+def test_run_to_drives_the_clock_and_faults_land_at_the_time_given(tmp_path: Any) -> None:
+    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=60.0,
+            sample_s=1.0)
+    script = Script({2: [protocol.speed(1e6), protocol.run_to(7.0)], 6: [protocol.run_to(9.5)],
+                     8: [protocol.inject_fault(13, t=12.25)], 9: [protocol.run_to(11.0)]}, eof_at=12)
+    script.run = r
+    sink = Lines()
+    control.Pacer(r, script, clock=script.clock).drive(sink)  # type: ignore[arg-type]
+    sim = script.sim
+    assert sim[3] == sim[4] == sim[5] == 7.0                      # no further than the dashboard's clock
+    assert sim[7] == 9.5 and sim[9] == sim[10] == 12.25           # the injection moved it to its time, not back
+    events = [orjson.loads(line) for line in sink.lines]
+    (fault,) = [e for e in events if e["type"] == "fault"]
+    assert fault["t"] == 12.25 and fault["gpu"] == 13
+    assert max(e["t"] for e in events if e["type"] == "sample" and e["t"] <= 12.25) == 12.0
+    assert protocol.decode(protocol.encode(protocol.run_to(3))) == {"cmd": "run_to", "t": 3.0}
+    assert protocol.decode(b'{"cmd": "run_to"}') is None
+    assert protocol.decode(b'{"cmd": "inject_fault", "gpu": 1, "t": "x"}') is None

@@ -5,13 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from clustertop.tui import keys
-from clustertop.tui.app import ClusterTopApp
-from clustertop.tui.screens.dashboard import DashboardScreen
-from clustertop.tui.widgets.heatmap import Heatmap
 from textual.binding import Binding
 
 ROOT = Path(__file__).resolve().parent.parent
-CLASSES = (ClusterTopApp, DashboardScreen, Heatmap)
+CLASSES = keys.dashboard_classes()
 
 
 def test_every_binding_has_help_and_a_section() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 from clustertop.engine.config import scenario
-from clustertop.engine.config.phases import CODE
+from clustertop.engine.config.phases import CODE, PHASES
 from clustertop.engine.model.plan import Interval, StepPlan
 from clustertop.engine.sim.run import PHASE_UTIL, Constant, Run, default_sample_interval
 from clustertop.engine.stream import schema
@@ -351,3 +351,60 @@ def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
     assert kinds == [(0.0, "job_start"), (2.0, "checkpoint_start"), (3.0, "fault"), (5.0, "restart")]
     steps = [e for e in events if e["type"] == "step" and e["t"] > 5.0]
     assert steps[0]["step"] == 1 and steps[0]["tokens_total"] == 64 * 4096        # restarted from step 0
+
+
+def test_phase_mix_is_each_gpus_time_shares(small: str) -> None:
+    """Defect: the phase view showed one phase per GPU ("computing 100%" at 60-74% utilization). Samples carry each
+    GPU's shares; they agree with util (compute counts 1, memory-bound 0.5) and with the dominant phase, a failed
+    node shows as its own run, and a sample without them (an older recording) falls back to the dominant phase."""
+    run = Run(scenario.load(small), planner=fake_planner, duration_s=4.0, sample_s=1.0)
+
+    def fault(run: Run) -> Any:
+        yield run.env.timeout(1.5)
+        run.override(8, 8, "failed")
+
+    run.add_process(fault)
+    events = [orjson.loads(line) for line in run.lines()]
+    header, samples = events[0], [e for e in events if e["type"] == "sample"]
+    util_weight = np.zeros(len(PHASES))
+    util_weight[[CODE["compute"], CODE["optimizer"], CODE["memory"]]] = (1.0, 0.5, 0.5)
+    for event in samples[1:]:
+        state = ClusterState(header)
+        state.apply(event)
+        shares = state.mix.per_gpu(0, state.gpus)
+        assert np.allclose(shares.sum(axis=1), 1.0, atol=0.03)
+        assert np.allclose(shares @ util_weight, state.util, atol=0.03)
+        assert len(orjson.dumps(event["phase_mix"])) < 600          # symmetric: a few dozen numbers
+        mixed = shares.max(axis=1) < 0.99
+        assert mixed.any() or event["t"] > 3.0                        # a step mixes phases within a second
+        dominant = shares.argmax(axis=1)
+        clear = shares.max(axis=1) > 0.55
+        assert np.array_equal(dominant[clear], state.phase[clear])
+    last = ClusterState(header)
+    last.apply(samples[-1])
+    assert np.allclose(last.mix.per_gpu(8, 16)[:, CODE["failed"]], 1.0)
+    assert last.mix.shares(8, 16)[CODE["failed"]] == pytest.approx(1.0)
+    older = ClusterState(header)
+    older.apply({k: v for k, v in samples[2].items() if k != "phase_mix"})
+    assert np.array_equal(older.mix.per_gpu(0, older.gpus).argmax(axis=1), older.phase)
+    assert np.allclose(older.mix.per_gpu(0, older.gpus).sum(axis=1), 1.0)
+
+
+def test_a_degraded_pod_tier_carries_its_load_on_the_links_left(tmp_path: Any) -> None:
+    """congested-fabric: half of pod 1's spine links down; the same traffic is twice the load there."""
+    plain = quiet(tmp_path)
+    degraded = quiet(tmp_path, SMALL + '\n[[cluster.degraded]]\ntier = "spine"\npod = 1\ncapacity = 0.5\n',
+                     "degraded.toml")
+    import dataclasses
+
+    def planner(s: Any, j: Any) -> Any:          # the fake plan, with traffic on the spine
+        plan = fake_planner(s, j)
+        return dataclasses.replace(plan, tier_load={**plan.tier_load, "spine": 0.3})
+
+    def links(path: str) -> dict[str, Any]:
+        events = run_events(path, duration_s=3.0, sample_s=1.0, planner=planner)[1]
+        return [e for e in events if e["type"] == "sample"][-1]["links"]
+
+    a, b = links(plain), links(degraded)
+    assert a["spine"][1] > 0 and b["spine"][0] == a["spine"][0]
+    assert b["spine"][1] == pytest.approx(min(1.0, 2 * a["spine"][1]), abs=2e-4)

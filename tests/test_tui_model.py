@@ -229,11 +229,12 @@ def test_live_source_reads_a_child_and_sends_commands(tmp_path) -> None:
         assert source.send(protocol.speed(100.0)) and source.send(protocol.inject_fault(7))
         deadline = __import__("time").monotonic() + 10
         while __import__("time").monotonic() < deadline and (source.end_t < 60 or not log.exists()
-                                                             or log.read_bytes().count(b"\n") < 2):
+                                                             or log.read_bytes().count(b"\n") < 3):
             __import__("time").sleep(0.05)
         assert source.end_t == pytest.approx(60.0)
         sent = [orjson.loads(x) for x in log.read_bytes().splitlines()]
-        assert sent == [protocol.speed(100.0), protocol.inject_fault(7)]
+        # run_to(0): the engine waits at the start for the dashboard's clock
+        assert sent == [protocol.run_to(0.0), protocol.speed(100.0), protocol.inject_fault(7)]
     finally:
         source.close()
     assert source.proc.poll() is not None
@@ -308,7 +309,7 @@ def test_power_panel_shows_the_site_budget_and_when_it_is_exceeded() -> None:
     state = ClusterState(h)
     state.apply({**sample(1.0, 50, mw=20.0), "over_budget": False})
     text = power_text(state, 40).plain
-    assert "budget 24.0 MW" in text and "83.3%" in text and "OVER" not in text
+    assert "budget 24.00 MW" in text and "83.3%" in text and "OVER" not in text
     state.apply({**sample(2.0, 90, mw=24.8), "over_budget": True})
     assert "103.3%  OVER BUDGET" in power_text(state, 40).plain
     assert "budget" not in power_text(ClusterState(header()), 40).plain    # no budget set: no line

@@ -24,6 +24,20 @@ def test_main_screen(snap_compare) -> None:
     assert snap_compare(replay(), terminal_size=SIZE)
 
 
+def test_main_screen_80x24(snap_compare) -> None:
+    """The smallest usual terminal: the side column folds into tabs, the heatmap keeps half the width."""
+    assert snap_compare(replay(), terminal_size=(80, 24))
+
+
+def test_main_screen_120x40(snap_compare) -> None:
+    assert snap_compare(replay(), terminal_size=(120, 40))
+
+
+def test_main_screen_200x60(snap_compare) -> None:
+    """The fault at 40 s in the phase view with the worst GPUs listed under the map."""
+    assert snap_compare(replay(41.0), terminal_size=(200, 60), press=["3", "w"])
+
+
 def test_zoomed_to_a_pod(snap_compare) -> None:
     assert snap_compare(replay(), terminal_size=SIZE, press=["j", "l", "l", "enter"])
 
@@ -46,7 +60,7 @@ def test_compare(snap_compare) -> None:
 
 
 def test_too_small_terminal(snap_compare) -> None:
-    assert snap_compare(replay(), terminal_size=(80, 24))
+    assert snap_compare(replay(), terminal_size=(59, 19))
 
 
 def test_after_the_restart(snap_compare) -> None:

@@ -7,6 +7,7 @@ frame timer polls them, so updates are coalesced to the frame rate however fast 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import ClassVar
@@ -15,6 +16,7 @@ from clustertop.engine.stream import protocol
 from clustertop.engine.stream.state import ClusterState
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from . import jobinfo
@@ -24,8 +26,10 @@ from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
 from .screens.main import MainScreen
 from .sources import Source
+from .widgets.event_log import shown
 
 FPS = 30
+_KIND = re.compile(rb'"type":\s*"([a-z_]+)"')
 
 
 class ClusterTopApp(App[None]):
@@ -74,8 +78,14 @@ class ClusterTopApp(App[None]):
         self.status_note = ""
         live = any(s.live for s in sources)
         start = min(s.start_t for s in sources)
+        if start_t is None and not live:
+            start_t = self._first_interval(sources)
+        driving = any(s.controllable and not s.done for s in sources)
+        interval = float(sources[0].header.get("sample_interval_s") or 1.0)
         self.playback = Playback(t=start, start=start, end=self._end(), speed=speed, paused=paused,
-                                 follow=live and start_t is None and not paused)
+                                 follow=live and start_t is None and not paused,
+                                 edge=start if driving else None, lead=interval)
+        self._sent_edge: float | None = None
         if start_t is not None:
             self.playback.t = min(max(start_t, start), max(self.playback.end, start))
         self.states: list[ClusterState] = [s.state_at(self.playback.t) for s in sources]
@@ -85,9 +95,16 @@ class ClusterTopApp(App[None]):
         self._seen_end = self.playback.end
         self._reported_error = [False] * len(sources)
         first = sources[0]
-        self.sub_title = f"{'live' if first.controllable else 'replay'} {first.name} · {jobinfo.describe(self.states[0])}"
+        self.sub_title = f"{'live' if first.controllable else 'replay'} {jobinfo.describe(self.states[0], first.name)}"
         if self.compare:
             self.sub_title = f"compare {sources[0].name} ↔ {sources[1].name}"
+
+    @staticmethod
+    def _first_interval(sources: list[Source]) -> float | None:
+        """Where a replay opens: the first sample that covers an interval (the one at the start is the instant
+        the jobs start, all idle: an all-zero first frame tells nothing)."""
+        times = [s.index.sample_t[1] for s in sources if len(s.index.sample_t) > 1]
+        return min(times) if times else None
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -121,6 +138,7 @@ class ClusterTopApp(App[None]):
         dt, self._last_wall = now - self._last_wall, now
         end = self._end()
         t = self.playback.tick(dt, end)
+        self._drive()
         changed = self.set_time(t)
         if end != self._seen_end:
             self._seen_end = end
@@ -137,6 +155,17 @@ class ClusterTopApp(App[None]):
                 self.notify(source.index.error, title="stream stopped", severity="error", timeout=10)
         if changed:
             self.redraw()
+
+    def _drive(self) -> None:
+        """Give the engine the live edge (run_to): it simulates up to the clock on screen and no further."""
+        p = self.playback
+        if p.edge is None:
+            return
+        if all(s.done for s in self.sources if s.controllable):
+            p.stop_driving()
+        elif p.edge != self._sent_edge:
+            self._sent_edge = p.edge
+            self._send(protocol.run_to(p.edge))
 
     def set_time(self, t: float) -> bool:
         """Bring every state to simulated time t (folding events that arrived since); True when anything changed."""
@@ -157,7 +186,10 @@ class ClusterTopApp(App[None]):
     def redraw(self) -> None:
         screen = getattr(self, "dashboard", None)
         if isinstance(screen, DashboardScreen) and screen.is_mounted:
-            screen.update_frame()
+            try:
+                screen.update_frame()
+            except NoMatches:          # the app is closing: its widgets are going away under the frame timer
+                pass
 
     # -- transport actions ----------------------------------------------------------------------------------
 
@@ -208,22 +240,33 @@ class ClusterTopApp(App[None]):
             self.seek(self.playback.end)
 
     def _event_times(self) -> list[float]:
+        """Times of the events [ and ] stop at: those the event log's filter shows, a checkpoint once."""
+        mode = getattr(self.dashboard, "event_filter", None)
         times: set[float] = set()
         for source in self.sources:
-            times.update(source.index.event_times())
+            with source.index.lock:
+                pairs = list(zip(source.index.event_t, source.index.event_line))
+            for t, line in pairs:
+                found = _KIND.search(line)
+                kind = found.group(1).decode() if found else ""
+                if kind != "checkpoint_end" and (mode is None or shown(kind, mode)):
+                    times.add(t)
         return sorted(times)
 
     def action_prev_event(self) -> None:
         earlier = [e for e in self._event_times() if e < self.playback.t - 1e-6]
         if not earlier:
-            self.notify("No earlier event", timeout=2)
+            self.notify("At the first event: none earlier", timeout=3)
             return
         self.seek(earlier[-1])
 
     def action_next_event(self) -> None:
-        later = [e for e in self._event_times() if e > self.playback.t + 1e-6]
+        times = self._event_times()
+        later = [e for e in times if e > self.playback.t + 1e-6]
         if not later:
-            self.notify("No later event", timeout=2)
+            last = f"the last was at {format_clock(times[-1])}" if times else "there are none"
+            more = "; more may come while the engine runs" if self.live else ""
+            self.notify(f"No later event: {last}{more}", timeout=3)
             return
         self.seek(later[0])
 
@@ -238,16 +281,25 @@ class ClusterTopApp(App[None]):
         self.redraw()
 
     def action_inject_fault(self) -> None:
+        """A fault at the cursor's GPU at the time on screen (the live edge when the view is in the past)."""
         heatmap = self.screen.focused
         gpu = getattr(heatmap, "cursor_gpu", None)
         if gpu is None:
             maps = list(self.dashboard.query("Heatmap"))
             gpu = maps[0].cursor_gpu if maps else 0   # type: ignore[attr-defined]
-        sent = self._send(protocol.inject_fault(int(gpu)))
-        if sent:
-            self.notify(f"Fault injected at GPU {int(gpu):,}", timeout=3)
-        else:
+        p = self.playback
+        if p.edge is None:
             self.notify("Faults can be injected only into a live engine", severity="warning", timeout=3)
+            return
+        note = ""
+        if p.t < p.edge - 1e-9:                 # looking back: the engine cannot go into the past
+            p.follow, p.t = True, p.edge
+            note = " (the live edge: a fault cannot go into the past)"
+        if self._send(protocol.inject_fault(int(gpu), p.t)):
+            self.notify(f"Fault injected at GPU {int(gpu):,} at {format_clock(p.t)}{note}", timeout=4)
+            self.redraw()
+        else:
+            self.notify("The engine has stopped: no fault injected", severity="warning", timeout=3)
 
     def _send(self, command: dict[str, object]) -> bool:
         sent = False
@@ -282,8 +334,9 @@ class ClusterTopApp(App[None]):
             ("Go to end", "The last sample, or the live edge (end)", self.action_seek_end),
             ("Previous event", "Jump to the previous fault, checkpoint, restart... ([)", self.action_prev_event),
             ("Next event", "Jump to the next event (])", self.action_next_event),
-            ("Follow live", "Pin the clock to the engine (f)", self.action_follow_live),
-            ("Inject fault", "Fail the GPU under the cursor, live mode (i)", self.action_inject_fault),
+            *([("Follow live", "Pin the clock to the engine (f)", self.action_follow_live)] if self.live else []),
+            *([("Inject fault", "Fail the GPU under the cursor at the time on screen (i)", self.action_inject_fault)]
+              if self.playback.edge is not None else []),
             ("Zoom in", "On the cursor's building, pod, rack or node (enter)", self._heatmap_action("zoom_in")),
             ("Zoom out", "Back up the hierarchy (backspace)", self._heatmap_action("zoom_out")),
             ("Colour by utilization", "Heatmap metric (1)", self._screen_action("metric", "util")),
@@ -312,10 +365,10 @@ class ClusterTopApp(App[None]):
         return run
 
 
-def show(sources: list[Source], compare: bool = False) -> None:
+def show(sources: list[Source], compare: bool = False, speed: float = 1.0, metric: str = "util") -> None:
     """Run the dashboard on `sources` until the user quits; the sources are closed whatever happens."""
     try:
-        ClusterTopApp(sources, compare=compare).run()
+        ClusterTopApp(sources, compare=compare, speed=speed, metric=metric).run()
     finally:
         for source in sources:
             source.close()

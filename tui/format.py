@@ -25,6 +25,16 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
     return f"{value:.{min(decimals, 3)}f}{unit}"
 
 
+def power(mw: float) -> str:
+    """Site power: kW below 1 MW (8 GPUs draw kilowatts), MW above, with thousands separators, so that
+    '2,789.8 MW' sits next to '5,000.0 MW'."""
+    if not math.isfinite(mw):
+        return "—"
+    if abs(mw) < 1.0:
+        return f"{mw * 1000:,.1f} kW"
+    return f"{mw:,.2f} MW" if abs(mw) < 100 else f"{mw:,.1f} MW"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "—"

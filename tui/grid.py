@@ -347,7 +347,10 @@ def _paint(h: Hierarchy, view: View, width: int, height: int, gpu0: int, gpu1: i
         else:
             title = _panel_title(h, view.level, view.index, start, end)
         panels.append(Panel(start, end, px, py, fit.panel_w, fit.panel_h, title, fit.margin))
-        _write(text, half, py, px, title[: max(0, min(fit.panel_w, width - px))], TITLE_CELL)
+        room = max(0, min(fit.panel_w, width - px))
+        if len(title) > room:
+            title = title.split(" · ")[0]        # "pod 3", not "pod 3 · ra"
+        _write(text, half, py, px, title[:room], TITLE_CELL)
         # Pixels of this panel, vectorized.
         p0 = (start - gpu0) // g
         count = -(-(end - start) // g)

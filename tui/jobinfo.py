@@ -57,8 +57,10 @@ def gpu_spec(state: ClusterState) -> dict[str, Any]:
     return gpu if isinstance(gpu, dict) else {"name": str(gpu)}
 
 
-def describe(state: ClusterState) -> str:
-    """'llama3-405b-16k · 16,384 × h100-sxm-80gb'"""
-    name = state.header.get("scenario", {}).get("name", "")
+def describe(state: ClusterState, source: str = "") -> str:
+    """'run.jsonl.gz · llama3-405b-16k · 16,384 × h100-sxm-80gb': the source's name, then the scenario's unless
+    the source is named after it (a live run), then the hardware."""
+    name = str(state.header.get("scenario", {}).get("name", ""))
     gpu = gpu_spec(state).get("name", "GPU")
-    return f"{name} · {state.gpus:,} × {gpu}"
+    parts = [p for p in (source, "" if name and name in source else name) if p]
+    return " · ".join([*parts, f"{state.gpus:,} × {gpu}"])

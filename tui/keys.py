@@ -15,7 +15,8 @@ from textual.binding import Binding
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Transport", ("toggle_pause", "faster", "slower", "seek", "seek_start", "seek_end", "prev_event",
                    "next_event", "follow_live")),
-    ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric")),
+    ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric", "highlight_job")),
+    ("Panels", ("toggle_side", "panel", "toggle_worst", "sort_jobs", "event_filter", "choose", "go")),
     ("App", ("inject_fault", "save_screenshot", "toggle_theme", "help", "quit")),
 )
 
@@ -80,13 +81,20 @@ def rows(classes: Iterable[type]) -> list[tuple[str, list[tuple[str, str]]]]:
     return list(out.items())
 
 
-def dashboard_rows() -> list[tuple[str, list[tuple[str, str]]]]:
-    """The dashboard's keys: the app's, the screens', the heatmap's."""
+def dashboard_classes() -> tuple[type, ...]:
+    """Every class whose bindings are the dashboard's keys: the app, the screens and the focusable widgets."""
     from .app import ClusterTopApp
     from .screens.dashboard import DashboardScreen
+    from .screens.main import MainScreen
+    from .widgets.event_log import EventLog
     from .widgets.heatmap import Heatmap
 
-    return rows((ClusterTopApp, DashboardScreen, Heatmap))
+    return (ClusterTopApp, DashboardScreen, MainScreen, Heatmap, EventLog)
+
+
+def dashboard_rows() -> list[tuple[str, list[tuple[str, str]]]]:
+    """The dashboard's keys: the app's, the screens', the widgets'."""
+    return rows(dashboard_classes())
 
 
 def markdown() -> str:

@@ -46,7 +46,7 @@ PHASE_COLORS = {
     "optimizer": "#a6e22e",
     "checkpoint": "#e8e8ff",
     "failed": "#ff2020",
-    "memory": "#d98c3f",
+    "memory": "#8c564b",     # brown: apart from the bubble's orange
 }
 PHASE_LABELS = {
     "idle": "idle", "compute": "computing", "tp": "wait TP", "pp": "wait PP", "dp": "wait DP",
@@ -60,7 +60,8 @@ BG = PHASE_BASE + len(PHASES)
 CURSOR = BG + 1
 LABEL = BG + 2
 TITLE = BG + 3
-COLOURS = TITLE + 1
+DIM = BG + 4          # GPUs outside the highlighted job
+COLOURS = DIM + 1
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Theme:
     foreground: str
     muted: str
     cursor: str
+    dim: str = "#2a2a2a"
 
 
 class StyleCache:
@@ -80,12 +82,18 @@ class StyleCache:
         self.theme = theme
         table = UTIL_RAMP if metric == "util" else POWER_RAMP
         self.colours: list[str] = list(table) + [PHASE_COLORS[p] for p in PHASES]
-        self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground]
+        self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground, theme.dim]
         self._rich = [Color.parse(c) for c in self.colours]
         self._styles: dict[int, Style] = {}
         self.label = Style(color=Color.parse(theme.muted), bgcolor=Color.parse(theme.background))
         self.title = Style(color=Color.parse(theme.foreground), bgcolor=Color.parse(theme.background), bold=True)
         self.blank = Style(bgcolor=Color.parse(theme.background))
+
+    def job_label(self, highlighted: bool) -> Style:
+        """A job's name over the heatmap: dark on light, reversed for the highlighted job."""
+        if highlighted:
+            return Style(color=Color.parse(self.theme.background), bgcolor=Color.parse(self.theme.cursor), bold=True)
+        return Style(color=Color.parse(self.theme.cursor), bgcolor=Color.parse(self.theme.background), bold=True)
 
     def on(self, colour: int) -> Style:
         """Readable text on a block of colour `colour` (for labels inside big pixels)."""

@@ -26,7 +26,14 @@ def format_clock(seconds: float) -> str:
 
 @dataclass
 class Playback:
-    """Where the dashboard is on the simulated timeline and how fast it moves."""
+    """Where the dashboard is on the simulated timeline and how fast it moves.
+
+    With an engine to drive (`edge` set), the live edge is a clock of its own: it advances by wall time x speed,
+    stops while paused, and never runs more than `lead` (one sample interval) past the latest event, so a slow
+    engine holds it back. The app sends it to the engine (run_to), which simulates up to it and no further:
+    the time on screen is the engine's time, ticking every frame between samples. A pipe has no edge: its live
+    edge is its latest event.
+    """
 
     t: float = 0.0
     start: float = 0.0
@@ -34,21 +41,36 @@ class Playback:
     speed: float = 1.0
     paused: bool = False
     follow: bool = False      # pinned to the live edge (live mode)
+    edge: float | None = None  # the engine's clock (live mode with an engine to drive)
+    lead: float = 0.0
+
+    @property
+    def limit(self) -> float:
+        """The latest time the clock may show: the live edge, or the end of what has arrived."""
+        return self.end if self.edge is None else max(self.edge, self.end)
 
     def tick(self, wall_dt: float, end: float) -> float:
         """Advance by one frame of wall time; returns the new simulated time."""
         self.end = max(self.end, end)
+        step = 0.0 if self.paused else max(0.0, wall_dt) * self.speed
+        if self.edge is not None:   # fast forward may lead by a quarter second of wall time
+            lead = max(self.lead, self.speed * 0.25)
+            self.edge = max(self.edge, min(self.edge + step, self.end + lead))
         if self.follow:
             if not self.paused:
-                self.t = self.end
+                self.t = self.limit
             return self.t
-        if not self.paused:
-            self.t = min(self.end, self.t + max(0.0, wall_dt) * self.speed)
+        self.t = min(self.limit, self.t + step)
         return self.t
+
+    def stop_driving(self) -> None:
+        """The engine finished: what arrived is all there is."""
+        self.edge = None
+        self.t = min(self.t, self.end)
 
     def seek(self, t: float) -> float:
         """Jump to t (clamped to what is available); leaves the live edge unless t is at it."""
-        self.t = min(max(t, self.start), self.end)
+        self.t = min(max(t, self.start), self.limit)
         self.follow = False
         return self.t
 
@@ -69,8 +91,8 @@ class Playback:
     def go_live(self) -> None:
         self.follow = True
         self.paused = False
-        self.t = self.end
+        self.t = self.limit
 
     @property
     def at_end(self) -> bool:
-        return self.t >= self.end - 1e-9
+        return self.t >= self.limit - 1e-9

@@ -8,6 +8,7 @@ is a notification and the table stays.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from clustertop.engine.config.errors import UserError
@@ -15,6 +16,7 @@ from clustertop.engine.stream.sweep_records import facts, ranked
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
 from . import format as fmt
@@ -31,6 +33,26 @@ def status(record: dict[str, Any]) -> str:
     return facts(record).status
 
 
+class SweepHelp(ModalScreen[None]):
+    """The sweep table's keys and what its columns mean."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    DEFAULT_CSS = """
+    SweepHelp { align: center middle; }
+    SweepHelp > Static { width: 80; max-width: 100%; height: auto; border: round $accent; padding: 0 1;
+                         background: $surface; }
+    """
+
+    def compose(self) -> ComposeResult:
+        text = ("[b]Sweep results[/b]: one row per point, ranked as `clustertop sweep` ranks them: points that fit "
+                "first (by step time, or tokens/s per GPU when their shapes differ), then out of memory, then "
+                "invalid.\n\n"
+                "[b]↑ ↓[/b]  choose a point      [b]enter[/b]  run it live in the dashboard (q there comes back)\n"
+                "[b]s[/b]  save an SVG screenshot      [b]?[/b]  this help      [b]q[/b]  quit\n\n"
+                "escape closes")
+        yield Static(text)
+
+
 class SweepApp(App[Any]):
     """The table of a sweep's points; enter runs the chosen point (through `prepare`)."""
 
@@ -41,6 +63,8 @@ class SweepApp(App[Any]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "run_point", "Run live", priority=True),
+        Binding("s", "save_screenshot", "Screenshot"),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -103,6 +127,14 @@ class SweepApp(App[Any]):
                    right(f"{mem:.1f}" if mem is not None else "—")]
         return [right(str(rank)), right(str(record.get("index", ""))), *point, *figures,
                 Text("fits", style="green")]
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, SweepHelp):
+            self.push_screen(SweepHelp())
+
+    def action_save_screenshot(self) -> None:
+        path = self.save_screenshot(filename=f"clustertop-{Path(self.source_name).stem}.svg", path=".")
+        self.notify(f"Saved {path}", title="screenshot", timeout=4)
 
     def selected(self) -> dict[str, Any]:
         return self.records[self.query_one(DataTable).cursor_row]

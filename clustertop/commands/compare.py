@@ -62,5 +62,5 @@ def main(args: argparse.Namespace) -> int:
         raise
     from clustertop.tui.app import show
 
-    show([a, b], compare=True)
+    show([a, b], compare=True, speed=args.speed, metric=args.metric)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from clustertop.engine.config import scenario
 from clustertop.engine.model.estimate import JobEstimate, ScenarioEstimate, estimate, to_json
@@ -24,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _si(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.2f} {unit}"
     return f"{x:.0f}"
@@ -117,6 +118,8 @@ def _job_lines(e: JobEstimate) -> list[str]:
         out.append(f"  step        {e.step_time_s:.3f} s   {_si(e.tokens_per_s or 0)}tokens/s")
         out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
         out.append(f"  hardware    {e.hardware_tflops_per_gpu:.1f} TFLOP/s per GPU (counting recomputation)")
+        if e.contention:
+            out.append("  neighbours  " + _contention(e.contention))
         step = e.step_time_s
         parts = [f"{PHASE_LABELS.get(k, k)} {v:.3f} s ({100 * v / step:.1f}%)" for k, v in e.breakdown_s.items()]
         out.append("  time        " + parts[0])
@@ -125,6 +128,14 @@ def _job_lines(e: JobEstimate) -> list[str]:
     else:
         out.append("  step        - (does not fit in GPU memory)")
     return out + _memory_lines(e)
+
+
+def _contention(c: dict[str, Any]) -> str:
+    """What the jobs sharing its tiers cost a job: its step alone, the slowdown, where, its share there."""
+    shares = ", ".join(f"{tier} {100 * share:.0f}%" for tier, share in c["contention_shares"].items())
+    where = f" on the {c['contention_tier']} tier" if c["contention_tier"] else ""
+    return (f"alone {c['step_time_alone_s']:.3f} s, x{c['contention_slowdown']:.3f} with the other jobs{where}"
+            + (f"; its share of the busiest shared block: {shares}" if shares else "; shares no tier"))
 
 
 def _memory_lines(e: JobEstimate) -> list[str]:

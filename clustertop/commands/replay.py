@@ -45,7 +45,7 @@ def point_toml(record: dict[str, Any], directory: str) -> str:
     return str(path)
 
 
-def run_sweep(path: str) -> int:
+def run_sweep(path: str, speed: float = 1.0, metric: str = "util") -> int:
     from clustertop.engine.stream.sweep_records import read_results
     from clustertop.tui.sweep import SweepApp
 
@@ -57,25 +57,25 @@ def run_sweep(path: str) -> int:
             chosen = table.run()
             if not chosen:
                 return 0
-            run_live(chosen)
+            run_live(chosen, speed, metric)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_live(scenario_path: str) -> None:
+def run_live(scenario_path: str, speed: float = 1.0, metric: str = "util") -> None:
     from clustertop.tui.app import show
     from clustertop.tui.sources.live import LiveSource
 
-    show([LiveSource(scenario_path)])
+    show([LiveSource(scenario_path)], speed=speed, metric=metric)
 
 
 def main(args: argparse.Namespace) -> int:
     from clustertop.engine.stream.sweep_records import looks_like_sweep_results
 
     if looks_like_sweep_results(args.file):
-        return run_sweep(args.file)
+        return run_sweep(args.file, args.speed, args.metric)
     source = open_source(args.file)
     from clustertop.tui.app import show
 
-    show([source])
+    show([source], speed=args.speed, metric=args.metric)
     return 0

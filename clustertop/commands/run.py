@@ -12,5 +12,5 @@ def main(args: argparse.Namespace) -> int:
     from clustertop.tui.app import show
     from clustertop.tui.sources.live import LiveSource
 
-    show([LiveSource(args.scenario, seed=args.seed)])
+    show([LiveSource(args.scenario, seed=args.seed)], speed=args.speed, metric=args.metric)
     return 0

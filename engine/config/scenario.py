@@ -35,7 +35,7 @@ class DegradedLinks:
 
 
 # cluster.scale_up: what joins the GPUs of one scale-up domain (the topology's "node"), README and
-# docs/performance-model.md 3b. The link each uses is the GPU's own (gpus.toml scale_up_link), or PCIe.
+# docs/performance-model.md 3c. The link each uses is the GPU's own (gpus.toml scale_up_link), or PCIe.
 SCALE_UPS = ("nvswitch", "nvl72", "xgmi-mesh", "roce-mesh", "torus-2d", "torus-3d", "pcie")
 TORUS_DIMS = {"torus-2d": 2, "torus-3d": 3}
 MESHES = ("xgmi-mesh", "roce-mesh")

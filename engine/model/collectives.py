@@ -22,7 +22,7 @@ engine/model/scaleup.py. Across buildings every step also pays the fibre between
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -46,8 +46,17 @@ class Route:
     tier: str | None               # outermost tier crossed (None: group of one)
     slowdown: float                # >= 1: sharing of oversubscribed tiers by all groups at once
     crossing: dict[str, float]     # fraction of the network traffic that crosses each tier above the leaf
+    # per tier above the leaf: the connections (NICs' worth of traffic) the groups send out of each block while
+    # they communicate, indexed by block number (engine/model/contention.py adds up the jobs sharing a tier),
+    # and the tier's own slowdown
+    demand: dict[str, np.ndarray] = field(default_factory=dict)
+    tier_slowdown: dict[str, float] = field(default_factory=dict)
     shape: tuple[int, ...] = ()    # extent of a group in its scale-up domain per torus dimension (else (q,))
     hops: tuple[int, ...] = ()     # torus hops from a member to the next one (point-to-point)
+
+
+# Other jobs' traffic on the blocks of each shared tier: (tier, connections per block) pairs, hashable for caches.
+Background = tuple[tuple[str, tuple[float, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -105,16 +114,19 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     return moved.reshape(-1, size)
 
 
-def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern: str = "ring") -> Route:
+def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern: str = "ring",
+          background: Background = ()) -> Route:
     """Placement facts of the groups over `dims` ("ring" for collectives and p2p chains, "all2all" for EP).
 
-    They depend on the job's placement only: jobs that differ in anything else share them (cached).
+    They depend on the job's placement only (and on other jobs' traffic on the tiers it shares: `background`):
+    jobs that differ in anything else share them (cached).
     """
-    return _route(cluster, placement(job), dims, pattern)
+    return _route(cluster, placement(job), dims, pattern, background)
 
 
 @lru_cache(maxsize=256)
-def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str) -> Route:
+def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str,
+           background: Background = ()) -> Route:
     topo = Topology.of(cluster)
     groups = members(job, dims) + job.first_gpu
     size = groups.shape[1]
@@ -126,6 +138,9 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     tier = TIERS[_outermost(topo, groups)]
     oversub = _oversub(cluster)
     crossing: dict[str, float] = {}
+    demands: dict[str, np.ndarray] = {}
+    tier_slowdown: dict[str, float] = {}
+    others = dict(background)
     slowdown = 1.0
     if k > 1:
         # share of each GPU's traffic that goes on the network: for a ring, its edges that leave a node (each
@@ -145,6 +160,12 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             total = float(demand.sum())
             if total <= 0:
                 continue
+            demands[t] = demand
+            theirs = others.get(t)
+            if theirs:                              # other jobs' connections on the same blocks at the same time
+                n = max(demand.size, len(theirs))
+                demand = np.pad(demand, (0, n - demand.size))
+                demand = demand + np.pad(np.asarray(theirs), (0, n - len(theirs))) * (demand > 0)
             capacity = _block_capacity(cluster, topo, block, demand.size)
             health = _block_health(cluster, topo, t, block, demand.size)
             # uplink paths of each block (links still up) and the connections leaving it
@@ -156,10 +177,11 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             pairs, where = np.unique(np.round(demand, 3) + 1j * paths, return_inverse=True)
             load = np.array([ecmp_max_load(c.real, int(c.imag), flows) if c.real > 0 else 0.0
                              for c in pairs.tolist()])[np.ravel(where)]
-            slowdown = max(slowdown, float(np.max(load)))
+            tier_slowdown[t] = max(1.0, float(np.max(load)))
+            slowdown = max(slowdown, tier_slowdown[t])
             crossing[t] = total / max(net_share * groups.size, 1e-9)
-    return Route(size, q, k, tier, max(1.0, slowdown), crossing, scaleup.group_shape(cluster, groups[0], q),
-                 scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
+    return Route(size, q, k, tier, max(1.0, slowdown), crossing, demands, tier_slowdown,
+                 scaleup.group_shape(cluster, groups[0], q), scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
 
 
 def _outermost(topo: Topology, groups: np.ndarray) -> int:

@@ -25,9 +25,9 @@ from ..config.errors import UserError
 from ..config.scenario import Cluster, Job, Scenario
 from . import collectives as col
 from . import compute as cm
+from . import contention, pipeline, scaleup, step
 from . import economics as econ
 from . import memory as mem
-from . import pipeline, scaleup, step
 from .layout import DIMS, Layout
 from .pipeline import check
 from .plan import StepPlan
@@ -63,6 +63,8 @@ class JobEstimate:
     serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
     stack: dict[str, Any] = field(default_factory=dict)       # the software stack (software_stack)
     economics: dict[str, Any] = field(default_factory=lambda: dict(econ.NO_FIGURES))   # economics.figures
+    busy_s: dict[str, float] = field(default_factory=dict)    # seconds per step each dimension is on the links
+    contention: dict[str, Any] = field(default_factory=dict)  # several jobs: alone vs with neighbours
 
 
 @dataclass
@@ -148,7 +150,8 @@ def _guess(model: JobModel, cfg: Config) -> float:
 
 # ------------------------------------------------------------------------------------------------- API
 
-def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = True) -> JobEstimate:
+def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = True,
+                 background: col.Background = ()) -> JobEstimate:
     """The cost of one training step of `job` on the scenario's cluster.
 
     plan=False leaves out the StepPlan (`plan` is None) and hints=False the hint of settings that would fit
@@ -157,7 +160,7 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     if job.is_inference:
         return _estimate_inference(scenario, job, plan)
     cluster = scenario.cluster
-    model = JobModel(cluster, job)
+    model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
     configs = candidates(job)
     if not configs:
         per_replica = job.global_batch // job.dp
@@ -198,8 +201,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=tokens / step,
                        model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
-                       plan=best.plan, economics=_economics(scenario, job, breakdown, step, tokens / step),
-                       **common)
+                       plan=best.plan, busy_s=best.busy,
+                       economics=_economics(scenario, job, breakdown, step, tokens / step), **common)
 
 
 def _economics(scenario: Scenario, job: Job, breakdown: dict[str, float], step: float,
@@ -318,10 +321,23 @@ def cluster_summary(cluster: Cluster) -> dict[str, Any]:
 
 
 def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
-    """Every job of the scenario, in scenario order (plan, hints: as for estimate_job)."""
+    """Every job of the scenario, in scenario order (plan, hints: as for estimate_job), each with the traffic of
+    the jobs that share its tiers (engine/model/contention.py)."""
     out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
-    out.jobs = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
+    alone = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
+    out.jobs = contention.solve(scenario, alone, _again(scenario, hints))
     return out
+
+
+def sharing(scenario: Scenario) -> contention.Sharing:
+    """The scenario's jobs with their plans, solved again with their neighbours for any set of running jobs."""
+    return contention.Sharing(scenario, [estimate_job(scenario, job, True, False) for job in scenario.jobs],
+                              _again(scenario, False))
+
+
+def _again(scenario: Scenario, hints: bool) -> Any:
+    """estimate_job again with other jobs' traffic: (job, background, plan) -> JobEstimate."""
+    return lambda job, background, full: estimate_job(scenario, job, full, full and hints, background)
 
 
 def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
@@ -353,6 +369,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
         })
         if j.kind == "inference":
             jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})
+        if j.contention:
+            jobs[-1].update(j.contention)
     return {"scenario": est.scenario, "cluster": est.cluster, "jobs": jobs}
 
 

@@ -96,19 +96,33 @@ class _Net:
     pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
 
 
+ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"), "pp": (("pp",), "ring")}
+
+
+def route_dims(job: col.Placement | Job, dim: str) -> tuple[tuple[str, ...], str]:
+    """The group dimensions and pattern of one parallel dimension's traffic (DP groups include CP)."""
+    if dim == "dp":
+        return (("dp", "cp") if job.cp > 1 else ("dp",)), "ring"
+    return ROUTE_DIMS[dim]
+
+
 @lru_cache(maxsize=64)
-def _net(cluster: Cluster, job: col.Placement) -> _Net:
-    """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them)."""
+def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) -> _Net:
+    """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them), with
+    other jobs' traffic on the tiers it shares (`background`, engine/model/contention.py)."""
     topo = Topology.of(cluster)
     stride = job.tp * job.cp
     first = job.first_gpu
     r = np.arange(job.pp)
     tiers = tuple(topo.tier_between(first + r * stride, first + (r + 1) % job.pp * stride).tolist())
-    dp_dims = ("dp", "cp") if job.cp > 1 else ("dp",)
-    pp = col.route(cluster, job, ("pp",))
-    return _Net(tp=col.route(cluster, job, ("tp",)), cp=col.route(cluster, job, ("cp",)),
-                ep=col.route(cluster, job, ("ep",), "all2all") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
-                dp=col.route(cluster, job, dp_dims), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops)
+
+    def route(dim: str) -> col.Route:
+        return col.route(cluster, job, *route_dims(job, dim), background)
+
+    pp = route("pp")
+    return _Net(tp=route("tp"), cp=route("cp"),
+                ep=route("ep") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
+                dp=route("dp"), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops)
 
 
 def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
@@ -139,6 +153,7 @@ class Eval:
     plan: StepPlan | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
     microbatches: int = 0
+    busy: dict[str, float] = field(default_factory=dict)     # seconds per step each dimension is on the links
 
 
 Passes = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]   # (forward, backward) segments
@@ -163,10 +178,12 @@ class JobModel:
     model and reused by every stage, configuration and evaluation with the same blocks.
     """
 
-    def __init__(self, cluster: Cluster, job: Job) -> None:
+    def __init__(self, cluster: Cluster, job: Job, background: col.Background = (), busy: bool = False) -> None:
         self.cluster, self.job = cluster, job
         self.gpu = cluster.gpu
-        self.net = _net(cluster, col.placement(job))
+        self.background = background
+        self.want_busy = busy          # Eval.busy even without a plan (jobs that share tiers: contention.py)
+        self.net = _net(cluster, col.placement(job), background)
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
@@ -332,8 +349,8 @@ class JobModel:
             run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
-        ev.plan, ev.step_s, ev.breakdown = self._finish(cfg, chunks, phase_s, intervals, ends, last_b, fwd, bwd,
-                                                        m, plan)
+        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, chunks, phase_s, intervals, ends, last_b,
+                                                                 fwd, bwd, m, plan)
         if job.schedule == "dualpipe" and p > 2 and v == 1:
             self._dualpipe_bubble(ev, fwd, bwd)
 
@@ -355,7 +372,7 @@ class JobModel:
     def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], phase_s: np.ndarray,
                 intervals: Callable[[], Intervals], ends: list[float],
                 last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
-                plan: bool) -> tuple[StepPlan | None, float, dict[str, float]]:
+                plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
         per phase summed over the stages, and its intervals when a plan is asked for); the breakdown, and the
         StepPlan when `plan`."""
@@ -417,19 +434,20 @@ class JobModel:
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
+        busy = self._busy(cfg, fwd, bwd, m, dp_busy) if plan or self.want_busy else {}
         if not plan:
-            return None, step, breakdown
+            return None, step, breakdown, busy
         runs = merge_runs(intervals().then(tail), step, p)
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
-        tier_load = self._tier_load(cfg, fwd, bwd, m, step, dp_busy)
+        tier_load = self._tier_load(cfg, busy, step)
         stages: list[list[Interval]] = [[] for _ in range(p)]
         for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(),
                                  runs.phase.tolist()):
             stages[r].append(Interval(a, b, PHASE_NAMES[code]))
         memory = tuple(round(s.total / mem.GB, 2) for s in self.memory(cfg))
         return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load,
-                         tokens=tokens, model_flops=flops, memory_gb=memory), step, breakdown)
+                         tokens=tokens, model_flops=flops, memory_gb=memory), step, breakdown, busy)
 
     def _update(self, params: float) -> tuple[float, float]:
         """Seconds of the optimizer step and of the parameter all-gather (ZeRO-1/2) for a stage's params."""
@@ -455,36 +473,38 @@ class JobModel:
             self._grad_comm[params] = comm.time_s
         return self._grad_comm[params]
 
-    def _tier_load(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, step: float,
-                   dp_busy: float) -> dict[str, float]:
+    def _busy(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, dp_busy: float) -> dict[str, float]:
+        """Seconds per step each parallel dimension's traffic is on the links (per stage, averaged)."""
+        job, cl, net = self.job, self.cluster, self.net
+        v = cfg.virtual_stages
+        busy = {}
+        for dim in ("tp", "cp", "ep"):
+            seconds = sum(dict(fwd[r][c]).get(dim, 0.0) + dict(bwd[r][c]).get(dim, 0.0)
+                          for r in range(job.pp) for c in range(v)) * m / job.pp
+            if seconds > 0:
+                busy[dim] = seconds
+        if dp_busy > 0:
+            busy["dp"] = dp_busy
+        if job.pp > 1:
+            act = shard(job, cfg.micro_batch).tokens * job.model.hidden * cm.BF16 / \
+                (job.tp if job.sequence_parallel and job.tp > 1 else 1)
+            busy["pp"] = 2 * m * v * sum(_p2p_time(cl, net, act, r) for r in range(job.pp)) / job.pp
+        return busy
+
+    def _tier_load(self, cfg: Config, busy: dict[str, float], step: float) -> dict[str, float]:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
         job, cl, net = self.job, self.cluster, self.net
         sh = shard(job, cfg.micro_batch)
+        act = sh.tokens * job.model.hidden * cm.BF16
+        comms = {"tp": lambda: _tp_time(cl, net, act, sh.sp), "cp": lambda: col.p2p(cl, net.cp, act),
+                 "ep": lambda: col.all_to_all(cl, net.ep, act),
+                 "dp": lambda: col.reduce_scatter(cl, net.dp, 1e9),
+                 "pp": lambda: col.p2p(cl, col.route(cl, job, ("pp",), "ring", self.background),
+                                       act / (job.tp if sh.sp else 1))}
         load = {t: 0.0 for t in TIERS}
-        per_dim: dict[str, tuple[float, dict[str, float]]] = {}
-        v = cfg.virtual_stages
-        for dim in ("tp", "cp", "ep"):
-            busy = sum(dict(fwd[r][c]).get(dim, 0.0) + dict(bwd[r][c]).get(dim, 0.0)
-                       for r in range(job.pp) for c in range(v)) * m / job.pp
-            if busy <= 0:
-                continue
-            if dim == "tp":
-                comm = _tp_time(cl, net, sh.tokens * job.model.hidden * cm.BF16, sh.sp)
-            elif dim == "cp":
-                comm = col.p2p(cl, net.cp, sh.tokens * 1.0 * job.model.hidden * cm.BF16)
-            else:
-                comm = col.all_to_all(cl, net.ep, sh.tokens * 1.0 * job.model.hidden * cm.BF16)
-            per_dim[dim] = (busy, comm.load)
-        if dp_busy > 0:
-            per_dim["dp"] = (dp_busy, col.reduce_scatter(cl, net.dp, 1e9).load)
-        if job.pp > 1:
-            act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-            busy = 2 * m * v * sum(_p2p_time(cl, net, act, r) for r in range(job.pp)) / job.pp
-            pp_route = col.route(cl, job, ("pp",))
-            per_dim["pp"] = (busy, col.p2p(cl, pp_route, act).load)
-        for busy, loads in per_dim.values():
-            for tier, u in loads.items():
-                load[tier] += u * min(busy, step) / step
+        for dim, seconds in busy.items():
+            for tier, u in comms[dim]().load.items():
+                load[tier] += u * min(seconds, step) / step
         return {t: round(min(1.0, x), 4) for t, x in load.items()}
 
 

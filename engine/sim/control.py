@@ -3,6 +3,10 @@
 With --control, `record` paces its output to the speed (1 simulated second per second until told otherwise) and
 flushes what it wrote every tick; at the end of stdin it keeps running (unpaused) to the end. Without --control a
 recording is neither paced nor changed.
+
+From the first `run_to` on, the dashboard's clock drives the run: the engine simulates up to the time it was given
+and waits there, so it is never ahead of the screen, a pause stops it exactly, and a fault injected at the time on
+screen lands at that time. Time spent paused never counts as simulated time.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from ..stream.protocol import INJECT_FAULT, PAUSE, RESUME, SPEED, decode
+from ..stream.protocol import INJECT_FAULT, PAUSE, RESUME, RUN_TO, SPEED, decode
 
 if TYPE_CHECKING:
     from .run import Run, RunStats, Sink
@@ -75,6 +79,7 @@ class Pacer:
         self.warn = warn or (lambda text: print(f"clustertop: {text}", file=sys.stderr, flush=True))
         self.speed = DEFAULT_SPEED
         self.paused = False
+        self.horizon: float | None = None     # set by run_to: simulate up to here, no further
 
     def apply(self, command: dict[str, Any]) -> None:
         kind = command["cmd"]
@@ -84,16 +89,22 @@ class Pacer:
             self.paused = True
         elif kind == RESUME:
             self.paused = False
+        elif kind == RUN_TO:
+            self.horizon = float(command["t"])
         elif kind == INJECT_FAULT:
             gpu = command["gpu"]
             gpus = self.run.topology.gpus
             if 0 <= gpu < gpus:
+                at = command.get("t")
+                if at is not None and float(at) > self.run.env.now:
+                    self.run.advance_to(float(at))   # the time on the dashboard's screen (never in the past)
                 self.run.inject_fault(gpu)
             else:
                 self.warn(f"inject_fault: GPU {gpu} is not in the cluster; expected 0 to {gpus - 1}")
 
     def drive(self, sink: Sink, progress: Callable[[float], None] | None = None) -> RunStats:
-        """The whole run, paced: simulated time advances by speed x wall time, except while paused."""
+        """The whole run, paced: simulated time advances by speed x wall time (or to the dashboard's run_to),
+        except while paused."""
         run = self.run
         run.start(sink, progress)
         run.advance_to(0.0)                    # jobs start: a fault injected at once has a job to hit
@@ -102,13 +113,19 @@ class Pacer:
         sim = 0.0
         last = self.clock()
         while sim < end:
-            for command in self.commands.wait(None if self.paused and not self.commands.eof else TICK_S):
+            blocked = self.paused and not self.commands.eof
+            for command in self.commands.wait(None if blocked else TICK_S):
                 self.apply(command)
+            if blocked:
+                last = self.clock()            # the wall time spent paused is not simulated time
             if self.commands.eof:
                 self.paused = False            # nobody is left to resume it
+                self.horizon = None            # nor to drive the clock: run at the speed to the end
             now = self.clock()
+            sim = max(sim, run.env.now)        # an injection at a later time moved the run on
             if not self.paused:
-                sim = min(end, sim + (now - last) * self.speed)
+                step = (now - last) * self.speed
+                sim = min(end, max(sim, self.horizon) if self.horizon is not None else sim + step)
             last = now
             run.advance_to(sim)
             if flush is not None:

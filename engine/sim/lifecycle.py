@@ -118,6 +118,7 @@ class JobDriver:
         self.planned = 0
         self.checkpoints = 0
         self.tokens_lost = 0
+        self.wake = self.env.event()              # succeeds when the job's step changes (its neighbours)
 
     @property
     def name(self) -> str:
@@ -164,16 +165,27 @@ class JobDriver:
         k = max(math.ceil((t - act.t0) / period - EPS), 0)
         return act.t0 + k * period
 
+    def replan(self) -> None:
+        """The job's step changed (engine/sim/sharing.py): take it at the next step boundary."""
+        self.track.replan = True
+        if not self.wake.triggered:
+            self.wake.succeed()
+
     def _train(self) -> Generator[Any, Any, None]:
-        """Train; at step boundaries, follow the day's clocks (run.retune) and write due checkpoints."""
+        """Train; at step boundaries, follow the day's clocks and the neighbours' traffic (run.retune) and write
+        due checkpoints."""
         run, env = self.run, self.env
         while True:
+            if self.wake.triggered:
+                self.wake = env.event()
             due = min(self.next_ckpt if self.training else math.inf, run.next_retune(self.track))
             at = self._boundary(max(due, env.now)) if due < math.inf else None
             if at is None:
-                yield env.event()              # nothing until an interrupt
+                yield self.wake                # nothing until an interrupt or a new step
                 continue
-            yield env.timeout(max(at - env.now, 0.0))
+            yield env.timeout(max(at - env.now, 0.0)) | self.wake
+            if env.now < at - EPS:             # woken by a new step: look again at what is due
+                continue
             if run.next_retune(self.track) <= env.now + EPS:
                 run.retune(self.track)
             if self.training and self.next_ckpt <= env.now + EPS:
@@ -247,6 +259,7 @@ class JobDriver:
         self.down_faults += 1
         run.emit(schema.FAULT, job=self.name, **fault_fields(run, fault),
                  **({"extends_downtime": True} if extends else {}))
+        run.running_changed()                  # its neighbours speed up while it is down
         self._abort(self.writing)
         self._abort(self.behind)
         gpn = run.topology.gpus_per_node
@@ -276,6 +289,7 @@ class JobDriver:
             if self.training:
                 yield from self._final_checkpoint()
             self._stop("maintenance")
+            run.running_changed()
         else:
             self.down_faults += 1
         yield from self._wait_restart()
@@ -323,5 +337,6 @@ class JobDriver:
                  spare_nodes=len(self.failed_nodes))
         self.tokens_lost += tokens
         self.down, self.ready, self.loss = False, 0.0, (0, 0, 0.0)
+        run.running_changed()                  # its neighbours slow down again (it takes its step at a boundary)
         self.failed_nodes, self.held = [], []
         self.next_ckpt = env.now + self.ckpt.interval_s

@@ -37,8 +37,9 @@ from clustertop import __version__
 from ..config.errors import UserError
 from ..config.phases import PHASES
 from ..config.scenario import Job, Scenario
-from ..model import economics, scaleup
+from ..model import economics, estimate, scaleup
 from ..model.checkpoint import checkpoint_plan
+from ..model.contention import Sharing
 from ..model.estimate import estimate_job
 from ..model.layout import Layout
 from ..model.plan import StepPlan
@@ -58,6 +59,7 @@ from .sampling import (
     default_sample_interval,
     wire_time,
 )
+from .sharing import SharedTiers
 from .site_power import SitePower
 from .variability import Stragglers
 
@@ -67,9 +69,19 @@ MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fi
 OPT = orjson.OPT_APPEND_NEWLINE
 
 
-def default_planner(scenario: Scenario, job: Job) -> StepPlan | None:
-    """The cost model's plan for a job (None when it does not fit in memory)."""
-    return estimate_job(scenario, job).plan
+class ModelPlanner:
+    """The cost model's plan for a job (None when it does not fit in memory). A planner with a `sharing` method
+    also solves several jobs with each other's traffic on the tiers they share (engine/sim/sharing.py)."""
+
+    def __call__(self, scenario: Scenario, job: Job) -> StepPlan | None:
+        return estimate_job(scenario, job).plan
+
+    @staticmethod
+    def sharing(scenario: Scenario) -> Sharing:
+        return estimate.sharing(scenario)
+
+
+default_planner = ModelPlanner()
 
 
 @dataclass
@@ -92,6 +104,7 @@ class JobTrack:
     tuned_at: float = 0.0                    # when the day's clock factor was last applied
     factor: float = 1.0                      # that factor
     variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
+    replan: bool = False                     # a new step (its neighbours' traffic) waits for a step boundary
     _stage: np.ndarray | None = None
 
     @property
@@ -195,10 +208,15 @@ class Run:
         self.overrides: list[Override] = []
         self._extra: list[Callable[[Run], Generator[Any, Any, None]]] = []
         planner = planner or default_planner
+        sharing = getattr(planner, "sharing", None)
+        self.shared = SharedTiers(self, sharing(scenario)) if sharing and len(scenario.jobs) > 1 else None
         self.tracks: list[JobTrack] = []
         for i, job in enumerate(scenario.jobs):
-            plan = planner(scenario, job)
-            compiled = CompiledPlan.of(scenario, job, plan) if plan is not None else None
+            if self.shared is not None:
+                compiled = self.shared.plan(i)
+            else:
+                plan = planner(scenario, job)
+                compiled = CompiledPlan.of(scenario, job, plan) if plan is not None else None
             self.tracks.append(JobTrack(i, job, Layout(job, self.topology), compiled))
         self.by_name = {t.job.name: t for t in self.tracks}
         steps = sum(self.duration_s / t.plan.step_time_s for t in self.tracks if t.plan is not None)
@@ -251,6 +269,7 @@ class Run:
         """Start (or restart, e.g. from a checkpoint's step) training now, at the day's clock speed."""
         assert track.stretched is not None
         self.advance(self.env.now)            # the step counter is current
+        track.replan = False
         self.switch(track, Running(self._plan_now(track), self.env.now, track.step if step is None else step,
                                    track.tokens_total if tokens is None else tokens))
 
@@ -295,18 +314,26 @@ class Run:
         return variability.plan_at(self.scenario.variability.diurnal_amplitude, track, self.env.now)
 
     def next_retune(self, track: JobTrack) -> float:
-        """When the day's clock factor next changes for a job (inf: never)."""
+        """When the job's step next changes: now for a new step (its neighbours), else the day's clock factor
+        (inf: never)."""
+        if track.replan:
+            return self.env.now
         return variability.next_retune(self.scenario.variability.diurnal_amplitude, track)
 
     def retune(self, track: JobTrack) -> None:
-        """At a step boundary: continue training at the current clock factor."""
+        """At a step boundary: continue training at the current clock factor and with the current neighbours."""
         act = track.activity
         if not isinstance(act, Running):
             return
         factor = self.diurnal(self.env.now)
         track.tuned_at = self.env.now
-        if factor != track.factor:
+        if factor != track.factor or track.replan:
             self.resume(track)
+
+    def running_changed(self) -> None:
+        """A job stopped or restarted: the others' steps with their neighbours change (engine/sim/sharing.py)."""
+        if self.shared is not None:
+            self.shared.update()
 
     # ----- the run ----------------------------------------------------------------------------------------
 
@@ -334,6 +361,8 @@ class Run:
                 if memory:      # memory per GPU: one figure, or one per pipeline stage when they differ
                     entry["memory_gb"] = memory[0] if len(set(memory)) == 1 else list(memory)
                 entry.update(t.plan.plan.serving)       # inference: median TTFT and TPOT
+                if self.shared is not None:
+                    entry.update(self.shared.header(t.index))
                 st = t.stragglers
                 entry["speed"] = round(st.speed, 4) if st else 1.0
                 entry["slow_gpus"] = st.gpus.tolist() if st else []

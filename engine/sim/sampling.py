@@ -10,6 +10,8 @@ Symmetry: all DP replicas of a stage follow the same timeline, so a sample is co
 matrix of durations per job) and broadcast over "unit runs" (one per stage per replica, tp * cp GPUs); only GPUs
 that break the symmetry are computed apart and spliced into the runs: stragglers (engine/sim/variability.py) and
 GPUs under an override (a failed node). Encoded arrays that did not change since an earlier sample are reused.
+The phase shares (`phase_mix`) keep the symmetry on the wire: a row per stage of each job, the GPUs that differ
+apart, so they cost a few dozen numbers at any size (docs/events.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from ..config.phases import CODE
+from ..config.phases import CODE, PHASES
 from ..model.topology import TIERS
 from .activity import NPH, WAIT
 
@@ -72,6 +74,7 @@ class Sampler:
         self.power = run.power
         self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
         self.energy_mwh = 0.0          # the site's energy over the samples so far (exact means x their windows)
+        self._mix_cache: dict[Any, bytes] = {}
         self.blocks: list[tuple[int, int, JobTrack | None]] = []
         pos = 0
         for track in sorted(self.tracks, key=lambda t: t.job.first_gpu):
@@ -114,6 +117,15 @@ class Sampler:
                 hi = min(j.first_gpu + j.gpus, (pod + 1) * per_pod)
                 self.pod_weights[track.index, pod] = (hi - lo) / pod_gpus[pod]
         self.site_weights = np.array([t.job.gpus / topo.gpus for t in self.tracks])
+        # Capacity left of each pod tier (cluster.degraded): the same traffic is a larger share of fewer links.
+        self.capacity = np.ones((len(TIERS), pods))
+        for d in run.scenario.cluster.degraded:
+            if d.tier in POD_TIERS:
+                row = self.capacity[TIERS.index(d.tier)]
+                if d.pod is None:
+                    row *= d.capacity
+                elif 0 <= d.pod < pods:
+                    row[d.pod] *= d.capacity
 
     def split(self, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit runs with each of `gpus` (sorted, unique) a run of its own: (starts, rows, index of each GPU)."""
@@ -184,7 +196,7 @@ class Sampler:
             p, r = p[last], r[last]
         span = b - a
         return Patch(p, np.rint(r @ PHASE_UTIL * (100.0 / span)).astype(np.int64), r @ self.power.phase_w / span,
-                     r.argmax(axis=1), static,
+                     r.argmax(axis=1), r, static,
                      self.unit_rows[np.searchsorted(self.unit_starts, p, side="right") - 1])
 
     def row_values(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -197,8 +209,8 @@ class Sampler:
     def line(self, a: float, b: float, t: float) -> bytes:
         """The sample line at time t: exact means over [a, b]."""
         m = self.measure(a, b)
-        util_b, power_b, phase_b = self.arrays(m)
-        pod = m.loads.T @ self.pod_weights                  # (tiers, pods)
+        util_b, power_b, phase_b, mix_b = self.arrays(m)
+        pod = np.minimum(m.loads.T @ self.pod_weights / self.capacity, 1.0)      # (tiers, pods)
         site = m.loads.T @ self.site_weights                # (tiers,)
         links: dict[str, Any] = {}
         for i, tier in enumerate(TIERS):
@@ -222,23 +234,58 @@ class Sampler:
         site_mw = round(exact_mw, 4)
         budget = b',"over_budget":true' if self.power.over_budget(site_mw) else b""
         return b"".join((b'{"t":', orjson.dumps(wire_time(t)), b',"type":"sample","util":', util_b, b',"power_w":',
-                         power_b, b',"phase":', phase_b, b',"links":', orjson.dumps(links), b',"site_mw":',
+                         power_b, b',"phase":', phase_b, b',"phase_mix":', mix_b, b',"links":', orjson.dumps(links), b',"site_mw":',
                          orjson.dumps(site_mw), budget, b',"jobs":', orjson.dumps(jobs), b"}\n"))
 
-    def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes]:
+    def mix(self, stage_pct: list[np.ndarray], patch: Patch | None, patch_pct: np.ndarray | None) -> bytes:
+        """`phase_mix`: each GPU's phase shares over the interval (integer percent of the phases that occur), by
+        symmetry: a table of distinct shares, the row of each stage of each job (the reader broadcasts it over the
+        job's layout, as the stage of a GPU follows from it), the row of GPUs without a job, and runs of GPUs
+        that differ (stragglers, failed nodes). A cluster of any size costs a few dozen numbers."""
+        idle = np.zeros((1, NPH), np.int64)
+        idle[0, CODE["idle"]] = 100
+        table = np.concatenate([*stage_pct, idle] + ([patch_pct] if patch_pct is not None else []))
+        uniq, inverse = distinct_rows(table)
+        cols = np.flatnonzero(uniq.any(axis=0))
+        jobs = {t.job.name: inverse[self.row_offset[i]:self.row_offset[i + 1]] for i, t in enumerate(self.tracks)}
+        out: dict[str, Any] = {"phases": [PHASES[c] for c in cols], "shares": np.ascontiguousarray(uniq[:, cols]),
+                               "jobs": jobs, "other": int(inverse[self.idle_row])}
+        if patch is not None and patch_pct is not None:
+            gpus, rows = patch.gpus, inverse[self.idle_row + 1:]
+            new = np.ones(gpus.size, dtype=bool)
+            new[1:] = (gpus[1:] != gpus[:-1] + 1) | (rows[1:] != rows[:-1])
+            first = np.flatnonzero(new)
+            out["gpus"] = {"at": gpus[first], "n": np.diff(first, append=gpus.size), "v": rows[first]}
+        return orjson.dumps(out, option=OPT_ARRAYS)
+
+    def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes, bytes]:
         """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch spliced
         in, equal neighbours merged. Cached as serialized bytes for samples that come out the same."""
+        span = m.b - m.a
         key: list[bytes] = []
+        mix_key: list[bytes] = []
+        stage_pct = []
         for track in self.tracks:
             s = m.stages[track.index]
+            pct = percent(s.durations, span)
+            stage_pct.append(pct)
             key += (s.util.tobytes(), s.watts.tobytes(), s.phase.tobytes())
+            mix_key.append(pct.tobytes())
         p = m.patch
-        if p is not None:
+        patch_pct = percent(p.durations, span) if p is not None else None
+        if p is not None and patch_pct is not None:
             key += (p.gpus.tobytes(), p.util.tobytes(), p.watts.tobytes(), p.phase.tobytes())
+            mix_key += (p.gpus.tobytes(), patch_pct.tobytes())
+        mix_bytes = self._mix_cache.get(tuple(mix_key))
+        if mix_bytes is None:
+            mix_bytes = self.mix(stage_pct, p, patch_pct)
+            if len(self._mix_cache) > 256:
+                self._mix_cache.clear()
+            self._mix_cache[tuple(mix_key)] = mix_bytes
         cache_key = tuple(key)
         cached = self._cache.get(cache_key)
         if cached is not None:
-            return cached
+            return (*cached, mix_bytes)
         util, power, phase = self.row_values(m.stages)
         row_values = (util, np.rint(power).astype(np.int64), phase)
         if p is None:
@@ -263,7 +310,7 @@ class Sampler:
         if len(self._cache) > 256:
             self._cache.clear()
         self._cache[cache_key] = result
-        return result
+        return (*result, mix_bytes)
 
     def _override_rows(self, m_stages: dict[int, StageMeans], o: Override, a: float,
                        b: float) -> tuple[int, np.ndarray] | None:
@@ -284,6 +331,27 @@ class Sampler:
         rows[:, CODE[o.phase]] += w
         np.maximum(rows, 0.0, out=rows)
         return first, rows
+
+
+def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of an integer table in order of first appearance, and the index of each row's. A few
+    dozen rows (the usual case): a dict of their bytes; more (a large override): numpy on a void view."""
+    if table.shape[0] <= 256:
+        seen: dict[bytes, int] = {}
+        inverse = np.fromiter((seen.setdefault(row.tobytes(), len(seen)) for row in table), np.int64,
+                              count=table.shape[0])
+        first = np.zeros(len(seen), np.int64)
+        first[inverse[::-1]] = np.arange(table.shape[0] - 1, -1, -1)
+        return table[first], inverse
+    rows = np.ascontiguousarray(table)
+    void = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
+    _, first, inverse = np.unique(void, return_index=True, return_inverse=True)
+    return rows[first], inverse.reshape(-1)
+
+
+def percent(durations: np.ndarray, span: float) -> np.ndarray:
+    """Seconds per phase over a window as integer percent of it (rows: stages or GPUs)."""
+    return np.rint(durations * (100.0 / span)).astype(np.int64)
 
 
 @dataclass
@@ -308,6 +376,7 @@ class Patch:
     util: np.ndarray          # integer percent
     power: np.ndarray         # W (float)
     phase: np.ndarray         # dominant phase code
+    durations: np.ndarray     # (gpus, phases) seconds
     static: bool              # stragglers only (their GPUs are the precomputed ones)
     rows: np.ndarray          # the row each GPU would follow without the patch
 

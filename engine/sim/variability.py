@@ -78,6 +78,16 @@ def stretch(scenario: Scenario, track: JobTrack, speeds: np.ndarray | None, phas
                                   slowest)
 
 
+def restretch(scenario: Scenario, track: JobTrack, phase_w: np.ndarray) -> None:
+    """The stretched step again after the job's plan changed (its neighbours' traffic): the same slowest GPU,
+    the same GPUs drawn on their own."""
+    assert track.plan is not None
+    k = 1.0 / track.stragglers.speed if track.stragglers is not None else 1.0
+    track.stretched = CompiledPlan.of(scenario, track.job, track.plan.plan, (k - 1.0) * track.plan.step_time_s,
+                                      phase_w)
+    track.variants = {}
+
+
 def diurnal(amplitude: float, t: float) -> float:
     """How much longer a step takes at time t than at night: 1 / throughput over the day."""
     if amplitude <= 0:

@@ -27,7 +27,7 @@ from .reader import Reader
 from .state import EVENT_LOG, HISTORY, ClusterState
 
 # Kinds of event that change job status; always kept (few) so a rebuilt state knows which jobs run.
-JOB_EVENTS = frozenset({schema.JOB_START, schema.JOB_STOP})
+JOB_EVENTS = frozenset({schema.JOB_START, schema.JOB_STOP, schema.CONTENTION})
 
 
 class EventIndex:

@@ -165,7 +165,7 @@ def _describe(exc: Exception) -> str:
         return f"line is not valid JSON ({exc.msg}); the recording is corrupt"
     if isinstance(exc, _Backwards):
         return str(exc)
-    return "expected an event object with \"t\" (a number) and \"type\""
+    return "expected an event object with \"t\" (a number) and \"type\" (a string)"
 
 
 class _Backwards(ValueError):
@@ -255,7 +255,8 @@ class Reader:
                     try:
                         event = loads(line)
                         t = event["t"]
-                        event["type"]
+                        if not isinstance(event["type"], str):
+                            raise TypeError("type")
                         if t < last:
                             raise _Backwards(f"time goes backwards ({t} after {last})")
                     except _BAD_EVENT as exc:
@@ -322,7 +323,7 @@ class Reader:
         number = self.lines.count + 1
         try:
             event = orjson.loads(tail)
-            if isinstance(event, dict) and "t" in event and "type" in event:
+            if isinstance(event, dict) and "t" in event and isinstance(event.get("type"), str):
                 return event
         except orjson.JSONDecodeError:
             pass

@@ -9,10 +9,12 @@ docs/events.md.
   "phase_util": [...], "power": {...}}.
 - Every later line has "t" (simulated seconds, never decreasing) and "type".
 - Samples ("sample") carry full state as exact means over (t - interval, t]: "util" (integer percent),
-  "power_w" (integer W) and "phase" (the dominant phase code) per GPU, "links" (tier -> load 0..1, a list
-  per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
+  "power_w" (integer W) and "phase" (the dominant phase code) per GPU, "phase_mix" (each GPU's share of the
+  interval per phase, integer percent, by symmetry: a table of distinct rows, each job's row per pipeline stage,
+  the row of GPUs without a job, runs of GPUs that differ; optional: older recordings lack it), "links"
+  (tier -> load 0..1, a list per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
 - Discrete events: "step", "job_start", "job_stop", "fault", "restart", "maintenance", "checkpoint_start",
-  "checkpoint_end", "power_swing".
+  "checkpoint_end", "power_swing", "contention".
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
 
@@ -40,6 +42,7 @@ MAINTENANCE = "maintenance"
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 POWER_SWING = "power_swing"
+CONTENTION = "contention"
 
 
 def rle_encode(values: np.ndarray) -> dict[str, list[Any]]:

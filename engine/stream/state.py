@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from ..config.phases import CODE
+from ..config.phases import CODE, PHASES
 from . import schema
 
 HISTORY = 240        # samples kept for sparklines
+CONTENTION_KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
 EVENT_LOG = 500      # discrete events kept for the log
 
 
@@ -41,14 +43,15 @@ def _kpi(key: str, doc: str) -> property:
 class JobStatus:
     """One job as the stream last described it.
 
-    Besides the step figures: `down` (stopped by a fault or maintenance, until its restart), `interruptions`
+    Besides the step figures: `down` (stopped by a fault, until its restart; `down_since` its time),
+    `time_lost_s` (work lost and downtime of its restarts so far), `interruptions`
     (faults and maintenance so far, as Llama 3 counts them), `tokens_lost` (work lost to restarts from
     checkpoints), `checkpoints` (written), `effective_training_time` (share of the time since the job started
     spent on steps whose work is kept; from the latest sample).
     """
 
-    __slots__ = ("_src", "checkpoints", "down", "effective_training_time", "first_gpu", "gpus", "info",
-                 "interruptions", "name", "running", "stop_reason", "tokens_lost")
+    __slots__ = ("_src", "checkpoints", "contention", "down", "down_since", "effective_training_time", "first_gpu",
+                 "gpus", "info", "interruptions", "name", "running", "stop_reason", "time_lost_s", "tokens_lost")
 
     def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
                  step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
@@ -66,6 +69,10 @@ class JobStatus:
         self.checkpoints = checkpoints
         self.effective_training_time = effective_training_time
         self.down = down
+        self.down_since: float | None = None
+        self.time_lost_s = 0.0
+        # jobs sharing tiers: contention_slowdown, contention_tier, contention_shares (header, then "contention")
+        self.contention: dict[str, Any] = {k: self.info[k] for k in CONTENTION_KEYS if k in self.info}
         self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
                                      "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
 
@@ -108,6 +115,86 @@ class _Lazy:
         return self.array
 
 
+@lru_cache(maxsize=32)
+def stage_of(gpus: int, tp_cp: int, pp: int) -> np.ndarray:
+    """The pipeline stage of each GPU of a job (TP innermost, then CP, then PP): how the engine lays jobs out."""
+    stage = (np.arange(gpus, dtype=np.int64) // max(1, tp_cp)) % max(1, pp)
+    stage.flags.writeable = False
+    return stage
+
+
+class PhaseMix:
+    """Each GPU's phase shares over the latest sample's interval, decoded from its `phase_mix` on first read.
+
+    `rows` (int32 per GPU) index `table` (rows x phases, fractions 0..1). Without `phase_mix` (recordings made
+    before it) a GPU's share is all of its dominant phase; a row of no time at all (the instant t = 0) falls
+    back the same way.
+    """
+
+    __slots__ = ("_phase", "header", "pending", "rows", "table")
+
+    def __init__(self, header: dict[str, Any], phase: _Lazy) -> None:
+        self.header = header
+        self._phase = phase
+        self.pending: dict[str, Any] | None = None
+        self.rows: np.ndarray | None = None
+        self.table = np.eye(len(PHASES), dtype=np.float32)
+
+    def get(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, table), decoding the pending phase_mix if any."""
+        mix, self.pending = self.pending, None
+        if mix is not None:
+            try:
+                self.rows, self.table = self._decode(mix)
+            except (ValueError, TypeError, KeyError, IndexError):
+                self.rows = None      # malformed: the dominant phase stands in for the shares
+        if self.rows is None:
+            return self._phase.get().astype(np.int32), np.eye(len(PHASES), dtype=np.float32)
+        return self.rows, self.table
+
+    def _decode(self, mix: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        codes = [PHASES.index(name) if name in PHASES else CODE["idle"] for name in mix["phases"]]
+        shares = np.asarray(mix["shares"], dtype=np.float32).reshape(-1, len(codes))
+        table = np.zeros((shares.shape[0] + len(PHASES), len(PHASES)), dtype=np.float32)
+        np.add.at(table, (slice(0, shares.shape[0]), codes), shares / 100.0)
+        table[shares.shape[0]:] = np.eye(len(PHASES), dtype=np.float32)
+        gpus = int(self.header["topology"]["gpus"])
+        rows = np.full(gpus, int(mix.get("other", 0)), dtype=np.int32)
+        for info in self.header.get("jobs", []):
+            job_rows = mix.get("jobs", {}).get(info["name"])
+            if job_rows is None:
+                continue
+            first, n = int(info["first_gpu"]), int(info["gpus"])
+            tp_cp = int(info.get("tp", 1) or 1) * int(info.get("cp", 1) or 1)
+            stage = stage_of(n, tp_cp, len(job_rows))
+            rows[first:first + n] = np.asarray(job_rows, dtype=np.int32)[stage]
+        extra = mix.get("gpus")
+        if extra:
+            for at, count, row in zip(extra["at"], extra["n"], extra["v"]):
+                rows[at:at + count] = row
+        if rows.size and (int(rows.max()) >= shares.shape[0] or int(rows.min()) < 0):
+            raise ValueError("phase_mix row out of range")
+        empty = table[:shares.shape[0]].sum(axis=1) <= 0
+        if empty.any():                          # no time in the window: the dominant phase it reports
+            lost = empty[rows]
+            rows[lost] = shares.shape[0] + self._phase.get()[lost].astype(np.int32)
+        return rows, table
+
+    def shares(self, gpu0: int, gpu1: int) -> np.ndarray:
+        """Mean phase shares (fractions per phase code) of GPUs [gpu0, gpu1)."""
+        rows, table = self.get()
+        seg = rows[gpu0:gpu1]
+        if seg.size == 0:
+            return np.zeros(len(PHASES), dtype=np.float32)
+        counts = np.bincount(seg, minlength=table.shape[0])
+        return (counts @ table) / seg.size
+
+    def per_gpu(self, gpu0: int, gpu1: int) -> np.ndarray:
+        """Phase shares of each GPU of [gpu0, gpu1): (gpus, phases) fractions."""
+        rows, table = self.get()
+        return table[rows[gpu0:gpu1]]
+
+
 class ClusterState:
     """Everything the dashboard shows at simulated time `t`."""
 
@@ -120,6 +207,7 @@ class ClusterState:
         self._util = _Lazy(np.zeros(self.gpus, dtype=np.float32), scale=0.01)   # 0..1 (percent on the wire)
         self._power = _Lazy(np.zeros(self.gpus, dtype=np.float32))
         self._phase = _Lazy(np.full(self.gpus, CODE["idle"], dtype=np.uint8))
+        self.mix = PhaseMix(header, self._phase)     # phase shares over the interval (`phase_mix`)
         self.links: dict[str, np.ndarray] = {}       # tier -> load 0..1 (one value, or one per pod)
         self.site_mw = 0.0
         self.budget_mw: float | None = header.get("power", {}).get("site_power_budget_mw")
@@ -136,7 +224,7 @@ class ClusterState:
             schema.SAMPLE: self._sample, schema.JOB_START: self._job_event,
             schema.JOB_STOP: self._job_event, schema.HEADER: _ignore, schema.FAULT: self._fault,
             schema.MAINTENANCE: self._maintenance, schema.RESTART: self._restart,
-            schema.CHECKPOINT_END: self._checkpoint_end}
+            schema.CHECKPOINT_END: self._checkpoint_end, schema.CONTENTION: self._contention}
 
     @property
     def util(self) -> np.ndarray:
@@ -179,6 +267,8 @@ class ClusterState:
     def _fault(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job") or "")
         if job is not None:          # `running` stays as the samples say it (they carry it every interval)
+            if not job.down:
+                job.down_since = float(event["t"])
             job.down = True
             job.interruptions += 1
 
@@ -194,11 +284,22 @@ class ClusterState:
             return
         job.running = True
         job.down = False
+        job.down_since = None
         job.tokens_lost += int(event.get("lost_tokens", 0))
+        job.time_lost_s += float(event.get("lost_s", 0.0)) + float(event.get("downtime_s", 0.0))
         back = {k: event[src] for k, src in (("step", "from_checkpoint_step"), ("tokens_total", "tokens_total"))
                 if src in event}
         if back:
             job._src = {**job._src, **back}
+
+    def _contention(self, event: dict[str, Any]) -> None:
+        """The running jobs changed: each running job's slowdown and shares now; a job not running shares none."""
+        jobs = event.get("jobs")
+        now = {e["job"]: e for e in jobs if isinstance(e, dict) and "job" in e} if isinstance(jobs, list) else {}
+        for name, job in self.jobs.items():
+            if job.contention or name in now:
+                entry = now.get(name, {})
+                job.contention = {k: entry[k] for k in CONTENTION_KEYS if k in entry}
 
     def _checkpoint_end(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job") or "")
@@ -213,6 +314,11 @@ class ClusterState:
                 if type(rle) is not dict or len(rle["v"]) != len(rle["n"]):
                     raise ValueError(f"{key} is not a run-length array")
                 lazy.pending = rle
+        mix = event.get("phase_mix")
+        if type(mix) is dict:
+            self.mix.pending = mix
+        else:                        # an older sample: the dominant phase stands in for the shares
+            self.mix.pending = self.mix.rows = None
         for tier, load in event.get("links", {}).items():
             arr = np.atleast_1d(np.asarray(load, dtype=np.float32))
             self.links[tier] = arr

@@ -6,6 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Static
 
+from ..playback import format_clock
+from ..sources import Source
 from ..widgets.comparison import Comparison
 from ..widgets.heatmap import Heatmap
 from ..widgets.jobs import JobsPanel
@@ -13,6 +15,13 @@ from ..widgets.legend import Legend
 from ..widgets.too_small import TooSmall
 from ..widgets.transport import TransportBar
 from .dashboard import DashboardScreen
+
+
+def ended_note(source: Source, t: float) -> str | None:
+    """'ended 00:01:00.0' when a finished stream ended before the clock: its last sample is not the present."""
+    if source.done and t > source.end_t + 1e-6:
+        return f"ended {format_clock(source.end_t)}"
+    return None
 
 
 class CompareScreen(DashboardScreen):
@@ -69,13 +78,16 @@ class CompareScreen(DashboardScreen):
         app = self.app
         states = app.states   # type: ignore[attr-defined]
         playback = app.playback   # type: ignore[attr-defined]
+        ended = [ended_note(source, playback.t) for source in app.sources]   # type: ignore[attr-defined]
         for i, state in enumerate(states):
             label = "ab"[i]
             self.show_map(self.query_one(f"#heatmap-{label}", Heatmap), self.query_one(f"#map-{label}"),
                           self.query_one(f"#legend-{label}", Legend), state)
-            self.query_one(f"#jobs-{label}", JobsPanel).show(state, playback.t)
+            self.query_one(f"#jobs-{label}", JobsPanel).show(state, playback.t, ended=ended[i])
+            title = f"{label.upper()}: {app.sources[i].name}" + (f" · {ended[i]}" if ended[i] else "")   # type: ignore[attr-defined]
+            self.query_one(f"#side-{label} .side-title", Static).update(title)
         names = (app.sources[0].name, app.sources[1].name)   # type: ignore[attr-defined]
-        self.query_one(Comparison).show(states[0], states[1], names)
+        self.query_one(Comparison).show(states[0], states[1], names, (ended[0], ended[1]))
         events = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))   # type: ignore[attr-defined]
         self.query_one(TransportBar).show(playback, live=app.live,   # type: ignore[attr-defined]
                                           events=events, note=app.status_note)   # type: ignore[attr-defined]

@@ -48,6 +48,8 @@ class DashboardScreen(Screen[None]):
         heatmap.show(state)
         gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
         title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
+        if heatmap.highlight:
+            title += f" · job {heatmap.highlight}"
         if frame.border_title != title:   # setting it repaints the frame: only when it changes
             frame.border_title = title
         legend.show(state, heatmap.metric, gpu0, gpu1, heatmap.layout_info.g)
@@ -76,6 +78,16 @@ class DashboardScreen(Screen[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.check_size()
+        self.call_after_refresh(self._after_resize)
+
+    def _after_resize(self) -> None:
+        """The heatmap's layout (GPUs per pixel, the cursor's span) changed with the size: the legend, the
+        inspector and the titles follow even while paused."""
+        if self.has_class("-too-small"):
+            return
+        self.update_frame()
+        for heatmap in self.heatmaps:
+            heatmap.announce_cursor()
 
     def on_mount(self) -> None:
         for heatmap in self.heatmaps:
@@ -85,6 +97,10 @@ class DashboardScreen(Screen[None]):
     def check_size(self) -> None:
         width, height = self.app.size
         small = width < self.MIN_SIZE[0] or height < self.MIN_SIZE[1]
+        was_small = self.has_class("-too-small")
         self.set_class(small, "-too-small")
         for widget in self.query(TooSmall):
             widget.show(self.MIN_SIZE, (width, height))
+        maps = self.heatmaps
+        if was_small and not small and maps and self.focused is None:
+            maps[0].focus()          # hidden, the heatmap lost the focus: the cursor keys work again at once

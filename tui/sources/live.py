@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import IO, Any
 
 from clustertop.engine.config.errors import UserError
@@ -25,6 +26,11 @@ def record_command(scenario: str, seed: int | None = None, extra: list[str] | No
     return cmd + list(extra or [])
 
 
+def display_name(scenario: str) -> str:
+    """A built-in scenario's name, or a scenario file's stem (a sweep point's temporary path is not a name)."""
+    return Path(scenario).stem if scenario.endswith(".toml") else scenario
+
+
 class LiveSource(StreamSource):
     """A running engine. `command` overrides the child's command line (tests, benchmarks)."""
 
@@ -37,10 +43,11 @@ class LiveSource(StreamSource):
         self._stderr: list[bytes] = []
         self._stderr_thread = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
         self._stderr_thread.start()
+        self.send(protocol.run_to(0.0))    # wait at the start for the dashboard's clock (it sends run_to)
         assert self.proc.stdout is not None
         stdout: IO[bytes] = self.proc.stdout
         try:
-            super().__init__(scenario, stream_events(stdout, f"{scenario} (engine)"))
+            super().__init__(display_name(scenario), stream_events(stdout, f"{scenario} (engine)"))
         except UserError:
             self._fail()
             raise

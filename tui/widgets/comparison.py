@@ -31,7 +31,7 @@ FIGURES: tuple[Figure, ...] = (
     ("TFLOP/s per GPU", lambda s: _job(s, "tflops_per_gpu"), lambda v: f"{v:.0f}", True),
     ("MFU", lambda s: _job(s, "mfu"), lambda v: f"{v * 100:.1f}%", True),
     ("mean utilization", lambda s: float(s.util.mean()) if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
-    ("site power", lambda s: s.site_mw if s.samples else None, lambda v: f"{v:.2f} MW", False),
+    ("site power", lambda s: s.site_mw if s.samples else None, fmt.power, False),
     ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, fmt.si, True),
 )
 
@@ -41,7 +41,10 @@ class Comparison(Panel):
 
     TITLE = "A against B at the same simulated time"
 
-    def show(self, a: ClusterState, b: ClusterState, names: tuple[str, str]) -> None:
+    def show(self, a: ClusterState, b: ClusterState, names: tuple[str, str],
+             ended: tuple[str | None, str | None] = (None, None)) -> None:
+        """`ended[i]`: when side i's recording ended before the clock ('ended 00:01:00.0'); its last sample is
+        not the present, so its figures are not compared."""
         table = Table(box=None, expand=True, padding=(0, 2), show_edge=False)
         table.add_column("figure", style="dim")
         table.add_column(f"A: {names[0]}", justify="right")
@@ -51,8 +54,13 @@ class Comparison(Panel):
         key = []
         for label, get, show, higher_better in FIGURES:
             va, vb = get(a), get(b)
-            cells = [show(va) if va is not None else "—", show(vb) if vb is not None else "—"]
-            if va is not None and vb is not None and cells[0] == cells[1]:
+            if label != "GPUs":
+                va = None if ended[0] else va
+                vb = None if ended[1] else vb
+            cells = [show(va) if va is not None else ended[0] or "—", show(vb) if vb is not None else ended[1] or "—"]
+            if va is not None and vb is not None and (va == 0 or vb == 0):
+                diff_text, ratio = Text("—"), Text("—")      # nothing yet on one side: no ratio to speak of
+            elif va is not None and vb is not None and cells[0] == cells[1]:
                 diff_text, ratio = Text("="), Text("1.00x")
             elif va is not None and vb is not None:
                 diff = vb - va

@@ -1,17 +1,28 @@
-"""The event log: discrete events (job starts, faults, checkpoints, restarts...) with simulated timestamps."""
+"""The event log: discrete events (job starts, faults, checkpoints, restarts...) with simulated timestamps.
+
+A checkpoint is one line (its start, its end and the power swings they cause); a filter hides power swings or
+keeps faults and restarts only (`e`); focused, the arrows choose an event and enter seeks to it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.message import Message
 
+from .. import format as fmt
 from ..playback import format_clock
 from .panel import Panel
 
 STYLES = {"fault": "bold red", "restart": "yellow", "maintenance": "magenta", "checkpoint_start": "cyan",
-          "checkpoint_end": "cyan", "power_swing": "yellow", "job_start": "green", "job_stop": "red"}
+          "checkpoint_end": "cyan", "power_swing": "yellow", "job_start": "green", "job_stop": "red",
+          "contention": "blue"}
 QUIET_KEYS = {"t", "type"}
 
 
@@ -51,7 +62,7 @@ def describe(event: dict[str, Any]) -> str:
     if kind == "checkpoint_end":
         return f"checkpoint {job or ''} step {event.get('step', '?')} written"
     if kind == "power_swing" and "from_mw" in event and "to_mw" in event:
-        return f"power swing {float(event['from_mw']):.1f} → {float(event['to_mw']):.1f} MW"
+        return f"power swing {fmt.power(float(event['from_mw']))} → {fmt.power(float(event['to_mw']))}"
     if kind == "maintenance":
         parts = [event.get("cause") or "", f"[{event['component']}]" if event.get("component") else ""]
         where = " ".join(f"{k} {event[k]:,}" if isinstance(event[k], int) else f"{k} {event[k]}"
@@ -60,46 +71,210 @@ def describe(event: dict[str, Any]) -> str:
         if "duration_s" in event:
             where = (where + " " if where else "") + f"for {float(event['duration_s']):,.0f} s"
         return (text + (f" · {where}" if where else "")).rstrip()
+    if kind == "contention" and isinstance(event.get("jobs"), list):
+        slowed = [f"{e.get('job')} x{float(e['contention_slowdown']):.3f}" for e in event["jobs"]
+                  if isinstance(e, dict) and isinstance(e.get("contention_slowdown"), (int, float))
+                  and e["contention_slowdown"] > 1.0005]
+        running = event.get("running")
+        count = f"{len(running)} jobs running" if isinstance(running, list) else "jobs changed"
+        return f"shared links: {count}; " + (", ".join(slowed) + " by their neighbours" if slowed
+                                             else "no job slowed by its neighbours")
     rest = " ".join(f"{k}={v}" for k, v in event.items() if k not in QUIET_KEYS)
     return f"{kind} {rest}".rstrip()
 
 
-class EventLog(Panel):
-    """The latest events that fit, newest last."""
+FILTERS = ("all events", "no power swings", "faults and restarts")
+FAULTS = frozenset({"fault", "restart", "maintenance", "job_stop", "degraded"})
+
+
+def shown(kind: str, mode: str) -> bool:
+    """Whether the filter `mode` shows events of `kind`."""
+    if mode == "no power swings":
+        return kind != "power_swing"
+    if mode == "faults and restarts":
+        return kind in FAULTS
+    return True
+
+
+@dataclass
+class Entry:
+    """One line of the log: an event, or a checkpoint folded with its end and the power swings around it."""
+
+    t: float
+    kind: str
+    text: str
+    style: str
+    end: float | None = None
+    swings: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        if not self.swings:
+            return self.text
+        return f"{self.text} · power {' → '.join(self.swings)}"
+
+
+def slowed_by_links(header: dict[str, Any], job: str) -> list[str]:
+    """What the scenario's degraded links (cluster.degraded) do to a job that crosses them, one line each."""
+    info = next((j for j in header.get("jobs", []) if j.get("name") == job), None)
+    per_pod = int(header.get("topology", {}).get("gpus_per_pod", 0) or 0)
+    cluster = header.get("scenario", {}).get("cluster", {}) or {}
+    if info is None or per_pod <= 0:
+        return []
+    first, last = int(info["first_gpu"]), int(info["first_gpu"]) + int(info["gpus"]) - 1
+    out = []
+    for d in cluster.get("degraded") or []:
+        pod = d.get("pod") if isinstance(d, dict) else None
+        if not isinstance(d, dict) or (pod is not None and not first // per_pod <= int(pod) <= last // per_pod):
+            continue
+        where = f"pod {pod}" if pod is not None else "every pod"
+        out.append(f"degraded {d.get('tier')} in {where} ({float(d.get('capacity', 1)) * 100:.0f}% of its links) "
+                   f"slows {job}: its rings cross it")
+    return out
+
+
+def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: float = 0.0,
+            header: dict[str, Any] | None = None) -> list[Entry]:
+    """The log's lines: a checkpoint's start and end are one line (with how long it took), and the power swings
+    at its start and end (within `slack`, a sample interval: swings are seen in samples) fold into it; then the
+    filter."""
+    out: list[Entry] = []
+    open_checkpoints: dict[str, Entry] = {}
+    last_checkpoint: Entry | None = None
+    for event in events:
+        kind = str(event.get("type", ""))
+        t = float(event.get("t", 0.0))
+        job = str(event.get("job") or "")
+        if kind == "checkpoint_end" and job in open_checkpoints:
+            entry = open_checkpoints.pop(job)
+            entry.end = t
+            ok = event.get("ok", True)
+            entry.text = (f"checkpoint {job} step {event.get('step', '?')} "
+                          f"{'written' if ok else 'failed'} in {t - entry.t:.1f}\u00a0s")
+            last_checkpoint = entry
+            continue
+        if kind == "power_swing" and last_checkpoint is not None and "to_mw" in event and (
+                last_checkpoint.t - 1e-6 <= t <= (last_checkpoint.end or last_checkpoint.t) + slack + 1e-6):
+            if not last_checkpoint.swings:
+                last_checkpoint.swings.append(fmt.power(float(event.get("from_mw", 0.0))))
+            last_checkpoint.swings.append(fmt.power(float(event["to_mw"])))
+            continue
+        entry = Entry(t, kind, describe(event), STYLES.get(kind, ""))
+        if kind == "checkpoint_start":
+            open_checkpoints[job] = entry
+            last_checkpoint = entry
+        out.append(entry)
+        if kind == "job_start" and header is not None:
+            out += [Entry(t, "degraded", line, "bold yellow") for line in slowed_by_links(header, job)]
+    return [e for e in out if shown(e.kind, mode)]
+
+
+class EventLog(Panel, can_focus=True):
+    """The latest events that fit, newest last; focused (tab), the arrows choose one and enter seeks to it."""
 
     TITLE = "events"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up,k", "choose(-1)", "Earlier event", show=False, key_display="↑ ↓",
+                tooltip="event log (focus it with tab or a click): choose an event"),
+        Binding("down,j", "choose(1)", "Later event", show=False,
+                tooltip="event log (focus it with tab or a click): choose an event"),
+        Binding("enter", "go", "Seek to event", tooltip="event log: seek to the chosen event"),
+    ]
 
     DEFAULT_CSS = """
     EventLog {
         height: 1fr;
     }
+    EventLog:focus {
+        border: round $accent;
+    }
     """
 
+    class Chosen(Message):
+        """Seek to an event's time."""
+
+        def __init__(self, t: float) -> None:
+            super().__init__()
+            self.t = t
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.mode = FILTERS[0]
+        self.chosen: int | None = None        # index into the entries; None: follow the newest
+        self._entries: list[Entry] = []
+        self._top = 0
+        self._line_entry: list[int] = []
+
+    def cycle_filter(self) -> str:
+        self.mode = FILTERS[(FILTERS.index(self.mode) + 1) % len(FILTERS)]
+        self.chosen = None
+        self.border_title = self.TITLE if self.mode == FILTERS[0] else f"{self.TITLE} · {self.mode}"
+        return self.mode
+
+    def action_choose(self, step: int) -> None:
+        if not self._entries:
+            return
+        last = len(self._entries) - 1
+        current = last if self.chosen is None else self.chosen
+        self.chosen = min(max(current + step, 0), last)
+        self._draw()
+
+    def action_go(self) -> None:
+        if self._entries:
+            entry = self._entries[len(self._entries) - 1 if self.chosen is None else self.chosen]
+            self.post_message(self.Chosen(entry.t))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or not 0 <= offset.y < len(self._line_entry):
+            return
+        self.chosen = self._line_entry[offset.y]
+        self.action_go()
+
+    def on_blur(self) -> None:
+        self.chosen = None
+
     def show(self, state: ClusterState) -> None:
-        rows = max(1, self.size.height - 2) if self.size.height else 8
-        width = max(20, self.size.width - 4) if self.size.width else 60
+        self._entries = entries(state.events, self.mode, float(state.header.get("sample_interval_s") or 0.0),
+                                state.header)
+        if self.chosen is not None and self.chosen >= len(self._entries):
+            self.chosen = None
+        self._draw()
+
+    def _draw(self) -> None:
+        rows = max(1, self.size.height) if self.size.height else 8   # size: the content, inside border and padding
+        width = max(20, self.size.width) if self.size.width else 60
         room = width - 11                       # after the clock
-        lines: list[tuple[str, str, str]] = []  # (clock or indent, text, style): long events wrap
-        for event in list(state.events)[-rows:]:
-            style = STYLES.get(event.get("type", ""), "")
-            words = describe(event)
-            clock = format_clock(float(event.get("t", 0.0))) + " "
+        # (entry index, clock or indent, text, style): long events wrap
+        lines: list[tuple[int, str, str, str]] = []
+        for i, entry in enumerate(self._entries):
+            words = entry.line()
+            clock = format_clock(entry.t) + " "
             while True:
                 if len(words) <= room:
-                    lines.append((clock, words, style))
+                    lines.append((i, clock, words, entry.style))
                     break
                 cut = words.rfind(" ", 0, room + 1)
                 cut = cut if cut > room // 2 else room
-                lines.append((clock, words[:cut], style))
+                lines.append((i, clock, words[:cut], entry.style))
                 words = "  " + words[cut:].lstrip()
                 clock = " " * 11
-        lines = lines[-rows:]
+        if self.chosen is None:                 # the newest events that fit whole
+            lines = lines[-rows:]
+            while lines and not lines[0][1].strip():
+                lines = lines[1:]
+        else:                                   # keep the chosen event in view
+            at = next(k for k, line in enumerate(lines) if line[0] == self.chosen)
+            start = min(max(0, at - rows // 2), max(0, len(lines) - rows))
+            lines = lines[start:start + rows]
+        self._line_entry = [line[0] for line in lines]
         text = Text(no_wrap=True, overflow="ellipsis")
         if not lines:
-            text.append("no events yet", style="dim")
-        for i, (clock, words, style) in enumerate(lines):
-            text.append(clock, style="dim")
-            text.append(words, style=style)
-            if i < len(lines) - 1:
+            text.append("no events yet" if self.mode == FILTERS[0] else f"no events ({self.mode})", style="dim")
+        for k, (i, clock, words, style) in enumerate(lines):
+            chosen = self.chosen == i
+            text.append(clock, style="reverse" if chosen else "dim")
+            text.append(words, style=f"{style} reverse" if chosen else style)
+            if k < len(lines) - 1:
                 text.append("\n")
-        self.show_if_changed(text.plain, text)
+        self.show_if_changed(repr((text.plain, self.chosen)), text)

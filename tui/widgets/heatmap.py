@@ -89,6 +89,9 @@ class Heatmap(Widget, can_focus=True):
         self.hierarchy = Hierarchy.of(state.topology)
         self.view = View("site")
         self.cursor_gpu = 0
+        self.highlight: str | None = None     # a job's name: the other GPUs are dimmed
+        self._labels_key: object = None
+        self._labels: list[tuple[int, int, str, str]] = []
         self._layout: Layout | None = None
         self._frame: list[Strip] | None = None
         self._frame_key: tuple[object, ...] | None = None
@@ -125,7 +128,7 @@ class Heatmap(Widget, can_focus=True):
         self._layout = None
         self.refresh()
         self.post_message(self.ViewChanged(self))
-        self._announce_cursor()
+        self.announce_cursor()
 
     def set_cursor(self, gpu: int) -> None:
         start, end = self.view.span(self.hierarchy)
@@ -133,7 +136,7 @@ class Heatmap(Widget, can_focus=True):
         if gpu != self.cursor_gpu:
             self.cursor_gpu = gpu
             self.refresh()
-        self._announce_cursor()
+        self.announce_cursor()
 
     # -- actions ------------------------------------------------------------------------------------------
 
@@ -203,7 +206,7 @@ class Heatmap(Widget, can_focus=True):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return container.height
 
-    def _announce_cursor(self) -> None:
+    def announce_cursor(self) -> None:
         gpu0, gpu1 = self.cursor_span
         self.post_message(self.CursorMoved(self, gpu0, gpu1))
 
@@ -222,14 +225,17 @@ class Heatmap(Widget, can_focus=True):
             fg = Color.parse(variables.get("foreground", "#e0e0e0"))
             bg = Color.parse(background)
             muted = fg.blend(bg, 0.45)
+            dim = bg.blend(fg, 0.12)
             cursor = "#ffffff" if self.app.current_theme.dark else "#000000"
-            self._styles = palette.StyleCache(self.metric, palette.Theme(bg.hex, fg.hex, muted.hex, cursor))
+            self._styles = palette.StyleCache(self.metric, palette.Theme(bg.hex, fg.hex, muted.hex, cursor, dim.hex))
             self._styles_key = key
         return self._styles
 
     def pixel_colours(self, lay: Layout) -> np.ndarray:
         """Colour index of every pixel of the layout for the current metric (numpy, no loop over GPUs)."""
         state = self.state
+        if not state.samples:        # nothing measured yet: blank, not a cluster of zeros
+            return np.full(lay.pixels, palette.BG, dtype=np.int16)
         if self.metric == "phase":
             return palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]), lay.gpu0))
         if self.metric == "power":
@@ -243,6 +249,11 @@ class Heatmap(Widget, can_focus=True):
         lay = self._get_layout()
         styles = self._theme()
         colours = self.pixel_colours(lay).astype(np.int32)
+        job = self.state.jobs.get(self.highlight or "")
+        if job is not None and lay.pixels:     # like a k9s namespace: only this job's GPUs keep their colour
+            first = np.arange(lay.pixels, dtype=np.int64) * lay.g + lay.gpu0
+            inside = (first + lay.g > job.first_gpu) & (first < job.first_gpu + job.gpus)
+            colours[~inside] = palette.DIM
         if lay.pixels:
             colours[lay.pixel_of(self.cursor_gpu)] = palette.CURSOR
         # The last three entries are what negative cell codes select: title, label, blank.
@@ -274,7 +285,40 @@ class Heatmap(Widget, can_focus=True):
             strips.append(Strip(segments, width))
         if lay.scale >= 5:
             self._label_blocks(lay, strips, table, styles)
+        elif len(self.state.jobs) > 1:
+            self._label_jobs(lay, strips, styles)
         return strips
+
+    def job_labels(self, lay: Layout) -> list[tuple[int, int, str, str]]:
+        """(x, y, text, job) of each job's name where its GPUs begin in each panel of the view, so that at any zoom
+        a reader can tell which block is which job; labels that would overlap an earlier one are left out."""
+        out: list[tuple[int, int, str, str]] = []
+        taken: dict[int, list[tuple[int, int]]] = {}
+        for job in sorted(self.state.jobs.values(), key=lambda j: j.first_gpu):
+            for panel in lay.panels:
+                lo, hi = max(job.first_gpu, panel.gpu0), min(job.first_gpu + job.gpus, panel.gpu1)
+                if lo >= hi:
+                    continue
+                pixel = lay.pixel_of(lo)
+                x, y = int(lay.pixel_x[pixel]), int(lay.pixel_yh[pixel]) // 2
+                room = min(panel.x + panel.width, lay.width) - x
+                text = f"▸{job.name}"[:max(0, room)]
+                if len(text) < 3 or any(a < x + len(text) and x < b for a, b in taken.get(y, [])):
+                    continue
+                taken.setdefault(y, []).append((x, x + len(text)))
+                out.append((x, y, text, job.name))
+        return out
+
+    def _label_jobs(self, lay: Layout, strips: list[Strip], styles: palette.StyleCache) -> None:
+        key = (id(lay), tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
+        if self._labels_key != key:
+            self._labels_key, self._labels = key, self.job_labels(lay)
+        for x, y, text, name in self._labels:
+            if y >= len(strips):
+                continue
+            style = styles.job_label(name == self.highlight)
+            left, _, right = strips[y].divide([x, x + len(text), lay.width])
+            strips[y] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
 
     def _label_blocks(self, lay: Layout, strips: list[Strip], table: np.ndarray, styles: palette.StyleCache) -> None:
         """Write each GPU's number and value inside its block when blocks are big (rack and node views)."""
@@ -283,8 +327,9 @@ class Heatmap(Widget, can_focus=True):
         for pixel in range(lay.pixels):
             gpu = lay.gpu0 + pixel * lay.g
             if self.metric == "phase":
-                code = int(palette.known_phases(state.phase[gpu:gpu + 1])[0])
-                value = PHASE_LABELS.get(PHASES[code], "?") if code < len(PHASES) else "?"
+                shares = state.mix.per_gpu(gpu, gpu + 1)[0]
+                code = int(shares.argmax())
+                value = f"{PHASE_LABELS.get(PHASES[code], '?')} {shares[code] * 100:.0f}%"
             elif self.metric == "power":
                 value = f"{float(state.power_w[gpu]):.0f} W"
             else:
@@ -292,7 +337,7 @@ class Heatmap(Widget, can_focus=True):
             x = int(lay.pixel_x[pixel]) + 1
             y = (int(lay.pixel_yh[pixel]) + 1) // 2 + (1 if lay.scale >= 7 else 0)
             style = styles.on(int(table[pixel]))
-            for row, text in ((y, f"GPU {gpu}"), (y + 1, value)):
+            for row, text in ((y, f"GPU {gpu:,}"), (y + 1, value)):
                 bottom = (int(lay.pixel_yh[pixel]) + lay.scale) // 2
                 if row >= bottom or row >= len(strips):
                     continue
@@ -304,7 +349,7 @@ class Heatmap(Widget, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         key = (self.state.version, id(self.state), self.view, self.metric, self.cursor_gpu, self.size,
-               self.app.theme)
+               self.app.theme, self.highlight)
         if self._frame is None or key != self._frame_key:
             self._frame = self.render_frame()
             self._frame_key = key

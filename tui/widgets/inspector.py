@@ -9,7 +9,7 @@ from rich.text import Text
 
 from .. import jobinfo
 from ..grid import Hierarchy
-from ..palette import PHASE_COLORS, PHASE_LABELS, known_phases
+from ..palette import PHASE_COLORS, PHASE_LABELS
 from .panel import QuietStatic
 
 
@@ -30,10 +30,16 @@ def place_text(h: Hierarchy, gpu0: int, gpu1: int) -> str:
     return " · ".join(parts)
 
 
-def phase_shares(phases: np.ndarray) -> list[tuple[str, float]]:
-    counts = np.bincount(phases, minlength=len(PHASES))
-    total = max(1, int(counts.sum()))
-    return [(PHASES[i], counts[i] / total) for i in np.argsort(-counts) if counts[i]]
+def phase_shares(state: ClusterState, gpu0: int, gpu1: int) -> list[tuple[str, float]]:
+    """The phases of GPUs [gpu0, gpu1) by share of their time over the sample interval, largest first."""
+    shares = state.mix.shares(gpu0, gpu1)
+    return [(PHASES[i], float(shares[i])) for i in np.argsort(-shares, kind="stable") if shares[i] >= 0.005]
+
+
+def shares_text(text: Text, shares: list[tuple[str, float]], limit: int = 4) -> None:
+    for name, share in shares[:limit]:
+        text.append("■", style=PHASE_COLORS.get(name, ""))
+        text.append(f" {PHASE_LABELS.get(name, name)} {share * 100:.0f}% ")
 
 
 class Inspector(QuietStatic):
@@ -44,6 +50,8 @@ class Inspector(QuietStatic):
         height: 3;
         padding: 0 1;
         background: $boost;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
     }
     """
 
@@ -77,26 +85,23 @@ class Inspector(QuietStatic):
         text.append("\n")
         util = state.util[gpu0:gpu1]
         power = state.power_w[gpu0:gpu1]
-        phases = known_phases(state.phase[gpu0:gpu1])
+        shares = phase_shares(state, gpu0, gpu1)
         if gpu1 - gpu0 == 1:
-            name = PHASES[int(phases[0])]
-            text.append("phase ", style="dim")
-            text.append(PHASE_LABELS.get(name, name), style=f"bold {PHASE_COLORS.get(name, '')}")
-            text.append(f" · util {float(util[0]) * 100:.0f}% · power {float(power[0]):.0f} W")
+            text.append(f"util {float(util[0]) * 100:.0f}% · power {float(power[0]):.0f} W")
             hbm = jobinfo.gpu_spec(state).get("hbm_gb")
             mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu0)["pp"]) if job else None
             if mem is not None:
                 text.append(f" · memory {mem:.1f}" + (f" / {float(hbm):.0f} GB" if hbm else " GB"))
             elif hbm:
                 text.append(f" · memory — / {float(hbm):.0f} GB", style="dim")
+            text.append(" · ", style="dim")
+            shares_text(text, shares, 3)
         else:
             text.append(f"util {float(util.mean()) * 100:.0f}% ")
             text.append(f"({float(util.min()) * 100:.0f}–{float(util.max()) * 100:.0f}) ", style="dim")
             text.append(f"· power {float(power.sum(dtype=np.float64)) / 1e3:,.1f} kW ")
             text.append("· ", style="dim")
-            for name, share in phase_shares(phases)[:4]:
-                text.append("■", style=PHASE_COLORS.get(name, ""))
-                text.append(f" {PHASE_LABELS.get(name, name)} {share * 100:.0f}% ")
+            shares_text(text, shares)
         self.show_if_changed(text.plain, text)
 
 

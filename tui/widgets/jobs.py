@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from clustertop.engine.stream.state import ClusterState, JobStatus
-from rich.table import Table
 from rich.text import Text
+from textual import events
 
 from .. import format as fmt
 from .. import jobinfo
@@ -87,66 +87,195 @@ def inference_figures(job: JobStatus, state: ClusterState, t: float) -> dict[str
     return out
 
 
+def stopped(job: JobStatus) -> bool:
+    """Down after a fault, or not running: its last step's figures are history, not live."""
+    return job.down or not job.running
+
+
+def status(job: JobStatus, t: float) -> tuple[str, str]:
+    """(short status, style): running, down for how long, or stopped and why."""
+    if job.down:
+        since = f" {fmt.duration(t - job.down_since)}" if job.down_since is not None else ""
+        return f"▲ down{since}", "bold red"
+    if job.running:
+        return "● running", "green"
+    return ("○ " + (job.stop_reason or "stopped"))[:24], "red"
+
+
+def tokens_at(job: JobStatus, t: float) -> float:
+    """Tokens trained by time t: the last figure moved on at the job's rate while it runs (between samples)."""
+    since = job._src.get("t")
+    if stopped(job) or since is None or job.tokens_per_s <= 0:
+        return float(job.tokens)
+    return float(job.tokens) + job.tokens_per_s * max(0.0, t - float(since))
+
+
 def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
-    """The figures of one job as display strings (shared with compare mode)."""
+    """The figures of one job as display strings (shared with compare mode); a stopped job's rates are '—'."""
     if is_inference(job):
         return inference_figures(job, state, t)
     eff = effective(job, t, job_start_time(state, job.name))
     label, left = eta(job, state, t)
+    live = not stopped(job)
+    tokens = tokens_at(job, t)
     return {
         "step": f"{job.step:,}",
-        "step time": f"{job.step_time_s:.2f} s" if job.step_time_s else "—",
-        "tokens/s": fmt.si(job.tokens_per_s) if job.tokens_per_s else "—",
-        "TFLOP/s/GPU": f"{job.tflops_per_gpu:.0f}" if job.tflops_per_gpu else "—",
-        "MFU": f"{job.mfu * 100:.1f}%" if job.mfu else "—",
+        "step time": f"{job.step_time_s:.2f} s" if job.step_time_s and live else "—",
+        "tokens/s": fmt.si(job.tokens_per_s) if job.tokens_per_s and live else "—",
+        "TFLOP/s/GPU": f"{job.tflops_per_gpu:.0f}" if job.tflops_per_gpu and live else "—",
+        "MFU": f"{job.mfu * 100:.1f}%" if job.mfu and live else "—",
         "effective": f"{eff * 100:.1f}%" if eff is not None else "—",
-        "tokens": fmt.si(job.tokens) if job.tokens else "0",
+        "tokens": fmt.si(tokens) if tokens else "0",
         label: fmt.duration(left) if left else "—",
         "interrupts": f"{job.interruptions:,}",
-        "work lost": fmt.si(job.tokens_lost) + " tok" if job.tokens_lost else "0",
+        "tokens lost": fmt.si(job.tokens_lost) if job.tokens_lost else "0",
+        "time lost": fmt.duration(lost_time(job, t)) if lost_time(job, t) else "0",
     }
 
 
+def lost_time(job: JobStatus, t: float) -> float:
+    """Time lost to restarts so far, the current downtime included."""
+    down = t - job.down_since if job.down and job.down_since is not None else 0.0
+    return job.time_lost_s + max(0.0, down)
+
+
+# The jobs table: (header, width, figure key or None for the name and status, sort key).
+COLUMNS: tuple[tuple[str, int, str], ...] = (
+    ("state", 7, "state"), ("tok/s", 6, "tokens/s"), ("MFU", 6, "MFU"), ("s/step", 6, "step time"),
+    ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"), ("step", 7, "step"),
+)
+SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
+
+
+def sort_value(job: JobStatus, key: str, state: ClusterState, t: float) -> tuple[float, str]:
+    """Descending figures first (a stopped job's rates count as 0), names ascending."""
+    if key == "name":
+        return (0.0, job.name)
+    value = {"tokens/s": 0.0 if stopped(job) else job.tokens_per_s, "MFU": 0.0 if stopped(job) else job.mfu,
+             "effective": effective(job, t, job_start_time(state, job.name)) or 0.0,
+             "interrupts": float(job.interruptions), "time lost": lost_time(job, t)}[key]
+    return (-value, job.name)
+
+
+def abbreviate(name: str, width: int) -> str:
+    """A stable abbreviation: the start and the end of the name around an ellipsis."""
+    if len(name) <= width:
+        return name
+    if width <= 3:
+        return name[:width]
+    tail = (width - 1) // 2
+    return name[:width - 1 - tail] + "…" + name[len(name) - tail:]
+
+
 class JobsPanel(Panel):
-    """One block of figures per job (a table row per job when there are several)."""
+    """One block of figures per job; a table of fixed-width columns when there are several (sortable: `o`, or a
+    click on a header). Names that do not fit are abbreviated the same way every frame; the full names are in
+    the tooltip and in the inspector."""
 
     TITLE = "jobs"
 
-    def show(self, state: ClusterState, t: float) -> None:
-        key = repr([(job.name, job.running, figures(job, state, t)) for job in state.jobs.values()])
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.sort = "name"
+        self._headers: list[tuple[int, int, str]] = []
+
+    def show(self, state: ClusterState, t: float, ended: str | None = None) -> None:
+        """`ended`: the recording ended before t (compare mode): the figures are its last, not live."""
+        width = max(20, self.size.width or 46)    # the content width (inside border and padding)
+        jobs = list(state.jobs.values())
+        key = repr((width, self.sort, ended,
+                    [(job.name, job.running, job.down, figures(job, state, t)) for job in jobs]))
         if key == self._shown:
             return
-        jobs = list(state.jobs.values())
-        self.show_if_changed(key, self._one(jobs[0], state, t) if len(jobs) == 1 else self._many(state, t))
+        if ended:
+            text = Text(no_wrap=True, overflow="ellipsis")
+            text.append(f"■ recording {ended}", style="bold yellow")
+            text.append(" · its last figures:\n", style="dim")
+            for job in jobs:
+                f = figures(job, state, t)
+                text.append(f"{job.name} ", style="bold")
+                text.append(f"step {f.get('step', '—')} · {f.get('tokens/s', '—')} tok/s · MFU {f.get('MFU', '—')}\n",
+                            style="dim")
+            text.rstrip()
+            self.show_if_changed(key, text)
+            return
+        if len(jobs) > 1:
+            self.tooltip = "\n".join(f"{job.name}: {jobinfo.model_name(job)}, {job.gpus:,} GPUs" for job in jobs)
+        self.show_if_changed(key, self._one(jobs[0], state, t, width) if len(jobs) == 1 else
+                             self._many(state, t, width))
 
-    def _one(self, job: JobStatus, state: ClusterState, t: float) -> Text:
-        text = Text()
-        status = (("▲ down (fault)", "bold red") if job.down else ("● running", "green") if job.running
-                  else ("○ stopped", "red"))
-        text.append(f"{job.name} ", style="bold")
-        text.append(f"{jobinfo.model_name(job)}\n", style="dim")
-        text.append(f"{jobinfo.layout_text(job)} · {job.gpus:,} GPUs  ")
-        text.append(status[0] + "\n", style=status[1])
+    def _one(self, job: JobStatus, state: ClusterState, t: float, width: int) -> Text:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        label, style = status(job, t)
+        text.append(f"{job.name}  ", style="bold")
+        text.append(label + "\n", style=style)
+        text.append(f"{jobinfo.model_name(job)} · ", style="dim")
+        text.append(f"{jobinfo.layout_text(job)} · {job.gpus:,} GPUs\n")
         items = list(figures(job, state, t).items())
-        for i in range(0, len(items), 2):
-            for key, value in items[i:i + 2]:
-                text.append(f"{key:<12}", style="dim")
-                text.append(f"{value:>9}  ")
+        per_line = 2 if width >= 42 else 1
+        for i in range(0, len(items), per_line):
+            for k, (key, value) in enumerate(items[i:i + per_line]):
+                text.append(f"{key:<12.12}", style="dim")
+                text.append(f"{value:>8.8}", style="dim" if value == "—" else "")
+                text.append("  " if k + 1 < per_line else "")
             text.append("\n")
         text.rstrip()
         return text
 
-    def _many(self, state: ClusterState, t: float) -> Table:
-        table = Table(box=None, padding=(0, 1), expand=True, show_edge=False)
-        for column in ("job", "step", "s/step", "tok/s", "TFLOP", "MFU", "eff.", "int."):
-            table.add_column(column, justify="left" if column == "job" else "right", style=None,
-                             header_style="dim")
-        for job in state.jobs.values():
+    def columns(self, width: int, longest: int) -> tuple[int, list[tuple[str, int, str]]]:
+        """The name column's width (the longest name, up to half the panel) and the columns that fit after it
+        (in COLUMNS order). Depends on the names and the width only: the same every frame."""
+        name_w = min(max(longest, 4), max(12, width // 2))
+        shown: list[tuple[str, int, str]] = []
+        used = name_w + 1
+        for column in COLUMNS:
+            if used + column[1] + 1 > width:
+                break
+            shown.append(column)
+            used += column[1] + 1
+        return name_w, shown
+
+    def _many(self, state: ClusterState, t: float, width: int) -> Text:
+        jobs = sorted(state.jobs.values(), key=lambda job: sort_value(job, self.sort, state, t))
+        name_w, columns = self.columns(width, max(len(job.name) for job in jobs))
+        text = Text(no_wrap=True, overflow="ellipsis")
+        self._headers = []
+        x = 0
+        for header, w, key in (("job", name_w, "name"), *columns):
+            cell = f"{header:<{w}}" if key == "name" else f"{header:>{w}}"
+            style = "bold underline" if key == self.sort else "dim"
+            self._headers.append((x, x + w, key))
+            text.append(cell, style=style)
+            text.append(" ")
+            x += w + 1
+        for job in jobs:
+            text.append("\n")
             f = figures(job, state, t)
-            name = Text(job.name, style="bold red" if job.down else "bold" if job.running else "red")
-            if is_inference(job):   # latency in the TFLOP/MFU columns: TTFT, TPOT
-                table.add_row(name, "—", "—", f["tokens/s"], f["TTFT"], f["TPOT"], "—", f["interrupts"])
-                continue
-            table.add_row(name, f["step"], f["step time"].removesuffix(" s"), f["tokens/s"], f["TFLOP/s/GPU"],
-                          f["MFU"], f["effective"], f["interrupts"])
-        return table
+            label, style = status(job, t)
+            text.append(f"{abbreviate(job.name, name_w):<{name_w}} ", style="bold" if not stopped(job) else style)
+            for _, w, key in columns:
+                if key == "state":
+                    value = label.split(" ")[1] if " " in label else label
+                    text.append(f"{value[:w]:>{w}} ", style=style)
+                    continue
+                value = f.get(key, "—")
+                if is_inference(job) and key in ("MFU", "step time"):
+                    value = f.get("TTFT" if key == "MFU" else "TPOT", "—")
+                value = value.removesuffix(" s") if key == "step time" else value
+                text.append(f"{value[-w:]:>{w}} ", style="dim" if value == "—" else "")
+        return text
+
+    def cycle_sort(self) -> str:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)] if self.sort in SORTS else SORTS[0]
+        self._shown = ""
+        return self.sort
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y != 0:
+            return
+        for x0, x1, key in self._headers:
+            if x0 <= offset.x < x1 and key in SORTS:
+                self.sort = key
+                self._shown = ""
+                self.app.redraw()   # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
 from .. import jobinfo
-from ..palette import PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP, known_phases
+from ..palette import PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP
 from .panel import QuietStatic
 
 LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory", "idle",
@@ -28,13 +28,15 @@ class Legend(QuietStatic):
 
     def show(self, state: ClusterState, metric: str, gpu0: int, gpu1: int, per_pixel: int) -> None:
         text = Text(overflow="fold")
-        if metric == "phase":
-            counts = np.bincount(known_phases(state.phase[gpu0:gpu1]), minlength=len(PHASES))
-            total = max(1, gpu1 - gpu0)
+        if not state.samples:
+            text.append("waiting for the first sample", style="dim italic")
+        elif metric == "phase":    # the time shares of the view's GPUs over the sample interval
+            shares = state.mix.shares(gpu0, gpu1)
+            failed = np.count_nonzero(state.phase[gpu0:gpu1] == PHASES.index("failed")) / max(1, gpu1 - gpu0)
             for name in LEGEND_PHASES:
                 code = PHASES.index(name)
-                share = counts[code] / total
-                if share == 0 and name not in ("compute", "failed", "idle", "bubble"):
+                share = max(float(shares[code]), failed if name == "failed" else 0.0)
+                if share < 0.005 and name not in ("compute", "failed"):
                     continue
                 text.append("█", style=PHASE_COLORS[name])
                 text.append(f" {PHASE_LABELS[name]} ")
@@ -58,5 +60,7 @@ class Legend(QuietStatic):
                 text.append(f"   mean {shown}", style="bold")
         unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs (mean)" if metric != "phase" else \
             f"{per_pixel:,} GPUs (commonest; failed wins)"
+        if metric == "phase":
+            unit += " · colour: the phase of most time; % of time"
         text.append(f"   ▀ = {unit}", style="dim")
         self.show_if_changed(text.plain, text)

@@ -1,7 +1,10 @@
-"""Link tiers: saturation of NVLink or PCIe, leaf, spine, between pods and buildings, now and as a sparkline."""
+"""Link tiers: saturation of NVLink or PCIe, leaf, spine, between pods and buildings: the busiest link now, each
+pod's load at a glance (a degraded spine in one pod stands out), the hottest links, the tiers jobs share (each
+job's share and slowdown) and the degraded ones."""
 
 from __future__ import annotations
 
+import numpy as np
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
@@ -30,26 +33,114 @@ def load_style(load: float) -> str:
     return "red" if load >= 0.9 else "yellow" if load >= 0.7 else "green"
 
 
+def pod_strip(loads: np.ndarray, width: int, pods_per_building: int) -> tuple[str, list[float]]:
+    """One character per pod (or per group of pods, their maximum, when they do not fit), as high as its load
+    (a quarter or the tier's busiest is full height, so a low load stays low and one pod apart stands out); a
+    space between buildings when they fit."""
+    n = loads.size
+    per_building = pods_per_building if 1 < pods_per_building < n else n
+    gaps = n // per_building - 1 if per_building < n else 0
+    group = max(1, -(-n // max(1, width - gaps)))
+    if group > 1:
+        gaps = 0
+    cells: list[float] = [float(loads[i:i + group].max()) for i in range(0, n, group)]
+    top = max(max(cells), 0.25)
+    out = []
+    for k, load in enumerate(cells):
+        if gaps and k and (k * group) % per_building == 0:
+            out.append(" ")
+        out.append(fmt.SPARKS[min(len(fmt.SPARKS) - 1, max(0, round(load / top * (len(fmt.SPARKS) - 1))))])
+    return "".join(out), cells
+
+
+def hottest(state: ClusterState, count: int = 3) -> list[tuple[str, int | None, float]]:
+    """The most loaded links: (tier, pod or None for a site tier, load), highest first."""
+    found: list[tuple[str, int | None, float]] = []
+    for tier, loads in state.links.items():
+        if loads.size > 1:
+            for pod in np.argsort(-loads, kind="stable")[:count]:
+                found.append((tier, int(pod), float(loads[pod])))
+        elif loads.size:
+            found.append((tier, None, float(loads[0])))
+    return sorted(found, key=lambda item: -item[2])[:count]
+
+
+def degraded(state: ClusterState) -> list[str]:
+    """The scenario's degraded links, as '<tier> pod 2 at 50%'."""
+    out = []
+    for d in jobinfo.cluster(state).get("degraded") or []:
+        if isinstance(d, dict) and "tier" in d:
+            where = f"pod {d['pod']}" if d.get("pod") is not None else "every pod"
+            out.append(f"{d['tier']} {where} at {float(d.get('capacity', 1.0)) * 100:.0f}%")
+    return out
+
+
+def sharing(state: ClusterState) -> list[tuple[str, list[tuple[str, float, float]]]]:
+    """Per shared tier: each job that meets others there, its share of the busiest shared block and its slowdown
+    (the engine's contention figures: header, then "contention" events), largest share first."""
+    tiers: dict[str, list[tuple[str, float, float]]] = {}
+    for name, job in state.jobs.items():
+        shares = job.contention.get("contention_shares")
+        if not isinstance(shares, dict):
+            continue
+        slowdown = job.contention.get("contention_slowdown")
+        slow = float(slowdown) if isinstance(slowdown, (int, float)) else 1.0
+        for tier, share in shares.items():
+            if isinstance(share, (int, float)):
+                tiers.setdefault(str(tier), []).append((name, float(share), slow))
+    order = {t: i for i, t in enumerate(TIER_ORDER)}
+    return [(t, sorted(jobs, key=lambda j: -j[1])) for t, jobs in sorted(tiers.items(),
+                                                                        key=lambda kv: order.get(kv[0], 99))]
+
+
 class LinksPanel(Panel):
-    """One line per link tier: a bar of the busiest link now, its percentage and its recent history."""
+    """One line per link tier: the busiest link now, then each pod's load (a character per pod, buildings apart)
+    or, for a site-wide tier, its recent history; the hottest links and the degraded ones below."""
 
     TITLE = "links · saturation (max)"
 
     def show(self, state: ClusterState) -> None:
         tiers = [t for t in TIER_ORDER if t in state.links] + sorted(set(state.links) - set(TIER_ORDER))
-        width = max(8, self.size.width - 2 - 12 - 1 - 8 - 5 - 1) if self.size.width else 16
-        bar_w = 8
-        text = Text()
+        content = self.size.width or 40    # inside border and padding
+        room = max(4, content - 12 - 1 - 8 - 6)
+        topo = state.topology
+        per_building = max(1, int(topo.get("gpus_per_building", 0) or 0) // max(1, int(topo.get("gpus_per_pod", 1))))
+        text = Text(no_wrap=True, overflow="ellipsis")
         if not tiers:
             text.append("no link samples yet", style="dim")
         for i, tier in enumerate(tiers):
-            load = float(state.links[tier].max()) if state.links[tier].size else 0.0
-            label = tier_label(tier, state)
-            text.append(f"{label:<12.12} ", style="bold" if load >= 0.9 else "")
-            text.append(fmt.bar(load, bar_w), style=load_style(load))
+            loads = state.links[tier]
+            load = float(loads.max()) if loads.size else 0.0
+            text.append(f"{tier_label(tier, state):<12.12} ", style="bold" if load >= 0.9 else "")
+            text.append(fmt.bar(load, 8), style=load_style(load))
             text.append(f" {load * 100:3.0f}% ", style=load_style(load))
-            history = state.link_history.get(tier, ())
-            text.append(fmt.sparkline(history, width, 0.0, 1.0), style="cyan")
+            if loads.size > 1:
+                strip, cells = pod_strip(loads, room, per_building)
+                usual = float(np.median(loads))
+                k = 0
+                for ch in strip:
+                    if ch == " ":
+                        text.append(" ")
+                        continue
+                    apart = cells[k] >= 1.5 * usual and cells[k] - usual >= 0.02    # a pod apart from the others
+                    text.append(ch, style="bold yellow" if apart and cells[k] < 0.9 else load_style(cells[k]))
+                    k += 1
+            else:
+                text.append(fmt.sparkline(state.link_history.get(tier, ()), room, 0.0, 1.0), style="cyan")
             if i < len(tiers) - 1:
                 text.append("\n")
+        if tiers:
+            hot = [f"{tier_label(t, state).split(' ')[0]} {'pod ' + str(p) if p is not None else 'site'} "
+                   f"{v * 100:.0f}%" for t, p, v in hottest(state) if v > 0]
+            if hot:
+                text.append("\nhottest ", style="dim")
+                text.append(" · ".join(hot))
+            for tier, jobs in sharing(state):
+                text.append(f"\nshared {tier_label(tier, state).split(' ')[0]} ", style="dim")
+                text.append(" · ".join(f"{name} {share * 100:.0f}%" + (f" x{slow:.3f}" if slow > 1.0005 else "")
+                                       for name, share, slow in jobs))
+            bad = degraded(state)
+            if bad:
+                text.append("\ndegraded ", style="dim")
+                text.append(" · ".join(bad), style="bold yellow")
         self.show_if_changed(text.plain, text)

@@ -31,6 +31,8 @@ class Panel(QuietStatic):
     DEFAULT_CSS = """
     Panel {
         height: auto;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         border: round $panel-lighten-2;
         border-title-color: $text-accent;
         padding: 0 1;

@@ -16,7 +16,7 @@ class PowerPanel(Panel):
     TITLE = "power"
 
     def show(self, state: ClusterState) -> None:
-        text = power_text(state, max(8, (self.size.width or 40) - 4))
+        text = power_text(state, max(8, self.size.width or 40))
         self.show_if_changed(text.plain, text)
 
 
@@ -25,20 +25,20 @@ def power_text(state: ClusterState, width: int) -> Text:
     history = list(state.site_mw_history)
     text = Text()
     text.append("site ", style="dim")
-    text.append(f"{state.site_mw:7.2f} MW", style="bold")
+    text.append(fmt.power(state.site_mw) + " ", style="bold")
     gpu_mw = float(state.power_w.sum(dtype="float64")) / 1e6
-    text.append(f"   GPUs {gpu_mw:6.2f} MW", style="dim")
+    text.append(f"  GPUs {fmt.power(gpu_mw)}", style="dim")
     text.append(f" · {float(state.power_w.mean()) if state.gpus else 0:,.0f} W/GPU\n", style="dim")
     low, high = (min(history), max(history)) if history else (0.0, 0.0)
     budget = jobinfo.cluster(state).get("site_power_budget_mw") or state.budget_mw
     top = max(high, float(budget)) if budget else high
     text.append(fmt.sparkline(history, width, 0.0, top or 1.0), style="yellow")
-    text.append(f"\nrange {low:.1f}–{high:.1f} MW ", style="dim")
-    text.append(f"  swing {high - low:.1f} MW", style="bold" if high - low >= 10 else "dim")
+    text.append(f"\nrange {fmt.power(low)} – {fmt.power(high)} ", style="dim")
+    text.append(f"  swing {fmt.power(high - low)}", style="bold" if high - low >= 10 else "dim")
     if budget:
         share = state.site_mw / float(budget)
         over = state.over_budget or share > 1
-        text.append(f"\nbudget {float(budget):,.1f} MW ", style="dim")
+        text.append(f"\nbudget {fmt.power(float(budget))} ", style="dim")
         text.append(fmt.bar(share, 10), style="red" if over else "green")
         text.append(f" {share * 100:.1f}%", style="red bold" if over else "")
         if over:

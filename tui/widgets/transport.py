@@ -33,7 +33,7 @@ class TransportBar(QuietStatic):
         self._bar_w = 1
 
     def show(self, playback: Playback, *, live: bool, events: list[float], note: str = "") -> None:
-        width = max(20, self.size.width - 2) if self.size.width else 100
+        width = max(20, self.size.width) if self.size.width else 100
         if playback.at_end and not live and playback.t > playback.start:
             state, style = "■ END", "bold"
         elif playback.paused:
@@ -46,7 +46,7 @@ class TransportBar(QuietStatic):
         text.append(f"{state:<10}", style=style)
         text.append(" t ", style="dim")
         text.append(format_clock(playback.t), style="bold")
-        text.append(" / " + format_clock(playback.end), style="dim")
+        text.append(" / " + format_clock(playback.limit), style="dim")
         text.append("   speed ", style="dim")
         text.append(format_speed(playback.speed), style="bold")
         if live and not playback.follow:
@@ -54,13 +54,13 @@ class TransportBar(QuietStatic):
         if note:
             text.append(f"   {note}", style="dim")
         text.append("\n")
-        span = max(playback.end - playback.start, 1e-9)
+        span = max(playback.limit - playback.start, 1e-9)
         bar = ["─"] * width
         for t in events:
             x = int((t - playback.start) / span * (width - 1))
             if 0 <= x < width:
                 bar[x] = "┃"
-        pos = int((playback.t - playback.start) / span * (width - 1)) if playback.end > playback.start else 0
+        pos = int((playback.t - playback.start) / span * (width - 1)) if playback.limit > playback.start else 0
         pos = min(max(pos, 0), width - 1)
         text.append("".join(bar[:pos]), style="green")
         text.append("●", style="bold")

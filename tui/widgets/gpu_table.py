@@ -1,0 +1,146 @@
+"""The drill-down under the heatmap: at rack and node zoom a row per GPU (utilization, power, memory, phase
+shares over the sample interval, a utilization sparkline), at pod and site zoom the worst GPUs of the view
+(failed first, then the least utilized). Sortable: a click on a header."""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+import numpy as np
+from clustertop.engine.config.phases import PHASES
+from clustertop.engine.stream.index import EventIndex
+from clustertop.engine.stream.state import ClusterState
+from rich.text import Text
+from textual import events
+
+from .. import format as fmt
+from .. import jobinfo
+from ..palette import PHASE_COLORS
+from .jobs import abbreviate as jobs_abbr
+from .panel import Panel
+
+SHORT = {"compute": "cmp", "tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "bubble": "bub",
+         "optimizer": "opt", "checkpoint": "ckpt", "failed": "FAIL", "memory": "mem", "idle": "idle"}
+# (header, width, sort key)
+COLUMNS = (("GPU", 9, "gpu"), ("job", 12, "job"), ("util", 5, "util"), ("power", 6, "power"),
+           ("memory", 8, "memory"), ("time in phases", 20, "phase"), ("util history", 0, "util"))
+PHASES_W = 20
+HISTORY = 24
+
+
+class GpuTable(Panel):
+    """A row per GPU of the view (or its worst GPUs)."""
+
+    TITLE = "GPUs"
+
+    DEFAULT_CSS = """
+    GpuTable {
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.sort = "gpu"
+        self._headers: list[tuple[int, int, str]] = []
+        self._history: dict[int, deque[float]] = {}
+        self._history_at: tuple[int, tuple[int, ...]] | None = None    # (samples folded, GPUs)
+
+    def rows_for(self, state: ClusterState, gpu0: int, gpu1: int, worst: bool, count: int) -> list[int]:
+        """The GPUs to list: all of a small view, or the worst `count` of a large one (no loop over GPUs)."""
+        if not worst:
+            return list(range(gpu0, gpu1))
+        util = state.util[gpu0:gpu1].astype(np.float32)
+        failed = state.phase[gpu0:gpu1] == PHASES.index("failed")
+        score = np.where(failed, -1.0, util)
+        n = min(count, score.size)
+        pick = np.argpartition(score, n - 1)[:n] if n < score.size else np.arange(score.size)
+        pick = pick[np.argsort(score[pick], kind="stable")]
+        return [gpu0 + int(i) for i in pick]
+
+    def _histories(self, index: EventIndex, gpus: list[int], t: float, state: ClusterState) -> None:
+        """Each listed GPU's utilization over the latest samples: rebuilt from the index when the rows or the
+        time jump, extended by one when one more sample arrived."""
+        with index.lock:
+            k = bisect.bisect_right(index.sample_t, t)
+            times = index.sample_t[max(0, k - HISTORY):k]
+        key = tuple(gpus)
+        if self._history_at is not None and self._history_at[1] == key and self._history_at[0] == k - 1:
+            for gpu in gpus:
+                self._history[gpu].append(float(state.util[gpu]))
+        elif self._history_at is None or self._history_at != (k, key):
+            self._history = {gpu: deque(maxlen=HISTORY) for gpu in gpus}
+            back = times if state.gpus <= 200_000 else times[-6:]
+            for when in back:
+                util = index.state_at(when).util
+                for gpu in gpus:
+                    self._history[gpu].append(float(util[gpu]))
+        self._history_at = (k, key)
+
+    def show(self, state: ClusterState, gpu0: int, gpu1: int, worst: bool, index: EventIndex | None,
+             t: float) -> None:
+        rows = max(1, self.size.height - 1) if self.size.height else 8
+        width = self.size.width or 80
+        gpus = self.rows_for(state, gpu0, gpu1, worst, rows)
+        self.border_title = f"worst {len(gpus)} GPUs of the view" if worst else f"GPUs {gpu0:,}–{gpu1 - 1:,}"
+        if index is not None:
+            self._histories(index, gpus, t, state)
+        shares = np.stack([state.mix.per_gpu(g, g + 1)[0] for g in gpus]) if gpus else np.zeros((0, len(PHASES)))
+        hbm = jobinfo.gpu_spec(state).get("hbm_gb")
+        records = []
+        for k, gpu in enumerate(gpus):
+            job = jobinfo.job_of(state, gpu)
+            mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu)["pp"]) if job else None
+            order = np.argsort(-shares[k], kind="stable")[:3]
+            records.append({
+                "gpu": gpu, "job": job.name if job else "", "util": float(state.util[gpu]),
+                "power": float(state.power_w[gpu]), "memory": mem if mem is not None else -1.0,
+                "phase": -float(shares[k][PHASES.index("compute")]),
+                "mix": [(PHASES[i], float(shares[k][i])) for i in order if shares[k][i] >= 0.005]})
+        if self.sort != "gpu":
+            records.sort(key=lambda r: (r[self.sort], r["gpu"]))
+        history_w = max(4, width - sum(w + 1 for _, w, _ in COLUMNS))
+        text = Text(no_wrap=True, overflow="ellipsis")
+        self._headers, x = [], 0
+        for header, w, key in COLUMNS:
+            w = w or history_w
+            last = header == COLUMNS[-1][0]
+            text.append(f"{header:<{w}.{w}} " if key in ("gpu", "job", "phase") or last else f"{header:>{w}} ",
+                        style="bold underline" if key == self.sort and not last else "dim")
+            self._headers.append((x, x + w, key))
+            x += w + 1
+        for r in records:
+            text.append("\n")
+            failed = any(name == "failed" and share > 0.5 for name, share in r["mix"])
+            text.append(f"{r['gpu']:<9,} ", style="bold red" if failed else "bold")
+            text.append(f"{jobs_abbr(r['job'], 12):<12} ")
+            text.append(f"{r['util'] * 100:>4.0f}% {r['power']:>5.0f}W ")
+            mem = f"{r['memory']:.1f}" + (f"/{float(hbm):.0f}" if hbm else "") if r["memory"] >= 0 else "—"
+            text.append(f"{mem:>8} ")
+            used = 0
+            for name, share in r["mix"]:
+                cell = f"{SHORT.get(name, name)} {share * 100:.0f}% "
+                if used + len(cell) + 1 > PHASES_W:
+                    break
+                text.append("■", style=PHASE_COLORS.get(name, ""))
+                text.append(cell)
+                used += len(cell) + 1
+            text.append(" " * max(0, PHASES_W + 1 - used))
+            text.append(fmt.sparkline(self._history.get(r["gpu"], ()), history_w, 0.0, 1.0), style="cyan")
+        self.show_if_changed(repr((text.plain, self.sort)), text)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """How many rows fit changed: list as many GPUs as now fit."""
+        self._shown = ""
+        self.call_after_refresh(self.app.redraw)   # type: ignore[attr-defined]
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y != 0:
+            return
+        for x0, x1, key in self._headers:
+            if x0 <= offset.x < x1:
+                self.sort = key
+                self._shown = ""
+                self.app.redraw()   # type: ignore[attr-defined]
