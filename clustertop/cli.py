@@ -123,9 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
     p = add("compare", "two scenarios or recordings side by side, in sync",
-            epilog="example: clustertop compare pcie-8gpu nvswitch-8gpu")
+            epilog="examples:\n  clustertop compare pcie-8gpu nvswitch-8gpu\n"
+                   "  clustertop compare mi300x-vs-h100          the scenario beside its twin (compare_with)")
     p.add_argument("a", metavar="A", help="scenario name, .toml path or recording")
-    p.add_argument("b", metavar="B", help="scenario name, .toml path or recording")
+    p.add_argument("b", metavar="B", nargs="?",
+                   help="scenario name, .toml path or recording (default: the twin A's compare_with names)")
     view_flags(p)
 
     p = add("export", "convert a recording to another format (Perfetto / Chrome trace)",
@@ -148,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a scenario key (jobs[0].tp, cluster.gpus, ...) and its values; repeat for a cross product")
     p.add_argument("-o", "--output", metavar="FILE", help="stream one JSON object per point to FILE (JSON Lines)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="print the best N points (default 10)")
+    p.add_argument("--rank", choices=["step_time", "tokens_per_s_per_gpu", "usd_per_mtoken", "energy_j_per_token",
+                                      "tokens_per_s_per_mw"],
+                   help="rank the points that fit by this objective (default: step time, or tokens/s per GPU once "
+                        "the points differ in GPUs or tokens per step)")
     p.add_argument("--best-to", metavar="FILE.toml", help="write the best point as a ready scenario file")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask distributed scheduler")

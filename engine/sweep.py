@@ -33,7 +33,7 @@ from .config.overrides import DELETE, Axis, Path, apply, parse_vary
 from .config.scenario import Scenario
 from .config.tomlfile import dumps, read_toml
 from .model.estimate import estimate, to_json
-from .stream.sweep_records import RATE_PER_GPU, STEP_TIME, Facts, facts, fit_key, objective, oom_key
+from .stream.sweep_records import RANKS, RATE_PER_GPU, STEP_TIME, Facts, facts, fit_key, objective, oom_key
 
 Estimator = Callable[[Scenario], dict[str, Any]]
 MAX_POINTS = 10_000_000
@@ -365,10 +365,13 @@ class _Best:
 
 class Ranking:
     """Counts, reasons and the best points of a sweep, fed one outcome at a time in point order, ranked as
-    engine/stream/sweep_records.py says (the best `top` of each kind are kept)."""
+    engine/stream/sweep_records.py says (the best `top` of each kind are kept). `rank`: a key of RANKS to rank
+    the fitting points by (None: step time, or tokens/s per GPU once their shapes differ)."""
 
-    def __init__(self, top: int) -> None:
+    def __init__(self, top: int, rank: str | None = None) -> None:
         self.top = max(1, top)
+        self.chosen = RANKS[rank] if rank is not None else None
+        self._by_chosen = _Best(self.top)
         self.total = self.fit = self.oom = self.invalid = self.failed = 0
         self.reasons: dict[str, list[Any]] = {}     # message with numbers masked -> [count, first message]
         self.failures: list[str] = []               # the first few estimator failures
@@ -394,6 +397,9 @@ class Ranking:
                 self._first = o.facts
             elif not self._varied:
                 self._varied = not o.facts.same_shape(self._first)
+            if self.chosen is not None:
+                self._by_chosen.add(fit_key(o.facts, self.chosen), o)
+                return
             self._by_step.add(fit_key(o.facts, STEP_TIME), o)
             self._by_rate.add(fit_key(o.facts, RATE_PER_GPU), o)
         else:
@@ -402,11 +408,12 @@ class Ranking:
 
     @property
     def objective(self) -> str:
-        return objective(self._varied)
+        return self.chosen if self.chosen is not None else objective(self._varied)
 
     def best(self, n: int | None = None) -> list[Outcome]:
         """The best n points (default: top), fitting ones first."""
-        fitting = self._by_step if self.objective == STEP_TIME else self._by_rate
+        fitting = self._by_chosen if self.chosen is not None else \
+            self._by_step if self.objective == STEP_TIME else self._by_rate
         return (fitting.sorted() + self._oom.sorted())[: self.top if n is None else n]
 
     def reason_summary(self) -> list[tuple[int, str]]:
@@ -415,9 +422,11 @@ class Ranking:
 
 
 def sweep_to(sweep: Sweep, sink: IO[bytes] | None = None, top: int = 10, workers: int | None = None,
-             dask: str | None = None, progress: Callable[[Ranking], None] | None = None) -> Ranking:
-    """Run the sweep, writing every record to `sink` in point order (flushed per chunk); rank as it goes."""
-    ranking = Ranking(top)
+             dask: str | None = None, progress: Callable[[Ranking], None] | None = None,
+             rank: str | None = None) -> Ranking:
+    """Run the sweep, writing every record to `sink` in point order (flushed per chunk); rank as it goes (by
+    `rank`, a key of RANKS, when given)."""
+    ranking = Ranking(top, rank)
     chunks = run(sweep, workers, dask)
     try:
         for chunk in chunks:

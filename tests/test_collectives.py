@@ -24,9 +24,9 @@ def test_tp_group_stays_in_the_node_and_uses_nvlink_busbw() -> None:
     assert (r.size, r.q, r.k, r.tier) == (8, 8, 1, "node")
     S = 256e6
     rs = col.reduce_scatter(cl, r, S)
-    assert rs.time_s == pytest.approx(7 / 8 * S / (cl.nvlink.busbw_gb_s * 1e9) + 7 * 8e-6)
+    assert rs.time_s == pytest.approx(7 / 8 * S / (cl.scale_up_link.busbw_gb_s * 1e9) + 7 * 8e-6)
     ar = col.allreduce(cl, r, S)   # NVLS on NVLink 4 for all-reduce
-    assert ar.time_s == pytest.approx(2 * 7 / 8 * S / (cl.nvlink.nvls_busbw_gb_s * 1e9) + 14 * 8e-6)
+    assert ar.time_s == pytest.approx(2 * 7 / 8 * S / (cl.scale_up_link.nvls_busbw_gb_s * 1e9) + 14 * 8e-6)
 
 
 def test_dp_group_spans_nodes_and_pods() -> None:
@@ -47,7 +47,7 @@ def test_hierarchical_allreduce_reduces_inside_the_node_first() -> None:
     assert r.q == 8 and r.k == 2048
     S = 1e9
     t = col.allreduce(cl, r, S).time_s
-    node = 2 * 7 / 8 * S / (cl.nvlink.busbw_gb_s * 1e9) + 2 * 7 * cl.nvlink.latency_us * 1e-6
+    node = 2 * 7 / 8 * S / (cl.scale_up_link.busbw_gb_s * 1e9) + 2 * 7 * cl.scale_up_link.latency_us * 1e-6
     # across nodes: S/8 per rail, tree latency (2 log2 2048 steps) beats the ring's 2 * 2047
     net = (2 * 2047 / 2048 * (S / 8) / (cl.scale_out.busbw_gb_s * 1e9 / r.slowdown)
            + 2 * 11 * cl.scale_out.latency_us * 1e-6)
@@ -82,7 +82,7 @@ def test_a_faster_fabric_is_faster() -> None:
 
 
 def test_pcie_node_fabric_is_slower_than_nvswitch() -> None:
-    cl_nv, cl_pcie = _cluster(), _cluster(node_fabric="pcie")
+    cl_nv, cl_pcie = _cluster(), _cluster(scale_up="pcie")
     r = col.route(cl_nv, _job(), ("tp",))
     assert col.allreduce(cl_pcie, r, 1e8).time_s > 10 * col.allreduce(cl_nv, r, 1e8).time_s
 

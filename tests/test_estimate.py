@@ -16,7 +16,9 @@ from clustertop.engine.model.topology import TIERS
 from clustertop.cli import main
 
 JOB_KEYS = {"name", "gpus", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
-            "hardware_tflops_per_gpu", "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen"}
+            "hardware_tflops_per_gpu", "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen",
+            "energy_j_per_token", "usd_per_mtoken", "tokens_per_s_per_mw", "energy_j_per_step", "power_mw",
+            "usd_per_hour", "run_54d_mwh", "run_54d_usd"}
 
 
 def _flagship(**kw):  # type: ignore[no-untyped-def]
@@ -142,7 +144,7 @@ def test_a_faster_fabric_gives_a_faster_step() -> None:
     fast_cluster = dataclasses.replace(s.cluster, scale_out=catalog.fabrics()["roce-800g"])
     fast = estimate_job(dataclasses.replace(s, cluster=fast_cluster), job)
     assert fast.step_time_s < slow.step_time_s
-    pcie = dataclasses.replace(s.cluster, node_fabric="pcie")
+    pcie = dataclasses.replace(s.cluster, scale_up="pcie")
     assert estimate_job(dataclasses.replace(s, cluster=pcie), job).step_time_s > 1.2 * slow.step_time_s
 
 
@@ -193,10 +195,12 @@ def test_json_has_exactly_the_documented_keys(capsys: pytest.CaptureFixture[str]
     assert main(["estimate", "single-gpu-405b", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["scenario"] == "single-gpu-405b"
-    assert set(out["cluster"]) == {"gpus", "nodes", "pods", "buildings", "it_power_mw", "facility_power_mw"}
+    assert set(out["cluster"]) == {"gpus", "nodes", "pods", "buildings", "it_power_mw", "facility_power_mw",
+                                   "scale_up", "transceivers", "transceivers_by_tier", "optics", "optics_mw"}
     job = out["jobs"][0]
     assert JOB_KEYS <= set(job)
     assert job["fits"] is False and job["step_time_s"] is None
+    assert job["energy_j_per_token"] is None and job["usd_per_mtoken"] is None     # no step: no figures
     assert job["memory_gb"]["weights"] == pytest.approx(811, rel=0.01)
 
 
@@ -204,7 +208,12 @@ def test_cluster_power() -> None:
     s = scenario.load("llama3-405b-16k")
     c = to_json(estimate(dataclasses.replace(s, jobs=())))["cluster"]
     assert c["gpus"] == 16384 and c["nodes"] == 2048 and c["pods"] == 6 and c["buildings"] == 1
-    assert c["it_power_mw"] == pytest.approx(16384 * (700 + 575) * 1.10 / 1e6, rel=1e-4)
+    # the transceivers of a 3-tier 400G Clos: every NIC's leaf has an uplink (1:1), each pod's uplinks carry 1/7 of
+    # its NICs (5 pods of 3,072 GPUs: 439 links each, the last of 1,024: 147), two 9 W transceivers per link
+    links = 16384 + 5 * 439 + 147
+    assert c["transceivers"] == 2 * links and c["transceivers_by_tier"] == {"spine": 2 * 16384, "core": 2 * 2342}
+    assert c["optics_mw"] == pytest.approx(2 * links * 9.0 / 1e6)
+    assert c["it_power_mw"] == pytest.approx(16384 * (700 + 575) * 1.10 / 1e6 + c["optics_mw"], rel=1e-4)
     assert c["facility_power_mw"] == pytest.approx(c["it_power_mw"] * 1.2, rel=1e-4)
 
 

@@ -47,8 +47,9 @@ def test_server_overhead_figures() -> None:
 
 def test_site_formula_and_swing_threshold(tmp_path: Any) -> None:
     model = PowerModel.of(cluster(tmp_path=tmp_path))
-    # 16,384 H100s computing: (700 + 575) W x 1.1 (network, storage) x 1.2 (PUE) = 27.6 MW.
-    assert model.site_mw(16384 * 700.0, 16384) == pytest.approx(16384 * 1275 * 1.1 * 1.2 / 1e6)
+    # 16,384 H100s computing: ((700 + 575) W x 1.1 (storage, switches) + the optics) x 1.2 (PUE) = 28.0 MW.
+    assert model.optics_w > 0
+    assert model.site_mw(16384 * 700.0, 16384) == pytest.approx((16384 * 1275 * 1.1 + model.optics_w) * 1.2 / 1e6)
     assert model.swing_threshold_mw(22.0) == pytest.approx(1.1)      # 5% of a 22 MW site
     assert model.swing_threshold_mw(500.0) == 2.0                    # 2 MW at a large site
     assert model.describe()["phase_w"]["failed"] == 0.0 and model.describe()["site_power_budget_mw"] is None

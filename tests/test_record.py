@@ -29,7 +29,7 @@ def fake_cost_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 RUN_KEYS = {"interruptions_unexpected", "interruptions_planned", "effective_training_time", "site_mw_min",
-            "site_mw_max", "checkpoints"}
+            "site_mw_max", "checkpoints", "energy_mwh", "cost_usd", "energy_j_per_token", "usd_per_mtoken"}
 
 
 @pytest.fixture
@@ -97,6 +97,18 @@ def test_json_summary_has_the_run_figures(tmp_path: Path, capsys: pytest.Capture
     last = [e for e in events if e["type"] == "sample"][-1]
     assert 0.1 < summary["effective_training_time"] < 0.9        # ~40 restarts of 25 min each
     assert summary["effective_training_time"] == last["jobs"]["train"]["effective_training_time"]
+    # the site's energy: each sample is the mean over its interval, which the samples tile; owned accelerators
+    # cost the default capex ($30,000 over 5 years) plus the default electricity ($85 / MWh)
+    samples = [e for e in events if e["type"] == "sample" and e["t"] > 0]
+    times = [0.0] + [e["t"] for e in samples]
+    energy = sum(e["site_mw"] * (b - a) for e, a, b in zip(samples, times, times[1:])) / 3600
+    assert summary["energy_mwh"] == pytest.approx(energy, rel=1e-3)
+    hours = 24.0
+    assert summary["cost_usd"] == pytest.approx(energy * 85 + 64 * 30000 / (5 * 8760) * hours, rel=1e-3)
+    kept = summary["jobs"]["train"]["tokens"]            # what the job has at the end: work lost to faults is not
+    assert kept < summary["tokens"]
+    assert summary["usd_per_mtoken"] == pytest.approx(summary["cost_usd"] / kept * 1e6, rel=1e-4)
+    assert summary["energy_j_per_token"] == pytest.approx(summary["energy_mwh"] * 3.6e9 / kept, rel=1e-4)
     state = reader.fold(str(out))
     assert state.jobs["train"].interruptions == summary["interruptions_unexpected"] + summary["interruptions_planned"]
 

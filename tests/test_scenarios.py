@@ -50,3 +50,10 @@ def test_inline_model(tmp_path) -> None:
                     '[jobs.model]\nlayers = 40\nhidden = 5120\nheads = 40\nffn = 13824\nvocab = 32000\n')
     model = scenario.load(str(path)).jobs[0].model
     assert (model.layers, model.hidden, model.kv_heads, model.ffn_activation) == (40, 5120, 40, "swiglu")
+
+
+def test_duration_defaults_to_one_hour(tmp_path) -> None:
+    path = tmp_path / "short.toml"
+    path.write_text('name = "s"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n'
+                    '[[jobs]]\nmodel = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\n')
+    assert scenario.load(str(path)).duration_s == 3600.0     # a number, as a given "1h" becomes

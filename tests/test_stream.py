@@ -209,7 +209,7 @@ def test_power_and_site_mw(small: str) -> None:
     for e in events:
         if e["type"] == "sample":
             total = schema.rle_decode(e["power_w"]).sum()
-            expected = (total + 64 * 575.0) * 1.1 * run.scenario.cluster.pue / 1e6
+            expected = ((total + 64 * 575.0) * 1.1 + run.power.optics_w) * run.scenario.cluster.pue / 1e6
             assert e["site_mw"] == pytest.approx(expected, abs=64 * 0.5 * 1.32 / 1e6 + 1e-4)
 
 

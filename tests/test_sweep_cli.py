@@ -50,7 +50,8 @@ def test_sweep_prints_the_best_and_writes_records(tmp_path: Path, capsys: pytest
     assert "dp derived as GPUs / (tp*cp*pp): the base's jobs[0].dp left out" in stdout
     title = "best 3 by step time:"
     table = text[text.index(title) + 1:]
-    assert table[0].split() == ["#", "tp", "pp", "GPUs", "step", "s", "tokens/s", "tok/s/GPU", "MFU", "mem", "GB/GPU"]
+    assert table[0].split() == ["#", "tp", "pp", "GPUs", "step", "s", "tokens/s", "tok/s/GPU", "MFU", "$/Mtok", "mem",
+                                "GB/GPU"]
     steps = {r["index"]: r["jobs"][0]["step_time_s"] for r in recs if "jobs" in r and r["jobs"][0]["fits"]}
     ranked = sorted(steps, key=lambda i: (steps[i], i))[:3]
     for row, index in zip(table[1:4], ranked):

@@ -1,4 +1,8 @@
-"""`clustertop compare A B`: two scenarios or recordings side by side, in sync on simulated time."""
+"""`clustertop compare A B`: two scenarios or recordings side by side, in sync on simulated time.
+
+`clustertop compare A` alone shows scenario A beside the twin its `compare_with` key names (a built-in name, or a
+.toml path relative to A's file).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from clustertop.engine.config import scenario
+from clustertop.engine.config.errors import UserError
 from clustertop.engine.stream.reader import GZIP_MAGIC
 from clustertop.tui.sources import Source
 
@@ -33,7 +38,22 @@ def open_side(arg: str) -> Source:
     return LiveSource(arg)
 
 
+def twin(arg: str) -> str:
+    """The scenario that scenario `arg` names in `compare_with`; UserError when it names none."""
+    if is_recording(arg):
+        raise UserError("a recording names no twin; expected two scenarios or recordings (compare A B)", arg)
+    s = scenario.load(arg)
+    if not s.compare_with:
+        raise UserError("names no twin (compare_with); expected two scenarios or recordings (compare A B)", arg)
+    other = s.compare_with
+    if ("/" in other or other.endswith(".toml")) and not Path(other).is_absolute():
+        other = str(Path(s.path).parent / other)
+    return other
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.b is None:
+        args.b = twin(args.a)
     a = open_side(args.a)
     try:
         b = open_side(args.b)

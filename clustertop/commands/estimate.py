@@ -44,17 +44,55 @@ def _power(mw: float) -> str:
     return f"{mw:.2f} MW" if mw >= 1 else f"{mw * 1000:.1f} kW"
 
 
+SCALE_UP_NAMES = {"nvswitch": "NVSwitch", "nvl72": "an NVL72 NVLink domain (a rack)",
+                  "xgmi-mesh": "an Infinity Fabric mesh (no switch: a link to each peer)",
+                  "roce-mesh": "an on-chip RoCE mesh (no switch: links to each peer)",
+                  "torus-2d": "2D torus", "torus-3d": "3D torus", "pcie": "PCIe through the host CPU"}
+
+
 def render(est: ScenarioEstimate, description: str = "") -> str:
-    """The human-readable table: the cluster, then one block per job."""
+    """The human-readable table: the cluster, its scale-up domain and optics, then one block per job."""
     c = est.cluster
     where = (f"cluster     {_n(c['gpus'], 'GPU')}, {_n(c['nodes'], 'node')}, {_n(c['pods'], 'pod')}, "
              f"{_n(c['buildings'], 'building')}; IT power {_power(c['it_power_mw'])}, "
              f"facility {_power(c['facility_power_mw'])}")
-    lines = [f"{est.scenario}" + (f": {description}" if description else ""), where]
+    lines = [f"{est.scenario}" + (f": {description}" if description else ""), where, _scale_up(c["scale_up"])]
+    tiers = ", ".join(f"{tier} {n:,}" for tier, n in c["transceivers_by_tier"].items())
+    lines.append(f"optics      {c['transceivers']:,} {c['optics']} transceivers" + (f" ({tiers})" if tiers else "")
+                 + f": {_power(c['optics_mw'])}" if c["transceivers"] else "optics      none (no optical links)")
     for job in est.jobs:
         lines.append("")
         lines.extend(_job_lines(job))
     return "\n".join(lines)
+
+
+def _scale_up(s: dict[str, object]) -> str:
+    """'scale-up    nodes of 8 GPUs on NVSwitch (nvlink4: 450 GB/s per GPU per direction, busbw 370 GB/s)'"""
+    name = SCALE_UP_NAMES.get(str(s["kind"]), str(s["kind"]))
+    if "torus" in s:
+        name = "a " + " x ".join(map(str, s["torus"])) + " " + name   # type: ignore[call-overload]
+    links = f" over {s['links_per_gpu']} links of {s['gb_s_per_link']:g}" if "links_per_gpu" in s else ""
+    return (f"scale-up    nodes of {s['gpus']:,} GPUs on {name} "
+            f"({s['link']}: {s['gb_s_per_gpu']:g} GB/s per GPU per direction{links}, busbw {s['busbw_gb_s']:g} GB/s)")
+
+
+def _usd(x: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"${x / scale:.2f}{unit}"
+    return f"${x:,.2f}"
+
+
+def _energy_lines(e: JobEstimate) -> list[str]:
+    """Power, energy per step and per token, dollars per million tokens, a 54-day run."""
+    x = e.economics
+    if x.get("energy_j_per_token") is None:
+        return []
+    step = f"{x['energy_j_per_step'] / 1e6:,.1f} MJ per step, " if e.kind == "training" else ""
+    return [(f"  energy      {_power(x['power_mw'])} (facility); {step}{x['energy_j_per_token']:.2f} J per token, "
+             f"{x['tokens_per_s_per_mw']:,.0f} tokens/s per MW"),
+            f"  cost        {_usd(x['usd_per_mtoken'])} per million tokens ({_usd(x['usd_per_hour'])} per hour)",
+            f"  54 days     {x['run_54d_mwh']:,.0f} MWh, {_usd(x['run_54d_usd'])} (steady state, no interruptions)"]
 
 
 def _job_lines(e: JobEstimate) -> list[str]:
@@ -91,6 +129,7 @@ def _job_lines(e: JobEstimate) -> list[str]:
         parts = [f"{PHASE_LABELS.get(k, k)} {v:.3f} s ({100 * v / step:.1f}%)" for k, v in e.breakdown_s.items()]
         out.append("  time        " + parts[0])
         out.extend("              " + p for p in parts[1:])
+        out.extend(_energy_lines(e))
     else:
         out.append("  step        - (does not fit in GPU memory)")
     return out + _memory_lines(e)
@@ -129,6 +168,7 @@ def _inference_lines(e: JobEstimate) -> list[str]:
         out.append(f"  replica     busy {100 * s['busy']:.0f}% (prefill {100 * s['prefill_share']:.0f}% of it, "
                    f"compute-bound; decode HBM-bound), mean batch {s['mean_batch']:.1f} of {s['batch_limit']}")
         out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+        out.extend(_energy_lines(e))
     else:
         out.append("  serving     - (does not fit in GPU memory)")
     return out + _memory_lines(e)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import math
 import sys
 import time
 from typing import IO, Any, TextIO, cast
@@ -56,6 +57,7 @@ def _sweep(args: argparse.Namespace, best: Output | None) -> int:
     try:
         with terminate_quietly():
             ranking = sweep.sweep_to(plan, sink, top=max(args.top, 1), workers=args.workers, dask=args.dask,
+                                     rank=args.rank,
                                      progress=lambda r: bar.update(r.total, f"{r.total:,}/{plan.size:,} points, "
                                                                             f"{bar.rate(r.total):,.0f}/s, "
                                                                             f"{r.invalid:,} invalid"))
@@ -125,7 +127,7 @@ def _table(plan: sweep.Sweep, best: list[sweep.Outcome]) -> str:
     """The best points, one row each: the varied values, then what the estimate says."""
     single = len(plan.source["jobs"]) == 1
     keys = [a.key.removeprefix("jobs[0].") if single else a.key for a in plan.axes]
-    header = ["#", *keys, "GPUs", "step s", "tokens/s", "tok/s/GPU", "MFU", "mem GB/GPU"]
+    header = ["#", *keys, "GPUs", "step s", "tokens/s", "tok/s/GPU", "MFU", "$/Mtok", "mem GB/GPU"]
     rows = [header]
     for rank, o in enumerate(best, start=1):
         record: dict[str, Any] = orjson.loads(o.line)
@@ -133,10 +135,12 @@ def _table(plan: sweep.Sweep, best: list[sweep.Outcome]) -> str:
         point = o.facts
         if point.fits:
             mfu = sum((j.get("mfu") or 0.0) * j["gpus"] for j in record["jobs"]) / point.gpus
+            usd = point.usd_per_hour / (point.tokens_per_s * 3600) * 1e6 if point.tokens_per_s else float("nan")
             numbers = [f"{point.step_time_s:.3f}", f"{point.tokens_per_s:,.0f}",
-                       f"{point.tokens_per_s / point.gpus:,.1f}", f"{mfu * 100:.1f}%"]
+                       f"{point.tokens_per_s / point.gpus:,.1f}", f"{mfu * 100:.1f}%",
+                       "-" if math.isnan(usd) else f"{usd:.3f}"]
         else:
-            numbers = ["OOM", "-", "-", "-"]
+            numbers = ["OOM", "-", "-", "-", "-"]
         rows.append([str(rank), *values, f"{point.gpus:,}", *numbers, f"{point.memory_gb:.1f}"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     left = set(range(1, 1 + len(keys)))

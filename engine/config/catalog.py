@@ -18,12 +18,13 @@ class GPU:
     bf16_tflops: float
     hbm_gb: float
     hbm_tb_s: float
-    nvlink: str                  # fabric name of its NVLink generation
+    scale_up_link: str           # fabric name of its scale-up links (NVLink generation, xGMI, ICI, NeuronLink...)
     tdp_w: float
     idle_w: float
     memory_bound_w: float
     fp8_tflops: float | None = None
-    nvlink_domain: int = 8       # GPUs one NVSwitch domain can join (NVL72: 72)
+    scale_up: str = "nvswitch"   # its scale-up domain as built: the default of a scenario's cluster.scale_up
+    scale_up_domain: int = 8     # the most GPUs one scale-up domain joins (NVL72: 72; a TPU v5p pod: 8,960)
     source: str = ""
     # Kernel parameters of the performance model (engine/model/kernels.py); each value in gpus.toml names the
     # measurement it comes from. Defaults are the H100 figures.
@@ -73,13 +74,24 @@ class GPU:
 @dataclass(frozen=True)
 class Fabric:
     name: str
-    kind: str                    # "nvlink" | "pcie" | "ib" | "roce"
-    gb_s: float                  # line rate per direction, per GPU (node fabrics) or per NIC (scale-out)
-    busbw_gb_s: float            # measured NCCL all-reduce bus bandwidth
-    latency_us: float
+    kind: str                    # SCALE_UP_KINDS (inside a scale-up domain) or SCALE_OUT_KINDS (NICs)
+    gb_s: float                  # line rate per direction, per GPU (scale-up, all its links) or per NIC (scale-out)
+    busbw_gb_s: float            # all-reduce bus bandwidth over all those links (NCCL's where measured)
+    latency_us: float            # a collective step's latency (alpha)
     nvls_busbw_gb_s: float | None = None
     source: str = ""
     alltoall_efficiency: float = 1.0   # all-to-all bus bandwidth as a fraction of busbw_gb_s
+    links: int = 1               # links the GPU's gb_s is spread over (mesh: one per peer; torus: one per neighbour)
+    hop_latency_us: float = 0.0  # a torus: latency of each hop beyond the first
+
+    @property
+    def link_busbw_gb_s(self) -> float:
+        """Bus bandwidth of one of its links (a mesh's link to one peer, a torus's link to one neighbour)."""
+        return self.busbw_gb_s / self.links
+
+
+SCALE_UP_KINDS = ("nvlink", "pcie", "xgmi", "roce-mesh", "ici", "neuronlink")
+SCALE_OUT_KINDS = ("ib", "roce", "efa", "dcn")
 
 
 @dataclass(frozen=True)
@@ -123,11 +135,13 @@ GPU_SPEC: dict[str, Field] = {
     "fp8_tflops": optional("float", positive=True, high=1e5),
     "hbm_gb": Field("float", positive=True, high=1e5),
     "hbm_tb_s": Field("float", positive=True, high=1e3),
-    "nvlink": Field("str"),
+    "scale_up_link": Field("str"),
     "tdp_w": Field("float", positive=True, high=1e5),
     "idle_w": Field("float", positive=True, high=1e5),
     "memory_bound_w": Field("float", positive=True, high=1e5),
-    "nvlink_domain": optional("int", 8, positive=True, high=1e5),
+    "scale_up": optional("str", "nvswitch", choices=("nvswitch", "nvl72", "xgmi-mesh", "roce-mesh", "torus-2d",
+                                                     "torus-3d")),
+    "scale_up_domain": optional("int", 8, positive=True, high=1e5),
     "source": optional("str", ""),
     "sms": optional("int", None, positive=True, high=10_000),
     "gemm_efficiency": optional("float", None, positive=True, high=1.0),
@@ -145,13 +159,15 @@ GPU_SPEC: dict[str, Field] = {
 }
 
 FABRIC_SPEC: dict[str, Field] = {
-    "kind": Field("str", choices=("nvlink", "pcie", "ib", "roce")),
+    "kind": Field("str", choices=SCALE_UP_KINDS + SCALE_OUT_KINDS),
     "gb_s": Field("float", positive=True, high=1e5),
     "busbw_gb_s": Field("float", positive=True, high=1e5),
     "nvls_busbw_gb_s": optional("float", positive=True, high=1e5),
     "latency_us": Field("float", low=0, high=1e6),
     "source": optional("str", ""),
     "alltoall_efficiency": optional("float", None, positive=True, high=1.0),
+    "links": optional("int", None, positive=True, high=1024),
+    "hop_latency_us": optional("float", None, low=0.0, high=1e6),
 }
 
 MODEL_SPEC: dict[str, Field] = {
@@ -241,6 +257,61 @@ def build_model(ctx: Context, path: str, name: str, table: Any) -> Model:
 def models() -> dict[str, Model]:
     ctx = Context("engine/config/catalogs/models.toml")
     return {name: build_model(ctx, name, name, table) for name, table in _read("models.toml").items()}
+
+
+# ----- site defaults: optics and economics (site.toml) -------------------------------------------------
+
+@dataclass(frozen=True)
+class OpticsCatalog:
+    """Transceiver power by link speed and kind, and the fibre's latency (site.toml [optics])."""
+
+    transceiver_w: tuple[tuple[float, float], ...]   # (Gb/s, W) of pluggable transceivers, by speed
+    lpo_share: float              # linear-drive pluggables: this share of a pluggable's power
+    cpo_share: float              # co-packaged optics: this share
+    fibre_latency_us_per_km: float
+    transceivers_per_link: int
+
+
+SPEEDS_GBPS = {"400g": 400.0, "800g": 800.0, "1.6t": 1600.0}
+
+OPTICS_SPEC: dict[str, Field] = {
+    "transceiver_w": Field("table"),
+    "lpo_share": Field("float", positive=True, high=1.0),
+    "cpo_share": Field("float", positive=True, high=1.0),
+    "fibre_latency_us_per_km": Field("float", positive=True, high=1e3),
+    "transceivers_per_link": Field("int", low=0, high=16),
+}
+
+ECONOMICS_SPEC: dict[str, Field] = {
+    "capex_usd_per_accelerator": optional("float", low=0.0, high=1e8),
+    "depreciation_years": optional("float", positive=True, high=100.0),
+    "electricity_usd_per_mwh": optional("float", low=0.0, high=1e5),
+    "cloud_usd_per_accelerator_hour": optional("float", low=0.0, high=1e4),
+}
+
+
+@cache
+def optics() -> OpticsCatalog:
+    ctx = Context("engine/config/catalogs/site.toml")
+    values = check_table(ctx, "optics", _read("site.toml")["optics"], OPTICS_SPEC)
+    watts = []
+    for speed, w in values.pop("transceiver_w").items():
+        if speed not in SPEEDS_GBPS or not isinstance(w, (int, float)) or w <= 0:
+            raise ctx.error(f"optics.transceiver_w.{speed}", f"expected a speed of {', '.join(SPEEDS_GBPS)} "
+                            "and its watts (> 0)")
+        watts.append((SPEEDS_GBPS[speed], float(w)))
+    return OpticsCatalog(transceiver_w=tuple(sorted(watts)), **values)
+
+
+@cache
+def economics_defaults() -> dict[str, float]:
+    """The [economics] defaults (site.toml): what a scenario's [economics] table overrides."""
+    ctx = Context("engine/config/catalogs/site.toml")
+    values = check_table(ctx, "economics", _read("site.toml")["economics"], ECONOMICS_SPEC)
+    missing = [k for k, v in values.items() if v is None]
+    if missing:
+        raise ctx.error(f"economics.{missing[0]}", "missing default")
+    return values
 
 
 # ----- fault causes (Llama 3 Table 5) ----------------------------------------------------------------

@@ -26,6 +26,7 @@ _SECTIONS: dict[str, dict[str, Field]] = {
     "faults": scenario.FAULTS_SPEC,
     "checkpoint": scenario.CHECKPOINT_SPEC,
     "variability": scenario.VARIABILITY_SPEC,
+    "economics": catalog.ECONOMICS_SPEC,
 }
 _TOP = {k: f for k, f in scenario.TOP_SPEC.items() if k not in _SECTIONS and k not in ("jobs", "format")}
 _SEGMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)(?:\[(\d+)\])?$")

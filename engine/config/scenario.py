@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from . import catalog, facility
 from .catalog import GPU, Fabric, Model
 from .errors import UserError, quote
 from .fields import Context, Field, check_table, did_you_mean, optional
+from .optics import SiteOptics, site_optics
 from .tomlfile import read_toml
 from .units import parse_duration
 
@@ -34,14 +37,22 @@ class DegradedLinks:
     capacity: float              # fraction of the links' bandwidth left (0 < capacity <= 1)
 
 
+# cluster.scale_up: what joins the GPUs of one scale-up domain (the topology's "node"), README and
+# docs/performance-model.md 3c. The link each uses is the GPU's own (gpus.toml scale_up_link), or PCIe.
+SCALE_UPS = ("nvswitch", "nvl72", "xgmi-mesh", "roce-mesh", "torus-2d", "torus-3d", "pcie")
+TORUS_DIMS = {"torus-2d": 2, "torus-3d": 3}
+MESHES = ("xgmi-mesh", "roce-mesh")
+OPTICS = ("pluggable", "lpo", "cpo")
+
+
 @dataclass(frozen=True)
 class Cluster:
     gpu: GPU
     gpus: int
-    gpus_per_node: int
-    node_fabric: str             # "nvswitch" | "pcie"
-    nvlink: Fabric               # the NVLink generation of the GPU (used when node_fabric = "nvswitch")
-    pcie: Fabric                 # the host PCIe path (used when node_fabric = "pcie")
+    gpus_per_node: int           # GPUs of one scale-up domain (the topology's "node")
+    scale_up: str                # SCALE_UPS: what joins a node's GPUs
+    scale_up_link: Fabric        # the GPU's scale-up links (NVLink, xGMI, ICI, NeuronLink, Gaudi's RoCE mesh)
+    pcie: Fabric                 # the host PCIe path (used when scale_up = "pcie")
     scale_out: Fabric
     nics_per_node: int
     gpus_per_rack: int
@@ -54,15 +65,23 @@ class Cluster:
     site_power_budget_mw: float | None
     ecmp_flows: int = 16                          # flows each connection is split over across ECMP paths
     degraded: tuple[DegradedLinks, ...] = ()      # links running below capacity (failed optics, bad cables)
+    torus: tuple[int, ...] = ()                   # a torus scale-up: the domain's extent per dimension, x first
+    optics: str = "pluggable"                     # OPTICS: the transceivers of the optical links
+    building_distance_km: float = 0.0             # fibre between buildings: 4.9 us per km on collectives crossing
 
     @property
     def nodes(self) -> int:
         return self.gpus // self.gpus_per_node
 
+    @cached_property
+    def transceivers(self) -> SiteOptics:
+        """The optical transceivers of its fabric and their power (engine/config/optics.py), counted once."""
+        return site_optics(self)
+
     @property
     def node_link(self) -> Fabric:
-        """The fabric GPUs of one node talk over: NVLink/NVSwitch or PCIe through the host CPU."""
-        return self.nvlink if self.node_fabric == "nvswitch" else self.pcie
+        """The fabric GPUs of one scale-up domain talk over: the GPU's scale-up links, or PCIe through the host."""
+        return self.pcie if self.scale_up == "pcie" else self.scale_up_link
 
 
 @dataclass(frozen=True)
@@ -148,6 +167,21 @@ class Variability:
 
 
 @dataclass(frozen=True)
+class Economics:
+    """What the accelerators and their power cost ([economics]; defaults in catalogs/site.toml)."""
+    capex_usd_per_accelerator: float     # an accelerator with its share of server, network and storage
+    depreciation_years: float            # written off over this many years
+    electricity_usd_per_mwh: float
+    cloud_usd_per_accelerator_hour: float = 0.0   # > 0: rented at this price (power included) instead of owned
+
+
+@cache
+def default_economics() -> Economics:
+    """The [economics] defaults of catalogs/site.toml (hardware.toml's ranges, their middles)."""
+    return Economics(**catalog.economics_defaults())
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -159,6 +193,8 @@ class Scenario:
     checkpoint: Checkpoint
     variability: Variability
     path: str = ""
+    compare_with: str = ""       # the twin `clustertop compare` shows beside it (a built-in name or a .toml path)
+    economics: Economics = dataclasses.field(default_factory=lambda: default_economics())
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as plain data (catalog entries expanded), for recordings and --json."""
@@ -169,13 +205,15 @@ TOP_SPEC: dict[str, Field] = {
     "name": Field("str"),
     "description": optional("str", "", lines=True),
     "seed": optional("int", 1, low=0, high=2**63 - 1),
-    "duration": optional("str", "1h", parse=parse_duration),
+    "duration": optional("str", 3600.0, parse=parse_duration),   # default 1h (defaults are not parsed)
     "format": optional("int", FORMAT_VERSION, low=1, high=FORMAT_VERSION),
     "cluster": Field("table"),
     "jobs": Field("any", doc="an array of [[jobs]] tables"),
     "faults": optional("table", None),
     "checkpoint": optional("table", None),
     "variability": optional("table", None),
+    "economics": optional("table", None),
+    "compare_with": optional("str", ""),
 }
 
 FAULTS_SPEC: dict[str, Field] = {
@@ -212,12 +250,16 @@ VARIABILITY_SPEC: dict[str, Field] = {
 CLUSTER_SPEC: dict[str, Field] = {
     "gpu": Field("str"),
     "gpus": Field("int", positive=True, high=MAX_GPUS, auto=True),   # "auto": as many as the power budget holds
-    "gpus_per_node": optional("int", 8, positive=True, high=1024),
-    "node_fabric": optional("str", "nvswitch", choices=("nvswitch", "pcie")),
+    "gpus_per_node": optional("int", None, positive=True, high=100_000),   # default: by scale_up
+    "scale_up": optional("str", None, choices=SCALE_UPS),                  # default: the GPU's, as built
+    "node_fabric": optional("str", None, choices=("nvswitch", "pcie")),    # the older name of scale_up
+    "torus": optional("any", None, doc="an array of 2 (torus-2d) or 3 (torus-3d) positive integers"),
     "pcie": optional("str", "pcie-gen5", choices=("pcie-gen4", "pcie-gen5")),
     "scale_out": optional("str", "ib-ndr-400g"),
     "nics_per_node": optional("int", None, positive=True, high=1024),   # default: one per GPU
-    "gpus_per_rack": optional("int", 16, positive=True, high=100_000),
+    "gpus_per_rack": optional("int", None, positive=True, high=100_000),   # default 16, or one scale-up domain
+    "optics": optional("str", "pluggable", choices=OPTICS),
+    "building_distance_km": optional("float", 0.0, low=0.0, high=20_000.0),
     "racks_per_pod": optional("int", 192, positive=True, high=1_000_000),
     "pod_oversubscription": optional("float", 1.0, low=1.0, high=1000.0),
     "rack_oversubscription": optional("float", 1.0, low=1.0, high=1000.0),
@@ -328,9 +370,14 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
     c = check_table(ctx, "checkpoint", top["checkpoint"] or {}, CHECKPOINT_SPEC)
     checkpoint = Checkpoint(interval_s=c["interval"], mode=c["mode"], storage_tb_s=c["storage_tb_s"])
     v = check_table(ctx, "variability", top["variability"] or {}, VARIABILITY_SPEC)
+    economics = default_economics()
+    if top["economics"] is not None:
+        e = check_table(ctx, "economics", top["economics"], catalog.ECONOMICS_SPEC)
+        economics = dataclasses.replace(economics, **{k: x for k, x in e.items() if x is not None})
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
                     duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
-                    checkpoint=checkpoint, variability=Variability(**v), path=path)
+                    checkpoint=checkpoint, variability=Variability(**v), path=path, economics=economics,
+                    compare_with=top["compare_with"])
 
 
 def _check_disjoint(ctx: Context, jobs: list[Job]) -> None:
@@ -378,40 +425,116 @@ def _catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, Any]) -
 
 def _cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
     c = check_table(ctx, "cluster", table, CLUSTER_SPEC)
-    gpu = _catalog_entry(ctx, "cluster.gpu", c["gpu"], catalog.gpus())
-    if c["gpus"] == "auto":
-        if c["site_power_budget_mw"] is None:
-            raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
-                            "or give a GPU count")
-        c["gpus"] = facility.gpus_for_budget(c["site_power_budget_mw"], gpu, c["pue"], c["gpus_per_rack"])
-        if c["gpus"] > MAX_GPUS:
-            raise ctx.error("cluster.site_power_budget_mw", f"{c['site_power_budget_mw']:,g} MW powers "
-                            f"{c['gpus']:,} {gpu.name}, beyond the supported maximum of {MAX_GPUS:,} GPUs; expected "
-                            "a smaller budget or a GPU count")
-        if c["gpus"] < c["gpus_per_rack"]:
-            raise ctx.error("cluster.site_power_budget_mw", f"{c['site_power_budget_mw']} MW does not power one "
-                            f"rack of {c['gpus_per_rack']} {gpu.name}")
+    gpu = _catalog_entry(ctx, "cluster.gpu", c.pop("gpu"), catalog.gpus())
     fabrics = catalog.fabrics()
-    scale_out_names = {n: f for n, f in fabrics.items() if f.kind in ("ib", "roce")}
-    scale_out = _catalog_entry(ctx, "cluster.scale_out", c["scale_out"], scale_out_names)
-    if c["gpus"] % c["gpus_per_node"]:
-        raise ctx.error("cluster.gpus", f"{c['gpus']} GPUs is not a whole number of nodes of "
-                        f"{c['gpus_per_node']} (gpus_per_node); expected a multiple of {c['gpus_per_node']}")
-    if c["gpus_per_rack"] % c["gpus_per_node"]:
-        raise ctx.error("cluster.gpus_per_rack", f"{c['gpus_per_rack']} is not a whole number of nodes of "
-                        f"{c['gpus_per_node']}; expected a multiple of gpus_per_node")
+    link = fabrics[gpu.scale_up_link]
+    _scale_up(ctx, c, gpu, link)
+    scale_out_names = {n: f for n, f in fabrics.items() if f.kind in catalog.SCALE_OUT_KINDS}
+    scale_out = _catalog_entry(ctx, "cluster.scale_out", c.pop("scale_out"), scale_out_names)
     if c["nics_per_node"] is None:
         c["nics_per_node"] = c["gpus_per_node"]
     if c["nics_per_node"] > c["gpus_per_node"] * 4:
         raise ctx.error("cluster.nics_per_node", f"{c['nics_per_node']} NICs for {c['gpus_per_node']} GPUs; "
                         "expected at most 4 per GPU")
-    if c["node_fabric"] == "nvswitch" and c["gpus_per_node"] > gpu.nvlink_domain:
-        raise ctx.error("cluster.gpus_per_node", f"{c['gpus_per_node']} GPUs exceed the NVLink domain of "
-                        f"{gpu.name} ({gpu.nvlink_domain}); expected at most {gpu.nvlink_domain}")
+    if c["gpus_per_rack"] % c["gpus_per_node"]:
+        raise ctx.error("cluster.gpus_per_rack", f"{c['gpus_per_rack']} is not a whole number of nodes of "
+                        f"{c['gpus_per_node']}; expected a multiple of gpus_per_node")
+    del c["node_fabric"]
+    c["pcie"] = fabrics[c["pcie"]]
+    if c["gpus"] == "auto":
+        c["gpus"] = _size_from_budget(ctx, c, gpu, scale_out, link)
+    if c["gpus"] % c["gpus_per_node"]:
+        raise ctx.error("cluster.gpus", f"{c['gpus']} GPUs is not a whole number of nodes of "
+                        f"{c['gpus_per_node']} (gpus_per_node); expected a multiple of {c['gpus_per_node']}")
     c["degraded"] = _degraded(ctx, c["degraded"], _pod_count(c))
-    del c["gpu"], c["scale_out"]
-    pcie = fabrics[c.pop("pcie")]
-    return Cluster(gpu=gpu, scale_out=scale_out, nvlink=fabrics[gpu.nvlink], pcie=pcie, **c)
+    return Cluster(gpu=gpu, scale_out=scale_out, scale_up_link=link, **c)
+
+
+def _size_from_budget(ctx: Context, c: dict[str, Any], gpu: GPU, scale_out: Fabric, link: Fabric) -> int:
+    """gpus = "auto": the most GPUs, in whole racks, the site's budget powers at full load, optics included."""
+    budget = c["site_power_budget_mw"]
+    if budget is None:
+        raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
+                        "or give a GPU count")
+    shape = Cluster(gpu=gpu, scale_out=scale_out, scale_up_link=link, **{**c, "gpus": c["gpus_per_rack"],
+                                                                         "degraded": ()})
+    n = facility.gpus_for_budget(budget, gpu, c["pue"], c["gpus_per_rack"],
+                                 lambda n: site_optics(dataclasses.replace(shape, gpus=n)).watts)
+    if n > MAX_GPUS:
+        raise ctx.error("cluster.site_power_budget_mw", f"{budget:,g} MW powers {n:,} {gpu.name}, beyond the "
+                        f"supported maximum of {MAX_GPUS:,} GPUs; expected a smaller budget or a GPU count")
+    if n < c["gpus_per_rack"]:
+        raise ctx.error("cluster.site_power_budget_mw", f"{budget} MW does not power one rack of "
+                        f"{c['gpus_per_rack']} {gpu.name}")
+    return n
+
+
+def _scale_up(ctx: Context, c: dict[str, Any], gpu: GPU, link: Fabric) -> None:
+    """Resolve cluster.scale_up (or its older name node_fabric), gpus_per_node, torus and gpus_per_rack."""
+    if c["node_fabric"] is not None:
+        if c["scale_up"] is not None:
+            raise ctx.error("cluster.node_fabric", "node_fabric is the older name of scale_up; expected one of them")
+        c["scale_up"] = c["node_fabric"]
+    allowed = scale_ups(gpu, link)
+    scale_up = c["scale_up"] or gpu.scale_up
+    if scale_up not in allowed:
+        raise ctx.error("cluster.scale_up", f"{gpu.name} cannot have a {scale_up!r} scale-up domain (its links "
+                        f"are {link.name}); expected " + " or ".join(f'"{a}"' for a in allowed))
+    c["scale_up"] = scale_up
+    dims = TORUS_DIMS.get(scale_up)
+    if c["torus"] is not None and dims is None:
+        raise ctx.error("cluster.torus", f'a torus shape needs scale_up = "torus-2d" or "torus-3d", not {scale_up!r}')
+    if dims is not None:
+        c["torus"] = _torus(ctx, c, dims, gpu.scale_up_domain)
+        c["gpus_per_node"] = math.prod(c["torus"])
+    else:
+        c["torus"] = ()
+        if c["gpus_per_node"] is None:
+            c["gpus_per_node"] = 72 if scale_up == "nvl72" else 8
+    limit = link.links + 1 if scale_up in MESHES else gpu.scale_up_domain if scale_up != "pcie" else 1024
+    if scale_up == "nvswitch":
+        limit = min(limit, 8)          # an NVSwitch baseboard (HGX) joins 8 GPUs; NVL72 is a rack of 72
+    if c["gpus_per_node"] > limit:
+        raise ctx.error("cluster.gpus_per_node", f"{c['gpus_per_node']} GPUs exceed a {scale_up} domain of "
+                        f"{gpu.name} ({limit}); expected at most {limit}")
+    if c["gpus_per_rack"] is None:
+        c["gpus_per_rack"] = max(16, c["gpus_per_node"])
+
+
+def scale_ups(gpu: GPU, link: Fabric) -> tuple[str, ...]:
+    """The scale-up domains a GPU can be built in: its own, and the others its links allow."""
+    if link.kind == "nvlink":
+        return ("nvswitch", "pcie") + (("nvl72",) if gpu.scale_up_domain >= 72 else ())
+    if link.kind == "xgmi":
+        return (gpu.scale_up, "pcie")
+    return (gpu.scale_up,)
+
+
+def _torus(ctx: Context, c: dict[str, Any], dims: int, domain: int) -> tuple[int, ...]:
+    """The torus shape: as given, else the most balanced one of gpus_per_node (default: the cluster, at most the
+    GPU's domain) chips."""
+    raw = c["torus"]
+    if raw is None:
+        n = c["gpus_per_node"] or min(c["gpus"] if isinstance(c["gpus"], int) else domain, domain)
+        return balanced_shape(n, dims)
+    if not (isinstance(raw, list) and len(raw) == dims and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                and x > 0 for x in raw)):
+        raise ctx.error("cluster.torus", f"expected an array of {dims} positive integers (the torus's extent "
+                        f"per dimension, x first), got {raw!r}")
+    if c["gpus_per_node"] is not None and math.prod(raw) != c["gpus_per_node"]:
+        raise ctx.error("cluster.torus", f"{' x '.join(map(str, raw))} = {math.prod(raw)} chips is not "
+                        f"gpus_per_node ({c['gpus_per_node']}); expected them to be equal")
+    return tuple(raw)
+
+
+def balanced_shape(n: int, dims: int) -> tuple[int, ...]:
+    """The factorisation of n in `dims` factors closest to a cube (smallest largest/smallest ratio), ascending."""
+    def shapes(m: int, k: int, low: int) -> list[tuple[int, ...]]:
+        if k == 1:
+            return [(m,)] if m >= low else []
+        return [(a, *rest) for a in range(low, round(m ** (1 / k)) + 1) if m % a == 0
+                for rest in shapes(m // a, k - 1, a)]
+    return min(shapes(n, dims, 1), key=lambda s: (s[-1] / s[0], s))
 
 
 DEGRADED_SPEC: dict[str, Field] = {

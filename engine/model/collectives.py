@@ -14,6 +14,9 @@ nccl-tests figure, already net of protocol efficiency), per-step latency alpha, 
   NIC rails in parallel, all-gather inside the node (all-reduce); RS/AG likewise;
 - all-to-all: each GPU sends (n-1)/n of its data, the part leaving the node over its NIC share;
 - point-to-point: S / bandwidth of the tier the pair crosses + alpha.
+
+Inside a scale-up domain the cost depends on how its GPUs are joined (a switch, a mesh, a torus):
+engine/model/scaleup.py. Across buildings every step also pays the fibre between them (`net_latency`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..config import catalog
 from ..config.scenario import Cluster, Job
+from . import scaleup
 from .topology import TIERS, Topology
 
 GB = 1e9
@@ -46,6 +51,8 @@ class Route:
     # and the tier's own slowdown
     demand: dict[str, np.ndarray] = field(default_factory=dict)
     tier_slowdown: dict[str, float] = field(default_factory=dict)
+    shape: tuple[int, ...] = ()    # extent of a group in its scale-up domain per torus dimension (else (q,))
+    hops: tuple[int, ...] = ()     # torus hops from a member to the next one (point-to-point)
 
 
 # Other jobs' traffic on the blocks of each shared tier: (tier, connections per block) pairs, hashable for caches.
@@ -173,7 +180,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             tier_slowdown[t] = max(1.0, float(np.max(load)))
             slowdown = max(slowdown, tier_slowdown[t])
             crossing[t] = total / max(net_share * groups.size, 1e-9)
-    return Route(size, q, k, tier, max(1.0, slowdown), crossing, demands, tier_slowdown)
+    return Route(size, q, k, tier, max(1.0, slowdown), crossing, demands, tier_slowdown,
+                 scaleup.group_shape(cluster, groups[0], q), scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
 
 
 def _outermost(topo: Topology, groups: np.ndarray) -> int:
@@ -238,12 +246,13 @@ def _block_capacity(cluster: Cluster, topo: Topology, block: int, n: int) -> np.
 
 # ------------------------------------------------------------------------------------------- bandwidths
 
-def node_busbw(cluster: Cluster, allreduce: bool = False) -> float:
-    """Bytes/s of bus bandwidth inside a node: NVLink (NVLS for all-reduce where available) or PCIe via host."""
-    link = cluster.node_link
-    if allreduce and link.nvls_busbw_gb_s and cluster.node_fabric == "nvswitch":
-        return link.nvls_busbw_gb_s * GB
-    return link.busbw_gb_s * GB
+def net_latency(cluster: Cluster, tier: str | None) -> float:
+    """Seconds of one step of a collective on the scale-out network: the NICs' latency, plus the fibre between
+    buildings (catalogs/site.toml: 4.9 us per km) when the group crosses them."""
+    alpha = cluster.scale_out.latency_us * 1e-6
+    if tier == "campus" and cluster.building_distance_km:
+        alpha += cluster.building_distance_km * catalog.optics().fibre_latency_us_per_km * 1e-6
+    return alpha
 
 
 def net_busbw(cluster: Cluster) -> float:
@@ -290,19 +299,17 @@ def _reduce(cluster: Cluster, r: Route, nbytes: float, passes: float) -> Comm:
     n = r.size
     if n <= 1 or nbytes <= 0:
         return NO_COMM
-    node_alpha = cluster.node_link.latency_us * 1e-6
-    net_alpha = cluster.scale_out.latency_us * 1e-6
+    net_alpha = net_latency(cluster, r.tier)
     ar = passes == 2.0
     if r.k == 1:
-        bw = node_busbw(cluster, allreduce=ar)
-        t = passes * (n - 1) / n * nbytes / bw + passes * (n - 1) * node_alpha
+        t = scaleup.reduce(cluster, n, r.shape, nbytes, passes, nvls=ar)
         return Comm(t, _load(cluster, r, passes * (n - 1) / n * nbytes, 0.0, t))
     q, k = r.q, r.k
     node_part = 0.0
     node_bytes = 0.0
     if q > 1:
         node_bytes = passes * (q - 1) / q * nbytes
-        node_part = node_bytes / node_busbw(cluster) + passes * (q - 1) * node_alpha
+        node_part = scaleup.reduce(cluster, q, r.shape, nbytes, passes, nvls=False)
     shard = nbytes / q
     net_bytes = passes * (k - 1) / k * shard
     bw = net_busbw(cluster) / r.slowdown
@@ -320,9 +327,9 @@ def all_to_all(cluster: Cluster, r: Route, nbytes: float) -> Comm:
     node_bytes = nbytes * (r.q - 1) / n
     net_bytes = nbytes * (n - r.q) / n
     eff = cluster.scale_out.alltoall_efficiency
-    t_node = node_bytes / (node_busbw(cluster) * cluster.node_link.alltoall_efficiency)
+    t_node = scaleup.all_to_all(cluster, r.q, r.shape, node_bytes)
     t_net = net_bytes / (net_busbw(cluster) * eff / r.slowdown) if net_bytes else 0.0
-    alpha = cluster.node_link.latency_us * 1e-6 + (cluster.scale_out.latency_us * 1e-6 if net_bytes else 0.0)
+    alpha = cluster.node_link.latency_us * 1e-6 + (net_latency(cluster, r.tier) if net_bytes else 0.0)
     t = max(t_node, t_net) + alpha
     return Comm(t, _load(cluster, r, node_bytes, net_bytes, t))
 
@@ -332,10 +339,9 @@ def p2p(cluster: Cluster, r: Route, nbytes: float) -> Comm:
     if r.size <= 1 or nbytes <= 0:
         return NO_COMM
     if r.k == 1:
-        bw = cluster.node_link.busbw_gb_s * GB
-        t = nbytes / bw + cluster.node_link.latency_us * 1e-6
+        t = scaleup.p2p(cluster, r.hops, nbytes)
         return Comm(t, _load(cluster, r, nbytes, 0.0, t))
     bw = net_busbw(cluster) / r.slowdown
-    t = nbytes / bw + cluster.scale_out.latency_us * 1e-6
+    t = nbytes / bw + net_latency(cluster, r.tier)
     # of the ring edges, k of n leave the node; the busiest GPU's edge crosses the network
     return Comm(t, _load(cluster, r, 0.0, nbytes, t))

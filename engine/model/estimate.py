@@ -25,7 +25,8 @@ from ..config.errors import UserError, quote
 from ..config.scenario import Cluster, Job, Scenario
 from . import collectives as col
 from . import compute as cm
-from . import contention, pipeline, step
+from . import contention, pipeline, scaleup, step
+from . import economics as econ
 from . import memory as mem
 from .layout import DIMS, Layout
 from .pipeline import check
@@ -61,6 +62,7 @@ class JobEstimate:
     tpot_s: float | None = None          # inference: median time per output token
     serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
     stack: dict[str, Any] = field(default_factory=dict)       # the software stack (software_stack)
+    economics: dict[str, Any] = field(default_factory=lambda: dict(econ.NO_FIGURES))   # economics.figures
     busy_s: dict[str, float] = field(default_factory=dict)    # seconds per step each dimension is on the links
     contention: dict[str, Any] = field(default_factory=dict)  # several jobs: alone vs with neighbours
 
@@ -68,7 +70,7 @@ class JobEstimate:
 @dataclass
 class ScenarioEstimate:
     scenario: str
-    cluster: dict[str, float]
+    cluster: dict[str, Any]
     jobs: list[JobEstimate] = field(default_factory=list)
 
 
@@ -234,7 +236,15 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=tokens / step,
                        model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
-                       plan=best.plan, busy_s=best.busy, **common)
+                       plan=best.plan, busy_s=best.busy,
+                       economics=_economics(scenario, job, breakdown, step, tokens / step), **common)
+
+
+def _economics(scenario: Scenario, job: Job, breakdown: dict[str, float], step: float,
+               tokens_per_s: float) -> dict[str, Any]:
+    """The job's energy and cost figures (engine/model/economics.py)."""
+    facility_w = econ.facility_w(scenario.cluster, breakdown, step, job.gpus)
+    return econ.figures(scenario.economics, facility_w, job.gpus, step, tokens_per_s)
 
 
 def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate:
@@ -268,7 +278,9 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=r.tokens_per_s,
                        model_tflops_per_gpu=r.model_tflops_per_gpu, hardware_tflops_per_gpu=r.model_tflops_per_gpu,
                        mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
-                       plan=r.plan if plan else None, ttft_s=r.ttft_s, tpot_s=r.tpot_s, serving=serving, **common)
+                       plan=r.plan if plan else None, ttft_s=r.ttft_s, tpot_s=r.tpot_s, serving=serving,
+                       economics=_economics(scenario, job, breakdown, step, r.tokens_per_s) if r.tokens_per_s
+                       else dict(econ.NO_FIGURES), **common)
 
 
 _TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
@@ -332,11 +344,16 @@ def recompute_flops_per_token(job: Job, recompute: str) -> float:
     return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * model.hidden * model.vocab) / 3.0
 
 
-def cluster_summary(cluster: Cluster) -> dict[str, float]:
+def cluster_summary(cluster: Cluster) -> dict[str, Any]:
+    """The cluster's size, its scale-up domain, its optics and its power at full load."""
     topo = Topology.of(cluster)
-    it_mw = cluster.gpus * facility.it_w_per_gpu(cluster.gpu) / 1e6
+    optics = cluster.transceivers
+    it_mw = (cluster.gpus * facility.it_w_per_gpu(cluster.gpu) + optics.watts) / 1e6
     return {"gpus": cluster.gpus, "nodes": topo.nodes, "pods": topo.pods, "buildings": topo.buildings,
-            "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6)}
+            "it_power_mw": round(it_mw, 6), "facility_power_mw": round(it_mw * cluster.pue, 6),
+            "scale_up": scaleup.describe(cluster), "transceivers": optics.count,
+            "transceivers_by_tier": optics.by_tier(), "optics": cluster.optics,
+            "optics_mw": round(optics.watts / 1e6, 6)}
 
 
 def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
@@ -384,7 +401,7 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
             "memory_gb": j.memory_gb, "chosen": j.chosen,
             "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,
             "capacity_gb": j.capacity_gb, "microbatches": j.microbatches, "kind": j.kind,
-            "stack": j.stack,
+            "stack": j.stack, **j.economics,
         })
         if j.kind == "inference":
             jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})

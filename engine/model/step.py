@@ -27,6 +27,7 @@ from ..config.scenario import Cluster, Job
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
+from . import scaleup
 from .pipeline import PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
 from .plan import Interval, StepPlan, extend_run, merge_runs
 from .topology import TIERS, Topology
@@ -92,6 +93,7 @@ class _Net:
     dp: col.Route
     pp_tiers: tuple[int, ...]      # tier index crossed by each stage boundary r -> r+1 (and p-1 -> 0)
     pp_slowdown: float
+    pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
 
 
 ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"), "pp": (("pp",), "ring")}
@@ -117,9 +119,10 @@ def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) 
     def route(dim: str) -> col.Route:
         return col.route(cluster, job, *route_dims(job, dim), background)
 
+    pp = route("pp")
     return _Net(tp=route("tp"), cp=route("cp"),
                 ep=route("ep") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
-                dp=route("dp"), pp_tiers=tiers, pp_slowdown=route("pp").slowdown)
+                dp=route("dp"), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops)
 
 
 def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
@@ -133,9 +136,10 @@ def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
 def _p2p_time(cluster: Cluster, net: _Net, nbytes: float, boundary: int) -> float:
     if nbytes <= 0:
         return 0.0
-    if net.pp_tiers[boundary] == 0:
-        return nbytes / (cluster.node_link.busbw_gb_s * col.GB) + cluster.node_link.latency_us * 1e-6
-    return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + cluster.scale_out.latency_us * 1e-6
+    tier = net.pp_tiers[boundary]
+    if tier == 0:
+        return scaleup.p2p(cluster, net.pp_hops, nbytes)
+    return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + col.net_latency(cluster, TIERS[tier])
 
 
 # ------------------------------------------------------------------------------------------- evaluation

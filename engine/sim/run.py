@@ -37,7 +37,7 @@ from clustertop import __version__
 from ..config.errors import UserError
 from ..config.phases import PHASES
 from ..config.scenario import Job, Scenario
-from ..model import estimate
+from ..model import economics, estimate, scaleup
 from ..model.checkpoint import checkpoint_plan
 from ..model.contention import Sharing
 from ..model.estimate import estimate_job
@@ -348,6 +348,7 @@ class Run:
         s = self.scenario.to_dict()
         s["seed"], s["duration_s"] = self.seed, self.duration_s
         s["path"] = s["path"].replace("\\", "/").rsplit("/", 1)[-1]   # no machine-specific directories
+        s["cluster"]["node_fabric"] = s["cluster"]["scale_up"]       # its older name, for readers that know only it
         jobs = []
         for t in self.tracks:
             j = t.job
@@ -371,6 +372,7 @@ class Run:
                 st = t.stragglers
                 entry["speed"] = round(st.speed, 4) if st else 1.0
                 entry["slow_gpus"] = st.gpus.tolist() if st else []
+                entry["economics"] = self._job_economics(t)
             jobs.append(entry)
         return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
                 "generator": f"clustertop {__version__}", "scenario": s, "topology": self.topology.summary(),
@@ -378,7 +380,24 @@ class Run:
                 "duration_s": self.duration_s, "sampling": "mean", "tiers": list(TIERS),
                 "link_scope": dict(LINK_SCOPE),
                 "phases": list(PHASES), "phase_util": [float(u) for u in PHASE_UTIL],
-                "power": self.power.describe()}
+                "power": self.power.describe(), "scale_up": scaleup.describe(self.scenario.cluster),
+                "optics": self._optics()}
+
+    def _optics(self) -> dict[str, Any]:
+        optics = self.scenario.cluster.transceivers
+        return {"kind": self.scenario.cluster.optics, "transceivers": optics.count,
+                "transceivers_by_tier": optics.by_tier(), "optics_mw": round(optics.watts / 1e6, 6)}
+
+    def _job_economics(self, track: JobTrack) -> dict[str, Any]:
+        """A job's energy and cost figures at its step in this run (with the wait for its slowest GPU)."""
+        plan = track.stretched or track.plan
+        assert plan is not None
+        j, step = track.job, plan.step_time_s
+        tokens_per_s = plan.kpi["tokens"] / step
+        if not tokens_per_s:
+            return dict(economics.NO_FIGURES)
+        facility_w = self.power.job_w(plan.watts[0] * j.dp, j.gpus, self.topology.gpus)
+        return economics.figures(self.scenario.economics, facility_w, j.gpus, step, tokens_per_s)
 
     def run(self, sink: Sink, progress: Callable[[float], None] | None = None) -> RunStats:
         """Write the whole stream to `sink`; `progress(t)` after every sample."""
@@ -447,7 +466,18 @@ class Run:
             "effective_training_time": round(kept / (weight * end), 4) if weight else None,
             "site_mw_min": round(self.site_power.min_mw, 4) if math.isfinite(self.site_power.min_mw) else None,
             "site_mw_max": round(self.site_power.max_mw, 4) if math.isfinite(self.site_power.max_mw) else None,
-            "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver)})
+            "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver),
+            **self._energy(end)})
+
+    def _energy(self, end: float) -> dict[str, Any]:
+        """The site's energy over the run, what the run cost (every accelerator of the site, idle or not), and
+        both per token kept (the jobs' progress at the end: work lost to a fault and redone costs twice)."""
+        energy = self.sampler.energy_mwh
+        cost = economics.run_cost(self.scenario.economics, self.topology.gpus, energy, end / 3600.0)
+        tokens = sum(t.tokens_total for t in self.tracks)
+        return {"energy_mwh": round(energy, 4), "cost_usd": round(cost, 2),
+                "energy_j_per_token": round(energy * 3.6e9 / tokens, 6) if tokens else None,
+                "usd_per_mtoken": round(cost / tokens * 1e6, 6) if tokens else None}
 
     def _check_sample_size(self) -> None:
         """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES), before any job is

@@ -75,6 +75,7 @@ class Sampler:
         self.topology = topo = run.topology
         self.power = run.power
         self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
+        self.energy_mwh = 0.0          # the site's energy over the samples so far (exact means x their windows)
         self._mix_cache: dict[Any, bytes] = {}
         self.blocks: list[tuple[int, int, JobTrack | None]] = []
         pos = 0
@@ -219,7 +220,10 @@ class Sampler:
                 status["interruptions"] = d.interruptions + d.planned
                 status["tokens_lost"] = d.tokens_lost
             jobs[track.job.name] = status
-        site_mw = round(self.power.site_mw(m.gpu_watts, self.topology.gpus), 4)
+        exact_mw = self.power.site_mw(m.gpu_watts, self.topology.gpus)
+        if t > a:
+            self.energy_mwh += exact_mw * (b - a) / 3600.0
+        site_mw = round(exact_mw, 4)
         budget = b',"over_budget":true' if self.power.over_budget(site_mw) else b""
         return b"".join((b'{"t":', orjson.dumps(wire_time(t)), b',"type":"sample","util":', util_b, b',"power_w":',
                          power_b, b',"phase":', phase_b, b',"phase_mix":', mix_b, b',"links":', orjson.dumps(links), b',"site_mw":',

@@ -9,6 +9,11 @@ Points that fit in memory come first, by step time (shortest first) when they al
 tokens per step, otherwise by tokens/s per GPU (highest first); then the points that do not fit, by memory per
 GPU (closest to fitting first); invalid points last. Ties go to the earlier point. A point's step time is its
 slowest job's, its throughput and GPUs all its jobs'.
+
+`clustertop sweep --rank NAME` ranks the fitting points by one objective of `RANKS` instead: step time, tokens/s
+per GPU, dollars per million tokens (all its jobs' dollars per hour over all their tokens), joules per token (their
+facility power over their tokens/s) or tokens/s per MW. A record without the figure (written before they
+existed) ranks after those with it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ from .reader import open_lines
 
 STEP_TIME = "step time"
 RATE_PER_GPU = "tokens/s per GPU"
+USD_PER_MTOKEN = "$ per million tokens"
+J_PER_TOKEN = "joules per token"
+RATE_PER_MW = "tokens/s per MW"
+# --rank NAME -> the objective it ranks by
+RANKS = {"step_time": STEP_TIME, "tokens_per_s_per_gpu": RATE_PER_GPU, "usd_per_mtoken": USD_PER_MTOKEN,
+         "energy_j_per_token": J_PER_TOKEN, "tokens_per_s_per_mw": RATE_PER_MW}
 SAME_TOKENS = 0.01        # tokens per step within 1% are the same shape (the record's figures are rounded)
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?(\.[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?){0,7}")
 _JOB = {"name": text, "gpus": count, "fits": boolean,
@@ -55,6 +66,8 @@ class Facts:
     gpus: int = 0                  # all jobs together
     tokens_per_step: float = 0.0   # all jobs together (from the rounded figures)
     memory_gb: float = 0.0         # the largest per-GPU footprint of the jobs
+    usd_per_hour: float = math.nan     # all jobs together (nan: a record without the figure)
+    power_mw: float = math.nan         # all jobs' facility power
 
     @property
     def fits(self) -> bool:
@@ -78,7 +91,13 @@ def facts(record: dict[str, Any]) -> Facts:
         return Facts(index, "oom", gpus=gpus, memory_gb=memory)
     steps = [float(j["step_time_s"]) for j in jobs]
     rates = [float(j.get("tokens_per_s") or 0.0) for j in jobs]
-    return Facts(index, "ok", max(steps), sum(rates), gpus, sum(r * s for r, s in zip(rates, steps)), memory)
+    return Facts(index, "ok", max(steps), sum(rates), gpus, sum(r * s for r, s in zip(rates, steps)), memory,
+                 _total(jobs, "usd_per_hour"), _total(jobs, "power_mw"))
+
+
+def _total(jobs: list[dict[str, Any]], key: str) -> float:
+    values = [j.get(key) for j in jobs]
+    return math.nan if any(v is None for v in values) else sum(float(v) for v in values)  # type: ignore[arg-type]
 
 
 def objective(varied: bool) -> str:
@@ -87,21 +106,29 @@ def objective(varied: bool) -> str:
 
 
 def fit_key(f: Facts, by: str) -> tuple[float, int]:
+    """Smaller is better: the objective `by` of a fitting point, then its index."""
     if by == STEP_TIME:
         return f.step_time_s, f.index
-    return -f.tokens_per_s / max(f.gpus, 1), f.index
+    if by == RATE_PER_GPU:
+        return -f.tokens_per_s / max(f.gpus, 1), f.index
+    rate = max(f.tokens_per_s, 1e-12)
+    value = {USD_PER_MTOKEN: f.usd_per_hour / (rate * 3600) * 1e6, J_PER_TOKEN: f.power_mw * 1e6 / rate,
+             RATE_PER_MW: -rate / f.power_mw if f.power_mw > 0 else math.nan}[by]
+    return (math.inf if math.isnan(value) else value), f.index
 
 
 def oom_key(f: Facts) -> tuple[float, int]:
     return f.memory_gb, f.index
 
 
-def ranked(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
-    """Records in rank order, and the objective the fitting ones are ranked by."""
+def ranked(records: list[dict[str, Any]], by: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Records in rank order, and the objective the fitting ones are ranked by (`by`: one of RANKS' values;
+    None: step time or tokens/s per GPU, as `objective` says)."""
     pairs = [(facts(r), r) for r in records]
     fitting = [p for p in pairs if p[0].fits]
     first = fitting[0][0] if fitting else None
-    by = objective(first is not None and any(not f.same_shape(first) for f, _ in fitting))
+    if by is None:
+        by = objective(first is not None and any(not f.same_shape(first) for f, _ in fitting))
     fitting.sort(key=lambda p: fit_key(p[0], by))
     oom = sorted((p for p in pairs if p[0].status == "oom"), key=lambda p: oom_key(p[0]))
     invalid = sorted((p for p in pairs if p[0].status == "invalid"), key=lambda p: p[0].index)
