@@ -35,6 +35,22 @@ def power(mw: float) -> str:
     return f"{mw:,.2f} MW" if abs(mw) < 100 else f"{mw:,.1f} MW"
 
 
+def usd(value: float | None) -> str:
+    """Dollars: '$3.24', '$218', '$17.1M'."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"${value:.2f}" if abs(value) < 100 else f"${si(value)}"
+
+
+def energy(mwh: float) -> str:
+    """Energy: kWh below 1 MWh, MWh above, GWh from 10,000 MWh."""
+    if not math.isfinite(mwh):
+        return "—"
+    if abs(mwh) < 1.0:
+        return f"{mwh * 1000:,.1f} kWh"
+    return f"{mwh:,.2f} MWh" if abs(mwh) < 10_000 else f"{mwh / 1000:,.1f} GWh"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None or not math.isfinite(seconds):
         return "—"

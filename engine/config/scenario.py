@@ -174,6 +174,37 @@ class Economics:
     electricity_usd_per_mwh: float
     cloud_usd_per_accelerator_hour: float = 0.0   # > 0: rented at this price (power included) instead of owned
 
+    def usd_per_hour(self, gpus: int, facility_w: float) -> float:
+        """What `gpus` accelerators drawing `facility_w` cost per hour: rented, or owned plus their electricity."""
+        if self.cloud_usd_per_accelerator_hour > 0:
+            return gpus * self.cloud_usd_per_accelerator_hour
+        return gpus * self._capex_per_hour() + facility_w / 1e6 * self.electricity_usd_per_mwh
+
+    def run_cost(self, gpus: int, energy_mwh: float, hours: float) -> float:
+        """Dollars of a run of `hours` that used `energy_mwh` on `gpus` accelerators."""
+        if self.cloud_usd_per_accelerator_hour > 0:
+            return gpus * self.cloud_usd_per_accelerator_hour * hours
+        return gpus * self._capex_per_hour() * hours + energy_mwh * self.electricity_usd_per_mwh
+
+    def _capex_per_hour(self) -> float:
+        return self.capex_usd_per_accelerator / (self.depreciation_years * HOURS_PER_YEAR)
+
+    @classmethod
+    def of(cls, table: Any) -> Economics | None:
+        """From a recording header's scenario.economics (untrusted): None unless every figure is a finite
+        number >= 0 (and the depreciation > 0)."""
+        if not isinstance(table, dict):
+            return None
+        names = ("capex_usd_per_accelerator", "depreciation_years", "electricity_usd_per_mwh",
+                 "cloud_usd_per_accelerator_hour")
+        values = [table.get(n, 0.0) for n in names]
+        if not all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in values) or values[1] <= 0:
+            return None
+        return cls(*(float(v) for v in values))
+
+
+HOURS_PER_YEAR = 365 * 24
+
 
 @cache
 def default_economics() -> Economics:

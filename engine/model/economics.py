@@ -22,7 +22,6 @@ from typing import Any
 from ..config.scenario import Cluster, Economics
 from .power import job_facility_w, phase_watts
 
-HOURS_PER_YEAR = 365 * 24
 RUN_DAYS = 54                     # Llama 3's 54-day training snapshot
 # breakdown entries that are not phases: the GPUs they describe are in this phase
 PHASE_OF = {"stragglers": "dp", "prefill": "compute", "decode": "memory"}
@@ -37,25 +36,9 @@ def facility_w(cluster: Cluster, breakdown: dict[str, float], step_s: float, gpu
     return job_facility_w(gpu_w, gpus, cluster.gpus, gpu.server_overhead(), cluster.transceivers.watts, cluster.pue)
 
 
-def usd_per_hour(econ: Economics, gpus: int, facility_w: float) -> float:
-    """What `gpus` accelerators drawing `facility_w` cost per hour: rented, or owned plus their electricity."""
-    if econ.cloud_usd_per_accelerator_hour > 0:
-        return gpus * econ.cloud_usd_per_accelerator_hour
-    capex = gpus * econ.capex_usd_per_accelerator / (econ.depreciation_years * HOURS_PER_YEAR)
-    return capex + facility_w / 1e6 * econ.electricity_usd_per_mwh
-
-
-def run_cost(econ: Economics, gpus: int, energy_mwh: float, hours: float) -> float:
-    """Dollars of a run of `hours` that used `energy_mwh` on `gpus` accelerators."""
-    if econ.cloud_usd_per_accelerator_hour > 0:
-        return gpus * econ.cloud_usd_per_accelerator_hour * hours
-    capex = gpus * econ.capex_usd_per_accelerator / (econ.depreciation_years * HOURS_PER_YEAR) * hours
-    return capex + energy_mwh * econ.electricity_usd_per_mwh
-
-
 def figures(econ: Economics, facility_w: float, gpus: int, step_s: float, tokens_per_s: float) -> dict[str, float]:
     """A job's energy and cost figures (the `estimate --json` keys), from its facility power and throughput."""
-    per_hour = usd_per_hour(econ, gpus, facility_w)
+    per_hour = econ.usd_per_hour(gpus, facility_w)
     hours = RUN_DAYS * 24
     run_mwh = facility_w / 1e6 * hours
     return {"power_mw": round(facility_w / 1e6, 6),
@@ -65,7 +48,7 @@ def figures(econ: Economics, facility_w: float, gpus: int, step_s: float, tokens
             "usd_per_hour": round(per_hour, 4),
             "usd_per_mtoken": round(per_hour / (tokens_per_s * 3600) * 1e6, 6),
             "run_54d_mwh": round(run_mwh, 1),
-            "run_54d_usd": round(run_cost(econ, gpus, run_mwh, hours), 0)}
+            "run_54d_usd": round(econ.run_cost(gpus, run_mwh, hours), 0)}
 
 
 NO_FIGURES: dict[str, Any] = dict.fromkeys(("power_mw", "energy_j_per_step", "energy_j_per_token",

@@ -473,7 +473,7 @@ class Run:
         """The site's energy over the run, what the run cost (every accelerator of the site, idle or not), and
         both per token kept (the jobs' progress at the end: work lost to a fault and redone costs twice)."""
         energy = self.sampler.energy_mwh
-        cost = economics.run_cost(self.scenario.economics, self.topology.gpus, energy, end / 3600.0)
+        cost = self.scenario.economics.run_cost(self.topology.gpus, energy, end / 3600.0)
         tokens = sum(t.tokens_total for t in self.tracks)
         return {"energy_mwh": round(energy, 4), "cost_usd": round(cost, 2),
                 "energy_j_per_token": round(energy * 3.6e9 / tokens, 6) if tokens else None,

@@ -24,7 +24,7 @@ import orjson
 from ..config.errors import UserError
 from . import schema
 from .reader import Reader
-from .state import EVENT_LOG, HISTORY, ClusterState
+from .state import EVENT_LOG, HISTORY, ClusterState, energy_mwh
 
 # Kinds of event that change job status; always kept (few) so a rebuilt state knows which jobs run.
 JOB_EVENTS = frozenset({schema.JOB_START, schema.JOB_STOP, schema.CONTENTION})
@@ -42,6 +42,7 @@ class EventIndex:
         self.sample_blob: list[bytes] = []
         self.sample_mw: list[float | None] = []
         self.sample_links: list[dict[str, float]] = []
+        self.sample_mwh: list[float] = []        # the site's energy up to each sample (its MW x the time since)
         self.step_t: list[float] = []
         self.step_seq: list[int] = []
         self.step_line: list[bytes] = []
@@ -49,6 +50,7 @@ class EventIndex:
         self.event_seq: list[int] = []
         self.event_line: list[bytes] = []
         self.job_events: list[tuple[float, bytes]] = []
+        self._mwh, self._mwh_t = 0.0, 0.0
         self.end_t = 0.0                         # time of the latest event
         self.count = 0                           # events appended (the reader's progress)
         self.done = False                        # the stream ended
@@ -89,6 +91,9 @@ class EventIndex:
                 self.sample_blob.append(zlib.compress(line, 1))
                 mw = event.get("site_mw")
                 self.sample_mw.append(float(mw) if mw is not None else None)
+                self._mwh += energy_mwh(mw, t - self._mwh_t)
+                self._mwh_t = t
+                self.sample_mwh.append(self._mwh)
                 self.sample_links.append({tier: _max(load) for tier, load in event.get("links", {}).items()})
                 if self.max_keyframes and len(self.sample_t) > self.max_keyframes:
                     self._thin_samples()
@@ -115,7 +120,7 @@ class EventIndex:
         """Drop every other keyframe of the older half, keeping the recent history (for sparklines) whole."""
         half = len(self.sample_t) // 2
         keep = list(range(0, half, 2)) + list(range(half, len(self.sample_t)))
-        for name in ("sample_t", "sample_seq", "sample_blob", "sample_mw", "sample_links"):
+        for name in ("sample_t", "sample_seq", "sample_blob", "sample_mw", "sample_links", "sample_mwh"):
             values = getattr(self, name)
             setattr(self, name, [values[i] for i in keep])
 
@@ -154,8 +159,12 @@ class EventIndex:
             jobs = [(jt, line) for jt, line in self.job_events if jt <= t]
             s = bisect.bisect_right(self.step_t, t)
             steps = self._last_steps(s)
+            energy = (self.sample_t[k - 1], self.sample_mwh[k - 1]) if k else None
         seen = {line for _, line in events}
-        return _fold(state, [(jt, line) for jt, line in jobs if line not in seen], steps, history, keyframe, events)
+        state = _fold(state, [(jt, line) for jt, line in jobs if line not in seen], steps, history, keyframe, events)
+        if energy is not None:      # the energy of every sample before, not only of those folded
+            state.energy_t, state.energy_mwh = energy
+        return state
 
     def _last_steps(self, end: int) -> list[tuple[float, bytes]]:
         """The last step event of each job among step_line[:end] (scans back; jobs are few)."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..config.phases import CODE, PHASES
+from ..config.scenario import Economics
 from . import schema
 
 HISTORY = 240        # samples kept for sparklines
@@ -195,6 +196,23 @@ class PhaseMix:
         return table[rows[gpu0:gpu1]]
 
 
+def energy_mwh(site_mw: Any, seconds: float) -> float:
+    """MWh of a sample: its mean site MW over the time since the previous sample."""
+    return float(site_mw) * seconds / 3600.0 if site_mw is not None and seconds > 0 else 0.0
+
+
+def tokens_kept(state: ClusterState) -> float:
+    """Tokens the jobs have trained and kept (restarts roll back to their checkpoint)."""
+    return float(sum(job.tokens for job in state.jobs.values()))
+
+
+def spent(state: ClusterState) -> tuple[float, float | None]:
+    """The site's energy (MWh) and cost (USD, None without [economics]) from the start to the latest sample."""
+    cost = state.economics.run_cost(state.gpus, state.energy_mwh, state.energy_t / 3600.0) \
+        if state.economics is not None else None
+    return state.energy_mwh, cost
+
+
 class ClusterState:
     """Everything the dashboard shows at simulated time `t`."""
 
@@ -213,6 +231,10 @@ class ClusterState:
         self.mix = PhaseMix(header, self._phase)     # phase shares over the interval (`phase_mix`)
         self.links: dict[str, np.ndarray] = {}       # tier -> load 0..1 (one value, or one per pod)
         self.site_mw = 0.0
+        self.energy_mwh = 0.0                # the site's energy over the samples so far
+        self.energy_t = 0.0                  # ... up to this sample's time
+        self.economics = Economics.of(header.get("scenario", {}).get("economics")
+                                      if isinstance(header.get("scenario"), dict) else None)
         self.budget_mw: float | None = header.get("power", {}).get("site_power_budget_mw")
         self.over_budget = False             # the latest sample's mean site power exceeds the budget
         self.jobs: dict[str, JobStatus] = {}
@@ -332,6 +354,9 @@ class ClusterState:
         if "site_mw" in event:
             self.site_mw = float(event["site_mw"])
             self.site_mw_history.append(self.site_mw)
+            t = float(event["t"])
+            self.energy_mwh += energy_mwh(self.site_mw, t - self.energy_t)
+            self.energy_t = max(self.energy_t, t)
         self.over_budget = bool(event.get("over_budget", False))
         for name, status in event.get("jobs", {}).items():
             job = self.jobs.get(name)

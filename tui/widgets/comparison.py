@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clustertop.engine.stream.state import ClusterState
+from clustertop.engine.stream.state import ClusterState, spent, tokens_kept
 from rich.table import Table
 from rich.text import Text
 
@@ -24,6 +24,17 @@ def _job(state: ClusterState, attr: str) -> float | None:
     return float(value) or None
 
 
+def _per_token(state: ClusterState, dollars: bool) -> float | None:
+    """The site's energy (J) or cost (USD per million) per token kept, from the start to now."""
+    mwh, usd = spent(state)
+    tokens = tokens_kept(state)
+    if tokens <= 0 or mwh <= 0:
+        return None
+    if dollars:
+        return usd / tokens * 1e6 if usd is not None else None
+    return mwh * 3.6e9 / tokens
+
+
 FIGURES: tuple[Figure, ...] = (
     ("GPUs", lambda s: float(s.gpus), lambda v: f"{v:,.0f}", True),
     ("step time", lambda s: _job(s, "step_time_s"), lambda v: f"{v:.2f} s", False),
@@ -33,6 +44,8 @@ FIGURES: tuple[Figure, ...] = (
     ("mean utilization", lambda s: float(s.util.mean()) if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
     ("site power", lambda s: s.site_mw if s.samples else None, fmt.power, False),
     ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, fmt.si, True),
+    ("energy per token so far", lambda s: _per_token(s, False), lambda v: f"{v:,.2f} J", False),
+    ("cost per M tokens so far", lambda s: _per_token(s, True), fmt.usd, False),
 )
 
 

@@ -130,7 +130,18 @@ def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
         "interrupts": f"{job.interruptions:,}",
         "tokens lost": fmt.si(job.tokens_lost) if job.tokens_lost else "0",
         "time lost": fmt.duration(lost_time(job, t)) if lost_time(job, t) else "0",
+        **cost_figures(job),
     }
+
+
+def cost_figures(job: JobStatus) -> dict[str, str]:
+    """The plan's energy and cost per token (the header's `economics`: a step as planned, no interruptions)."""
+    econ = job.info.get("economics")
+    if not isinstance(econ, dict):
+        return {}
+    j, usd = econ.get("energy_j_per_token"), econ.get("usd_per_mtoken")
+    return {"J/token": f"{j:,.2f}" if isinstance(j, (int, float)) else "—",
+            "$/M tokens": fmt.usd(usd) if isinstance(usd, (int, float)) else "—"}
 
 
 def lost_time(job: JobStatus, t: float) -> float:
@@ -142,7 +153,8 @@ def lost_time(job: JobStatus, t: float) -> float:
 # The jobs table: (header, width, figure key or None for the name and status, sort key).
 COLUMNS: tuple[tuple[str, int, str], ...] = (
     ("state", 7, "state"), ("tok/s", 6, "tokens/s"), ("MFU", 6, "MFU"), ("s/step", 6, "step time"),
-    ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"), ("step", 7, "step"),
+    ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"), ("$/Mtok", 6, "$/M tokens"),
+    ("step", 7, "step"),
 )
 SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
 

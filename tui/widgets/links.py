@@ -13,12 +13,19 @@ from .. import jobinfo
 from .panel import Panel
 
 TIER_ORDER = ("node", "leaf", "spine", "core", "campus")
+# the scale-up tier by the header's scale_up link (catalog fabric names)
+SCALE_UP_LABELS = (("nvlink", "NVLink"), ("xgmi", "xGMI"), ("ici", "ICI"), ("neuronlink", "NeuronLink"),
+                   ("gaudi3-roce", "RoCE (chip)"))
 
 
 def tier_label(tier: str, state: ClusterState) -> str:
     cluster = jobinfo.cluster(state)
     if tier == "node":
-        return "PCIe (host)" if cluster.get("node_fabric") == "pcie" else "NVLink"
+        up = state.header.get("scale_up")
+        link = str(up.get("link", "")) if isinstance(up, dict) else ""
+        if cluster.get("node_fabric") == "pcie" or link.startswith("pcie"):
+            return "PCIe (host)"
+        return next((label for prefix, label in SCALE_UP_LABELS if link.startswith(prefix)), "NVLink")
     if tier == "leaf":
         return "leaf (ToR)"
     if tier == "core":

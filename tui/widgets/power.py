@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clustertop.engine.stream.state import ClusterState
+from clustertop.engine.stream.state import ClusterState, spent, tokens_kept
 from rich.text import Text
 
 from .. import format as fmt
@@ -21,7 +21,8 @@ class PowerPanel(Panel):
 
 
 def power_text(state: ClusterState, width: int) -> Text:
-    """Site MW, GPU share, sparkline, range and swing; the budget line when the cluster sets one."""
+    """Site MW, GPU share, sparkline, range and swing; the energy and cost so far, per token; the budget line
+    when the cluster sets one."""
     history = list(state.site_mw_history)
     text = Text()
     text.append("site ", style="dim")
@@ -35,6 +36,16 @@ def power_text(state: ClusterState, width: int) -> Text:
     text.append(fmt.sparkline(history, width, 0.0, top or 1.0), style="yellow")
     text.append(f"\nrange {fmt.power(low)} – {fmt.power(high)} ", style="dim")
     text.append(f"  swing {fmt.power(high - low)}", style="bold" if high - low >= 10 else "dim")
+    if state.energy_mwh > 0:
+        mwh, usd = spent(state)
+        tokens = tokens_kept(state)
+        text.append("\nso far ", style="dim")
+        text.append(fmt.energy(mwh) + (f" · {fmt.usd(usd)}" if usd is not None else ""))
+        if tokens > 0:
+            text.append("\nper token ", style="dim")
+            text.append(f"{mwh * 3.6e9 / tokens:,.1f} J", style="bold")
+            if usd is not None:
+                text.append(f" · {fmt.usd(usd / tokens * 1e6)} per million", style="bold")
     if budget:
         share = state.site_mw / float(budget)
         over = state.over_budget or share > 1
