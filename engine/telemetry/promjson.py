@@ -1,0 +1,237 @@
+"""Prometheus HTTP API results: range-query dumps (`/api/v1/query_range`, resultType "matrix") read as a stream of
+series, and instant-query answers (`/api/v1/query`, resultType "vector").
+
+A dump is never loaded whole: a quick pass over its raw bytes (scan) checks that it is a matrix and finds its
+time span, series count and step; then ijson's C parser yields one series at a time, so memory holds one series
+and the grid of the current window (engine/telemetry/importer.py), whatever the file's size. Gzip dumps
+(`.json.gz`, by magic bytes) are read the same way. Anything wrong ends in one UserError naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+import stat
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import ijson
+import numpy as np
+import orjson
+
+from ..config.errors import UserError
+
+CHUNK = 8 << 20
+MAX_SERIES_BYTES = 64 << 20       # one series' JSON (labels and points): about 2.5 million points
+MAX_LABEL = 256                    # characters of a label value kept for messages and host names
+VALUES = b'"values":[['
+_TYPE = re.compile(rb'"resultType"\s*:\s*"([^"]{0,40})"')
+_STATUS = re.compile(rb'"status"\s*:\s*"([^"]{0,40})"')
+_ERROR = re.compile(rb'"error"\s*:\s*"((?:[^"\\]|\\.){0,300})"')
+_ERROR_TYPE = re.compile(rb'"errorType"\s*:\s*"([^"]{0,40})"')
+EXPECTED = "expected the JSON of a Prometheus range query (/api/v1/query_range: resultType \"matrix\")"
+
+
+def open_binary(path: str) -> IO[bytes]:
+    """The dump's bytes (inflated when gzip); UserError unless it is a regular, readable file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise UserError("no such file", path) from None
+    except OSError as exc:
+        raise UserError(f"cannot read: {exc.strerror}", path) from None
+    except ValueError:
+        raise UserError("is not a valid file name", path) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise UserError(f"is {kind}; {EXPECTED}", path)
+    os.set_blocking(fd, True)
+    raw = os.fdopen(fd, "rb")
+    if raw.read(2) == b"\x1f\x8b":
+        raw.seek(0)
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    raw.seek(0)
+    return raw
+
+
+def _read(stream: IO[bytes], size: int, path: str) -> bytes:
+    try:
+        return stream.read(size)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserError(f"cannot read: {exc}; the file is damaged", path) from None
+
+
+@dataclass
+class DumpInfo:
+    """What a quick pass over a dump found: its first and last timestamps (unix seconds), the step between its
+    first two points, and how many series it holds."""
+
+    path: str
+    start: float
+    end: float
+    step: float | None
+    series: int
+
+
+def _number(data: bytes, path: str) -> float:
+    try:
+        value = float(data.strip().strip(b'"'))
+    except ValueError:
+        raise UserError(f"timestamp {data[:30]!r} is not a number; {EXPECTED}", path) from None
+    if not math.isfinite(value):
+        raise UserError(f"timestamp {data[:30]!r} is not finite; {EXPECTED}", path)
+    return value
+
+
+def _check_head(head: bytes, path: str) -> None:
+    status = _STATUS.search(head)
+    if status is not None and status.group(1) != b"success":
+        err = _ERROR.search(head)
+        kind = _ERROR_TYPE.search(head)
+        text = orjson.loads(b'"' + err.group(1) + b'"') if err else "no message"
+        label = kind.group(1).decode(errors="replace") if kind else status.group(1).decode(errors="replace")
+        raise UserError(f"holds a Prometheus error ({label}): {str(text)[:200]}; {EXPECTED}", path)
+    found = _TYPE.search(head)
+    if found is not None and found.group(1) != b"matrix":
+        raise UserError(f"resultType is {found.group(1).decode(errors='replace')!r}; {EXPECTED}", path)
+
+
+def scan(path: str) -> DumpInfo:
+    """A quick pass over the raw bytes (no JSON objects built): UserError for what is plainly not a matrix."""
+    with open_binary(path) as stream:
+        first = _read(stream, CHUNK, path)
+        if not first.lstrip()[:1] == b"{":
+            raise UserError(f"does not start with a JSON object; {EXPECTED}", path)
+        _check_head(first[:65536], path)
+        if _TYPE.search(first[:65536]) is None:
+            raise UserError(f"has no resultType in its first 64 KB; {EXPECTED}", path)
+        start, end, step, count = math.inf, -math.inf, math.inf, 0
+        carry, offset, last_series = b"", 0, 0
+        chunk = first
+        while chunk:
+            data = carry + chunk
+            base = offset - len(carry)
+            pos, cut = 0, -1
+            while True:
+                i = data.find(VALUES, pos)
+                if i < 0:
+                    break
+                j = data.find(b",", i + len(VALUES))
+                k = data.find(b"],[", i)
+                if j < 0 or (k < 0 and len(data) - i < 4096):   # cut by the chunk: look again with the next
+                    cut = i
+                    break
+                start = min(start, _number(data[i + len(VALUES):j], path))
+                if 0 <= k < j + 256:
+                    m = data.find(b",", k + 3)
+                    if m > 0:
+                        step = min(step, _number(data[k + 3:m], path) - _number(data[i + len(VALUES):j], path))
+                if base + i - last_series > MAX_SERIES_BYTES and count:
+                    raise UserError(f"series {count} is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a "
+                                    "range query of at most a few million points per series", path)
+                last_series = base + i
+                count += 1
+                pos = j
+            q = 0
+            while True:
+                i = data.find(b"]]}", q)
+                if i < 0:
+                    break
+                b = data.rfind(b"[", 0, i)
+                c = data.find(b",", b)
+                if b >= 0 and 0 <= c < i:
+                    try:
+                        end = max(end, _number(data[b + 1:c], path))
+                    except UserError:
+                        pass
+                q = i + 3
+            carry = data[cut:] if cut >= 0 else data[max(pos, len(data) - 4096):]
+            offset += len(chunk)
+            chunk = _read(stream, CHUNK, path)
+    if count == 0:
+        raise UserError(f"holds no series with values; {EXPECTED}", path)
+    return DumpInfo(path, start, max(end, start), step if math.isfinite(step) and step > 0 else None, count)
+
+
+@dataclass
+class Series:
+    """One series of a range query: its labels, its timestamps (unix s, float64) and values (float64; NaN for
+    Prometheus's NaN and for infinities, which no DCGM gauge means)."""
+
+    labels: dict[str, str]
+    t: np.ndarray
+    v: np.ndarray
+
+
+def _label(value: Any) -> str:
+    return value[:MAX_LABEL] if isinstance(value, str) else str(value)[:MAX_LABEL]
+
+
+def series(path: str, wanted: frozenset[str] | None = None) -> Iterator[Series]:
+    """Every series of a dump, one at a time (series of other metrics than `wanted` are skipped unconverted)."""
+    with open_binary(path) as stream:
+        number = 0
+        try:
+            for item in ijson.items(stream, "data.result.item", use_float=True):
+                number += 1
+                if not isinstance(item, dict) or not isinstance(item.get("metric"), dict) \
+                        or not isinstance(item.get("values"), list):
+                    raise UserError(f'series {number} is not {{"metric": {{...}}, "values": [[t, "v"], ...]}}; '
+                                    f"{EXPECTED}", path)
+                labels = {str(k)[:MAX_LABEL]: _label(v) for k, v in item["metric"].items()}
+                if wanted is not None and labels.get("__name__") not in wanted:
+                    continue
+                yield _convert(labels, item["values"], number, path)
+        except ijson.JSONError as exc:
+            raise UserError(f"is not valid JSON after series {number} ({str(exc)[:120]}); {EXPECTED}", path) from None
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UserError(f"cannot read after series {number}: {exc}; the file is damaged", path) from None
+
+
+def _convert(labels: dict[str, str], values: list[Any], number: int, path: str) -> Series:
+    n = len(values)
+    try:
+        t = np.fromiter((p[0] for p in values), np.float64, n)
+        v = np.fromiter((float(p[1]) for p in values), np.float64, n)
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        name = labels.get("__name__", "?")
+        raise UserError(f'series {number} ({name}) has a point that is not [timestamp, "value"]; {EXPECTED}',
+                        path) from None
+    v[~np.isfinite(v)] = np.nan
+    if not np.isfinite(t).all():
+        raise UserError(f"series {number} has a timestamp that is not finite; {EXPECTED}", path)
+    return Series(labels, t, v)
+
+
+def vector(body: bytes, where: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of an instant query's answer (resultType "vector"): (labels, value), NaN kept as NaN."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise UserError(f"answer is not JSON ({exc.msg}); expected the Prometheus HTTP API", where) from None
+    if not isinstance(doc, dict):
+        raise UserError("answer is not a JSON object; expected the Prometheus HTTP API", where)
+    if doc.get("status") != "success":
+        raise UserError(f"Prometheus answered an error ({_label(doc.get('errorType', doc.get('status')))}): "
+                        f"{_label(doc.get('error', 'no message'))[:200]}", where)
+    data = doc.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        kind = data.get("resultType") if isinstance(data, dict) else None
+        raise UserError(f"resultType is {_label(kind)!r}; expected \"vector\" (an instant query)", where)
+    out = []
+    for item in data["result"]:
+        try:
+            labels = {str(k)[:MAX_LABEL]: _label(v) for k, v in item["metric"].items()}
+            value = float(item["value"][1])
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+            raise UserError('a result is not {"metric": {...}, "value": [t, "v"]}; expected the Prometheus HTTP '
+                            "API", where) from None
+        out.append((labels, value if math.isfinite(value) else math.nan))
+    return out
