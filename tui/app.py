@@ -95,7 +95,7 @@ class ClusterTopApp(App[None]):
         self._seen_end = self.playback.end
         self._reported_error = [False] * len(sources)
         first = sources[0]
-        self.sub_title = f"{'live' if first.controllable else 'replay'} {jobinfo.describe(self.states[0], first.name)}"
+        self.sub_title = f"{first.kind} {jobinfo.describe(self.states[0], first.name)}"
         if self.compare:
             self.sub_title = f"compare {sources[0].name} ↔ {sources[1].name}"
 

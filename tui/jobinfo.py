@@ -48,6 +48,21 @@ def memory_gb(job: JobStatus, stage: int) -> float | None:
     return None
 
 
+def measured_memory_gb(state: ClusterState, gpu: int) -> float | None:
+    """The memory a GPU reported in use (real telemetry's `memory_gb`), or None when there is no such reading."""
+    memory = state.memory_gb
+    if memory is None:
+        return None
+    missing = state.missing("memory_gb")
+    return None if missing is not None and missing[gpu] else float(memory[gpu])
+
+
+def host_of(state: ClusterState, node: int) -> str | None:
+    """The host name of a node of real telemetry (the header's `telemetry.hosts`), or None."""
+    hosts = (state.header.get("telemetry") or {}).get("hosts") or []
+    return str(hosts[node]) if 0 <= node < len(hosts) else None
+
+
 def cluster(state: ClusterState) -> dict[str, Any]:
     return state.header.get("scenario", {}).get("cluster", {}) or {}
 

@@ -445,6 +445,11 @@ def load_cluster(arg: str) -> tuple[str, Cluster, tuple[Job, ...]]:
     return top["name"], _cluster(ctx, top["cluster"]), ()
 
 
+def parse_cluster(table: dict[str, Any], where: str) -> Cluster:
+    """A [cluster] table built by the program (a watched cluster's), checked as a file's would be."""
+    return _cluster(Context(where), table)
+
+
 def _degraded(ctx: Context, raw: Any, pods: int) -> tuple[DegradedLinks, ...]:
     if raw is None:
         return ()

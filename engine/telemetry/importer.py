@@ -184,7 +184,7 @@ class Importer:
             self.stats.series += 1
             name = s.labels.get("__name__", "")
             if name not in wanted:
-                self.stats.skip(f"metric {name[:60] or '(no __name__)'} (not a DCGM metric clustertop reads)")
+                self.stats.skip(f"series of {name[:60] or '(no __name__)'}: not a metric clustertop reads")
                 continue
             names = host_names(s.labels)
             where = f"{path}: series {self.stats.series} ({name})"
@@ -192,12 +192,12 @@ class Importer:
                 raise UserError('has no "Hostname" or "instance" label; expected the dcgm-exporter\'s labels',
                                 where)
             if self.placement.fixed and self.placement.node_of(names) is None:
-                self.stats.skip(f"series from hosts not in cluster.hosts ({names[0][:60]}, ...)")
+                self.stats.skip(f"series from hosts not in cluster.hosts (such as {names[0][:60]})")
                 continue
             rows = self.k(s.t) - w.k0
             late = rows < 0
             if late.any():
-                self.stats.skip("points before the time already written (dumps overlap in time)", int(late.sum()))
+                self.stats.skip("points of times already written (dumps that overlap in time)", int(late.sum()))
                 keep = ~late
                 rows, s.t, s.v = rows[keep], s.t[keep], s.v[keep]
                 if rows.size == 0:
