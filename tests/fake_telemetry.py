@@ -92,9 +92,9 @@ Route = Callable[[str, dict[str, list[str]]], tuple[int, str, bytes]]
 
 
 class FakeServer:
-    """A ThreadingHTTPServer on 127.0.0.1 (a free port) answering GETs with `route(path, query)`."""
+    """A ThreadingHTTPServer on a loopback address (a free port) answering GETs with `route(path, query)`."""
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route, host: str = "127.0.0.1") -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -113,10 +113,10 @@ class FakeServer:
 
         self.route = route
         self.requests = 0
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -148,20 +148,38 @@ class Replay:
         self.k += 1
 
 
-def exporters(replay: Replay, broken: dict[str, tuple[int, bytes]] | None = None) -> Route:
-    """Routes /HOST/metrics to HOST's page of the replay's current frame; `broken[host]` answers instead."""
+class Exporters:
+    """One fake dcgm-exporter per node of the replay, each on a loopback address of its own (127.0.0.2, ...: every
+    node a host, as in a cluster), serving that node's page of the replay's current frame at /metrics;
+    `broken[node]` = (status, body) answers instead."""
 
-    def route(path: str, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
-        host = path.strip("/").split("/")[0]
-        if broken and host in broken:
-            status, body = broken[host]
-            return status, "text/plain", body
-        if host not in replay.names:
-            return 404, "text/plain", b"404 page not found\n"
-        node = replay.names.index(host)
-        return 200, "text/plain; version=0.0.4", exporter_page(replay.values(), host, node, replay.per_node)
+    def __init__(self, replay: Replay) -> None:
+        self.replay = replay
+        self.broken: dict[int, tuple[int, bytes]] = {}
+        self.servers = [FakeServer(self._route(node), f"127.0.0.{node + 2}") for node in range(len(replay.names))]
+        self.urls = [f"{server.url}/metrics" for server in self.servers]
 
-    return route
+    def _route(self, node: int) -> Route:
+        def route(path: str, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
+            if node in self.broken:
+                status, body = self.broken[node]
+                return status, "text/plain", body
+            if path != "/metrics":
+                return 404, "text/plain", b"404 page not found\n"
+            page = exporter_page(self.replay.values(), self.replay.names[node], node, self.replay.per_node)
+            return 200, "text/plain; version=0.0.4", page
+
+        return route
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def prometheus(replay: Replay) -> Route:

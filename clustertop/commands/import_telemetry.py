@@ -26,8 +26,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"clustertop: {text}", file=sys.stderr)
 
     stats = import_prometheus(args.dumps, args.cluster, args.output, note=note)
-    for why, count in sorted(stats.skipped.items()):
-        print(f"clustertop: warning: skipped {count:,} {why}", file=sys.stderr)
+    for line in stats.warnings():
+        print(f"clustertop: warning: {line}", file=sys.stderr)
     if args.json:
         summary = {"output": args.output, "samples": stats.samples, "faults": stats.faults, "series": stats.series,
                    "hosts": stats.hosts, "gpus_reporting": stats.gpus_reporting, "start_unix": stats.start_unix,

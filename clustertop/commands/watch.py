@@ -109,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
     from clustertop.tui.app import show
     from clustertop.tui.sources.watch import WatchSource
 
-    name = args.prometheus or (args.exporter[0] if len(args.exporter) == 1 and "," not in args.exporter[0]
-                               else f"{len(exporter_urls(args.exporter)):,} exporters")
+    urls = [] if args.prometheus else exporter_urls(args.exporter)
+    name = args.prometheus or (urls[0] if len(urls) == 1 else f"{len(urls):,} exporters")
     show([WatchSource(name, child_args(args))], speed=1.0, metric=args.metric)
     return 0

@@ -38,9 +38,19 @@ class ImportStats:
     step_s: float = 0.0
     duration_s: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
 
-    def skip(self, why: str, count: int = 1) -> None:
+    def skip(self, why: str, count: int = 1, example: str | None = None) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + count
+        seen = self.examples.setdefault(why, [])
+        if example is not None and len(seen) < 3 and example not in seen:
+            seen.append(example[:60])
+
+    def warnings(self) -> list[str]:
+        """One line per kind of thing skipped, with a few examples."""
+        return [f"skipped {count:,} {why}" + (f" (such as {', '.join(self.examples[why])})"
+                                              if self.examples.get(why) else "")
+                for why, count in sorted(self.skipped.items())]
 
 
 class _Hosts:
@@ -184,7 +194,7 @@ class Importer:
             self.stats.series += 1
             name = s.labels.get("__name__", "")
             if name not in wanted:
-                self.stats.skip(f"series of {name[:60] or '(no __name__)'}: not a metric clustertop reads")
+                self.stats.skip("series of metrics clustertop does not read", example=name or "(no __name__)")
                 continue
             names = host_names(s.labels)
             where = f"{path}: series {self.stats.series} ({name})"
@@ -192,7 +202,7 @@ class Importer:
                 raise UserError('has no "Hostname" or "instance" label; expected the dcgm-exporter\'s labels',
                                 where)
             if self.placement.fixed and self.placement.node_of(names) is None:
-                self.stats.skip(f"series from hosts not in cluster.hosts (such as {names[0][:60]})")
+                self.stats.skip("series from hosts not in cluster.hosts", example=names[0])
                 continue
             rows = self.k(s.t) - w.k0
             late = rows < 0
@@ -232,7 +242,7 @@ class Importer:
         """Place the first window's hosts, check there is something to write, open the output, the header."""
         self._place()
         if not self.placement.order:
-            found = ", ".join(sorted(self.stats.skipped)[:3]) or "no series"
+            found = "; ".join(self.stats.warnings()) or "no series"
             raise UserError(f"no DCGM GPU metric in the dumps ({found}); expected series such as "
                             f"{dcgm.GPU_UTIL}, {dcgm.SM_ACTIVE} or {dcgm.POWER} with gpu and Hostname labels",
                             self.infos[0].path)

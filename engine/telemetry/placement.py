@@ -4,7 +4,8 @@
 Nodes follow `cluster.hosts` when the cluster table lists them (node 0 first; a name may be a hostname, an
 instance's address, or that address with its port). Otherwise hosts are numbered in natural order ("node2"
 before "node10") as they are first seen: every host of the first window (import: the dumps covering the earliest
-time; watch: the first scrape) in that order, and hosts that appear later in the next free nodes.
+time; watch: the exporters' URLs, or a Prometheus server's first answers) in that order, and hosts that appear
+later in the next free nodes.
 """
 
 from __future__ import annotations

@@ -190,9 +190,11 @@ def series(path: str, wanted: frozenset[str] | None = None) -> Iterator[Series]:
                     continue
                 yield _convert(labels, item["values"], number, path)
         except ijson.JSONError as exc:
-            raise UserError(f"is not valid JSON after series {number} ({str(exc)[:120]}); {EXPECTED}", path) from None
+            why = (str(exc).strip().splitlines() or ["?"])[0][:120]
+            raise UserError(f"is not valid JSON after series {number} ({why}); {EXPECTED}", path) from None
         except (OSError, EOFError, zlib.error) as exc:
-            raise UserError(f"cannot read after series {number}: {exc}; the file is damaged", path) from None
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+            raise UserError(f"cannot read after series {number}: {why}; the file is damaged", path) from None
 
 
 def _convert(labels: dict[str, str], values: list[Any], number: int, path: str) -> Series:

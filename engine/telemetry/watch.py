@@ -3,9 +3,10 @@ interval, and write each round as a sample of the event stream (engine/telemetry
 
 Exporters are fetched concurrently by a pool of threads, each within a deadline; a target that fails is a
 `target_down` event (and its GPUs missing) until it answers again (`target_up`). Nodes are placed as the import
-places them (engine/telemetry/placement.py): `cluster.hosts`, else natural order of the first round's hosts.
-Without a cluster file the cluster is the first round's: its hosts, the most GPUs a host reports, the GPU type
-from the exporter's modelName label.
+places them (engine/telemetry/placement.py): by `cluster.hosts`; else exporters' nodes are their URLs' hosts in
+natural order (known before anything answers; a host's dcgm-exporter and node_exporter are one node), and a
+Prometheus server's are the hosts of its first answers. Without a cluster file the cluster is the first round's:
+its hosts, the most GPUs a host reports, the GPU type from the exporter's modelName label.
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ class Exporters:
     def models(self) -> list[str]:
         return []                 # the pages' samples carry modelName
 
+    def hosts(self) -> list[tuple[str, ...]]:
+        """Each target's host (the URL's, without port, then with it): the nodes, known before any answer. A
+        node's dcgm-exporter and node_exporter share a host, so they are one node."""
+        return [host_names({"instance": netloc}) for netloc in self.instances]
+
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
@@ -110,6 +116,9 @@ class PrometheusQueries:
         else:
             out.answered = 1
         return out
+
+    def hosts(self) -> list[tuple[str, ...]]:
+        return []                 # known from the answers only
 
     def models(self) -> list[str]:
         """The GPU models the server knows (dcgm-exporter's modelName label), for a cluster inferred from it."""
@@ -153,10 +162,10 @@ def exporter_urls(values: Iterable[str]) -> list[str]:
     return urls
 
 
-def inferred_cluster(samples: list[exposition.Sample], note: Note,
-                     known_models: list[str] | None = None) -> tuple[str, scenario.Cluster, tuple]:
-    """A cluster for telemetry with no cluster file: the hosts that report GPUs, the most GPUs one reports, the
-    GPU type named by the modelName label (H100 when unknown)."""
+def inferred_cluster(samples: list[exposition.Sample], note: Note, known_models: list[str] | None = None,
+                     targets: list[tuple[str, ...]] | None = None) -> tuple[str, scenario.Cluster, tuple]:
+    """A cluster for telemetry with no cluster file: the hosts that report GPUs (or the exporters' hosts), the
+    most GPUs one reports, the GPU type named by the modelName label (H100 when unknown)."""
     hosts: set[str] = set()
     slots, models = 0, set(known_models or ())
     for metric, labels, _ in samples:
@@ -176,7 +185,8 @@ def inferred_cluster(samples: list[exposition.Sample], note: Note,
         model = min(models)[:60] if models else "(no modelName label)"
         note(f"GPU type {model!r} unknown: drawn as {gpu}; pass --cluster to say what the cluster is")
     per_node = min(slots, catalog.gpus()[gpu].nvlink_domain)
-    table = {"gpu": gpu, "gpus": len(hosts) * per_node, "gpus_per_node": per_node,
+    nodes = len({names[0] for names in targets}) if targets else len(hosts)
+    table = {"gpu": gpu, "gpus": nodes * per_node, "gpus_per_node": per_node,
              "gpus_per_rack": max(1, 16 // per_node) * per_node}
     cluster = scenario.parse_cluster(table, "(the cluster of the first answers)")
     return "watched cluster", cluster, ()
@@ -243,11 +253,12 @@ class Watcher:
             raise UserError(f"answered no DCGM GPU metric; expected {dcgm.GPU_UTIL}, {dcgm.SM_ACTIVE} or "
                             f"{dcgm.POWER} (dcgm-exporter's)", self.poller.targets[0])
         if self.cluster_file is None:
-            name, cluster, jobs = inferred_cluster(first.samples, self.note, self.poller.models())
+            name, cluster, jobs = inferred_cluster(first.samples, self.note, self.poller.models(),
+                                                   self.poller.hosts())
         self.cluster = cluster
         self.nodes = cluster.gpus // cluster.gpus_per_node
         self.placement = Placement(self.nodes, cluster.gpus_per_node, cluster.hosts)
-        self.placement.place(self._gpu_hosts(first.samples))
+        self.placement.place(self.poller.hosts() or self._gpu_hosts(first.samples))
         if not self.placement.order:
             raise UserError('no DCGM series has a "gpu" label and a host (Hostname or instance) that fits the '
                             "cluster; expected the dcgm-exporter's labels", self.poller.targets[0])
