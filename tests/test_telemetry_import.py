@@ -225,3 +225,28 @@ def test_dumps_of_consecutive_windows_are_written_window_by_window(sim, tmp_path
     back = ft.frames(str(out))
     assert [t for t, _, _ in back] == [t for t, _, _ in data]
     assert all(np.array_equal(u, u2) for (_, u, _), (_, u2, _) in zip(data, back))
+
+
+def test_dumps_the_fast_path_does_not_take_read_the_same(tmp_path: Path) -> None:
+    """A label value holding `]]}`, an empty series, a NaN point and a pretty-printed file (ijson reads what
+    orjson's slices do not take) give the same readings as the compact dump."""
+    from clustertop.engine.telemetry import promjson
+
+    gpu = {"Hostname": "n1", "gpu": "0"}
+    series = [_series(dcgm.GPU_UTIL, {**gpu, "gpu": str(k)}, [(0.0, 10.0 + k), (15.0, 20.0 + k)]) for k in range(3)]
+    series[1]["metric"]["note"] = 'odd "]]}" value'
+    series[2]["values"][1][1] = "NaN"
+    series.insert(2, {"metric": {"__name__": dcgm.GPU_UTIL, **gpu, "gpu": "5"}, "values": []})
+    compact = _dump(tmp_path / "compact.json", series)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_bytes(orjson.dumps(orjson.loads(compact.read_bytes()), option=orjson.OPT_INDENT_2))
+    for path in (compact, pretty):
+        got = list(promjson.series(str(path)))
+        assert [s.labels["gpu"] for s in got] == ["0", "1", "5", "2"]
+        assert got[1].labels["note"] == 'odd "]]}" value' and got[2].t.size == 0
+        assert np.array_equal(got[0].v, [10.0, 20.0]) and got[3].v[0] == 12.0 and np.isnan(got[3].v[1])
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER_ONLY)
+    assert main(["import", "prometheus", str(pretty), "--cluster", str(cluster), "-o", str(tmp_path / "o.jsonl")]) == 0
+    state = Reader(str(tmp_path / "o.jsonl")).fold()
+    assert state.util[:3].tolist() == pytest.approx([0.2, 0.21, 0.0]) and state.missing("util")[2]

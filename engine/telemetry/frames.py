@@ -29,6 +29,7 @@ TIERS = ("node", "leaf", "spine", "core", "campus")
 POD_TIERS = ("node", "leaf", "spine")
 BUSY_PERCENT = 50.0        # a GPU at least this utilized is "compute" in the phase view, below it "idle"
 RUNNING_PERCENT = 5.0      # a job whose GPUs average this much is running
+FAST_GZIP = 1              # zlib level of telemetry recordings: every GPU differs, level 6 costs 7x for 20% less
 
 
 class Sink(Protocol):

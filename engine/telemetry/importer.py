@@ -21,7 +21,7 @@ from ..config import scenario
 from ..config.errors import UserError
 from ..stream.recorder import Recorder, check_output
 from . import dcgm, promjson
-from .frames import Frame, TelemetryStream
+from .frames import FAST_GZIP, Frame, TelemetryStream
 from .placement import Placement, host_names
 
 Note = Callable[[str], None]
@@ -204,6 +204,8 @@ class Importer:
             if self.placement.fixed and self.placement.node_of(names) is None:
                 self.stats.skip("series from hosts not in cluster.hosts", example=names[0])
                 continue
+            if s.t.size == 0:
+                continue
             rows = self.k(s.t) - w.k0
             late = rows < 0
             if late.any():
@@ -246,7 +248,7 @@ class Importer:
             raise UserError(f"no DCGM GPU metric in the dumps ({found}); expected series such as "
                             f"{dcgm.GPU_UTIL}, {dcgm.SM_ACTIVE} or {dcgm.POWER} with gpu and Hostname labels",
                             self.infos[0].path)
-        self.recorder = Recorder.open(self.output)
+        self.recorder = Recorder.open(self.output, level=FAST_GZIP)
         self.stream = TelemetryStream(self.recorder, name=self.name, cluster=self.cluster, jobs=self.jobs,
                                       source="prometheus", step_s=self.step, start_unix=self.t0,
                                       duration_s=self.stats.duration_s, path=self.cluster_file,

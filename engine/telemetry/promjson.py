@@ -28,7 +28,7 @@ from ..config.errors import UserError
 CHUNK = 8 << 20
 MAX_SERIES_BYTES = 64 << 20       # one series' JSON (labels and points): about 2.5 million points
 MAX_LABEL = 256                    # characters of a label value kept for messages and host names
-VALUES = b'"values":[['
+VALUES_KEY = b'"values":'
 _TYPE = re.compile(rb'"resultType"\s*:\s*"([^"]{0,40})"')
 _STATUS = re.compile(rb'"status"\s*:\s*"([^"]{0,40})"')
 _ERROR = re.compile(rb'"error"\s*:\s*"((?:[^"\\]|\\.){0,300})"')
@@ -103,58 +103,51 @@ def _check_head(head: bytes, path: str) -> None:
         raise UserError(f"resultType is {found.group(1).decode(errors='replace')!r}; {EXPECTED}", path)
 
 
+_FIRST = re.compile(rb'"values"\s*:\s*\[\s*\[\s*([^,\]]{1,40}),\s*"[^"]{0,64}"\s*\](?:\s*,\s*\[\s*([^,\]]{1,40}),)?')
+
+
 def scan(path: str) -> DumpInfo:
-    """A quick pass over the raw bytes (no JSON objects built): UserError for what is plainly not a matrix."""
+    """A quick pass over the raw bytes (no JSON objects built): UserError for what is plainly not a matrix.
+    Each series' first points are found by a regular expression, its last point just before the next series."""
     with open_binary(path) as stream:
-        first = _read(stream, CHUNK, path)
-        if not first.lstrip()[:1] == b"{":
+        data = _read(stream, CHUNK, path)
+        if not data.lstrip()[:1] == b"{":
             raise UserError(f"does not start with a JSON object; {EXPECTED}", path)
-        _check_head(first[:65536], path)
-        if _TYPE.search(first[:65536]) is None:
+        _check_head(data[:65536], path)
+        if _TYPE.search(data[:65536]) is None:
             raise UserError(f"has no resultType in its first 64 KB; {EXPECTED}", path)
         start, end, step, count = math.inf, -math.inf, math.inf, 0
-        carry, offset, last_series = b"", 0, 0
-        chunk = first
-        while chunk:
-            data = carry + chunk
-            base = offset - len(carry)
-            pos, cut = 0, -1
-            while True:
-                i = data.find(VALUES, pos)
-                if i < 0:
-                    break
-                j = data.find(b",", i + len(VALUES))
-                k = data.find(b"],[", i)
-                if j < 0 or (k < 0 and len(data) - i < 4096):   # cut by the chunk: look again with the next
-                    cut = i
-                    break
-                start = min(start, _number(data[i + len(VALUES):j], path))
-                if 0 <= k < j + 256:
-                    m = data.find(b",", k + 3)
-                    if m > 0:
-                        step = min(step, _number(data[k + 3:m], path) - _number(data[i + len(VALUES):j], path))
-                if base + i - last_series > MAX_SERIES_BYTES and count:
-                    raise UserError(f"series {count} is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a "
+        while True:
+            chunk = _read(stream, CHUNK, path) if data else b""
+            eof = not chunk
+            matches = list(_FIRST.finditer(data))
+            last = len(matches) if eof else len(matches) - 1     # the last one's end is in the next chunk
+            for i in range(max(0, last)):
+                m = matches[i]
+                first = _number(m.group(1), path)
+                known = first
+                if m.group(2) is not None:
+                    known = _number(m.group(2), path)
+                    step = min(step, known - first)
+                start = min(start, first)
+                stop = matches[i + 1].start() if i + 1 < len(matches) else len(data)
+                if stop - m.start() > MAX_SERIES_BYTES:
+                    raise UserError(f"series {count + 1} is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a "
                                     "range query of at most a few million points per series", path)
-                last_series = base + i
+                point = data.rfind(b"[", m.start() + 8, stop)
+                comma = data.find(b",", point, stop) if point >= 0 else -1
+                try:             # the last point's time (not one when the next series is empty: "values": [])
+                    end = max(end, known, _number(data[point + 1:comma], path) if comma > 0 else known)
+                except UserError:
+                    end = max(end, known)
                 count += 1
-                pos = j
-            q = 0
-            while True:
-                i = data.find(b"]]}", q)
-                if i < 0:
-                    break
-                b = data.rfind(b"[", 0, i)
-                c = data.find(b",", b)
-                if b >= 0 and 0 <= c < i:
-                    try:
-                        end = max(end, _number(data[b + 1:c], path))
-                    except UserError:
-                        pass
-                q = i + 3
-            carry = data[cut:] if cut >= 0 else data[max(pos, len(data) - 4096):]
-            offset += len(chunk)
-            chunk = _read(stream, CHUNK, path)
+            if eof:
+                break
+            keep = matches[-1].start() if matches else max(0, len(data) - 4096)
+            if len(data) - keep > MAX_SERIES_BYTES:
+                raise UserError(f"series {count + 1} is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a "
+                                "range query of at most a few million points per series", path)
+            data = data[keep:] + chunk
     if count == 0:
         raise UserError(f"holds no series with values; {EXPECTED}", path)
     return DumpInfo(path, start, max(end, start), step if math.isfinite(step) and step > 0 else None, count)
@@ -176,25 +169,120 @@ def _label(value: Any) -> str:
 
 def series(path: str, wanted: frozenset[str] | None = None) -> Iterator[Series]:
     """Every series of a dump, one at a time (series of other metrics than `wanted` are skipped unconverted)."""
+    number = 0
+    try:
+        for item in _items(path):
+            number += 1
+            if not isinstance(item, dict) or not isinstance(item.get("metric"), dict) \
+                    or not isinstance(item.get("values"), (list, np.ndarray)):
+                raise UserError(f'series {number} is not {{"metric": {{...}}, "values": [[t, "v"], ...]}}; '
+                                f"{EXPECTED}", path)
+            labels = {str(k)[:MAX_LABEL]: _label(v) for k, v in item["metric"].items()}
+            if wanted is not None and labels.get("__name__") not in wanted:
+                continue
+            values = item["values"]
+            if isinstance(values, np.ndarray):
+                v = values[:, 1].copy()
+                v[~np.isfinite(v)] = np.nan
+                yield Series(labels, values[:, 0].copy(), v)
+            else:
+                yield _convert(labels, values, number, path)
+    except ijson.JSONError as exc:
+        why = (str(exc).strip().splitlines() or ["?"])[0][:120]
+        raise UserError(f"is not valid JSON after series {number} ({why}); {EXPECTED}", path) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        raise UserError(f"cannot read after series {number}: {why}; the file is damaged", path) from None
+
+
+class _Fallback(Exception):
+    """The fast path met something it does not take whole: ijson reads the rest."""
+
+
+def _items(path: str) -> Iterator[Any]:
+    """The dump's series as parsed JSON, in order. Fast path: Prometheus writes compact JSON, so a series ends at
+    the first `]]}` after its start; that slice is handed to orjson (five times ijson's speed), and a slice that
+    is not one whole JSON object (the `]]}` was inside a label value, an empty series, spaces from a pretty
+    printer) hands the rest of the file to ijson's streaming parser, which skips the series already given."""
+    given = 0
+    try:
+        for item in _fast_items(path):
+            given += 1
+            yield item
+        return
+    except _Fallback:
+        pass
     with open_binary(path) as stream:
-        number = 0
+        for k, item in enumerate(ijson.items(stream, "data.result.item", use_float=True)):
+            if k >= given:
+                yield item
+
+
+def _parse(data: bytes, loads: Any) -> Any:
+    """One series' JSON. Its points' values are quoted strings ("12.5"); with the quotes taken out of the points
+    orjson reads them as numbers, straight into an (n, 2) array. Points it cannot read so ("NaN", "+Inf") are
+    read the ordinary way."""
+    cut = data.find(VALUES_KEY)
+    if cut > 0:
         try:
-            for item in ijson.items(stream, "data.result.item", use_float=True):
-                number += 1
-                if not isinstance(item, dict) or not isinstance(item.get("metric"), dict) \
-                        or not isinstance(item.get("values"), list):
-                    raise UserError(f'series {number} is not {{"metric": {{...}}, "values": [[t, "v"], ...]}}; '
-                                    f"{EXPECTED}", path)
-                labels = {str(k)[:MAX_LABEL]: _label(v) for k, v in item["metric"].items()}
-                if wanted is not None and labels.get("__name__") not in wanted:
-                    continue
-                yield _convert(labels, item["values"], number, path)
-        except ijson.JSONError as exc:
-            why = (str(exc).strip().splitlines() or ["?"])[0][:120]
-            raise UserError(f"is not valid JSON after series {number} ({why}); {EXPECTED}", path) from None
-        except (OSError, EOFError, zlib.error) as exc:
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-            raise UserError(f"cannot read after series {number}: {why}; the file is damaged", path) from None
+            head = loads(data[:cut].rstrip().rstrip(b",") + b"}")
+            points = loads(data[cut + len(VALUES_KEY):-1].replace(b'"', b""))
+            if isinstance(head, dict) and isinstance(points, list):
+                array = np.asarray(points, dtype=np.float64)
+                if array.ndim == 2 and array.shape[1] == 2:
+                    head["values"] = array
+                    return head
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            pass
+    return loads(data)
+
+
+_RESULT = re.compile(rb'"result"\s*:\s*\[')
+
+
+def _fast_items(path: str) -> Iterator[Any]:
+    with open_binary(path) as stream:
+        buf, pos, eof = _read(stream, CHUNK, path), 0, False
+
+        def more() -> None:
+            """Drop what was read, append the next chunk."""
+            nonlocal buf, pos, eof
+            chunk = _read(stream, CHUNK, path)
+            eof = not chunk
+            buf, pos = buf[pos:] + chunk, 0
+
+        found = _RESULT.search(buf)
+        if found is None:
+            raise _Fallback
+        pos = found.end()
+        while True:
+            while pos >= len(buf) and not eof:
+                more()
+            head = buf[pos:pos + 1]
+            if head == b"]":
+                return                                   # the end of the result array
+            if head != b"{":
+                raise _Fallback
+            end = buf.find(b"]]}", pos)
+            while end < 0 and not eof:
+                if len(buf) - pos > MAX_SERIES_BYTES:
+                    raise UserError(f"a series is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a range query "
+                                    "of at most a few million points per series", path)
+                more()
+                end = buf.find(b"]]}", pos)
+            if end < 0:
+                raise _Fallback
+            try:
+                yield _parse(buf[pos:end + 3], orjson.loads)
+            except orjson.JSONDecodeError:
+                raise _Fallback from None
+            pos = end + 3
+            while pos >= len(buf) and not eof:
+                more()
+            if buf[pos:pos + 1] == b",":
+                pos += 1
+            elif buf[pos:pos + 1] != b"]":
+                raise _Fallback
 
 
 def _convert(labels: dict[str, str], values: list[Any], number: int, path: str) -> Series:

@@ -21,7 +21,7 @@ from ..config import catalog, scenario
 from ..config.errors import UserError
 from ..stream.recorder import Recorder
 from . import dcgm, exposition, promjson
-from .frames import Frame, TelemetryStream
+from .frames import FAST_GZIP, Frame, TelemetryStream
 from .http import FetchError, check_url, get
 from .placement import Placement, host_names
 
@@ -265,7 +265,7 @@ class Watcher:
         recorders: list[Recorder] = []
         try:
             for path in self.outputs:
-                recorders.append(Recorder.open(path))
+                recorders.append(Recorder.open(path, level=FAST_GZIP))
         except BaseException:
             for r in recorders:
                 r.close()
