@@ -130,7 +130,8 @@ FAKE_EXPORTERS = textwrap.dedent("""\
         for m in names:
             lines.append(f"# HELP {m} {m}.\\n# TYPE {m} gauge")
             for g in range(per_node):
-                v = rng.uniform(0, 1) if "PROF" in m else rng.uniform(0, 100) if "UTIL" in m else rng.uniform(90, 700)
+                v = (0.0 if "XID" in m else rng.uniform(0, 1) if "PROF" in m else rng.uniform(0, 100) if "UTIL" in m
+                     else rng.uniform(90, 700))
                 lines.append(f'{m}{{gpu="{g}",UUID="GPU-{node:04x}{g:04x}-5e2f-4b7a-9c1d-3f6a8e0b2d71",'
                              f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-{node + 1:04d}",'
                              f'DCGM_FI_DRIVER_VERSION="550.54.15"}} {v:.3f}')
