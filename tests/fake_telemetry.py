@@ -23,6 +23,24 @@ POWER = "DCGM_FI_DEV_POWER_USAGE"
 T0 = 1_717_000_000.0            # unix time of the simulated run's t = 0 in the dumps
 
 
+def simulate(directory: Path) -> tuple[str, list[tuple[float, np.ndarray, np.ndarray]]]:
+    """A 64-GPU simulated run (fake_plan's SMALL: TP2 PP4 DP8, the fake cost model) sampled every second for 10 s:
+    its scenario file and its frames."""
+    import clustertop.engine.sim.run as engine_run
+    from fake_plan import QUIET, SMALL, fake_planner, write_scenario
+
+    from clustertop.cli import main
+
+    engine_run.default_planner, saved = fake_planner, engine_run.default_planner
+    try:
+        scenario = write_scenario(directory, SMALL + QUIET)
+        assert main(["record", scenario, "-o", str(directory / "sim.jsonl"), "--duration", "10s",
+                     "--sample", "1s"]) == 0
+    finally:
+        engine_run.default_planner = saved
+    return scenario, frames(str(directory / "sim.jsonl"))
+
+
 def hosts(nodes: int) -> list[str]:
     """Host names whose natural order is not their text order (gpu-node-2 before gpu-node-10)."""
     return [f"gpu-node-{i + 1}" for i in range(nodes)]

@@ -6,14 +6,12 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-import clustertop.engine.sim.run as engine_run
 import fake_telemetry as ft
 import numpy as np
 import orjson
 import pytest
 from clustertop.engine.stream.reader import Reader
 from clustertop.engine.telemetry import dcgm
-from fake_plan import QUIET, SMALL, fake_planner, write_scenario
 
 from clustertop.cli import main
 
@@ -30,15 +28,7 @@ racks_per_pod = 2
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
-    """A 64-GPU simulated run (TP2 PP4 DP8, the fake cost model), sampled every second for 10 s."""
-    tmp = tmp_path_factory.mktemp("sim")
-    engine_run.default_planner, saved = fake_planner, engine_run.default_planner
-    try:
-        scenario = write_scenario(tmp, SMALL + QUIET)
-        assert main(["record", scenario, "-o", str(tmp / "sim.jsonl"), "--duration", "10s", "--sample", "1s"]) == 0
-    finally:
-        engine_run.default_planner = saved
-    return scenario, ft.frames(str(tmp / "sim.jsonl"))
+    return ft.simulate(tmp_path_factory.mktemp("sim"))
 
 
 def events(path: Path) -> list[dict]:

@@ -10,28 +10,17 @@ import sys
 import time
 from pathlib import Path
 
-import clustertop.engine.sim.run as engine_run
 import fake_telemetry as ft
 import numpy as np
 import pytest
 from clustertop.engine.stream.reader import Reader
 from clustertop.engine.telemetry import dcgm, exposition
-from fake_plan import QUIET, SMALL, fake_planner, write_scenario
 from prometheus_client.parser import text_string_to_metric_families
-
-from clustertop.cli import main
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
-    tmp = tmp_path_factory.mktemp("sim")
-    engine_run.default_planner, saved = fake_planner, engine_run.default_planner
-    try:
-        scenario = write_scenario(tmp, SMALL + QUIET)
-        assert main(["record", scenario, "-o", str(tmp / "sim.jsonl"), "--duration", "10s", "--sample", "1s"]) == 0
-    finally:
-        engine_run.default_planner = saved
-    return scenario, ft.frames(str(tmp / "sim.jsonl"))
+    return ft.simulate(tmp_path_factory.mktemp("sim"))
 
 
 def watch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
