@@ -10,9 +10,10 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from clustertop import __version__
+import clustertop
+from clustertop import signals
 from clustertop.commands.scenarios import DEFAULT_SCENARIO
-from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.errors import UserError, escape
 
 DESCRIPTION = f"""\
 clustertop simulates GPU clusters running real AI workloads (a 16K-GPU Llama 3.1 405B training run,
@@ -55,7 +56,14 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports bad flags as one line with exit code 2 (its default) and no usage dump."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: {escape(message)} (see `{self.prog} --help`)\n")
+
+
+class _Version(argparse.Action):
+    """--version: the version is looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        parser.exit(0, f"clustertop {clustertop.__version__}\n")
 
 
 def _speed(text: str) -> float:
@@ -73,7 +81,7 @@ def _speed(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clustertop", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"clustertop {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
 
     def add(name: str, help: str, description: str = "", epilog: str = "") -> argparse.ArgumentParser:
@@ -192,16 +200,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["run", *(argv or sys.argv[1:])])
     try:
+        signals.interrupts_as_usual()
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            args = parser.parse_args(["run", *(argv or sys.argv[1:])])
         return args.func(args)
     except UserError as exc:
         print(f"clustertop: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return 130
+        return signals.INTERRUPTED
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        print("clustertop: out of memory; expected an input this machine can hold (see Limits in the README)",
+              file=sys.stderr)
+        return 2

@@ -11,6 +11,7 @@ dp is derived when it is left out: see `_derive_rule` and docs/sweep.md.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 import math
@@ -251,8 +252,22 @@ def _init_worker(sweep: Sweep) -> None:
     global _WORKER_SWEEP
     _WORKER_SWEEP = sweep
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C stops the parent, which ends the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool ends its workers with SIGTERM: quietly, whatever the
+    #                                                parent's handler (clustertop/signals.py)
+    _end_with_parent()
     from .config import catalog
     catalog.gpus(), catalog.fabrics(), catalog.models()   # once per worker (already there after a fork)
+
+
+def _end_with_parent() -> None:
+    """Linux: SIGTERM this worker when its parent dies (even of SIGKILL), instead of leaving it to compute on and
+    print a BrokenPipeError traceback when it hands in its next chunk."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _pool_chunk(bounds: tuple[int, int]) -> list[Outcome]:
@@ -266,10 +281,7 @@ def _run_dask(sweep: Sweep, address: str) -> Iterator[list[Outcome]]:
     except ImportError:
         raise UserError("--dask needs the optional packages dask and distributed: "
                         "pip install 'clustertop[cluster]'") from None
-    try:
-        client = Client(address, timeout=DASK_TIMEOUT_S, set_as_default=False)
-    except Exception as exc:  # noqa: BLE001  (OSError, TimeoutError, ValueError for a bad address...)
-        raise UserError(f"--dask: cannot connect to the Dask scheduler at {address}: {_message(exc)}") from None
+    client = _connect(Client, address)
     try:
         threads = sum(client.nthreads().values()) or 1
         [remote] = client.scatter([sweep], broadcast=True)
@@ -285,6 +297,50 @@ def _run_dask(sweep: Sweep, address: str) -> Iterator[list[Outcome]]:
             yield chunk
     finally:
         client.close()
+
+
+def _connect(client_class: Any, address: str) -> Any:
+    """A Client of the scheduler at `address`, or one UserError within DASK_TIMEOUT_S. A bad address is refused at
+    once; then the scheduler is asked who it is, with a deadline, before a Client is made: a port that accepts and
+    never answers (a silent listener, an HTTP server) held the Client's own handshake for minutes, and a Client
+    that fails half-way blocks the exit for twice its timeout and prints a traceback from its __del__."""
+    from distributed.comm.addressing import parse_address
+    from distributed.comm.registry import get_backend
+
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+        if not location:
+            raise ValueError("no host:port")
+    except ValueError as exc:
+        raise UserError(f"--dask: {address!r} is not a Dask scheduler address ({_message(exc)}); expected "
+                        "tcp://HOST:PORT") from None
+    try:
+        identity = asyncio.run(asyncio.wait_for(_identity(address), DASK_TIMEOUT_S))
+    except TimeoutError:
+        identity = f"no answer in {DASK_TIMEOUT_S:g} s"
+    except Exception as exc:  # noqa: BLE001  (OSError, a garbled reply the deserializer chokes on...)
+        identity = _message(exc)[:200] or type(exc).__name__
+    if not isinstance(identity, dict) or identity.get("type") != "Scheduler":
+        why = identity if isinstance(identity, str) else "the reply is not a Dask scheduler's"
+        raise UserError(f"--dask: cannot connect to the Dask scheduler at {address}: {why}; expected the address of "
+                        "a running dask scheduler")
+    try:
+        return client_class(address, timeout=DASK_TIMEOUT_S, set_as_default=False)
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"--dask: cannot connect to the Dask scheduler at {address}: {_message(exc)}") from None
+
+
+async def _identity(address: str) -> Any:
+    """The scheduler's answer to "identity" (its type, id, workers), over one connection."""
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=DASK_TIMEOUT_S)
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
 
 
 # ---- ranking (the keys are engine/stream/sweep_records.py's, shared with the dashboard's table) -----------------
@@ -362,14 +418,18 @@ def sweep_to(sweep: Sweep, sink: IO[bytes] | None = None, top: int = 10, workers
              dask: str | None = None, progress: Callable[[Ranking], None] | None = None) -> Ranking:
     """Run the sweep, writing every record to `sink` in point order (flushed per chunk); rank as it goes."""
     ranking = Ranking(top)
-    for chunk in run(sweep, workers, dask):
-        for outcome in chunk:
-            ranking.add(outcome)
-        if sink is not None:
-            sink.write(b"".join(o.line for o in chunk))
-            sink.flush()
-        if progress is not None:
-            progress(ranking)
+    chunks = run(sweep, workers, dask)
+    try:
+        for chunk in chunks:
+            for outcome in chunk:
+                ranking.add(outcome)
+            if sink is not None:
+                sink.write(b"".join(o.line for o in chunk))
+                sink.flush()
+            if progress is not None:
+                progress(ranking)
+    finally:
+        chunks.close()        # a failed write (a full disk) ends the pool now, not when the generator is collected
     return ranking
 
 

@@ -117,7 +117,7 @@ def test_bad_events_are_named(recording: Path, tmp_path: Path) -> None:
     lines = recording.read_bytes().split(b"\n")
     cases = {b'{"type": "sample"}': "expected an event object", b"[1, 2]": "expected an event object",
              b'{"t": 0.1, "type": "step", "job": "train"}': "time goes backwards",
-             b'{"t": 99, "type": "sample", "util": 5}': "expected an event object"}
+             b'{"t": 99, "type": "sample", "util": 5}': "util: expected a run-length array"}
     for line, message in cases.items():
         bad = tmp_path / "bad.jsonl"
         bad.write_bytes(b"\n".join(lines[:20] + [line] + lines[20:]))

@@ -144,7 +144,7 @@ def test_unwritable_output(small: str, tmp_path: Path, capsys: pytest.CaptureFix
     locked.mkdir()
     # Root may write anywhere, so deny access the way the kernel would for another user.
     real_access = os.access
-    monkeypatch.setattr("clustertop.engine.stream.recorder.os.access",
+    monkeypatch.setattr("clustertop.engine.config.outfile.os.access",
                         lambda p, mode: False if Path(p) == locked else real_access(p, mode))
     assert record(small, "-o", str(locked / "r.jsonl")) == 2
     assert "permission denied" in capsys.readouterr().err

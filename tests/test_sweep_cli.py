@@ -110,9 +110,10 @@ def assert_one_line_error(code: int, out: str, err: str, *needles: str) -> None:
     (["--vary", "jobs[0].tp=1,2", "--vary", "jobs[0].tp=4"], "given twice"),
     ([], "expected at least one --vary"),
     (["--vary", "jobs[0].tp=1,2", "--top", "-1"], "--top -1: expected 0 or more"),
-    (["--vary", "jobs[0].tp=1,2", "--workers", "0"], "--workers 0: expected at least 1"),
+    (["--vary", "jobs[0].tp=1,2", "--workers", "0"], "--workers 0: expected 1 to 256"),
+    (["--vary", "jobs[0].tp=1,2", "--workers", "100000"], "--workers 100000: expected 1 to 256"),
     (["--vary", "jobs[0].tp=1,2", "--workers", "2", "--dask", "tcp://x:1"], "--workers is for local runs"),
-    (["--vary", "jobs[0].tp=1,2", "--best-to", "/nonexistent/dir/b.toml"], "no such directory"),
+    (["--vary", "jobs[0].tp=1,2", "--best-to", "/nonexistent/dir/b.toml"], "does not exist"),
 ])
 def test_bad_flags_end_in_one_line(flags: list[str], needle: str, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import ClassVar
 
+from clustertop.engine.config.errors import escape
 from clustertop.engine.stream import protocol
 from clustertop.engine.stream.state import ClusterState
+from rich.markup import escape as markup_escape
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
@@ -95,9 +97,9 @@ class ClusterTopApp(App[None]):
         self._seen_end = self.playback.end
         self._reported_error = [False] * len(sources)
         first = sources[0]
-        self.sub_title = f"{first.kind} {jobinfo.describe(self.states[0], first.name)}"
+        self.sub_title = escape(f"{first.kind} {jobinfo.describe(self.states[0], first.name)}")
         if self.compare:
-            self.sub_title = f"compare {sources[0].name} ↔ {sources[1].name}"
+            self.sub_title = escape(f"compare {sources[0].name} ↔ {sources[1].name}")
 
     @staticmethod
     def _first_interval(sources: list[Source]) -> float | None:
@@ -152,7 +154,7 @@ class ClusterTopApp(App[None]):
         for i, source in enumerate(self.sources):
             if source.index.error and not self._reported_error[i]:
                 self._reported_error[i] = True
-                self.notify(source.index.error, title="stream stopped", severity="error", timeout=10)
+                self.notify(markup_escape(escape(source.index.error)), title="stream stopped", severity="error", timeout=10)
         if changed:
             self.redraw()
 

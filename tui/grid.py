@@ -350,8 +350,10 @@ def _paint(h: Hierarchy, view: View, width: int, height: int, gpu0: int, gpu1: i
     pixel_yh = np.zeros(n_pixels, dtype=np.int32)
     panels: list[Panel] = []
     band_rows = -(-(col * fit.pitch_y) // 2)
-    for k, start in enumerate(starts):
-        end = min(start + (h.size(child) if child else gpu1 - gpu0), gpu1)
+    panel_gpus = h.size(child) if child else gpu1 - gpu0
+    rows = -(-height // (fit.panel_h + 1))           # panels go row by row: the later ones are below the box
+    for k, start in enumerate(starts[: rows * fit.panels_across]):
+        end = min(start + panel_gpus, gpu1)
         across, down = k % fit.panels_across, k // fit.panels_across
         px = across * (fit.panel_w + PANEL_GAP)
         py = down * (fit.panel_h + 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clustertop.engine.config.errors import escape
 from clustertop.engine.stream.state import ClusterState, JobStatus
 
 DIMS = ("tp", "cp", "pp", "dp", "ep")
@@ -59,8 +60,11 @@ def measured_memory_gb(state: ClusterState, gpu: int) -> float | None:
 
 def host_of(state: ClusterState, node: int) -> str | None:
     """The host name of a node of real telemetry (the header's `telemetry.hosts`), or None."""
-    hosts = (state.header.get("telemetry") or {}).get("hosts") or []
-    return str(hosts[node]) if 0 <= node < len(hosts) else None
+    telemetry = state.header.get("telemetry")
+    hosts = telemetry.get("hosts") if isinstance(telemetry, dict) else None
+    if not isinstance(hosts, list) or not 0 <= node < len(hosts):
+        return None
+    return escape(str(hosts[node]))[:80]           # a recording is untrusted text
 
 
 def cluster(state: ClusterState) -> dict[str, Any]:

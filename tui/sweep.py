@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.stream.sweep_records import facts, ranked
+from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -22,10 +23,11 @@ from textual.widgets import DataTable, Footer, Static
 from . import format as fmt
 
 
-def _value(value: Any) -> str:
+def _value(value: Any) -> Text:
+    """A point's value as a cell: Text, so a value like "[/]" is shown, not parsed as markup."""
     if isinstance(value, bool):
-        return "true" if value else "false"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+        return Text("true" if value else "false")
+    return Text(f"{value:,}" if isinstance(value, int) else str(value))
 
 
 def status(record: dict[str, Any]) -> str:
@@ -83,7 +85,7 @@ class SweepApp(App[Any]):
     def compose(self) -> ComposeResult:
         counts = {s: sum(status(r) == s for r in self.records) for s in ("ok", "oom", "invalid")}
         base = next((r.get("scenario") for r in self.records if r.get("scenario")), "?")
-        yield Static(f"sweep of {base} · {len(self.records):,} points: {counts['ok']:,} fit, "
+        yield Static(f"sweep of {escape(str(base))} · {len(self.records):,} points: {counts['ok']:,} fit, "
                      f"{counts['oom']:,} out of memory, {counts['invalid']:,} invalid · sorted by {self.objective} · "
                      "enter runs the point live", id="about")
         yield DataTable(cursor_type="row", zebra_stripes=True)
@@ -95,7 +97,7 @@ class SweepApp(App[Any]):
         table.add_column("#", key="rank")
         table.add_column("point", key="index")
         for key in self.keys:
-            table.add_column(key.removeprefix("jobs[0]."), key=key)
+            table.add_column(Text(key.removeprefix("jobs[0].")), key=key)
         for column in ("GPUs", "step s", "tokens/s", "TFLOP/s/GPU", "MFU", "mem GB/GPU", "status"):
             table.add_column(column, key=column)
         for rank, record in enumerate(self.records, start=1):
@@ -142,8 +144,8 @@ class SweepApp(App[Any]):
     def action_run_point(self) -> None:
         record = self.selected()
         if status(record) == "invalid":
-            self.notify(f"point {record.get('index')} is invalid: {record.get('error', '')}", severity="warning",
-                        timeout=6)
+            self.notify(escape(f"point {record.get('index')} is invalid: {record.get('error', '')}"),
+                        severity="warning", timeout=6)
             return
         if self.prepare is None:
             self.exit(record)
@@ -151,6 +153,6 @@ class SweepApp(App[Any]):
         try:
             prepared = self.prepare(record)
         except UserError as exc:
-            self.notify(str(exc), severity="error", timeout=8)
+            self.notify(escape(str(exc)), severity="error", timeout=8)
             return
         self.exit(prepared)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clustertop.engine.config import scenario
-from clustertop.engine.model.estimate import JobEstimate, ScenarioEstimate, estimate, to_json
+
+if TYPE_CHECKING:
+    from clustertop.engine.model.estimate import JobEstimate, ScenarioEstimate
 
 PHASE_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP comm", "ep": "EP comm", "pp": "PP comm",
                 "dp": "DP comm", "bubble": "bubble", "optimizer": "optimizer", "stragglers": "stragglers",
@@ -16,6 +18,9 @@ PHASE_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP comm", "ep": "E
 
 def main(args: argparse.Namespace) -> int:
     scen = scenario.load(args.scenario)
+    # numpy and the model are imported once the file is known to be good: a refusal stays quick
+    from clustertop.engine.model.estimate import estimate, to_json
+
     est = estimate(scen)
     if args.json:
         print(json.dumps(to_json(est)))

@@ -13,6 +13,7 @@ import time
 
 import orjson
 
+from clustertop.engine.config.errors import escape
 from clustertop.engine.telemetry.importer import import_prometheus
 from clustertop.progress import wanted
 
@@ -23,11 +24,11 @@ def main(args: argparse.Namespace) -> int:
 
     def note(text: str) -> None:
         if chatty or text.startswith(tuple(args.dumps)):       # warnings about a dump always show
-            print(f"clustertop: {text}", file=sys.stderr)
+            print(f"clustertop: {escape(text)}", file=sys.stderr)
 
     stats = import_prometheus(args.dumps, args.cluster, args.output, note=note)
     for line in stats.warnings():
-        print(f"clustertop: warning: {line}", file=sys.stderr)
+        print(f"clustertop: warning: {escape(line)}", file=sys.stderr)     # examples echo labels of the dumps
     if args.json:
         summary = {"output": args.output, "samples": stats.samples, "faults": stats.faults, "series": stats.series,
                    "hosts": stats.hosts, "gpus_reporting": stats.gpus_reporting, "start_unix": stats.start_unix,

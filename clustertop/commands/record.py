@@ -20,10 +20,11 @@ import orjson
 
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.outfile import check_output
 from clustertop.engine.config.units import format_duration, parse_duration
 from clustertop.engine.sim import control
 from clustertop.engine.sim import run as engine_run
-from clustertop.engine.stream.recorder import Recorder, check_output
+from clustertop.engine.stream.recorder import Recorder
 from clustertop.progress import RunBar, wanted
 
 
@@ -63,8 +64,8 @@ def main(args: argparse.Namespace) -> int:
     except BaseException:
         try:
             recorder.close()      # a Ctrl-C still leaves a complete, readable file
-        except OSError:
-            pass
+        except (OSError, UserError):
+            pass                  # the disk that failed the write fails this too: the first error is the one
         raise
     finally:
         progress.close()

@@ -8,12 +8,14 @@ dashboard; quitting the dashboard comes back to the table.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clustertop.tui.sources import Source
+if TYPE_CHECKING:
+    from clustertop.tui.sources import Source
 
 
 def open_source(path: str) -> Source:
@@ -40,16 +42,18 @@ def point_toml(record: dict[str, Any], directory: str) -> str:
     built = sweep.point_scenario(base, point)            # checks the point as the sweep built it
     flags = [f"{key}={sweep._token(value)}" for key, value in point.items()]
     data = sweep.plan(base, flags, sweep.estimate_json).data(0)     # the table point_scenario parsed
-    path = Path(directory) / f"{built.name}-point-{record.get('index', 0)}.toml"
-    path.write_text(dumps(data))
-    return str(path)
+    # the file's name is made here, never from the record (a point or scenario name could hold "../")
+    fd, path = tempfile.mkstemp(prefix="point-", suffix=".toml", dir=directory)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(dumps(data, f"point {int(record.get('index', 0))} of a sweep of {built.name}"))
+    return path
 
 
 def run_sweep(path: str, speed: float = 1.0, metric: str = "util") -> int:
     from clustertop.engine.stream.sweep_records import read_results
-    from clustertop.tui.sweep import SweepApp
 
     records = read_results(path)                      # a bad file is a one-line error before any screen
+    from clustertop.tui.sweep import SweepApp
     directory = tempfile.mkdtemp(prefix="clustertop-sweep-")
     try:
         while True:

@@ -11,58 +11,70 @@ import argparse
 import gzip
 import sys
 import time
-from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
 import orjson
 
 from clustertop.engine import sweep
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.outfile import Output, open_output
 from clustertop.progress import Bar, wanted
+from clustertop.signals import terminate_quietly
 
 ESTIMATOR: sweep.Estimator | None = None     # None: the performance model (tests put a stand-in here)
 MAX_REASONS = 8                               # kinds of invalid points listed in the summary
+MAX_WORKERS = 256                             # local worker processes: more is a fork bomb, not a speed-up
 
 
 def main(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UserError(f"--top {args.top}: expected 0 or more")
-    if args.workers is not None and args.workers < 1:
-        raise UserError(f"--workers {args.workers}: expected at least 1")
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers {args.workers}: expected 1 to {MAX_WORKERS} (one process each; this machine has "
+                        f"{sweep.available_cpus()} CPUs)")
     if args.workers is not None and args.dask:
         raise UserError("--workers is for local runs; with --dask the cluster's workers run the points")
-    if args.best_to:
-        _check_dir(args.best_to, "--best-to")
+    best = open_output(args.best_to, "--best-to", atomic=True) if args.best_to else None   # before the sweep
+    try:
+        return _sweep(args, best)
+    except BaseException:
+        if best is not None:
+            best.abort()
+        raise
+
+
+def _sweep(args: argparse.Namespace, best: Output | None) -> int:
     plan = sweep.plan(args.scenario, args.vary, ESTIMATOR)
     to_stdout = args.output == "-"
     report: TextIO = sys.stderr if to_stdout else sys.stdout
-    sink = _open(args.output) if args.output else None
+    out = open_output(args.output) if args.output else None
+    sink = out
+    if out is not None and args.output.endswith(".gz"):
+        sink = cast(IO[bytes], gzip.GzipFile(filename=args.output, mode="wb", fileobj=out))   # type: ignore[arg-type]
     bar = Bar(plan.size, wanted(args.output))
     started = time.perf_counter()
     try:
-        ranking = sweep.sweep_to(plan, sink, top=max(args.top, 1), workers=args.workers, dask=args.dask,
-                                 progress=lambda r: bar.update(r.total, f"{r.total:,}/{plan.size:,} points, "
-                                                                        f"{bar.rate(r.total):,.0f}/s, "
-                                                                        f"{r.invalid:,} invalid"))
+        with terminate_quietly():
+            ranking = sweep.sweep_to(plan, sink, top=max(args.top, 1), workers=args.workers, dask=args.dask,
+                                     progress=lambda r: bar.update(r.total, f"{r.total:,}/{plan.size:,} points, "
+                                                                            f"{bar.rate(r.total):,.0f}/s, "
+                                                                            f"{r.invalid:,} invalid"))
     finally:
         bar.close()
-        if sink is not None and not to_stdout:
-            sink.close()
+        _close(sink, out)
     _summary(plan, ranking, args, time.perf_counter() - started, report)
-    best = ranking.best(args.top)
-    if best:
+    top = ranking.best(args.top)
+    if top:
         print(file=report)
-        oom = " (out-of-memory points last)" if not best[-1].fits else ""
-        print(f"best {len(best)} by {ranking.objective}{oom}:", file=report)
-        print(_table(plan, best), file=report)
-    if args.best_to:
+        oom = " (out-of-memory points last)" if not top[-1].fits else ""
+        print(f"best {len(top)} by {ranking.objective}{oom}:", file=report)
+        print(_table(plan, top), file=report)
+    if best is not None:
         winner = ranking.best(1)
         if not winner or not winner[0].fits:
             raise UserError(f"no point fits in memory; nothing written to {args.best_to}")
-        try:
-            Path(args.best_to).write_text(sweep.best_scenario(plan, winner[0], ranking))
-        except OSError as exc:
-            raise UserError(f"cannot write: {exc.strerror}", args.best_to) from None
+        best.write(sweep.best_scenario(plan, winner[0], ranking).encode())
+        best.close()
         print(f"wrote the best point ({sweep.point_label(plan, winner[0].index)}) to {args.best_to}", file=report)
     return 0
 
@@ -97,20 +109,15 @@ def _workers(args: argparse.Namespace, plan: sweep.Sweep) -> int:
     return min(workers, chunks)
 
 
-def _check_dir(path: str, flag: str) -> None:
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise UserError(f"{flag}: no such directory {str(parent)!r}", path)
-
-
-def _open(path: str) -> IO[bytes]:
-    if path == "-":
-        return sys.stdout.buffer
-    _check_dir(path, "-o")
+def _close(sink: IO[bytes] | None, out: Output | None) -> None:
+    """End the records' gzip stream (if any) and the output; a full disk here is the one error reported."""
+    if sink is None or out is None:
+        return
     try:
-        return cast(IO[bytes], gzip.open(path, "wb") if path.endswith(".gz") else open(path, "wb"))
-    except OSError as exc:
-        raise UserError(f"cannot write: {exc.strerror}", path) from None
+        if sink is not out:
+            sink.close()
+    finally:
+        out.close()
 
 
 def _table(plan: sweep.Sweep, best: list[sweep.Outcome]) -> str:

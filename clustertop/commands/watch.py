@@ -15,9 +15,9 @@ import signal
 import sys
 from typing import Any
 
-from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.errors import UserError, escape
+from clustertop.engine.config.outfile import check_output
 from clustertop.engine.config.units import parse_duration
-from clustertop.engine.stream.recorder import check_output
 
 
 def _seconds(text: str | None, flag: str, low: float, high: float) -> float | None:
@@ -50,8 +50,8 @@ def headless(args: argparse.Namespace, interval: float, timeout: float, duration
     from clustertop.engine.telemetry import watch
 
     outputs = [args.output] + ([args.record] if args.record else [])
-    for path in outputs:
-        check_output(path)
+    for path, flag in zip(outputs, ("-o", "--record")):
+        check_output(path, flag)
     if args.prometheus:
         poller: Any = watch.PrometheusQueries(_url(args.prometheus), timeout)
         source = "prometheus"
@@ -60,7 +60,7 @@ def headless(args: argparse.Namespace, interval: float, timeout: float, duration
         source = "exporter"
 
     def note(text: str) -> None:
-        print(f"clustertop: {text}", file=sys.stderr)
+        print(f"clustertop: {escape(text)}", file=sys.stderr)     # notes echo labels from the network
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
     if args.output is not None:
         return headless(args, interval, timeout, duration)
     if args.record:
-        check_output(args.record)
+        check_output(args.record, "--record")
     from clustertop.tui.app import show
     from clustertop.tui.sources.watch import WatchSource
 

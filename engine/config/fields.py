@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UserError
+from .errors import UserError, has_unsafe, quote
 from .tomlfile import locate
 
 _MISSING = object()
+MAX_INT = 2**63 - 1           # the largest integer any key takes (a 64-bit seed)
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Field:
     positive: bool = False        # strictly greater than zero
     parse: Callable[[Any], Any] | None = None   # converter for strings (durations); raises ValueError
     doc: str = ""
+    lines: bool = False           # a string may hold newlines and tabs (a description); never other controls
 
     @property
     def required(self) -> bool:
@@ -96,11 +100,16 @@ def check_value(ctx: Context, path: str, field: Field, value: Any) -> Any:
     elif kind == "str":
         if not isinstance(value, str):
             raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+        if has_unsafe(value.replace("\n", " ").replace("\t", " ") if field.lines else value):
+            raise ctx.error(path, f"{quote(value[:60])} holds a control character; expected "
+                            + ("text" if field.lines else "one line of plain text"))
         if field.choices and value not in field.choices:
             hint = did_you_mean(value, field.choices)
-            raise ctx.error(path, f"unknown value {value!r}{hint}; expected {_describe(field)}")
+            raise ctx.error(path, f"unknown value {_show(value)}{hint}; expected {_describe(field)}")
     elif kind == "bool" and not isinstance(value, bool) or kind == "table" and not isinstance(value, dict):
         raise ctx.error(path, f"expected {_describe(field)}, got {_show(value)}")
+    if kind == "int" and abs(value) > MAX_INT:
+        raise ctx.error(path, f"{_show(value)} is too large; expected an integer of at most {MAX_INT:,}")
     if kind in ("int", "float"):
         if field.positive and value <= 0:
             raise ctx.error(path, f"must be greater than zero, got {value}")
@@ -118,7 +127,7 @@ def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field]) -> 
     for key in table:
         if key not in spec:
             hint = did_you_mean(key, spec)
-            raise ctx.error(_join(path, key), f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
+            raise ctx.error(_join(path, _key_text(key)), f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
     out: dict[str, Any] = {}
     for key, field in spec.items():
         if key in table:
@@ -134,26 +143,36 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _key_text(key: str) -> str:
+    """A key the user wrote, as a key path shows it: bare when TOML allows it bare, else quoted (and escaped).
+    (The spec's own keys are all bare.)"""
+    return key if _BARE_KEY.fullmatch(key) else quote(key)
+
+
 def did_you_mean(word: str, options: Any) -> str:
     """' (did you mean 'x'?)' for the closest option, or '' when none is close."""
     options = list(options)
     close = difflib.get_close_matches(str(word), options, n=1, cutoff=0.5)
     if not close:
         close = [o for o in options if str(o).startswith(str(word))][:1]
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return f" (did you mean {quote(close[0])}?)" if close else ""
 
 
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return repr(value)
+        return quote(value if len(value) <= 60 else value[:60] + "...")
     if isinstance(value, dict):
         return "a table"
     if isinstance(value, list):
         return "an array"
-    return f"{type(value).__name__} {value!r}"
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        return f"an integer of {len(str(abs(value))):,} digits"
+    return f"{type(value).__name__} {quote(value)}"
 
 
 def _num(value: float) -> str:
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        return _show(value)
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"

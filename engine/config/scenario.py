@@ -7,6 +7,7 @@ path, what is wrong and what is expected.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,13 +15,15 @@ from typing import Any
 
 from . import catalog, facility
 from .catalog import GPU, Fabric, Model
-from .errors import UserError
+from .errors import UserError, quote
 from .fields import Context, Field, check_table, did_you_mean, optional
 from .tomlfile import read_toml
 from .units import parse_duration
 
 FORMAT_VERSION = 1
 MAX_GPUS = 10_000_000
+MAX_JOBS = 1_000
+MAX_PIPELINE_STAGES = 16_384   # each stage is costed on its own (Llama 3 405B ran 16)
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,7 @@ class Scenario:
 
 TOP_SPEC: dict[str, Field] = {
     "name": Field("str"),
-    "description": optional("str", ""),
+    "description": optional("str", "", lines=True),
     "seed": optional("int", 1, low=0, high=2**63 - 1),
     "duration": optional("str", "1h", parse=parse_duration),
     "format": optional("int", FORMAT_VERSION, low=1, high=FORMAT_VERSION),
@@ -246,7 +249,7 @@ JOB_SPEC: dict[str, Field] = {
     "micro_batch": optional("int", 1, positive=True, high=100_000, auto=True),
     "tp": optional("int", 1, positive=True, high=MAX_GPUS),
     "cp": optional("int", 1, positive=True, high=MAX_GPUS),
-    "pp": optional("int", 1, positive=True, high=MAX_GPUS),
+    "pp": optional("int", 1, positive=True, high=MAX_PIPELINE_STAGES),
     "dp": optional("int", None, positive=True, high=MAX_GPUS),
     "ep": optional("int", 1, positive=True, high=MAX_GPUS),
     "virtual_stages": optional("int", 1, positive=True, high=10_000, auto=True),
@@ -308,20 +311,21 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
         raw_jobs = [raw_jobs]
     if not isinstance(raw_jobs, list) or not raw_jobs:
         raise ctx.error("jobs", "expected at least one [[jobs]] table")
+    if len(raw_jobs) > MAX_JOBS:
+        raise ctx.error("jobs", f"{len(raw_jobs):,} jobs; expected at most {MAX_JOBS:,} (each job is estimated and "
+                        "simulated on its own, and every sample carries each job's status)")
     jobs: list[Job] = []
     next_gpu = 0
     for i, raw in enumerate(raw_jobs):
         job = _job(ctx, f"jobs[{i}]", raw, cluster, next_gpu)
-        for other in jobs:
-            if job.first_gpu < other.first_gpu + other.gpus and other.first_gpu < job.first_gpu + job.gpus:
-                raise ctx.error(f"jobs[{i}].first_gpu", f"job {job.name!r} overlaps job {other.name!r} "
-                                f"(GPUs {other.first_gpu}-{other.first_gpu + other.gpus - 1}); "
-                                "expected disjoint GPU ranges")
         jobs.append(job)
         next_gpu = job.first_gpu + job.gpus
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
-        raise ctx.error("jobs", f"job names must be unique, got {names}")
+    _check_disjoint(ctx, jobs)
+    seen: dict[str, int] = {}
+    for i, job in enumerate(jobs):
+        if seen.setdefault(job.name, i) != i:
+            raise ctx.error(f"jobs[{i}].name", f"job name {quote(job.name)} is also jobs[{seen[job.name]}]'s; "
+                            "expected unique job names")
     f = check_table(ctx, "faults", top["faults"] or {}, FAULTS_SPEC)
     faults = Faults(enabled=f["enabled"], rate_scale=f["rate_scale"], detection_s=f["detection"],
                     restart_s=f["restart"], spare_nodes=f["spare_nodes"], repair_s=f["repair"],
@@ -333,6 +337,17 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
                     duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
                     checkpoint=checkpoint, variability=Variability(**v), path=path)
+
+
+def _check_disjoint(ctx: Context, jobs: list[Job]) -> None:
+    """Jobs hold disjoint GPU ranges: each overlaps at most its neighbour in GPU order (sorted: n log n)."""
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].first_gpu, i))
+    for a, b in itertools.pairwise(order):
+        first, other = sorted((a, b))
+        if jobs[a].first_gpu + jobs[a].gpus > jobs[b].first_gpu:
+            job, prev = jobs[other], jobs[first]
+            raise ctx.error(f"jobs[{other}].first_gpu", f"job {quote(job.name)} overlaps job {quote(prev.name)} "
+                            f"(GPUs {prev.first_gpu}-{prev.first_gpu + prev.gpus - 1}); expected disjoint GPU ranges")
 
 
 def _injections(ctx: Context, raw: Any, cluster: Cluster) -> tuple[Injection, ...]:
@@ -375,6 +390,10 @@ def _cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
             raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
                             "or give a GPU count")
         c["gpus"] = facility.gpus_for_budget(c["site_power_budget_mw"], gpu, c["pue"], c["gpus_per_rack"])
+        if c["gpus"] > MAX_GPUS:
+            raise ctx.error("cluster.site_power_budget_mw", f"{c['site_power_budget_mw']:,g} MW powers "
+                            f"{c['gpus']:,} {gpu.name}, beyond the supported maximum of {MAX_GPUS:,} GPUs; expected "
+                            "a smaller budget or a GPU count")
         if c["gpus"] < c["gpus_per_rack"]:
             raise ctx.error("cluster.site_power_budget_mw", f"{c['site_power_budget_mw']} MW does not power one "
                             f"rack of {c['gpus_per_rack']} {gpu.name}")
@@ -419,14 +438,15 @@ def _hosts(ctx: Context, raw: Any, nodes: int) -> tuple[str, ...]:
     DCGM exporter's Hostname label or Prometheus's instance, with or without its port)."""
     if raw is None:
         return ()
-    if not isinstance(raw, list) or not all(isinstance(h, str) and h.strip() for h in raw):
-        raise ctx.error("cluster.hosts", "expected an array of host names (non-empty strings), node 0 first")
+    if not isinstance(raw, list) or not all(isinstance(h, str) and h.strip() and len(h) <= 256 for h in raw):
+        raise ctx.error("cluster.hosts", "expected an array of host names (non-empty strings of at most 256 "
+                        "characters), node 0 first")
     if len(raw) > nodes:
         raise ctx.error("cluster.hosts", f"{len(raw):,} hosts for {nodes:,} nodes; expected at most one per node")
     seen: set[str] = set()
     for i, host in enumerate(raw):
         if host in seen:
-            raise ctx.error("cluster.hosts", f"{host!r} is listed twice (hosts[{i}]); expected each host once")
+            raise ctx.error("cluster.hosts", f"{quote(host)} is listed twice (hosts[{i}]); expected each host once")
         seen.add(host)
     return tuple(raw)
 

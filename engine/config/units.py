@@ -14,7 +14,8 @@ def parse_duration(text: str) -> float:
     """Seconds in a duration string; ValueError with the expected form when it is not one."""
     m = _DURATION.match(text) if isinstance(text, str) else None
     if not m:
-        raise ValueError(f"expected a duration such as \"90s\", \"10m\", \"6h\" or \"54d\", got {text!r}")
+        shown = text if not isinstance(text, str) or len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"expected a duration such as \"90s\", \"10m\", \"6h\" or \"54d\", got {shown!r}")
     seconds = float(m.group(1)) * _UNITS[m.group(2)]
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"expected a positive duration, got {text!r}")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..config import facility
-from ..config.errors import UserError
+from ..config.errors import UserError, quote
 from ..config.scenario import Cluster, Job, Scenario
 from . import collectives as col
 from . import compute as cm
@@ -75,26 +75,59 @@ class ScenarioEstimate:
 # ----------------------------------------------------------------------------------------------- search
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+MAX_MICRO_BATCH = 64        # the largest micro_batch "auto" tries
+MAX_AUTO_VIRTUAL_STAGES = 64    # the most chunks per stage "auto" tries (Megatron-LM runs use a handful)
 
 
 def candidates(job: Job) -> list[Config]:
-    """Every configuration the "auto" settings may take (fixed settings stay as given)."""
+    """Every configuration the "auto" settings may take (fixed settings stay as given) whose schedule the
+    pipeline can simulate (`schedule_ops`)."""
     per_replica = job.global_batch // job.dp
-    mbs = [job.micro_batch] if job.micro_batch != "auto" else [d for d in _divisors(per_replica) if d <= 64]
+    mbs = [job.micro_batch] if job.micro_batch != "auto" else \
+        [d for d in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % d == 0]
     if job.virtual_stages != "auto":
         vs = [int(job.virtual_stages)]
     elif job.pp == 1 or job.schedule == "gpipe":
         vs = [1]
     else:
-        vs = [v for v in range(1, job.model.layers // job.pp + 1)]
+        vs = list(range(1, min(job.model.layers // job.pp, MAX_AUTO_VIRTUAL_STAGES) + 1))
     rcs = [job.recompute] if job.recompute != "auto" else list(RECOMPUTE_MODES)
     out = []
     for mb, v, rc in itertools.product(mbs, vs, rcs):
         if check(sim_schedule(job), job.pp, v, per_replica // mb) is None:
             out.append(Config(int(mb), v, rc))
     return out
+
+
+def schedule_ops(job: Job, cfg: Config) -> int:
+    """Operations of the largest pipeline schedule estimating `cfg` simulates."""
+    m = job.global_batch // job.dp // cfg.micro_batch
+    return pipeline.operations(job.pp, cfg.virtual_stages, max(step.simulated_sizes(job.pp, cfg.virtual_stages, m)))
+
+
+def _simulable(scenario: Scenario, job: Job, configs: list[Config]) -> list[Config]:
+    """The configurations whose schedule is small enough to simulate; UserError, with the figure, when none is."""
+    fit = [c for c in configs if schedule_ops(job, c) <= pipeline.MAX_SCHEDULE_OPS]
+    if fit or not configs:
+        return fit
+    smallest = min(configs, key=lambda c: schedule_ops(job, c))
+    ops = schedule_ops(job, smallest)
+    need = ops * pipeline.SCHEDULE_BYTES_PER_OP
+    cap = pipeline.MAX_SCHEDULE_OPS * pipeline.SCHEDULE_BYTES_PER_OP
+    m = job.global_batch // job.dp // smallest.micro_batch
+    where = f"{scenario.path}" if scenario.path else None
+    i = scenario.jobs.index(job) if job in scenario.jobs else 0
+    raise UserError(f"jobs[{i}].pp: the pipeline of job {quote(job.name)} (pp = {job.pp:,}, virtual_stages = "
+                    f"{smallest.virtual_stages:,}, {m:,} microbatches per replica) needs {ops:,} operations simulated, "
+                    f"{_size(need)} of schedule arrays; expected at most {pipeline.MAX_SCHEDULE_OPS:,} ({_size(cap)}): "
+                    "lower pp or virtual_stages", where)
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.2f} {unit}"
+    return f"{nbytes / 1024:,.0f} KiB"
 
 
 def _search(model: JobModel, configs: list[Config], plan: bool = True) -> tuple[Eval, bool]:
@@ -158,8 +191,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     if job.is_inference:
         return _estimate_inference(scenario, job, plan)
     cluster = scenario.cluster
-    model = JobModel(cluster, job, background)
-    configs = candidates(job)
+    model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
+    configs = _simulable(scenario, job, candidates(job))
     if not configs:
         per_replica = job.global_batch // job.dp
         raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
@@ -255,8 +288,10 @@ def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
 def _fit_hint(model: JobModel, job: Job) -> str:
     """When fixed settings do not fit: the settings that would, with every auto setting searched."""
     autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
-    best, fits = _search(model, candidates(dataclasses.replace(job, **autos)), plan=False)
-    if not fits:
+    everything = dataclasses.replace(job, **autos)
+    configs = [c for c in candidates(everything) if schedule_ops(job, c) <= pipeline.MAX_SCHEDULE_OPS]
+    best, fits = _search(model, configs, plan=False) if configs else (None, False)
+    if best is None or not fits:
         return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
     changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
     return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"

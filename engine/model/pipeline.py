@@ -35,6 +35,10 @@ Segment = tuple[str, float]          # (phase, seconds)
 Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
+STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
+MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
+SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (262,144 operations: ~115 MB)
+
 # Phase codes of Intervals, numbered in the order of the names so that sorting by code sorts by name.
 PHASE_NAMES = tuple(sorted(PHASES))
 PHASE_CODE = {name: code for code, name in enumerate(PHASE_NAMES)}
@@ -223,11 +227,39 @@ def order(schedule: str, p: int, v: int, m: int, rank: int) -> tuple[OpKey, ...]
 def peak_inflight(schedule: str, p: int, v: int, m: int,
                   chunk_bytes: Sequence[Sequence[float]]) -> list[float]:
     """Per stage, the largest activation memory it holds: going through its operations in order, a forward
-    allocates its chunk's bytes (chunk_bytes[stage][chunk]), a backward frees them."""
-    program = _program(schedule, p, v, m)
-    held = np.asarray(chunk_bytes, dtype=float)[np.arange(p)[:, None], program.chunk]
-    held[program.kind == 1] *= -1.0
-    return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
+    allocates its chunk's bytes (chunk_bytes[stage][chunk]), a backward frees them.
+
+    The cost does not grow with m past the steady state: GPipe holds all m forwards before its first backward
+    (closed form); 1F1B and interleaved 1F1B hold a warm-up's worth and then alternate, so what a stage holds
+    repeats every round of p microbatches and a longer step peaks as one of `steady_microbatches(p)`."""
+    per_chunk = np.asarray(chunk_bytes, dtype=float)
+    if m > STEADY_MIN:
+        if schedule == "gpipe":
+            return np.maximum(m * per_chunk[:, 0], 0.0).tolist()
+        m = min(m, steady_microbatches(p))
+    if operations(p, v, m) <= MAX_SCHEDULE_OPS:            # the whole program at once (cached)
+        program = _program(schedule, p, v, m)
+        held = per_chunk[np.arange(p)[:, None], program.chunk]
+        held[program.kind == 1] *= -1.0
+        return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
+    out = []
+    for r in range(p):                  # one stage at a time: 2 m v operations each, however many stages
+        kind, chunk, _ = _operations(schedule, p, v, m, r)
+        held = np.where(kind == 1, -per_chunk[r][chunk], per_chunk[r][chunk])
+        out.append(max(float(np.add.accumulate(held).max()), 0.0))
+    return out
+
+
+def steady_microbatches(p: int) -> int:
+    """Microbatches after which 1F1B (interleaved or not) on p stages is in its steady state on every stage: the
+    warm-up (under v + 1 rounds of p) and a whole round (v p operations) fit in 4 p; a multiple of p (rounds)."""
+    return -(-max(STEADY_MIN, 4 * p) // p) * p
+
+
+def operations(p: int, v: int, m: int) -> int:
+    """How many operations a schedule of p stages, v chunks and m microbatches has (each takes memory and time
+    to simulate: about SCHEDULE_BYTES_PER_OP bytes of arrays and a few microseconds)."""
+    return 2 * p * v * m
 
 
 @dataclass(frozen=True, eq=False)

@@ -174,10 +174,11 @@ class JobModel:
     model and reused by every stage, configuration and evaluation with the same blocks.
     """
 
-    def __init__(self, cluster: Cluster, job: Job, background: col.Background = ()) -> None:
+    def __init__(self, cluster: Cluster, job: Job, background: col.Background = (), busy: bool = False) -> None:
         self.cluster, self.job = cluster, job
         self.gpu = cluster.gpu
         self.background = background
+        self.want_busy = busy          # Eval.busy even without a plan (jobs that share tiers: contention.py)
         self.net = _net(cluster, col.placement(job), background)
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
@@ -337,9 +338,7 @@ class JobModel:
             intervals = lambda: run.intervals
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
-            step = p if v > 1 else 1
-            m2 = max(2 * step, MAX_SIM_MICROBATCHES // step * step)     # two sizes at least a round apart
-            m1 = max(step, m2 // 2 // step * step)
+            m1, m2 = simulated_sizes(p, v, m)
             run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
@@ -429,7 +428,7 @@ class JobModel:
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
-        busy = self._busy(cfg, fwd, bwd, m, dp_busy)
+        busy = self._busy(cfg, fwd, bwd, m, dp_busy) if plan or self.want_busy else {}
         if not plan:
             return None, step, breakdown, busy
         runs = merge_runs(intervals().then(tail), step, p)
@@ -556,6 +555,16 @@ def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: tup
     """The pipeline's times, kept for the same exact inputs: the SimPy simulation for a step plan, the same
     times evaluated without processes for a search or a sweep (pipeline.evaluate)."""
     return (simulate if plan else evaluate)(schedule, p, v, m, fwd, bwd, send, send_b)
+
+
+def simulated_sizes(p: int, v: int, m: int) -> tuple[int, ...]:
+    """The microbatch counts `JobModel.run` simulates for a step of m: m itself, or two sizes at least a round
+    apart that it extends from (m > MAX_SIM_MICROBATCHES)."""
+    if m <= MAX_SIM_MICROBATCHES:
+        return (m,)
+    step = p if v > 1 else 1
+    m2 = max(2 * step, MAX_SIM_MICROBATCHES // step * step)
+    return max(step, m2 // 2 // step * step), m2
 
 
 def sim_schedule(job: Job) -> str:

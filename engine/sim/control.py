@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 DEFAULT_SPEED = 1.0           # simulated seconds per wall second until the dashboard sends its speed
 MIN_SPEED, MAX_SPEED = 0.1, 1e6
 TICK_S = 0.05                 # wall seconds between two looks at the clock and the commands
+MAX_COMMAND_BYTES = 1 << 16   # a command is a few dozen bytes: a longer line is skipped, never held whole
 _EOF = {"cmd": "<eof>"}
 
 
@@ -40,7 +41,11 @@ class Commands:
 
     def _read(self, stream: IO[bytes]) -> None:
         try:
-            for line in stream:
+            while line := stream.readline(MAX_COMMAND_BYTES):
+                if len(line) == MAX_COMMAND_BYTES and not line.endswith(b"\n"):   # not a command: skip to its end
+                    while (rest := stream.readline(MAX_COMMAND_BYTES)) and not rest.endswith(b"\n"):
+                        pass
+                    continue
                 command = decode(line)
                 if command is not None:
                     self._queue.put(command)

@@ -69,6 +69,13 @@ def schedule(first_gpu: int, gpus: int, gpus_per_node: int, start_s: float, end_
     return out
 
 
+def expected(gpus: int, gpus_per_node: int, span_s: float, rate_scale: float, planned_per_day: float) -> float:
+    """How many interruptions (random faults and planned ones) a job of `gpus` expects over `span_s`."""
+    nodes = -(-gpus // gpus_per_node)
+    rate = sum(c.rate_per_s * (gpus if c.component in ("gpu", "link") else nodes) for c in causes())
+    return rate * rate_scale * span_s + planned_per_day * span_s / DAY
+
+
 def fault_at(t: float, gpu: int, name: str, gpus_per_node: int, injected: bool = True) -> Fault:
     """A fault of a given cause at one GPU: its GPU, its node (host causes) or its NIC link (network causes)."""
     c = cause(name)

@@ -66,6 +66,10 @@ from .variability import Stragglers
 Planner = Callable[[Scenario, Job], "StepPlan | None"]
 
 MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fill a disk
+SAMPLE_BYTES_PER_RUN = 20          # a run in the three per-GPU arrays, at most: "100,700,1," + three counts (15 measured)
+SAMPLE_BYTES_PER_LOAD = 8          # a link load, "0.1234,"
+MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection, restart,
+#                                     lost work), so 5,000 take ~15 s; the flagship's 54 days expect ~470
 OPT = orjson.OPT_APPEND_NEWLINE
 
 
@@ -193,12 +197,12 @@ class Run:
         self.sample_s = float(sample_s if sample_s is not None
                               else default_sample_interval(self.duration_s, scenario.cluster.gpus))
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
-            raise UserError(f"expected a positive duration, got {self.duration_s}")
+            raise UserError(f"expected a positive duration, got {self.duration_s}", scenario.path or None)
         if not (self.sample_s > 0 and math.isfinite(self.sample_s)):
-            raise UserError(f"expected a positive sampling interval, got {self.sample_s}")
+            raise UserError(f"expected a positive sampling interval, got {self.sample_s}", scenario.path or None)
         if self.duration_s / self.sample_s > MAX_SAMPLES:
             raise UserError(f"{self.duration_s / self.sample_s:,.0f} samples is too many; expected at most "
-                            f"{MAX_SAMPLES:,} (raise --sample or lower --duration)")
+                            f"{MAX_SAMPLES:,} (raise --sample or lower --duration)", scenario.path or None)
         self.scenario = scenario
         self.topology = Topology.of(scenario.cluster)
         self.power = PowerModel.of(scenario.cluster)
@@ -207,6 +211,7 @@ class Run:
         self.summary: dict[str, Any] = {}          # extra keys for `record --json`
         self.overrides: list[Override] = []
         self._extra: list[Callable[[Run], Generator[Any, Any, None]]] = []
+        self._check_sample_size()
         planner = planner or default_planner
         sharing = getattr(planner, "sharing", None)
         self.shared = SharedTiers(self, sharing(scenario)) if sharing and len(scenario.jobs) > 1 else None
@@ -222,7 +227,8 @@ class Run:
         steps = sum(self.duration_s / t.plan.step_time_s for t in self.tracks if t.plan is not None)
         if steps > MAX_STEP_EVENTS:
             raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
-                            f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)")
+                            f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)", scenario.path or None)
+        self._check_faults()
         self.idle_gpus = self.topology.gpus - sum(t.job.gpus for t in self.tracks)
         self.speeds = variability.draw_speeds(scenario.variability, self.rng("variability.speed"),
                                               self.topology.gpus)
@@ -442,6 +448,34 @@ class Run:
             "site_mw_min": round(self.site_power.min_mw, 4) if math.isfinite(self.site_power.min_mw) else None,
             "site_mw_max": round(self.site_power.max_mw, 4) if math.isfinite(self.site_power.max_mw) else None,
             "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver)})
+
+    def _check_sample_size(self) -> None:
+        """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES), before any job is
+        planned. Per-GPU arrays are run-length encoded: a job's GPUs run in lockstep but for its pipeline stages,
+        which alternate every tp * cp GPUs (up to one run per GPU); links carry one load per pod for three tiers."""
+        runs = sum(j.gpus // (j.tp * j.cp) if j.pp > 1 else 1 for j in self.scenario.jobs) + 1
+        size = runs * SAMPLE_BYTES_PER_RUN + self.topology.pods * 3 * SAMPLE_BYTES_PER_LOAD
+        if size > schema.MAX_LINE_BYTES:
+            raise UserError(f"a sample of this cluster could take {size / 2**20:,.0f} MiB ({runs:,} runs of "
+                            f"pipeline stages, {self.topology.pods:,} pods); expected at most "
+                            f"{schema.MAX_LINE_BYTES / 2**20:,.0f} MiB per line: larger tp * cp, or fewer, larger "
+                            "pods", self.scenario.path or None)
+
+    def _check_faults(self) -> None:
+        """UserError when the jobs expect more interruptions than a run can simulate (MAX_FAULTS)."""
+        f = self.scenario.faults
+        where = self.scenario.path or None
+        if len(f.inject) > MAX_FAULTS:
+            raise UserError(f"faults.inject: {len(f.inject):,} injected faults; expected at most {MAX_FAULTS:,}, as "
+                            "each one is simulated", where)
+        if not f.enabled:
+            return
+        count = sum(faults.expected(t.job.gpus, self.topology.gpus_per_node, self.duration_s, f.rate_scale,
+                                    f.planned_per_day) for t in self.tracks if t.plan is not None)
+        if count > MAX_FAULTS:
+            raise UserError(f"faults.rate_scale: the jobs expect {count:,.0f} interruptions in "
+                            f"{self.duration_s:,.0f} s at rate_scale {f.rate_scale:g}; expected at most {MAX_FAULTS:,}, "
+                            "as each one is simulated (lower rate_scale or --duration)", where)
 
     def _job(self, track: JobTrack) -> Generator[Any, Any, None]:
         if track.plan is None:

@@ -9,20 +9,20 @@ Processes and tracks:
   thread "state" with a "running" slice from job_start to job_stop; thread "events" with the job's other
   events as instants, and `X_start` / `X_end` pairs (checkpoints) as slices.
 Process and thread names and sort order are metadata events. Counters are written only when they change.
-The file is written to a temporary name and renamed at the end: a failed export leaves nothing behind.
+The file is written to a temporary name and renamed at the end, so a failed export leaves nothing behind; a FIFO
+or a device (/dev/stdout) is written through instead (engine/config/outfile.py).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 import numpy as np
 import orjson
 
+from ..config import outfile
 from ..config.errors import UserError
+from ..config.outfile import Output, open_output
 from . import schema
 from .reader import Reader, Warn
 from .state import ClusterState
@@ -40,7 +40,7 @@ def _us(t: float) -> float:
 
 
 class _Writer:
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes] | Output) -> None:
         self.out = out
         self.count = 0
 
@@ -68,26 +68,22 @@ class _Counters:
 def export(source: str | BinaryIO, output: str, warn: Warn | None = None) -> dict[str, Any]:
     """Write the Perfetto trace of a recording to `output`; returns counts for a summary."""
     reader = Reader(source, warn)
-    out_dir = Path(output).resolve().parent
-    fd, tmp = tempfile.mkstemp(prefix=".clustertop-", suffix=".json", dir=out_dir)
     try:
-        with os.fdopen(fd, "wb") as out:
-            stats = _export(reader, out)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)       # mkstemp creates 0600; a trace is an ordinary file
-        os.replace(tmp, output)
+        out = open_output(output, atomic=True)
     except BaseException:
         reader.close()
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise
+    try:
+        stats = _export(reader, out)
+    except BaseException:
+        reader.close()
+        out.abort()
+        raise
+    out.close()
     return stats
 
 
-def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
+def _export(reader: Reader, out: IO[bytes] | Output) -> dict[str, Any]:
     header = reader.header
     state = ClusterState(header)
     topo = header["topology"]
@@ -121,22 +117,25 @@ def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
         for tid, name in ((STEPS_TID, "steps"), (STATE_TID, "state"), (EVENTS_TID, "events")):
             meta(pid, name, tid, tid)
 
-    # Group indices: (job, stage) and pod of every GPU, for means with one bincount per sample.
-    stage_group = np.full(gpus, -1, dtype=np.int64)
+    # GPU ranges of each (job, stage) and of each pod, for means computed from a sample's runs (not per GPU)
+    stage_starts, stage_ends, stage_of = [], [], []
     stage_names: list[str] = []
     for job in jobs:
         first, n = int(job["first_gpu"]), int(job["gpus"])
         tp, cp, pp = int(job.get("tp", 1)), int(job.get("cp", 1)), int(job.get("pp", 1))
-        base = len(stage_names)
-        stage_group[first:first + n] = base + (np.arange(n) // (tp * cp)) % pp
+        starts = np.arange(first, first + n, tp * cp)
+        stage_starts.append(starts)
+        stage_ends.append(np.minimum(starts + tp * cp, first + n))
+        stage_of.append(len(stage_names) + np.arange(len(starts)) % pp)
         stage_names += [f"{job['name']} stage {s:02d}" if pp > 1 else f"{job['name']}" for s in range(pp)]
-    in_job = stage_group >= 0
-    stage_sizes = np.bincount(stage_group[in_job], minlength=len(stage_names)).astype(np.float64)
+    stages = _Groups(stage_starts, stage_ends, stage_of, len(stage_names))
     per_pod = int(topo.get("gpus_per_pod", gpus)) or gpus
-    pod_group = np.arange(gpus) // per_pod
-    pod_sizes = np.bincount(pod_group).astype(np.float64)
+    pod_starts = np.arange(0, gpus, per_pod)
+    pods = _Groups([pod_starts], [np.minimum(pod_starts + per_pod, gpus)], [np.arange(len(pod_starts))],
+                   len(pod_starts))
 
     open_slices: dict[tuple[int, int, str], float] = {}
+    last_util: Any = None
     steps = samples = 0
     last_t = 0.0
     for event in reader.applied(state):
@@ -146,14 +145,13 @@ def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
         ts = _us(t)
         if kind == schema.SAMPLE:
             samples += 1
-            util = state.util
-            if stage_names:
-                sums = np.bincount(stage_group[in_job], weights=util[in_job], minlength=len(stage_names))
-                for name, value in zip(stage_names, (100.0 * sums / np.maximum(stage_sizes, 1)).tolist()):
+            util = event.get("util")
+            if util is not None and util is not last_util:       # the means change only with the array
+                last_util = util
+                for name, value in zip(stage_names, stages.means(util).tolist()):
                     counter(STAGE_PID, name, ts, {"util %": round(value, 1)})
-            pods = np.bincount(pod_group, weights=util) / np.maximum(pod_sizes, 1) * 100.0
-            for p, value in enumerate(pods.tolist()):
-                counter(POD_PID, f"pod {p}", ts, {"util %": round(value, 1)})
+                for p, value in enumerate(pods.means(util).tolist()):
+                    counter(POD_PID, f"pod {p}", ts, {"util %": round(value, 1)})
             if "site_mw" in event:
                 counter(CLUSTER_PID, "site power (MW)", ts, {"MW": event["site_mw"]})
             for tier, load in event.get("links", {}).items():
@@ -191,6 +189,36 @@ def _export(reader: Reader, out: IO[bytes]) -> dict[str, Any]:
     return {"trace_events": write.count, "steps": steps, "samples": samples, "sim_seconds": last_t}
 
 
+class _Groups:
+    """Groups of GPUs as ranges [start, end) (a pipeline stage: one range of tp * cp GPUs per replica; a pod: one
+    range), and the mean of a run-length encoded per-GPU array over each group, from the runs: its cost grows
+    with the runs and the ranges, not with the GPUs (a 10M-GPU header costs nothing per sample)."""
+
+    def __init__(self, starts: list[np.ndarray], ends: list[np.ndarray], group: list[np.ndarray], count: int) -> None:
+        self.starts = np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+        self.ends = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
+        self.group = np.concatenate(group) if group else np.zeros(0, dtype=np.int64)
+        self.count = count
+        self.sizes = np.maximum(np.bincount(self.group, weights=self.ends - self.starts, minlength=count), 1)
+
+    def means(self, rle: dict[str, list[Any]]) -> np.ndarray:
+        """Mean value of each group ("util" runs in percent give percent)."""
+        if not self.count:
+            return np.zeros(0)
+        values = np.asarray(rle["v"], dtype=np.float64)
+        counts = np.asarray(rle["n"], dtype=np.int64)
+        ends = np.cumsum(counts)                                # where each run ends
+        below = np.concatenate([[0.0], np.cumsum(values * counts)])   # sum of the runs before each
+
+        def upto(x: np.ndarray) -> np.ndarray:                  # sum of the values of GPUs [0, x)
+            k = np.minimum(np.searchsorted(ends, x, side="right"), len(values) - 1)
+            start = ends[k] - counts[k]
+            return below[k] + values[k] * np.clip(x - start, 0, counts[k])
+
+        sums = upto(self.ends) - upto(self.starts)
+        return np.bincount(self.group, weights=sums, minlength=self.count) / self.sizes
+
+
 def _begin(write: _Writer, open_slices: dict[tuple[int, int, str], float], pid: int, tid: int, name: str,
            ts: float, args: dict[str, Any]) -> None:
     key = (pid, tid, name)
@@ -208,11 +236,9 @@ def _end(write: _Writer, open_slices: dict[tuple[int, int, str], float], pid: in
 
 def check_output(path: str) -> None:
     """UserError unless the trace can be written there (nothing is created)."""
-    from .recorder import check_output as check
-
     if path == "-":
         raise UserError("the trace needs a file name, not stdout", "-o")
-    check(path)
+    outfile.check_output(path)
 
 
 __all__ = ["UserError", "check_output", "export"]

@@ -17,56 +17,48 @@ import io
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import IO, Any, BinaryIO, Self
 
 import orjson
 
-from ..config.errors import UserError
+from ..config.errors import UserError, escape
+from ..config.infile import open_input
 from . import schema
+from .checks import EventChecks, header_problem
 from .state import ClusterState
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20
+MAX_LINE_BYTES = schema.MAX_LINE_BYTES
 Warn = Callable[[str], None]
 
 
 def warn_stderr(message: str) -> None:
-    print(f"clustertop: warning: {message}", file=sys.stderr)
+    print(f"clustertop: warning: {escape(message)}", file=sys.stderr)
 
 
-def _open_raw(source: str | BinaryIO) -> tuple[IO[bytes], str, bool]:
-    """(buffered binary stream, display name, whether we opened it and must close it)."""
+EXPECTED = "a .jsonl or .jsonl.gz recording"
+
+
+def _open_raw(source: str | BinaryIO, expected: str = EXPECTED) -> tuple[IO[bytes], str, bool]:
+    """(buffered binary stream, display name, whether we opened it and must close it). A path must be a regular
+    file ('-' is stdin): engine/config/infile.py."""
     if not isinstance(source, str):
         raw = source
         name = getattr(source, "name", "<stream>")
         owned = False
-    elif source == "-":
-        raw, name, owned = sys.stdin.buffer, "<stdin>", False
     else:
-        path = Path(source)
-        if path.is_dir():
-            raise UserError("is a directory; expected a .jsonl or .jsonl.gz recording", source)
-        try:
-            raw = open(path, "rb")  # noqa: SIM115 (the Reader owns and closes it)
-        except FileNotFoundError:
-            raise UserError("no such file", source) from None
-        except OSError as exc:
-            raise UserError(f"cannot read: {exc.strerror}", source) from None
-        name, owned = source, True
+        raw = open_input(source, expected)
+        name, owned = ("<stdin>", False) if source == "-" else (source, True)
     if not hasattr(raw, "peek"):
         raw = io.BufferedReader(raw)  # type: ignore[arg-type]
     return raw, str(name), owned
 
 
-def open_binary(source: str) -> IO[bytes]:
-    """A binary stream of the recording's lines: '-' is stdin; gzip is detected by its magic bytes."""
-    import gzip
-
-    raw, _, _ = _open_raw(source)
-    if raw.peek(2)[:2] == GZIP_MAGIC:  # type: ignore[attr-defined]
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
+def open_lines(source: str, expected: str) -> Lines:
+    """The complete lines of a file (plain or gzip) or '-', bounded as Lines bounds them; close with .close()."""
+    raw, name, owned = _open_raw(source, expected)
+    return Lines(raw, name, owned=owned)
 
 
 class Lines:
@@ -75,20 +67,31 @@ class Lines:
     After iteration, `count` is the number of complete lines, `tail` the bytes of an unterminated last line.
     """
 
-    def __init__(self, raw: IO[bytes], name: str, warn: Warn | None = None, number: int = 0) -> None:
+    def __init__(self, raw: IO[bytes], name: str, number: int = 0, owned: bool = False) -> None:
         self.raw = raw
+        self.owned = owned
         self.name = name
-        self.warn = warn or warn_stderr
         self.count = number            # line number of the last line handed out
         self.tail = b""
-        self.gzip = raw.peek(2)[:2] == GZIP_MAGIC  # type: ignore[attr-defined]
+        self.ended_early = False        # a compressed stream that stops mid-member (a writer killed)
+        try:
+            self.gzip = raw.peek(2)[:2] == GZIP_MAGIC  # type: ignore[attr-defined]
+        except OSError as exc:
+            raise UserError(f"cannot read: {exc.strerror}", name) from None
         self._read = getattr(raw, "read1", raw.read)
+
+    def close(self) -> None:
+        if self.owned:
+            self.raw.close()
 
     def _chunks(self) -> Iterator[bytes]:
         read = self._read
         if not self.gzip:
             while True:
-                chunk = read(CHUNK)
+                try:
+                    chunk = read(CHUNK)
+                except OSError as exc:
+                    raise UserError(f"cannot read after line {self.count}: {exc.strerror}", self.name) from None
                 if not chunk:
                     return
                 yield chunk
@@ -97,7 +100,7 @@ class Lines:
             try:
                 chunk = read(CHUNK)
             except OSError as exc:
-                raise UserError(f"cannot read after line {self.count}: {exc}", self.name) from None
+                raise UserError(f"cannot read after line {self.count}: {exc.strerror}", self.name) from None
             if not chunk:
                 break
             while chunk:
@@ -128,24 +131,32 @@ class Lines:
                 rest = b""
             if rest:
                 yield rest
-            self.warn(f"{self.name}: compressed stream ends early (the recorder was stopped?); "
-                      "using the complete lines")
+            self.ended_early = True
 
     def batches(self) -> Iterator[list[bytes]]:
         """Lists of complete lines; `count` is updated before each list is handed out."""
         carry: list[bytes] = []
+        carried = 0
         for chunk in self._chunks():
             if carry:
-                if b"\n" not in chunk:
-                    carry.append(chunk)
-                    continue
                 carry.append(chunk)
+                carried += len(chunk)
+                if b"\n" not in chunk:
+                    if carried > MAX_LINE_BYTES:
+                        raise UserError(f"line {self.count + 1} is longer than {MAX_LINE_BYTES:,} bytes; expected "
+                                        "JSON lines of a clustertop stream (its longest are a few MB)",
+                                        self.name)
+                    continue
                 chunk = b"".join(carry)
                 carry = []
             lines = chunk.split(b"\n")
             last = lines.pop()
+            carried = len(last)
             if last:
                 carry.append(last)
+            if len(lines) > 1 and len(lines[0]) > MAX_LINE_BYTES:
+                raise UserError(f"line {self.count + 1} is longer than {MAX_LINE_BYTES:,} bytes; expected JSON "
+                                "lines of a clustertop stream (its longest are a few MB)", self.name)
             if lines:
                 self.count += len(lines)
                 yield lines
@@ -160,22 +171,6 @@ def _bad(name: str, number: int, message: str) -> UserError:
     return UserError(message, f"{name}:{number}")
 
 
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, orjson.JSONDecodeError):
-        return f"line is not valid JSON ({exc.msg}); the recording is corrupt"
-    if isinstance(exc, _Backwards):
-        return str(exc)
-    return "expected an event object with \"t\" (a number) and \"type\""
-
-
-class _Backwards(ValueError):
-    pass
-
-
-# What a malformed line can raise while parsing or folding it (orjson.JSONDecodeError is a ValueError).
-_BAD_EVENT = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
-
-
 class Reader:
     """One recording or stream: its header, then its events or a folded ClusterState."""
 
@@ -185,7 +180,7 @@ class Reader:
             self.name = name
         self.raw = raw
         self.warn = warn or warn_stderr
-        self.lines = Lines(raw, self.name, self.warn)
+        self.lines = Lines(raw, self.name)
         self._batches = self.lines.batches()
         self._first: list[bytes] = []
         self.line = 1                    # line number of the event events() yielded last
@@ -209,7 +204,7 @@ class Reader:
         except BaseException:
             self.close()
             raise
-        tail = self.lines.tail
+        tail, self.lines.tail = self.lines.tail, b""
         if tail:
             return self._parse_header(tail)
         self.close()
@@ -223,10 +218,15 @@ class Reader:
             raise UserError("line 1 is not JSON; expected a clustertop recording header",
                             f"{self.name}:1") from None
         try:
-            return schema.check_header(header, f"{self.name}:1")
+            header = schema.check_header(header, f"{self.name}:1")
+            why = header_problem(header)
+            if why:
+                raise UserError(f"header {why}", f"{self.name}:1")
         except UserError:
             self.close()
             raise
+        self.checks = EventChecks(header)
+        return header
 
     def _all_batches(self) -> Iterator[list[bytes]]:
         if self._first:
@@ -238,8 +238,20 @@ class Reader:
         """Line number of the line before the batch's first."""
         return self.lines.count - len(batch)
 
+    def _check(self, line: bytes, last: float) -> tuple[dict[str, Any] | None, str | None]:
+        """A line parsed and checked against the schema (engine/stream/checks.py): (event, None), or (None, what is
+        wrong with it)."""
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            return None, f"line is not valid JSON ({exc.msg}); the recording is corrupt"
+        why = self.checks.problem(event)
+        if why is None and event["t"] < last:
+            why = f"time goes backwards ({event['t']} after {last})"
+        return (None, why) if why else (event, None)
+
     def events(self) -> Iterator[dict[str, Any]]:
-        """Every event after the header, in order (checked: objects with a number t that never decreases)."""
+        """Every event after the header, in order, checked against the schema (and t never decreases)."""
         for event, _ in self.pairs():
             yield event
 
@@ -247,23 +259,18 @@ class Reader:
         """Every event after the header with its line as read (for an index that keeps lines: a line of the file
         is a tight bytes object, where one dumped again by orjson holds a 4 KB buffer)."""
         last = float("-inf")
-        loads = orjson.loads
+        check = self._check
         try:
             for batch in self._all_batches():
                 base = self._line_base(batch)
                 for i, line in enumerate(batch):
-                    try:
-                        event = loads(line)
-                        t = event["t"]
-                        event["type"]
-                        if t < last:
-                            raise _Backwards(f"time goes backwards ({t} after {last})")
-                    except _BAD_EVENT as exc:
-                        raise _bad(self.name, base + i + 1, _describe(exc)) from None
-                    last = t
+                    event, why = check(line, last)
+                    if event is None:
+                        raise _bad(self.name, base + i + 1, str(why))
+                    last = event["t"]
                     self.line = base + i + 1
                     yield event, line
-            event = self._tail()
+            event = self._tail(last)
             if event is not None:
                 self.line = self.lines.count + 1
                 yield event, self.lines.tail
@@ -274,59 +281,41 @@ class Reader:
         """Fold every event into `state` and yield it afterwards (for consumers such as the exporter)."""
         apply = state.apply
         for event in self.events():
-            try:
-                apply(event)
-            except _BAD_EVENT as exc:
-                raise _bad(self.name, self.line, _describe(exc)) from None
+            apply(event)
             yield event
 
     def fold(self, state: ClusterState | None = None, until: float | None = None) -> ClusterState:
         """Fold every event (or those with t <= until) into a ClusterState: the fast path of replay, seek."""
         state = state if state is not None else ClusterState(self.header)
         apply = state.apply
-        loads = orjson.loads
-        last = float("-inf")
         limit = float("inf") if until is None else until
+        pairs = self.pairs()
         try:
-            for batch in self._all_batches():
-                for line in batch:
-                    try:
-                        event = loads(line)
-                        t = event["t"]
-                        if t > limit:
-                            return state
-                        if t < last:
-                            raise _Backwards(f"time goes backwards ({t} after {last})")
-                        last = t
-                        apply(event)
-                    except _BAD_EVENT as exc:
-                        # The line number, found only on error: the first line object identical to this one
-                        # (an earlier equal line would have failed first).
-                        i = next(k for k, other in enumerate(batch) if other is line)
-                        raise _bad(self.name, self._line_base(batch) + i + 1, _describe(exc)) from None
-            event = self._tail()
-            if event is not None and event.get("t", 0) <= limit:
-                try:
-                    apply(event)
-                except _BAD_EVENT as exc:
-                    raise _bad(self.name, self.lines.count + 1, _describe(exc)) from None
-            return state
+            for event, _ in pairs:
+                if event["t"] > limit:
+                    break
+                apply(event)
         finally:
-            self.close()
+            pairs.close()
+        return state
 
-    def _tail(self) -> dict[str, Any] | None:
-        """The unterminated last line: used if it is a whole event, else a warning."""
+    def _tail(self, last: float) -> dict[str, Any] | None:
+        """The unterminated last line: used if it is a whole event, a warning if it is cut short, an error if it
+        is a whole line that breaks the schema."""
         tail = self.lines.tail
         if not tail:
+            if self.lines.ended_early:
+                self.warn(f"{self.name}: compressed stream ends early (the writer was stopped?); using the "
+                          f"{self.lines.count} complete lines")
             return None
         number = self.lines.count + 1
-        try:
-            event = orjson.loads(tail)
-            if isinstance(event, dict) and "t" in event and "type" in event:
-                return event
-        except orjson.JSONDecodeError:
-            pass
-        self.warn(f"{self.name}:{number}: last line is truncated; using the {number - 1} complete lines")
+        event, why = self._check(tail, last)
+        if event is not None:
+            return event
+        if why is not None and not why.startswith("line is not valid JSON"):
+            raise _bad(self.name, number, why)
+        cause = " (the compressed stream ends early: the writer was stopped?)" if self.lines.ended_early else ""
+        self.warn(f"{self.name}:{number}: last line is truncated{cause}; using the {number - 1} complete lines")
         return None
 
 

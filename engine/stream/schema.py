@@ -14,7 +14,8 @@ docs/events.md.
   the row of GPUs without a job, runs of GPUs that differ; optional: older recordings lack it), "links"
   (tier -> load 0..1, a list per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
 - Discrete events: "step", "job_start", "job_stop", "fault", "restart", "maintenance", "checkpoint_start",
-  "checkpoint_end", "power_swing", "contention".
+  "checkpoint_end", "power_swing", "contention"; real telemetry adds "target_down", "target_up", "hosts_placed".
+- Real telemetry's samples may add "memory_gb" (per GPU) and "missing" (per key, which GPUs have no reading).
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
 
@@ -29,6 +30,7 @@ from ..config.phases import PHASES
 
 SCHEMA = "clustertop.events"
 SCHEMA_VERSION = 1
+MAX_LINE_BYTES = 64 << 20     # the longest line a reader takes (and so the longest sample a run may write)
 
 # Event types (docs/events.md).
 HEADER = "header"
@@ -43,6 +45,10 @@ CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 POWER_SWING = "power_swing"
 CONTENTION = "contention"
+# Real telemetry (docs/telemetry.md): an endpoint stops or starts answering; hosts first seen late are placed.
+TARGET_DOWN = "target_down"
+TARGET_UP = "target_up"
+HOSTS_PLACED = "hosts_placed"
 
 
 def rle_encode(values: np.ndarray) -> dict[str, list[Any]]:

@@ -14,18 +14,34 @@ slowest job's, its throughput and GPUs all its jobs'.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from ..config.errors import UserError
-from .reader import open_binary
+from ..config.errors import UserError, quote
+from .checks import boolean, count, fields, number, or_null, show, table, text
+from .reader import open_lines
 
 STEP_TIME = "step time"
 RATE_PER_GPU = "tokens/s per GPU"
 SAME_TOKENS = 0.01        # tokens per step within 1% are the same shape (the record's figures are rounded)
-MAX_LINE = 1 << 20
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?(\.[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?){0,7}")
+_JOB = {"name": text, "gpus": count, "fits": boolean,
+        **{key: or_null(number) for key in ("step_time_s", "tokens_per_s", "mfu", "model_tflops_per_gpu",
+                                            "memory_gb_per_gpu")}}
+
+
+def _jobs_problem(value: Any) -> str | None:
+    """A record's "jobs": a list of the estimate's job objects, with the figures ranking and the table read."""
+    if type(value) is not list:
+        return "expected a list of jobs"
+    for i, job in enumerate(value):
+        why = fields(job, _JOB, f"[{i}].") if type(job) is dict else f"[{i}]: expected an object"
+        if why:
+            return why
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +108,26 @@ def ranked(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     return [r for _, r in fitting + oom + invalid], by
 
 
+EXPECTED = "a sweep results file (clustertop sweep -o)"
+_RECORD = {"index": count, "point": table, "scenario": text, "error": text, "jobs": _jobs_problem}
+
+
 def looks_like_sweep_results(path: str) -> bool:
     """True when the file's first line is a sweep record ({"index", "point", ...}) rather than a stream header."""
     if path == "-":
         return False
     try:
-        stream = open_binary(path)
+        lines = open_lines(path, EXPECTED)
     except UserError:
         return False            # the recording reader reports the problem
     try:
-        first = stream.readline(MAX_LINE)
-    except OSError:
+        first = next(iter(lines), None)
+        if first is None:
+            first = lines.tail
+    except UserError:
         return False
     finally:
-        stream.close()
+        lines.close()
     try:
         record = orjson.loads(first)
     except orjson.JSONDecodeError:
@@ -114,29 +136,47 @@ def looks_like_sweep_results(path: str) -> bool:
 
 
 def read_results(path: str) -> list[dict[str, Any]]:
-    """Every record of a results file; UserError (file:line) on anything else."""
+    """Every record of a results file, checked; UserError (file:line) on anything else. A last line cut short
+    (a sweep killed while writing, plain or gzip) is left out: the complete lines are used."""
     records: list[dict[str, Any]] = []
-    stream = open_binary(path)
+    indexes: set[int] = set()
+    lines = open_lines(path, EXPECTED)
     try:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                records.append(_record(line, f"{path}:{number}", indexes))
+        if lines.tail:
             try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                if not line.endswith(b"\n"):
-                    break           # a sweep killed mid-write leaves a readable prefix
-                raise UserError("line is not JSON; expected a sweep record", f"{path}:{number}") from None
-            if not isinstance(record, dict) or not isinstance(record.get("point"), dict):
-                raise UserError('expected a sweep record with "index" and "point"', f"{path}:{number}")
-            try:
-                facts(record)
-            except (ValueError, TypeError, KeyError, AttributeError):
-                raise UserError("expected a sweep record's jobs (gpus, fits, step_time_s, tokens_per_s, "
-                                "memory_gb_per_gpu)", f"{path}:{number}") from None
-            records.append(record)
+                records.append(_record(lines.tail, f"{path}:{lines.count + 1}", indexes))
+            except UserError:
+                pass            # cut short by a killed sweep
     finally:
-        stream.close()
+        lines.close()
     if not records:
         raise UserError("has no sweep records", path)
     return records
+
+
+def _record(line: bytes, where: str, indexes: set[int]) -> dict[str, Any]:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise UserError("line is not JSON; expected a sweep record", where) from None
+    if not isinstance(record, dict) or "point" not in record or "index" not in record:
+        raise UserError('expected a sweep record with "index" and "point"', where)
+    why = fields(record, _RECORD) or _point_problem(record["point"])
+    if why:
+        raise UserError(f"{why}; expected a sweep record (docs/sweep.md)", where)
+    if record["index"] in indexes:
+        raise UserError(f"index {record['index']} is another record's too; expected one record per point", where)
+    indexes.add(record["index"])
+    return record
+
+
+def _point_problem(point: dict[str, Any]) -> str | None:
+    for key, value in point.items():
+        if not _KEY.fullmatch(key):
+            return f"point: key {quote(key[:60])} is not a scenario key (jobs[0].tp, cluster.gpus, ...)"
+        if not (type(value) in (int, float, bool) or (type(value) is str and text(value) is None)):
+            return f"point.{key}: expected a number, true/false or plain text, got {show(value)}"
+    return None

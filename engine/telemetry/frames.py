@@ -18,6 +18,7 @@ import orjson
 
 from clustertop import __version__
 
+from ..config.errors import escape
 from ..config.facility import IT_OVERHEAD
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster, Job
@@ -91,7 +92,7 @@ class TelemetryStream:
         self.start_unix = start_unix
         self.duration_s = duration_s
         self.path = Path(path).name if path else ""
-        self.hosts = hosts if hosts is not None else []
+        self.hosts = [escape(h) for h in hosts] if hosts is not None else []
         self.topo = topology(cluster)
         self.gpus = cluster.gpus
         self.per_pod = self.topo["gpus_per_pod"]
@@ -135,8 +136,11 @@ class TelemetryStream:
     # -- events ---------------------------------------------------------------------------------------------
 
     def event(self, t: float, kind: str, **fields: Any) -> None:
-        """A discrete event (target_down, target_up, hosts_placed...) at time t."""
-        self.sink.write(orjson.dumps({"t": round(t, 6), "type": kind, **fields}, option=OPT))
+        """A discrete event (target_down, target_up, hosts_placed...) at time t. Text from the network or a dump
+        (host names, an HTTP reason) is escaped: a recording holds plain text only (engine/stream/checks.py)."""
+        clean = {k: escape(v) if isinstance(v, str) else [escape(x) for x in v] if isinstance(v, list) else v
+                 for k, v in fields.items()}
+        self.sink.write(orjson.dumps({"t": round(t, 6), "type": kind, **clean}, option=OPT))
         self.events += 1
 
     def _faults(self, t: float, xid: np.ndarray, util: np.ndarray) -> None:
@@ -153,7 +157,7 @@ class TelemetryStream:
             node = gpu // self.cluster.gpus_per_node
             where: dict[str, Any] = {"gpu": gpu, "node": node}
             if node < len(self.hosts):
-                where["host"] = self.hosts[node]
+                where["host"] = self.hosts[node]          # escaped
             self.event(t, schema.FAULT, **fields, **where)
             self.faults += 1
             if dcgm.xid(code).fatal:

@@ -19,7 +19,9 @@ import numpy as np
 
 from ..config import scenario
 from ..config.errors import UserError
-from ..stream.recorder import Recorder, check_output
+from ..config.outfile import check_output
+from ..stream import schema
+from ..stream.recorder import Recorder
 from . import dcgm, promjson
 from .frames import FAST_GZIP, Frame, TelemetryStream
 from .placement import Placement, host_names
@@ -270,7 +272,7 @@ class Importer:
             if placed:
                 assert self.stream is not None
                 first = len(self.placement.order) - len(placed)
-                self.stream.event(self.written * self.step, "hosts_placed", hosts=placed, first_node=first)
+                self.stream.event(self.written * self.step, schema.HOSTS_PLACED, hosts=placed, first_node=first)
         assert self.stream is not None
         w, gpus = self.window, self.cluster.gpus
         src, dst = self._columns()

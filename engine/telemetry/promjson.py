@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import gzip
 import math
-import os
 import re
-import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ import numpy as np
 import orjson
 
 from ..config.errors import UserError
+from ..config.infile import open_input
 
 CHUNK = 8 << 20
 MAX_SERIES_BYTES = 64 << 20       # one series' JSON (labels and points): about 2.5 million points
@@ -37,28 +36,19 @@ EXPECTED = "expected the JSON of a Prometheus range query (/api/v1/query_range: 
 
 
 def open_binary(path: str) -> IO[bytes]:
-    """The dump's bytes (inflated when gzip); UserError unless it is a regular, readable file."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    """The dump's bytes (inflated when gzip); UserError unless it is a regular, readable file (infile.py)."""
+    if path == "-":
+        raise UserError("a dump is read twice (a quick scan, then the series); expected a file, not stdin", path)
+    raw = open_input(path, "a .json dump of /api/v1/query_range")
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise UserError("no such file", path) from None
-    except OSError as exc:
-        raise UserError(f"cannot read: {exc.strerror}", path) from None
-    except ValueError:
-        raise UserError("is not a valid file name", path) from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise UserError(f"is {kind}; {EXPECTED}", path)
-    os.set_blocking(fd, True)
-    raw = os.fdopen(fd, "rb")
-    if raw.read(2) == b"\x1f\x8b":
+        magic = raw.read(2)
         raw.seek(0)
+    except OSError as exc:
+        raw.close()
+        raise UserError(f"cannot read: {exc.strerror}", path) from None
+    if magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    raw.seek(0)
-    return raw
+    return raw  # type: ignore[return-value]
 
 
 def _read(stream: IO[bytes], size: int, path: str) -> bytes:

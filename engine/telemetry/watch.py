@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from ..config import catalog, scenario
 from ..config.errors import UserError
+from ..config.infile import read_capped
+from ..stream import schema
 from ..stream.recorder import Recorder
 from . import dcgm, exposition, promjson
 from .frames import FAST_GZIP, Frame, TelemetryStream
@@ -138,12 +140,7 @@ def exporter_urls(values: Iterable[str]) -> list[str]:
     urls: list[str] = []
     for value in values:
         if value.startswith("@"):
-            path = value[1:]
-            try:
-                with open(path, "rb") as f:
-                    data = f.read(16 << 20)
-            except OSError as exc:
-                raise UserError(f"cannot read: {exc.strerror}", path) from None
+            data = read_capped(value[1:], 16 << 20, "a file of exporter URLs, one a line")
             items = [line.split("#", 1)[0].strip() for line in data.decode(errors="replace").splitlines()]
         else:
             items = [item.strip() for item in value.split(",")]
@@ -314,7 +311,7 @@ class Watcher:
         t = round(self.rounds * self.interval, 6)
         assert self.stream is not None
         if placed:
-            self.stream.event(t, "hosts_placed", hosts=placed, first_node=len(self.placement.order) - len(placed))
+            self.stream.event(t, schema.HOSTS_PLACED, hosts=placed, first_node=len(self.placement.order) - len(placed))
         self._write(t, poll)
         return True
 
@@ -323,11 +320,11 @@ class Watcher:
         assert stream is not None
         for target, reason in poll.failures.items():
             if self.down.get(target) != reason:
-                stream.event(t, "target_down", target=target, error=reason)
+                stream.event(t, schema.TARGET_DOWN, target=target, error=reason)
             self.down[target] = reason
         for target in [t_ for t_ in self.down if t_ not in poll.failures]:
             del self.down[target]
-            stream.event(t, "target_up", target=target)
+            stream.event(t, schema.TARGET_UP, target=target)
         frame = Frame.empty(t, self.cluster.gpus, self.nodes)
         gpu_of, names_of = self.placement.gpu_of, self._names
         node_of = self.placement.node_of

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from clustertop.engine.config.errors import escape
+from rich.markup import escape as markup_escape
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Static
@@ -59,7 +61,7 @@ class CompareScreen(DashboardScreen):
             for i, (source, state) in enumerate(zip(app.sources, app.states)):   # type: ignore[attr-defined]
                 label = "AB"[i]
                 with Vertical(classes="side", id=f"side-{label.lower()}"):
-                    yield Static(f"{label}: {source.name}", classes="side-title")
+                    yield Static(markup_escape(f"{label}: {escape(source.name)}"), classes="side-title")
                     with Vertical(classes="map", id=f"map-{label.lower()}"):
                         yield Heatmap(state, id=f"heatmap-{label.lower()}")
                     yield Legend(id=f"legend-{label.lower()}")

@@ -45,7 +45,11 @@ class ChildSource(StreamSource):
 
     def _fail(self) -> None:
         """The child stopped before its header: its one-line error is the user's error."""
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:      # it closed its output but runs on: end it, and say so
+            self.proc.kill()
+            self.proc.wait()
         self._stderr_thread.join(timeout=5)
         message = b"".join(self._stderr).decode(errors="replace").strip().splitlines()
         text = message[-1] if message else f"the child process exited with code {self.proc.returncode}"

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from clustertop.engine.config.errors import escape
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 from textual import events
@@ -256,7 +257,7 @@ class EventLog(Panel, can_focus=True):
         # (entry index, clock or indent, text, style): long events wrap
         lines: list[tuple[int, str, str, str]] = []
         for i, entry in enumerate(self._entries):
-            words = entry.line()
+            words = escape(entry.line())      # unknown events echo their keys and values
             clock = format_clock(entry.t) + " "
             while True:
                 if len(words) <= room:
