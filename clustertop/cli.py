@@ -34,6 +34,8 @@ examples:
   clustertop compare pcie-8gpu nvswitch-8gpu   two scenarios side by side
   clustertop export run.jsonl.gz --format perfetto -o trace.json
   clustertop sweep llama3-405b-16k --vary jobs[0].tp=4,8 --vary jobs[0].pp=8,16
+  clustertop import prometheus util.json power.json --cluster site.toml -o real.jsonl.gz
+  clustertop watch --exporter http://node1:9400/metrics,http://node2:9400/metrics --cluster site.toml
 """
 
 
@@ -41,10 +43,13 @@ def _dispatch(name: str) -> Callable[[argparse.Namespace], int]:
     """The subcommand's module is imported only when it runs, so `--help` and errors stay fast."""
 
     def run(args: argparse.Namespace) -> int:
-        module = importlib.import_module(f"clustertop.commands.{name}")
+        module = importlib.import_module(f"clustertop.commands.{MODULES.get(name, name)}")
         return module.main(args)
 
     return run
+
+
+MODULES = {"import": "import_telemetry"}     # subcommands whose name is not a module name
 
 
 class _Parser(argparse.ArgumentParser):
@@ -157,6 +162,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--best-to", metavar="FILE.toml", help="write the best point as a ready scenario file")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask distributed scheduler")
+
+    p = add("import", "convert real telemetry (Prometheus range-query dumps of DCGM metrics) into a recording",
+            epilog="examples:\n"
+                   "  clustertop import prometheus util.json power.json --cluster site.toml -o real.jsonl.gz\n"
+                   "  clustertop compare real.jsonl.gz site.toml      the real run beside its simulated twin\n"
+                   "a dump is the JSON of /api/v1/query_range (resultType matrix), plain or gzip; see "
+                   "docs/telemetry.md")
+    p.add_argument("format", choices=["prometheus"], help="the dumps' format: prometheus (query_range JSON)")
+    p.add_argument("dumps", nargs="+", metavar="DUMP.json", help="range-query results, any order, one or more")
+    p.add_argument("--cluster", required=True, metavar="CLUSTER.toml",
+                   help="a scenario file (or a file with only [cluster]) whose cluster the GPUs are placed on")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="output recording (.jsonl, or .jsonl.gz for gzip), or - for stdout")
+    p.add_argument("--json", action="store_true", help="print a JSON summary when writing to a file")
+
+    p = add("watch", "the dashboard over a real cluster: DCGM telemetry from Prometheus or the exporters, live",
+            epilog="examples:\n"
+                   "  clustertop watch --prometheus http://prometheus:9090 --cluster site.toml\n"
+                   "  clustertop watch --exporter http://node1:9400/metrics,http://node2:9400/metrics\n"
+                   "  clustertop watch --exporter @exporters.txt --record real.jsonl.gz\n"
+                   "  clustertop watch --prometheus http://prometheus:9090 -o real.jsonl.gz --duration 1h   "
+                   "(headless)\nsee docs/telemetry.md")
+    p.add_argument("--prometheus", metavar="URL", help="a Prometheus server (its HTTP API) that scrapes dcgm-exporter")
+    p.add_argument("--exporter", action="append", metavar="URL[,URL...]",
+                   help="dcgm-exporter (and node_exporter) /metrics URLs, comma-separated or @FILE (one a line); "
+                        "repeatable")
+    p.add_argument("--cluster", metavar="CLUSTER.toml",
+                   help="a scenario file (or [cluster] alone) to place the GPUs on (default: the hosts that answer)")
+    p.add_argument("--interval", metavar="D", help='time between rounds, e.g. "5s" (default: 5s)')
+    p.add_argument("--timeout", metavar="D", help="deadline of one request (default: 0.8 x the interval, at most 10s)")
+    p.add_argument("--record", metavar="FILE", help="also write what is watched to FILE (.jsonl or .jsonl.gz)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="headless: write the stream to FILE (or - for stdout) instead of showing it")
+    p.add_argument("--duration", metavar="D", help='stop after this long, e.g. "1h" (default: until interrupted)')
+    p.add_argument("--metric", choices=("util", "power", "phase"), default="util",
+                   help="what the heatmap colours by (default: util)")
 
     p = add("validate", "compare the performance model with published training runs",
             epilog="example: clustertop validate")

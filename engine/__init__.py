@@ -8,6 +8,8 @@
   the engine and the dashboard. It imports `config` only, so the dashboard (which reads `stream` and `config`)
   never loads the model or the simulation; `sim` writes through it.
 
+`telemetry` (real clusters: DCGM metrics from Prometheus or the exporters, written as the stream) reads
+`config` and writes through `stream`; like the dashboard, it never loads the model or the simulation.
 `sweep` (design-space sweeps over the model) sits beside them. Importing this package imports neither SimPy nor
 Textual.
 """

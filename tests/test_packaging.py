@@ -52,6 +52,7 @@ ALLOWED = {
     "engine/model": {"config", "model"},
     "engine/sim": {"config", "model", "sim", "stream"},
     "engine/stream": {"config", "stream"},
+    "engine/telemetry": {"config", "stream", "telemetry"},
     "tui": {"config", "stream", "tui"},
 }
 
@@ -85,7 +86,7 @@ def test_each_layer_imports_only_the_layers_it_may() -> None:
     for folder, allowed in ALLOWED.items():
         for path in (ROOT / folder).rglob("*.py"):
             package = ".".join(["clustertop", *path.relative_to(ROOT).parts[:-1]])
-            layers = _engine_imports(path, package) & {"config", "model", "sim", "stream", "tui", "sweep"}
+            layers = _engine_imports(path, package) & {"config", "model", "sim", "stream", "telemetry", "tui", "sweep"}
             if layers - allowed:
                 wrong.append(f"{path.relative_to(ROOT)} imports {sorted(layers - allowed)}")
     assert not wrong, wrong
@@ -94,7 +95,8 @@ def test_each_layer_imports_only_the_layers_it_may() -> None:
 def test_the_dashboard_never_loads_the_model_or_simpy() -> None:
     code = ("import sys, clustertop.tui.app, clustertop.tui.sweep, clustertop.tui.sources.live, "
             "clustertop.tui.sources.recording, clustertop.tui.sources.stdin, clustertop.commands.run, "
-            "clustertop.commands.replay, clustertop.commands.compare;"
+            "clustertop.commands.replay, clustertop.commands.compare, clustertop.commands.watch, "
+            "clustertop.commands.import_telemetry, clustertop.engine.telemetry.watch, clustertop.tui.sources.watch;"
             "print(sorted(m for m in sys.modules if m.startswith(('clustertop.engine.model', "
             "'clustertop.engine.sim', 'simpy'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

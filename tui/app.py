@@ -97,8 +97,7 @@ class ClusterTopApp(App[None]):
         self._seen_end = self.playback.end
         self._reported_error = [False] * len(sources)
         first = sources[0]
-        self.sub_title = escape(f"{'live' if first.controllable else 'replay'} "
-                                f"{jobinfo.describe(self.states[0], first.name)}")
+        self.sub_title = escape(f"{first.kind} {jobinfo.describe(self.states[0], first.name)}")
         if self.compare:
             self.sub_title = escape(f"compare {sources[0].name} ↔ {sources[1].name}")
 

@@ -173,6 +173,23 @@ class Layout:
         counts = np.diff(np.append(starts, seg.size))
         return (np.add.reduceat(seg.astype(np.float64), starts) / counts).astype(np.float32)
 
+    def mean_where(self, values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean of each pixel's GPUs that have a reading (`present`), and the pixels where none has."""
+        seg = np.where(present[self.gpu0:self.gpu1], values[self.gpu0:self.gpu1], 0.0)
+        counts = self.count(present)
+        if self.g == 1:
+            return seg.astype(np.float32), counts == 0
+        starts = np.arange(0, seg.size, self.g)
+        sums = np.add.reduceat(seg.astype(np.float64), starts)
+        return (sums / np.maximum(counts, 1)).astype(np.float32), counts == 0
+
+    def count(self, flags: np.ndarray) -> np.ndarray:
+        """How many of each pixel's GPUs are flagged."""
+        seg = flags[self.gpu0:self.gpu1].astype(np.int32)
+        if self.g == 1:
+            return seg
+        return np.add.reduceat(seg, np.arange(0, seg.size, self.g))
+
     def maximum(self, values: np.ndarray) -> np.ndarray:
         seg = values[self.gpu0:self.gpu1]
         if self.g == 1:

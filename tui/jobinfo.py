@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clustertop.engine.config.errors import escape
 from clustertop.engine.stream.state import ClusterState, JobStatus
 
 DIMS = ("tp", "cp", "pp", "dp", "ep")
@@ -46,6 +47,24 @@ def memory_gb(job: JobStatus, stage: int) -> float | None:
     if isinstance(mem, list) and mem:
         return float(mem[min(stage, len(mem) - 1)])
     return None
+
+
+def measured_memory_gb(state: ClusterState, gpu: int) -> float | None:
+    """The memory a GPU reported in use (real telemetry's `memory_gb`), or None when there is no such reading."""
+    memory = state.memory_gb
+    if memory is None:
+        return None
+    missing = state.missing("memory_gb")
+    return None if missing is not None and missing[gpu] else float(memory[gpu])
+
+
+def host_of(state: ClusterState, node: int) -> str | None:
+    """The host name of a node of real telemetry (the header's `telemetry.hosts`), or None."""
+    telemetry = state.header.get("telemetry")
+    hosts = telemetry.get("hosts") if isinstance(telemetry, dict) else None
+    if not isinstance(hosts, list) or not 0 <= node < len(hosts):
+        return None
+    return escape(str(hosts[node]))[:80]           # a recording is untrusted text
 
 
 def cluster(state: ClusterState) -> dict[str, Any]:

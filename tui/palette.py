@@ -61,7 +61,9 @@ CURSOR = BG + 1
 LABEL = BG + 2
 TITLE = BG + 3
 DIM = BG + 4          # GPUs outside the highlighted job
-COLOURS = DIM + 1
+NODATA = BG + 5       # GPUs that reported nothing (real telemetry): missing, not zero
+COLOURS = NODATA + 1
+NODATA_COLOR = "#8c8c8c"   # a light neutral grey: apart from every ramp and from idle's dark grey
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class StyleCache:
         self.theme = theme
         table = UTIL_RAMP if metric == "util" else POWER_RAMP
         self.colours: list[str] = list(table) + [PHASE_COLORS[p] for p in PHASES]
-        self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground, theme.dim]
+        self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground, theme.dim, NODATA_COLOR]
         self._rich = [Color.parse(c) for c in self.colours]
         self._styles: dict[int, Style] = {}
         self.label = Style(color=Color.parse(theme.muted), bgcolor=Color.parse(theme.background))
@@ -137,6 +139,8 @@ def phase_colour(codes: np.ndarray) -> np.ndarray:
 __all__ = [
     "CODE",
     "METRICS",
+    "NODATA",
+    "NODATA_COLOR",
     "PHASE_COLORS",
     "PHASE_LABELS",
     "StyleCache",

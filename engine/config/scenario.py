@@ -68,6 +68,7 @@ class Cluster:
     torus: tuple[int, ...] = ()                   # a torus scale-up: the domain's extent per dimension, x first
     optics: str = "pluggable"                     # OPTICS: the transceivers of the optical links
     building_distance_km: float = 0.0             # fibre between buildings: 4.9 us per km on collectives crossing
+    hosts: tuple[str, ...] = ()   # node i's host name (real telemetry: docs/telemetry.md); empty: hostname order
 
     @property
     def nodes(self) -> int:
@@ -228,8 +229,12 @@ class Scenario:
     economics: Economics = dataclasses.field(default_factory=lambda: default_economics())
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved scenario as plain data (catalog entries expanded), for recordings and --json."""
-        return dataclasses.asdict(self)
+        """The resolved scenario as plain data (catalog entries expanded), for recordings and --json. An empty
+        `cluster.hosts` is left out, so simulated recordings are as they were before real telemetry came."""
+        data = dataclasses.asdict(self)
+        if not data["cluster"]["hosts"]:
+            del data["cluster"]["hosts"]
+        return data
 
 
 TOP_SPEC: dict[str, Field] = {
@@ -300,6 +305,7 @@ CLUSTER_SPEC: dict[str, Field] = {
     "site_power_budget_mw": optional("float", None, positive=True, high=100_000.0),
     "ecmp_flows": optional("int", 16, positive=True, high=1024),
     "degraded": optional("any", None, doc="an array of [[cluster.degraded]] tables"),
+    "hosts": optional("any", None, doc="an array of host names, node 0 first"),
 }
 
 JOB_SPEC: dict[str, Field] = {
@@ -478,6 +484,7 @@ def _cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
         raise ctx.error("cluster.gpus", f"{c['gpus']} GPUs is not a whole number of nodes of "
                         f"{c['gpus_per_node']} (gpus_per_node); expected a multiple of {c['gpus_per_node']}")
     c["degraded"] = _degraded(ctx, c["degraded"], _pod_count(c))
+    c["hosts"] = _hosts(ctx, c["hosts"], c["gpus"] // c["gpus_per_node"])
     return Cluster(gpu=gpu, scale_out=scale_out, scale_up_link=link, **c)
 
 
@@ -578,6 +585,43 @@ DEGRADED_SPEC: dict[str, Field] = {
 def _pod_count(c: dict[str, Any]) -> int:
     per_pod = c["gpus_per_rack"] * c["racks_per_pod"]
     return -(-c["gpus"] // per_pod)
+
+
+def _hosts(ctx: Context, raw: Any, nodes: int) -> tuple[str, ...]:
+    """cluster.hosts: which host is node 0, 1, ... when real telemetry is placed on the cluster (names as the
+    DCGM exporter's Hostname label or Prometheus's instance, with or without its port)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(h, str) and h.strip() and len(h) <= 256 for h in raw):
+        raise ctx.error("cluster.hosts", "expected an array of host names (non-empty strings of at most 256 "
+                        "characters), node 0 first")
+    if len(raw) > nodes:
+        raise ctx.error("cluster.hosts", f"{len(raw):,} hosts for {nodes:,} nodes; expected at most one per node")
+    seen: set[str] = set()
+    for i, host in enumerate(raw):
+        if host in seen:
+            raise ctx.error("cluster.hosts", f"{quote(host)} is listed twice (hosts[{i}]); expected each host once")
+        seen.add(host)
+    return tuple(raw)
+
+
+def load_cluster(arg: str) -> tuple[str, Cluster, tuple[Job, ...]]:
+    """(name, cluster, jobs) of a scenario file, or of a file with only a [cluster] table (and an optional name):
+    where real telemetry is placed. Jobs, when the file has them, say which GPUs run what."""
+    path = resolve_path(arg)
+    data, text = read_toml(path)
+    ctx = Context(str(path), text)
+    if isinstance(data, dict) and "jobs" in data:
+        s = parse(data, ctx, str(path))
+        return s.name, s.cluster, s.jobs
+    spec = {**TOP_SPEC, "name": optional("str", path.stem), "jobs": optional("any", None)}
+    top = check_table(ctx, "", data, spec)
+    return top["name"], _cluster(ctx, top["cluster"]), ()
+
+
+def parse_cluster(table: dict[str, Any], where: str) -> Cluster:
+    """A [cluster] table built by the program (a watched cluster's), checked as a file's would be."""
+    return _cluster(Context(where), table)
 
 
 def _degraded(ctx: Context, raw: Any, pods: int) -> tuple[DegradedLinks, ...]:

@@ -24,6 +24,7 @@ import orjson
 
 from ..config.phases import CODE, PHASES
 from ..model.topology import TIERS
+from ..stream import schema
 from .activity import NPH, WAIT
 
 if TYPE_CHECKING:
@@ -36,9 +37,7 @@ PHASE_UTIL[CODE["compute"]] = 1.0
 PHASE_UTIL[CODE["optimizer"]] = 0.5
 PHASE_UTIL[CODE["memory"]] = 0.5
 
-# Where each tier's load is given: one value per pod for the links of a pod (inside it, and its uplinks between
-# pods), one per building for a building's links to the others.
-LINK_SCOPE = {"node": "pod", "leaf": "pod", "spine": "pod", "core": "pod", "campus": "building"}
+LINK_SCOPE = schema.LINK_SCOPE
 TARGET_SAMPLES = 5000
 TARGET_GPU_SAMPLES = 1e9
 NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,

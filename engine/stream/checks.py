@@ -234,6 +234,24 @@ def _contention_entry(value: Any) -> str | None:
     return fields(value, _CONTENTION)
 
 
+def _missing(gpus: int) -> Check:
+    """Real telemetry's `missing`: per key, a run-length array of 0 and 1 over the GPUs."""
+    flags = _rle(gpus)
+
+    def check(value: Any) -> str | None:
+        if type(value) is not dict:
+            return "expected an object of run-length flags"
+        for key, rle in value.items():
+            why = text(key) or flags(rle)
+            if why is None and any(x not in (0, 1) for x in set(rle["v"])):
+                why = "expected flags 0 or 1"
+            if why:
+                return f"{quote(key)}: {why}"
+        return None
+
+    return check
+
+
 _JOB_REF = {"job": or_null(text)}
 _EVENTS: dict[str, dict[str, Check]] = {
     schema.STEP: {"job": text, "step": count, "step_time_s": number, "tokens": number, "tokens_per_s": number,
@@ -241,7 +259,7 @@ _EVENTS: dict[str, dict[str, Check]] = {
     schema.JOB_START: _JOB_REF,
     schema.JOB_STOP: {**_JOB_REF, "reason": text},
     schema.FAULT: {**_JOB_REF, "cause": text, "category": text, "component": text, "gpu": count, "node": count,
-                   "scope": text, "injected": boolean, "extends_downtime": boolean},
+                   "scope": text, "injected": boolean, "extends_downtime": boolean, "xid": count, "host": text},
     schema.MAINTENANCE: {**_JOB_REF, "cause": text, "component": text, "duration_s": number},
     schema.RESTART: {**_JOB_REF, "reason": text, "from_checkpoint_step": count, "tokens_total": number,
                      "lost_steps": count, "lost_tokens": number, "lost_s": number, "downtime_s": number,
@@ -250,6 +268,9 @@ _EVENTS: dict[str, dict[str, Check]] = {
     schema.CHECKPOINT_END: {**_JOB_REF, "step": count, "ok": boolean, "duration_s": number},
     schema.POWER_SWING: {"from_mw": number, "to_mw": number, "delta_mw": number, "over_budget": boolean},
     schema.CONTENTION: {"running": _list_of(text, "job names"), "jobs": _list_of(_contention_entry, "objects")},
+    schema.TARGET_DOWN: {"target": text, "error": text},
+    schema.TARGET_UP: {"target": text},
+    schema.HOSTS_PLACED: {"hosts": _list_of(text, "host names"), "first_node": count},
 }
 
 
@@ -260,7 +281,8 @@ class EventChecks:
         gpus = header["topology"]["gpus"]
         self.specs = dict(_EVENTS)
         self.specs[schema.SAMPLE] = {"util": _rle(gpus), "power_w": _rle(gpus), "phase": _rle(gpus, phase=True),
-                                     "links": _links, "site_mw": number, "over_budget": boolean, "jobs": _statuses}
+                                     "links": _links, "site_mw": number, "over_budget": boolean, "jobs": _statuses,
+                                     "memory_gb": _rle(gpus), "missing": _missing(gpus)}
 
     def problem(self, event: Any) -> str | None:
         """What is wrong with a parsed line as an event, or None: an object with a finite number "t" and a

@@ -14,7 +14,8 @@ docs/events.md.
   the row of GPUs without a job, runs of GPUs that differ; optional: older recordings lack it), "links"
   (tier -> load 0..1, a list per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
 - Discrete events: "step", "job_start", "job_stop", "fault", "restart", "maintenance", "checkpoint_start",
-  "checkpoint_end", "power_swing", "contention".
+  "checkpoint_end", "power_swing", "contention"; real telemetry adds "target_down", "target_up", "hosts_placed".
+- Real telemetry's samples may add "memory_gb" (per GPU) and "missing" (per key, which GPUs have no reading).
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
 
@@ -44,6 +45,14 @@ CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 POWER_SWING = "power_swing"
 CONTENTION = "contention"
+
+# Where each tier's load is given in a sample's "links": one value per pod for the links of a pod (inside it, and
+# its uplinks to the other pods), one per building for a building's links to the others (header "link_scope").
+LINK_SCOPE = {"node": "pod", "leaf": "pod", "spine": "pod", "core": "pod", "campus": "building"}
+# Real telemetry (docs/telemetry.md): an endpoint stops or starts answering; hosts first seen late are placed.
+TARGET_DOWN = "target_down"
+TARGET_UP = "target_up"
+HOSTS_PLACED = "hosts_placed"
 
 
 def rle_encode(values: np.ndarray) -> dict[str, list[Any]]:

@@ -229,6 +229,10 @@ class ClusterState:
         self._power = _Lazy(np.zeros(self.gpus, dtype=np.float32))
         self._phase = _Lazy(np.full(self.gpus, CODE["idle"], dtype=np.uint8))
         self.mix = PhaseMix(header, self._phase)     # phase shares over the interval (`phase_mix`)
+        self._memory = _Lazy(np.zeros(self.gpus, dtype=np.float32))   # GB in use (real telemetry: `memory_gb`)
+        self._has_memory = False
+        self._missing: dict[str, Any] = {}           # the latest sample's `missing`: key -> run-length 0/1
+        self._missing_cache: dict[str, tuple[Any, np.ndarray]] = {}
         self.links: dict[str, np.ndarray] = {}       # tier -> load 0..1 (one value, or one per pod)
         self.site_mw = 0.0
         self.energy_mwh = 0.0                # the site's energy over the samples so far
@@ -265,6 +269,35 @@ class ClusterState:
     def phase(self) -> np.ndarray:
         """Per-GPU phase code (uint8, engine.config.phases.PHASES)."""
         return self._phase.get()
+
+    @property
+    def memory_gb(self) -> np.ndarray | None:
+        """Per-GPU memory in use in GB (float32) when the latest sample measured it (real telemetry), else None."""
+        return self._memory.get() if self._has_memory else None
+
+    def missing(self, key: str) -> np.ndarray | None:
+        """GPUs without a reading of `key` ("util", "power_w", "memory_gb") in the latest sample, as a bool array;
+        None when every GPU has one (always, in a simulated run). Their values in the arrays are 0 placeholders."""
+        rle = self._missing.get(key)
+        if rle is None:
+            return None
+        cached = self._missing_cache.get(key)
+        if cached is not None and cached[0] is rle:
+            return cached[1]
+        try:
+            flags = schema.rle_decode(rle, out=np.zeros(self.gpus, dtype=bool))
+        except (ValueError, TypeError, KeyError):
+            flags = np.zeros(self.gpus, dtype=bool)     # malformed: nothing shown as missing
+        self._missing_cache[key] = (rle, flags)
+        return flags
+
+    def mean(self, key: str, gpu0: int = 0, gpu1: int | None = None) -> float | None:
+        """Mean of "util" (0..1) or "power_w" over GPUs [gpu0, gpu1) that have a reading; None when none has."""
+        values = (self.util if key == "util" else self.power_w)[gpu0:gpu1]
+        missing = self.missing(key)
+        if missing is not None:
+            values = values[~missing[gpu0:gpu1]]
+        return float(values.mean(dtype=np.float64)) if values.size else None
 
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event into the state."""
@@ -339,6 +372,16 @@ class ClusterState:
                 if type(rle) is not dict or len(rle["v"]) != len(rle["n"]):
                     raise ValueError(f"{key} is not a run-length array")
                 lazy.pending = rle
+        memory = event.get("memory_gb")
+        self._has_memory = memory is not None
+        if memory is not None:
+            if type(memory) is not dict or len(memory["v"]) != len(memory["n"]):
+                raise ValueError("memory_gb is not a run-length array")
+            self._memory.pending = memory
+        missing = event.get("missing", {})
+        if type(missing) is not dict:
+            raise ValueError("missing is not an object of run-length arrays")
+        self._missing = missing
         mix = event.get("phase_mix")
         if type(mix) is dict:
             self.mix.pending = mix

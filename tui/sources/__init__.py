@@ -18,6 +18,7 @@ class Source:
 
     live = False          # a running engine: the end of the stream moves
     controllable = False  # commands reach the engine
+    kind = "replay"       # what the title bar calls it: replay, live (an engine), watch (a real cluster)
 
     def __init__(self, name: str, index: EventIndex) -> None:
         self.name = name

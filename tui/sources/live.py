@@ -7,16 +7,13 @@ runs and the dashboard still follows it.
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from clustertop.engine.config.errors import UserError
 from clustertop.engine.stream import protocol
 
-from .stream import StreamSource, stream_events
+from .child import ChildSource
 
 
 def record_command(scenario: str, seed: int | None = None, extra: list[str] | None = None) -> list[str]:
@@ -31,47 +28,17 @@ def display_name(scenario: str) -> str:
     return Path(scenario).stem if scenario.endswith(".toml") else scenario
 
 
-class LiveSource(StreamSource):
+class LiveSource(ChildSource):
     """A running engine. `command` overrides the child's command line (tests, benchmarks)."""
 
     controllable = True
+    kind = "live"
 
     def __init__(self, scenario: str, seed: int | None = None, command: list[str] | None = None) -> None:
-        self.command = command or record_command(scenario, seed)
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0)
-        self._stderr: list[bytes] = []
-        self._stderr_thread = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
-        self._stderr_thread.start()
+        super().__init__(display_name(scenario), command or record_command(scenario, seed), f"{scenario} (engine)")
+
+    def starting(self) -> None:
         self.send(protocol.run_to(0.0))    # wait at the start for the dashboard's clock (it sends run_to)
-        assert self.proc.stdout is not None
-        stdout: IO[bytes] = self.proc.stdout
-        try:
-            super().__init__(display_name(scenario), stream_events(stdout, f"{scenario} (engine)"))
-        except UserError:
-            self._fail()
-            raise
-        except Exception:
-            self.close()
-            raise
-
-    def _drain(self, stream: IO[bytes]) -> None:
-        for line in stream:
-            self._stderr.append(line)
-            del self._stderr[:-20]
-
-    def _fail(self) -> None:
-        """The engine stopped before its header: its one-line error is the user's error."""
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:      # it closed its output but runs on: end it, and say so
-            self.proc.kill()
-            self.proc.wait()
-        self._stderr_thread.join(timeout=5)
-        message = b"".join(self._stderr).decode(errors="replace").strip().splitlines()
-        text = message[-1] if message else f"the engine exited with code {self.proc.returncode}"
-        self.close()
-        raise UserError(text.removeprefix("clustertop: "))
 
     def send(self, command: dict[str, Any]) -> bool:
         stdin = self.proc.stdin
@@ -83,18 +50,3 @@ class LiveSource(StreamSource):
         except (BrokenPipeError, OSError):
             return False
         return True
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass

@@ -41,7 +41,7 @@ FIGURES: tuple[Figure, ...] = (
     ("tokens/s", lambda s: _job(s, "tokens_per_s"), fmt.si, True),
     ("TFLOP/s per GPU", lambda s: _job(s, "tflops_per_gpu"), lambda v: f"{v:.0f}", True),
     ("MFU", lambda s: _job(s, "mfu"), lambda v: f"{v * 100:.1f}%", True),
-    ("mean utilization", lambda s: float(s.util.mean()) if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
+    ("mean utilization", lambda s: s.mean("util") if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
     ("site power", lambda s: s.site_mw if s.samples else None, fmt.power, False),
     ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, fmt.si, True),
     ("energy per token so far", lambda s: _per_token(s, False), lambda v: f"{v:,.2f} J", False),

@@ -21,7 +21,7 @@ from .. import format as fmt
 from ..playback import format_clock
 from .panel import Panel
 
-STYLES = {"fault": "bold red", "restart": "yellow", "maintenance": "magenta", "checkpoint_start": "cyan",
+STYLES = {"fault": "bold red", "target_down": "red", "target_up": "green", "restart": "yellow", "maintenance": "magenta", "checkpoint_start": "cyan",
           "checkpoint_end": "cyan", "power_swing": "yellow", "job_start": "green", "job_stop": "red",
           "contention": "blue"}
 QUIET_KEYS = {"t", "type"}
@@ -37,7 +37,7 @@ def describe(event: dict[str, Any]) -> str:
         return f"job {job} stopped" + (f": {event['reason']}" if event.get("reason") else "")
     if kind == "fault":
         where = []
-        for key in ("gpu", "node", "rack", "link", "switch"):
+        for key in ("gpu", "node", "host", "rack", "link", "switch"):
             if key in event:
                 value = f"{event[key]:,}" if isinstance(event[key], int) else str(event[key])
                 where.append(f"{key}\u00a0{value}")
@@ -72,6 +72,14 @@ def describe(event: dict[str, Any]) -> str:
         if "duration_s" in event:
             where = (where + " " if where else "") + f"for {float(event['duration_s']):,.0f} s"
         return (text + (f" · {where}" if where else "")).rstrip()
+    if kind == "target_down":
+        return f"no answer from {event.get('target', '?')}: {event.get('error', '')}".rstrip(": ")
+    if kind == "target_up":
+        return f"{event.get('target', '?')} answers again"
+    if kind == "hosts_placed" and isinstance(event.get("hosts"), list):
+        hosts = [str(h) for h in event["hosts"]]
+        return f"new hosts from node {event.get('first_node', '?')}: {', '.join(hosts[:3])}" + \
+            (f" and {len(hosts) - 3:,} more" if len(hosts) > 3 else "")
     if kind == "contention" and isinstance(event.get("jobs"), list):
         slowed = [f"{e.get('job')} x{float(e['contention_slowdown']):.3f}" for e in event["jobs"]
                   if isinstance(e, dict) and isinstance(e.get("contention_slowdown"), (int, float))
@@ -85,7 +93,7 @@ def describe(event: dict[str, Any]) -> str:
 
 
 FILTERS = ("all events", "no power swings", "faults and restarts")
-FAULTS = frozenset({"fault", "restart", "maintenance", "job_stop", "degraded"})
+FAULTS = frozenset({"fault", "restart", "maintenance", "job_stop", "degraded", "target_down", "target_up"})
 
 
 def shown(kind: str, mode: str) -> bool:

@@ -88,14 +88,19 @@ class GpuTable(Panel):
             self._histories(index, gpus, t, state)
         shares = np.stack([state.mix.per_gpu(g, g + 1)[0] for g in gpus]) if gpus else np.zeros((0, len(PHASES)))
         hbm = jobinfo.gpu_spec(state).get("hbm_gb")
+        no_util, no_power = state.missing("util"), state.missing("power_w")
         records = []
         for k, gpu in enumerate(gpus):
             job = jobinfo.job_of(state, gpu)
-            mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu)["pp"]) if job else None
+            mem = jobinfo.measured_memory_gb(state, gpu)
+            if mem is None and job is not None:
+                mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu)["pp"])
             order = np.argsort(-shares[k], kind="stable")[:3]
             records.append({
-                "gpu": gpu, "job": job.name if job else "", "util": float(state.util[gpu]),
-                "power": float(state.power_w[gpu]), "memory": mem if mem is not None else -1.0,
+                "gpu": gpu, "job": job.name if job else "",
+                "util": -1.0 if no_util is not None and no_util[gpu] else float(state.util[gpu]),
+                "power": -1.0 if no_power is not None and no_power[gpu] else float(state.power_w[gpu]),
+                "memory": mem if mem is not None else -1.0,
                 "phase": -float(shares[k][PHASES.index("compute")]),
                 "mix": [(PHASES[i], float(shares[k][i])) for i in order if shares[k][i] >= 0.005]})
         if self.sort != "gpu":
@@ -115,7 +120,8 @@ class GpuTable(Panel):
             failed = any(name == "failed" and share > 0.5 for name, share in r["mix"])
             text.append(f"{r['gpu']:<9,} ", style="bold red" if failed else "bold")
             text.append(f"{jobs_abbr(r['job'], 12):<12} ")
-            text.append(f"{r['util'] * 100:>4.0f}% {r['power']:>5.0f}W ")
+            text.append(f"{r['util'] * 100:>4.0f}% " if r["util"] >= 0 else f"{'—':>5} ")
+            text.append(f"{r['power']:>5.0f}W " if r["power"] >= 0 else f"{'—':>6} ")
             mem = f"{r['memory']:.1f}" + (f"/{float(hbm):.0f}" if hbm else "") if r["memory"] >= 0 else "—"
             text.append(f"{mem:>8} ")
             used = 0

@@ -236,13 +236,23 @@ class Heatmap(Widget, can_focus=True):
         state = self.state
         if not state.samples:        # nothing measured yet: blank, not a cluster of zeros
             return np.full(lay.pixels, palette.BG, dtype=np.int16)
+        missing = state.missing("power_w" if self.metric == "power" else "util")
         if self.metric == "phase":
-            return palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]), lay.gpu0))
+            colours = palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]), lay.gpu0))
+            if missing is not None:        # the phase of real telemetry comes from its utilization
+                colours[lay.count(~missing) == 0] = palette.NODATA
+            return colours
         if self.metric == "power":
             gpu = state.header.get("scenario", {}).get("cluster", {}).get("gpu", {})
-            tdp = float(gpu.get("tdp_w") or 0) or float(state.power_w.max() or 1.0)
-            return palette.level_of(lay.mean(state.power_w), tdp)
-        return palette.level_of(lay.mean(state.util), 1.0)
+            values, top = state.power_w, float(gpu.get("tdp_w") or 0) or float(state.power_w.max() or 1.0)
+        else:
+            values, top = state.util, 1.0
+        if missing is None:
+            return palette.level_of(lay.mean(values), top)
+        means, empty = lay.mean_where(values, ~missing)     # missing, not zero: a pixel of GPUs without data
+        colours = palette.level_of(means, top)
+        colours[empty] = palette.NODATA
+        return colours
 
     def render_frame(self) -> list[Strip]:
         """Every line of the heatmap for the current state (the work a frame costs)."""
@@ -326,7 +336,10 @@ class Heatmap(Widget, can_focus=True):
         inner = lay.scale - 1
         for pixel in range(lay.pixels):
             gpu = lay.gpu0 + pixel * lay.g
-            if self.metric == "phase":
+            missing = state.missing("power_w" if self.metric == "power" else "util")
+            if missing is not None and missing[gpu]:
+                value = "no data"
+            elif self.metric == "phase":
                 shares = state.mix.per_gpu(gpu, gpu + 1)[0]
                 code = int(shares.argmax())
                 value = f"{PHASE_LABELS.get(PHASES[code], '?')} {shares[code] * 100:.0f}%"

@@ -60,6 +60,9 @@ class Inspector(QuietStatic):
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append("▶ ", style="bold")
         text.append(place_text(h, gpu0, gpu1), style="bold")
+        host = jobinfo.host_of(state, gpu0 // h.per_node)
+        if host is not None and (gpu1 - 1) // h.per_node == gpu0 // h.per_node:
+            text.append(f" · host {host}", style="bold")
         text.append("\n")
         job = jobinfo.job_of(state, gpu0)
         if job is None:
@@ -85,11 +88,18 @@ class Inspector(QuietStatic):
         text.append("\n")
         util = state.util[gpu0:gpu1]
         power = state.power_w[gpu0:gpu1]
+        no_util, no_power = state.missing("util"), state.missing("power_w")
         shares = phase_shares(state, gpu0, gpu1)
         if gpu1 - gpu0 == 1:
-            text.append(f"util {float(util[0]) * 100:.0f}% · power {float(power[0]):.0f} W")
+            text.append("util " + ("no data" if no_util is not None and no_util[gpu0] else
+                                   f"{float(util[0]) * 100:.0f}%"))
+            text.append(" · power " + ("no data" if no_power is not None and no_power[gpu0] else
+                                       f"{float(power[0]):.0f} W"))
             hbm = jobinfo.gpu_spec(state).get("hbm_gb")
             mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu0)["pp"]) if job else None
+            measured = jobinfo.measured_memory_gb(state, gpu0)
+            if measured is not None:
+                mem = measured
             if mem is not None:
                 text.append(f" · memory {mem:.1f}" + (f" / {float(hbm):.0f} GB" if hbm else " GB"))
             elif hbm:
@@ -97,8 +107,15 @@ class Inspector(QuietStatic):
             text.append(" · ", style="dim")
             shares_text(text, shares, 3)
         else:
-            text.append(f"util {float(util.mean()) * 100:.0f}% ")
-            text.append(f"({float(util.min()) * 100:.0f}–{float(util.max()) * 100:.0f}) ", style="dim")
+            seen = ~no_util[gpu0:gpu1] if no_util is not None else np.ones(util.size, dtype=bool)
+            if seen.any():
+                text.append(f"util {float(util[seen].mean()) * 100:.0f}% ")
+                text.append(f"({float(util[seen].min()) * 100:.0f}–{float(util[seen].max()) * 100:.0f}) ",
+                            style="dim")
+            else:
+                text.append("util no data ")
+            if not seen.all():
+                text.append(f"({int((~seen).sum()):,} without data) ", style="bold")
             text.append(f"· power {float(power.sum(dtype=np.float64)) / 1e3:,.1f} kW ")
             text.append("· ", style="dim")
             shares_text(text, shares)

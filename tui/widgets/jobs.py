@@ -199,6 +199,10 @@ class JobsPanel(Panel):
                     [(job.name, job.running, job.down, figures(job, state, t)) for job in jobs]))
         if key == self._shown:
             return
+        if not jobs:                 # real telemetry placed on a cluster file without [[jobs]]
+            text = Text("no jobs: the cluster file names none ([[jobs]] say which GPUs run what)", style="dim")
+            self.show_if_changed(key, text)
+            return
         if ended:
             text = Text(no_wrap=True, overflow="ellipsis")
             text.append(f"■ recording {ended}", style="bold yellow")

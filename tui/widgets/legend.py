@@ -8,7 +8,7 @@ from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
 from .. import jobinfo
-from ..palette import PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP
+from ..palette import NODATA_COLOR, PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP
 from .panel import QuietStatic
 
 LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory", "idle",
@@ -53,11 +53,16 @@ class Legend(QuietStatic):
             for colour in ramp[::2]:
                 text.append("█", style=colour)
             text.append(f" {high}")
-            view = state.util[gpu0:gpu1] if metric == "util" else state.power_w[gpu0:gpu1]
-            if view.size:
-                mean = float(view.mean())
+            mean = state.mean("util" if metric == "util" else "power_w", gpu0, gpu1)
+            if mean is not None:
                 shown = f"{mean * 100:.0f}%" if metric == "util" else f"{mean:.0f} W"
                 text.append(f"   mean {shown}", style="bold")
+        missing = state.missing("power_w" if metric == "power" else "util") if state.samples else None
+        none = int(np.count_nonzero(missing[gpu0:gpu1])) if missing is not None else 0
+        if none:                    # real telemetry: GPUs that reported nothing are grey, not zero
+            text.append("   ")
+            text.append("█", style=NODATA_COLOR)
+            text.append(f" no data {none:,} GPU{'s' if none != 1 else ''}", style="bold")
         unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs (mean)" if metric != "phase" else \
             f"{per_pixel:,} GPUs (commonest; failed wins)"
         if metric == "phase":

@@ -29,7 +29,8 @@ def power_text(state: ClusterState, width: int) -> Text:
     text.append(fmt.power(state.site_mw) + " ", style="bold")
     gpu_mw = float(state.power_w.sum(dtype="float64")) / 1e6
     text.append(f"  GPUs {fmt.power(gpu_mw)}", style="dim")
-    text.append(f" · {float(state.power_w.mean()) if state.gpus else 0:,.0f} W/GPU\n", style="dim")
+    per_gpu = state.mean("power_w")
+    text.append(f" · {per_gpu:,.0f} W/GPU\n" if per_gpu is not None else " · no data\n", style="dim")
     low, high = (min(history), max(history)) if history else (0.0, 0.0)
     budget = jobinfo.cluster(state).get("site_power_budget_mw") or state.budget_mw
     top = max(high, float(budget)) if budget else high

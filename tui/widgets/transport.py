@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from rich.text import Text
 from textual import events
 from textual.message import Message
@@ -56,9 +57,9 @@ class TransportBar(QuietStatic):
         text.append("\n")
         span = max(playback.limit - playback.start, 1e-9)
         bar = ["─"] * width
-        for t in events:
-            x = int((t - playback.start) / span * (width - 1))
-            if 0 <= x < width:
+        if events:          # a column per event time (numpy: a long recording has tens of thousands)
+            xs = ((np.asarray(events, dtype=np.float64) - playback.start) / span * (width - 1)).astype(np.int64)
+            for x in np.unique(xs[(xs >= 0) & (xs < width)]).tolist():
                 bar[x] = "┃"
         pos = int((playback.t - playback.start) / span * (width - 1)) if playback.limit > playback.start else 0
         pos = min(max(pos, 0), width - 1)

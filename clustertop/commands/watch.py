@@ -1,0 +1,115 @@
+"""`clustertop watch --prometheus URL | --exporter URL[,URL...]`: the dashboard over a real cluster's telemetry,
+live (engine/telemetry/watch.py; docs/telemetry.md).
+
+With `-o FILE` it runs headless and writes the stream (what the dashboard's child process does, with `-o -`);
+`--record FILE` writes it to a file as well, while watching. Every flag is checked, and the first round must
+answer, before anything is written: a refused connection, a timeout, an HTTP error or a page with no DCGM
+metric is one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+from clustertop.engine.config.errors import UserError, escape
+from clustertop.engine.config.outfile import check_output
+from clustertop.engine.config.units import parse_duration
+
+
+def _seconds(text: str | None, flag: str, low: float, high: float) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise UserError(str(exc), flag) from None
+    if not low <= value <= high:
+        raise UserError(f"expected {low:g} s to {high:g} s, got {text}", flag)
+    return value
+
+
+def child_args(args: argparse.Namespace) -> list[str]:
+    """The flags the dashboard's child (`clustertop watch ... -o -`) gets: the same source, cluster and timing."""
+    out: list[str] = []
+    if args.prometheus:
+        out += ["--prometheus", args.prometheus]
+    for value in args.exporter or []:
+        out += ["--exporter", value]
+    for flag, value in (("--cluster", args.cluster), ("--interval", args.interval), ("--timeout", args.timeout),
+                        ("--record", args.record), ("--duration", args.duration)):
+        if value is not None:
+            out += [flag, os.path.abspath(value) if flag in ("--cluster", "--record") else value]
+    return out
+
+
+def headless(args: argparse.Namespace, interval: float, timeout: float, duration: float | None) -> int:
+    from clustertop.engine.telemetry import watch
+
+    outputs = [args.output] + ([args.record] if args.record else [])
+    for path, flag in zip(outputs, ("-o", "--record")):
+        check_output(path, flag)
+    if args.prometheus:
+        poller: Any = watch.PrometheusQueries(_url(args.prometheus), timeout)
+        source = "prometheus"
+    else:
+        poller = watch.Exporters(watch.exporter_urls(args.exporter), timeout)
+        source = "exporter"
+
+    def note(text: str) -> None:
+        print(f"clustertop: {escape(text)}", file=sys.stderr)     # notes echo labels from the network
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        watch.watch(poller, source=source, cluster_file=args.cluster, outputs=outputs, interval=interval,
+                    duration=duration, note=note)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the dashboard went away
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _url(text: str) -> str:
+    from clustertop.engine.telemetry.http import check_url
+
+    try:
+        return check_url(text)
+    except ValueError as exc:
+        raise UserError(f"{exc}; expected the Prometheus server's address, such as http://prometheus:9090",
+                        "--prometheus") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    if bool(args.prometheus) == bool(args.exporter):
+        raise UserError("expected either --prometheus URL or --exporter URL[,URL...]", "watch")
+    interval = _seconds(args.interval, "--interval", 0.05, 86400.0) or 5.0
+    timeout = _seconds(args.timeout, "--timeout", 0.05, 600.0) or min(10.0, max(0.5, 0.8 * interval))
+    duration = _seconds(args.duration, "--duration", 0.0, 10 * 365 * 86400.0)
+    if args.prometheus:
+        _url(args.prometheus)
+    else:
+        from clustertop.engine.telemetry.watch import exporter_urls
+
+        exporter_urls(args.exporter)
+    if args.cluster is not None:
+        from clustertop.engine.config.scenario import load_cluster
+
+        load_cluster(args.cluster)
+    if args.output is not None:
+        return headless(args, interval, timeout, duration)
+    if args.record:
+        check_output(args.record, "--record")
+    from clustertop.tui.app import show
+    from clustertop.tui.sources.watch import WatchSource
+
+    urls = [] if args.prometheus else exporter_urls(args.exporter)
+    name = args.prometheus or (urls[0] if len(urls) == 1 else f"{len(urls):,} exporters")
+    show([WatchSource(name, child_args(args))], speed=1.0, metric=args.metric)
+    return 0

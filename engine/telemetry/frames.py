@@ -1,0 +1,252 @@
+"""Real telemetry as the event stream: frames of per-GPU readings become samples, XID changes become faults.
+
+A Frame holds what every GPU reported at one time, NaN where it reported nothing: a missing reading stays
+missing (docs/events.md, `missing`), never zero. TelemetryStream writes the header (the cluster table placed as a
+simulated cluster is, so the views by rack and pod work) and then one sample per frame, so a time with no data at
+all is a sample whose GPUs are all missing: a gap shows as a gap. Vectorized over GPUs: no Python loop over GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import orjson
+
+from clustertop import __version__
+
+from ..config.errors import escape
+from ..config.facility import IT_OVERHEAD
+from ..config.phases import CODE, PHASES
+from ..config.scenario import Cluster, Job
+from ..stream import schema
+from . import dcgm
+
+OPT = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
+TIERS = ("node", "leaf", "spine", "core", "campus")
+BUSY_PERCENT = 50.0        # a GPU at least this utilized is "compute" in the phase view, below it "idle"
+RUNNING_PERCENT = 5.0      # a job whose GPUs average this much is running
+FAST_GZIP = 1              # zlib level of telemetry recordings: every GPU differs, level 6 costs 7x for 20% less
+
+
+class Sink(Protocol):
+    def write(self, line: bytes) -> None: ...
+    def keyframe(self, line: bytes) -> None: ...
+
+
+@dataclass
+class Frame:
+    """Readings at time `t` (seconds since the start): per GPU by DCGM metric, and per node the NIC ports'
+    byte rates summed (`nic`) with the number of ports that reported (`ports`). NaN: no reading."""
+
+    t: float
+    gpu: dict[str, np.ndarray] = field(default_factory=dict)
+    nic: dict[str, np.ndarray] = field(default_factory=dict)
+    ports: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, t: float, gpus: int, nodes: int, metrics: tuple[str, ...] = dcgm.GPU_METRICS) -> Frame:
+        frame = cls(t)
+        for metric in metrics:
+            frame.gpu[metric] = np.full(gpus, np.nan, dtype=np.float32)
+        for metric in dcgm.PORT_METRICS:
+            frame.nic[metric] = np.zeros(nodes, dtype=np.float64)
+            frame.ports[metric] = np.zeros(nodes, dtype=np.int32)
+        return frame
+
+
+def topology(cluster: Cluster) -> dict[str, int]:
+    """The header's topology summary (as engine/model/topology.py writes it for a simulated cluster)."""
+    gpus, per_node, per_rack = cluster.gpus, cluster.gpus_per_node, cluster.gpus_per_rack
+    per_pod = per_rack * cluster.racks_per_pod
+    per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else max(gpus, per_pod)
+
+    def count(per: int) -> int:
+        return -(-gpus // per)
+
+    return {"gpus": gpus, "gpus_per_node": per_node, "gpus_per_rack": per_rack, "gpus_per_pod": per_pod,
+            "gpus_per_building": per_building, "nodes": count(per_node), "racks": count(per_rack),
+            "pods": count(per_pod), "buildings": count(per_building)}
+
+
+def _rle_flag(mask: np.ndarray) -> dict[str, list[Any]]:
+    return schema.rle_encode(mask.astype(np.uint8))
+
+
+class TelemetryStream:
+    """Writes a recording of real telemetry to `sink` (engine/stream/recorder.py's Recorder)."""
+
+    def __init__(self, sink: Sink, *, name: str, cluster: Cluster, jobs: tuple[Job, ...], source: str,
+                 step_s: float | None, start_unix: float, duration_s: float | None, path: str = "",
+                 hosts: list[str] | None = None) -> None:
+        self.sink = sink
+        self.name = name
+        self.cluster = cluster
+        self.jobs = jobs
+        self.source = source
+        self.step_s = step_s
+        self.start_unix = start_unix
+        self.duration_s = duration_s
+        self.path = Path(path).name if path else ""
+        self.hosts = [escape(h) for h in hosts] if hosts is not None else []
+        self.topo = topology(cluster)
+        self.gpus = cluster.gpus
+        self.per_pod = self.topo["gpus_per_pod"]
+        self.pods = self.topo["pods"]
+        self.nodes = self.topo["nodes"]
+        self.nodes_per_pod = max(1, self.per_pod // cluster.gpus_per_node)
+        self.pod_of_gpu = np.arange(self.gpus) // self.per_pod
+        self.pod_of_node = np.arange(self.nodes) // self.nodes_per_pod
+        self.nvlink_bps = cluster.node_link.gb_s * 1e9
+        self.nic_bps = cluster.scale_out.gb_s * 1e9
+        self.overhead_w = cluster.gpu.server_overhead()
+        self.last_xid = np.full(self.gpus, np.nan, dtype=np.float32)
+        self.failed = np.zeros(self.gpus, dtype=bool)
+        self.samples = 0
+        self.faults = 0
+        self.events = 0
+
+    # -- header ---------------------------------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        cluster = dataclasses.asdict(self.cluster)
+        jobs = [{"name": j.name, "kind": j.kind, "model": j.model.name, "first_gpu": j.first_gpu, "gpus": j.gpus,
+                 "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep, "virtual_stages": j.virtual_stages,
+                 "rank_order": ["tp", "cp", "pp", "dp"], "fits": True} for j in self.jobs]
+        util = [0.0] * len(PHASES)
+        util[CODE["compute"]] = 1.0
+        return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
+                "generator": f"clustertop {__version__}",
+                "scenario": {"name": self.name, "cluster": cluster, "path": self.path},
+                "topology": self.topo, "jobs": jobs, "seed": 0, "sample_interval_s": self.step_s,
+                "duration_s": self.duration_s, "sampling": "instant", "tiers": list(TIERS),
+                "link_scope": dict(schema.LINK_SCOPE),
+                "phases": list(PHASES), "phase_util": util,
+                "power": {"server_overhead_w_per_gpu": self.overhead_w, "it_overhead": IT_OVERHEAD,
+                          "pue": self.cluster.pue, "site_power_budget_mw": self.cluster.site_power_budget_mw},
+                "telemetry": {"source": self.source, "start_unix": self.start_unix, "hosts": self.hosts}}
+
+    def write_header(self) -> None:
+        self.sink.write(orjson.dumps(self.header(), option=OPT))
+
+    # -- events ---------------------------------------------------------------------------------------------
+
+    def event(self, t: float, kind: str, **fields: Any) -> None:
+        """A discrete event (target_down, target_up, hosts_placed...) at time t. Text from the network or a dump
+        (host names, an HTTP reason) is escaped: a recording holds plain text only (engine/stream/checks.py)."""
+        clean = {k: escape(v) if isinstance(v, str) else [escape(x) for x in v] if isinstance(v, list) else v
+                 for k, v in fields.items()}
+        self.sink.write(orjson.dumps({"t": round(t, 6), "type": kind, **clean}, option=OPT))
+        self.events += 1
+
+    def _faults(self, t: float, xid: np.ndarray, util: np.ndarray) -> None:
+        """A fault for every GPU whose last-XID reading changed to a non-zero code (the first reading is history:
+        the gauge keeps the last XID since the exporter started). A fatal XID marks the GPU failed until it
+        works again (utilization above 0) or its XID reading goes back to 0."""
+        seen = ~np.isnan(xid)
+        changed = seen & ~np.isnan(self.last_xid) & (xid != self.last_xid) & (xid > 0)
+        self.last_xid = np.where(seen, xid, self.last_xid)
+        self.failed &= ~((seen & (xid == 0)) | (util > 0))
+        for gpu in np.flatnonzero(changed).tolist():
+            code = int(xid[gpu])
+            fields = dcgm.fault_fields(code)
+            node = gpu // self.cluster.gpus_per_node
+            where: dict[str, Any] = {"gpu": gpu, "node": node}
+            if node < len(self.hosts):
+                where["host"] = self.hosts[node]          # escaped
+            self.event(t, schema.FAULT, **fields, **where)
+            self.faults += 1
+            if dcgm.xid(code).fatal:
+                self.failed[gpu] = True
+
+    # -- samples --------------------------------------------------------------------------------------------
+
+    def write(self, frame: Frame) -> None:
+        """The frame's fault events, then its sample."""
+        g = frame.gpu
+        nan = np.full(self.gpus, np.nan, dtype=np.float32)
+        active = g.get(dcgm.SM_ACTIVE, nan)
+        util = np.where(np.isnan(active), g.get(dcgm.GPU_UTIL, nan), active * 100.0)
+        util_missing = np.isnan(util)
+        util_filled = np.where(util_missing, 0.0, np.clip(util, 0.0, 100.0))
+        self._faults(frame.t, g.get(dcgm.XID, nan), util_filled)
+        power = g.get(dcgm.POWER, nan)
+        power_missing = np.isnan(power)
+        power_filled = np.where(power_missing, 0.0, np.maximum(power, 0.0))
+        phase = np.where(util_filled >= BUSY_PERCENT, CODE["compute"], CODE["idle"]).astype(np.uint8)
+        phase[self.failed] = CODE["failed"]
+        sample: dict[str, Any] = {"t": round(frame.t, 6), "type": schema.SAMPLE,
+                                  "util": schema.rle_encode(np.rint(util_filled).astype(np.int16)),
+                                  "power_w": schema.rle_encode(np.rint(power_filled).astype(np.int32)),
+                                  "phase": schema.rle_encode(phase)}
+        missing: dict[str, Any] = {}
+        if util_missing.any():
+            missing["util"] = _rle_flag(util_missing)
+        if power_missing.any():
+            missing["power_w"] = _rle_flag(power_missing)
+        memory = g.get(dcgm.FB_USED)
+        if memory is not None and not np.isnan(memory).all():
+            memory_missing = np.isnan(memory)
+            gb = np.where(memory_missing, 0.0, np.round(np.maximum(memory, 0.0) * dcgm.MIB_GB, 1))
+            sample["memory_gb"] = schema.rle_encode(gb.astype(np.float64))
+            if memory_missing.any():
+                missing["memory_gb"] = _rle_flag(memory_missing)
+        if missing:
+            sample["missing"] = missing
+        links = self._links(frame)
+        if links:
+            sample["links"] = links
+        if not power_missing.all():
+            present = int((~power_missing).sum())
+            total = float(power_filled.sum(dtype=np.float64)) * self.gpus / present   # the missing at the mean
+            site = (total + self.gpus * self.overhead_w) * (1.0 + IT_OVERHEAD) * self.cluster.pue / 1e6
+            sample["site_mw"] = round(site, 4)
+            budget = self.cluster.site_power_budget_mw
+            if budget is not None and site > budget:
+                sample["over_budget"] = True
+        if self.jobs:
+            sample["jobs"] = {j.name: {"running": self._running(util_filled, util_missing, j)} for j in self.jobs}
+        self.sink.keyframe(orjson.dumps(sample, option=OPT))
+        self.samples += 1
+
+    def _running(self, util: np.ndarray, missing: np.ndarray, job: Job) -> bool:
+        part = slice(job.first_gpu, job.first_gpu + job.gpus)
+        seen = ~missing[part]
+        return bool(seen.any() and float(util[part][seen].mean()) >= RUNNING_PERCENT)
+
+    def _links(self, frame: Frame) -> dict[str, list[float]]:
+        """NVLink (tier "node"): each GPU's busier direction over its line rate, averaged over the GPUs of a pod
+        that reported; NICs (tier "leaf"): the pod's ports' bytes over their line rate. Tiers nobody reported are
+        left out; a pod with no reading shows 0."""
+        links: dict[str, list[float]] = {}
+        tx, rx = frame.gpu.get(dcgm.NVLINK_TX), frame.gpu.get(dcgm.NVLINK_RX)
+        rates = [r for r in (tx, rx) if r is not None]
+        if rates:
+            stacked = np.stack(rates)
+            seen = ~np.isnan(stacked).all(axis=0)
+            if seen.any():
+                busiest = np.where(seen, np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), axis=0), 0.0)
+                load = np.clip(busiest / self.nvlink_bps, 0.0, 1.0)
+                links["node"] = _pod_mean(load, seen, self.pod_of_gpu, self.pods)
+        ports = [frame.ports[m] for m in dcgm.PORT_METRICS if m in frame.ports]
+        if ports and max(int(p.sum()) for p in ports) > 0:
+            best = np.zeros(self.pods)
+            for metric in dcgm.PORT_METRICS:
+                count = np.bincount(self.pod_of_node, frame.ports[metric], self.pods)
+                total = np.bincount(self.pod_of_node, frame.nic[metric], self.pods)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    load = np.where(count > 0, total / (count * self.nic_bps), 0.0)
+                best = np.maximum(best, load)
+            links["leaf"] = [round(float(x), 4) for x in np.clip(best, 0.0, 1.0)]
+        return links
+
+
+def _pod_mean(values: np.ndarray, seen: np.ndarray, pod: np.ndarray, pods: int) -> list[float]:
+    total = np.bincount(pod, np.where(seen, values, 0.0), pods)
+    count = np.bincount(pod, seen.astype(np.float64), pods)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / count, 0.0)
+    return [round(float(x), 4) for x in mean]
