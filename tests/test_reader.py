@@ -240,3 +240,21 @@ def test_no_corruption_gives_a_traceback(recording: Path, tmp_path: Path) -> Non
                     _ = (state.util, state.power_w, state.phase)
             except UserError as exc:
                 assert "\n" not in str(exc)
+
+
+def test_the_fast_step_check_never_passes_what_the_full_check_refuses() -> None:
+    from clustertop.engine.stream.checks import EventChecks
+
+    checks = EventChecks({"topology": {"gpus": 8}})
+    good = {"t": 1.0, "type": "step", "job": "train", "step": 3, "step_time_s": 0.5, "tokens": 1024,
+            "tokens_per_s": 2048.0, "tflops_per_gpu": 100.0, "mfu": 0.3, "tokens_total": 3072}
+    assert checks.fine_step(good) and checks.problem(good) is None
+    bad = [{"step": -1}, {"step": 1.5}, {"step": True}, {"mfu": float("nan")}, {"tokens": float("inf")},
+           {"step_time_s": "x"}, {"step_time_s": None}, {"tokens_per_s": True}, {"job": ["x"]}, {"job": "\x1b[2J"},
+           {"t": "1"}]
+    for change in bad:
+        event = {**good, **change}
+        assert not checks.fine_step(event), change
+        assert checks.problem(event) is not None, change
+    partial = {k: v for k, v in good.items() if k != "mfu"}        # absent keys pass the full check
+    assert checks.problem(partial) is None and not checks.fine_step(partial)

@@ -249,6 +249,8 @@ class Reader:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             return None, f"line is not valid JSON ({exc.msg}); the recording is corrupt"
+        if type(event) is dict and event.get("type") == schema.STEP and self.checks.fine_step(event):
+            return (event, None) if event["t"] >= last else (None, f"time goes backwards ({event['t']} after {last})")
         why = self.checks.problem(event)
         if why is None and event["t"] < last:
             why = f"time goes backwards ({event['t']} after {last})"
