@@ -84,25 +84,20 @@ class Lines:
         if self.owned:
             self.raw.close()
 
+    def _raw_chunk(self) -> bytes:
+        """The next bytes of the file as stored (b"" at its end); a read error is one line."""
+        try:
+            return self._read(CHUNK)
+        except OSError as exc:
+            raise UserError(f"cannot read after line {self.count}: {exc.strerror}", self.name) from None
+
     def _chunks(self) -> Iterator[bytes]:
-        read = self._read
         if not self.gzip:
-            while True:
-                try:
-                    chunk = read(CHUNK)
-                except OSError as exc:
-                    raise UserError(f"cannot read after line {self.count}: {exc.strerror}", self.name) from None
-                if not chunk:
-                    return
+            while chunk := self._raw_chunk():
                 yield chunk
+            return
         d: Any = None
-        while True:
-            try:
-                chunk = read(CHUNK)
-            except OSError as exc:
-                raise UserError(f"cannot read after line {self.count}: {exc.strerror}", self.name) from None
-            if not chunk:
-                break
+        while chunk := self._raw_chunk():
             while chunk:
                 if d is None:
                     d = zlib.decompressobj(31)
