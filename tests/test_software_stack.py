@@ -65,6 +65,8 @@ def test_attention_kernels() -> None:
     fa3 = estimate(attention_kernel="flash3")
     fa2 = estimate(attention_kernel="flash2")
     assert fa2.breakdown_s["compute"] > fa3.breakdown_s["compute"]
+    fa1 = estimate(attention_kernel="flash1")
+    assert fa1.breakdown_s["compute"] > fa2.breakdown_s["compute"]
     assert estimate(attention_kernel="auto").step_time_s == fa3.step_time_s          # Hopper: FA3 / cuDNN
     with pytest.raises(UserError, match="attention_kernel"):
         estimate(gpu="a100-sxm-80gb", attention_kernel="flash3")

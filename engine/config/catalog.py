@@ -11,6 +11,12 @@ from typing import Any
 
 from .fields import Context, Field, check_table, optional
 
+# FlashAttention-1 and the Triton FlashAttention kernel (2022-2023 stacks: MPT's attn_impl "flash" and "triton")
+# run fwd + bwd at this share of FlashAttention-2's rate on the same GPU. FITTED once on the calibration set's
+# fitting rows (scripts/fit_efficiency.py, docs/performance-model.md 9); the FA2 paper (Dao 2023, section 4.1)
+# measures FA2 1.7-3.0x faster than FA1 and 1.3-2.5x faster than Triton's: a share of 0.33-0.77.
+FLASH1_SHARE = 0.45
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -53,16 +59,20 @@ class GPU:
         return self.bf16_tflops * self.gemm_efficiency
 
     def attention_kernel(self, wanted: str) -> str:
-        """The fused attention kernel a job runs: "flash3" where the GPU has it (asked or "auto"), else "flash2"."""
-        if wanted == "flash2" or not self.flash3_tflops:
-            return "flash2"
+        """The fused attention kernel a job runs: "flash1" when asked; "flash3" where the GPU has it (asked or
+        "auto"), else "flash2"."""
+        if wanted in ("flash1", "flash2") or not self.flash3_tflops:
+            return wanted if wanted == "flash1" else "flash2"
         return "flash3"
 
     def attention_plateau(self, kernel: str, causal: bool) -> float:
-        """TF/s a fused attention kernel reaches on long sequences (fwd + bwd, FA2's FLOPs convention)."""
-        if self.attention_kernel(kernel) == "flash3":
+        """TF/s a fused attention kernel reaches on long sequences (fwd + bwd, FA2's FLOPs convention).
+        FlashAttention-1 and the Triton FlashAttention kernel ("flash1") reach FLASH1_SHARE of FA2's."""
+        chosen = self.attention_kernel(kernel)
+        if chosen == "flash3":
             return self.flash3_tflops if causal else self.flash3_full_tflops
-        return self.flash2_tflops if causal else self.flash2_full_tflops
+        fa2 = self.flash2_tflops if causal else self.flash2_full_tflops
+        return fa2 * FLASH1_SHARE if chosen == "flash1" else fa2
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for the precision; FP8 falls back to BF16 on GPUs without FP8 tensor cores."""

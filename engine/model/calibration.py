@@ -96,16 +96,17 @@ DGX_A100 = ("a100-sxm-80gb", "ib-hdr-200g")
 
 def _llm_foundry() -> Iterator[Row]:
     """MosaicML llm-foundry benchmarks: PyTorch FSDP (FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2), no TP/PP,
-    FlashAttention-2 (the README's era predates FA3); FSDP reduces gradients in BF16 (mixed_precision PURE)
-    behind the backward and prefetches the parameters' all-gather. MosaicML's H100 nodes have 8 x 400G
-    InfiniBand."""
+    eager kernels; FSDP reduces gradients in BF16 (mixed_precision PURE) behind the backward and prefetches the
+    parameters' all-gather. Attention: MPT's 2023 kernels (`attn_impl` "triton", the Triton FlashAttention that
+    also takes ALiBi, or "flash", FlashAttention-1: the tables predate llm-foundry's FlashAttention-2 support),
+    both of the FA1 class ("flash1"). MosaicML's H100 nodes have 8 x 400G InfiniBand."""
     for r in _records(tables()["llm_foundry"]):
         gpu, net = DGX_H100 if r["gpu"] == "h100" else DGX_A100
         zero = 2 if r["note"] == "SHARD_GRAD_OP" else 3
         job = {"model": f"mpt-{r['model']}", "seq_len": r["seq"], "global_batch": r["global_batch"],
                "micro_batch": r["micro_batch"], "tp": 1, "pp": 1, "dp": r["gpus"], "zero": zero,
                "recompute": "full" if r["ac"] else "none", "precision": r["precision"],
-               "grad_reduce_dtype": "bf16", "attention_kernel": "flash2", "fused_kernels": False}
+               "grad_reduce_dtype": "bf16", "attention_kernel": "flash1", "fused_kernels": False}
         name = f"mpt-{r['model']} {r['gpu']} {r['precision']} {r['gpus']} GPUs seq {r['seq']}"
         yield Row("llm_foundry", name, _scenario(name, _cluster(gpu, r["gpus"], net), job), r["tok_s_gpu"],
                   TOKENS)

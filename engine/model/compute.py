@@ -35,7 +35,7 @@ class Shard:
     sp: bool             # sequence parallelism: norms and residual adds split over TP
     ep: int
     precision: str       # "bf16" | "fp8" (GEMMs only)
-    attention: str = "auto"   # "auto" | "flash2" | "flash3" (fused kernels) | "unfused" (scores materialized)
+    attention: str = "auto"   # "auto" | "flash1" | "flash2" | "flash3" (fused kernels) | "unfused" (scores materialized)
     dropout: float = 0.0      # hidden and attention dropout probability (masks stored and applied when > 0)
     fused: bool = True        # memory-bound ops fused into single kernels (else eager PyTorch, op by op)
 
