@@ -20,6 +20,7 @@ SimPy is imported here and nowhere in engine/__init__.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -35,6 +36,9 @@ Segment = tuple[str, float]          # (phase, seconds)
 Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
+# evaluate: below this many operations per wave on average, one Python loop over the operations beats numpy
+# over the waves (a numpy wave costs ~4 us, a Python operation ~0.3 us: measured)
+PER_WAVE_MIN = 16
 STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
 SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (262,144 operations: ~115 MB)
@@ -380,18 +384,37 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     takes = segments.total[waves.stage, waves.kind, waves.chunk]
     delays = np.array([[send_fwd[(r - 1) % p], send_bwd[(r + 1) % p]] for r in range(p)], dtype=float)
     delay = delays[waves.stage, waves.kind]
-    end = np.empty(n + 2)
-    end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
-    start = np.empty(n)
-    prev, dep = waves.prev, waves.dep
-    for a, b in itertools.pairwise(waves.bounds):
-        s = np.fmax(end[prev[a:b]], end[dep[a:b]] + delay[a:b])
-        start[a:b] = s
-        end[a:b] = s + takes[a:b]
+    if n < PER_WAVE_MIN * (len(waves.bounds) - 1):
+        start, end = _walk(waves, delay.tolist(), takes.tolist())
+    else:
+        end = np.empty(n + 2)
+        end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
+        start = np.empty(n)
+        prev, dep = waves.prev, waves.dep
+        for a, b in itertools.pairwise(waves.bounds):
+            s = np.fmax(end[prev[a:b]], end[dep[a:b]] + delay[a:b])
+            start[a:b] = s
+            end[a:b] = s + takes[a:b]
     out = np.empty((3, n))
-    out[:, waves.order] = end[dep], start, end[:n]
+    out[:, waves.order] = end[waves.dep], start, end[:n]
     produced, started, ended = out.reshape(3, p, n // p)
     return PipelineRun(program, segments, produced, started, ended)
+
+
+def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """`evaluate`'s loop one operation at a time in plain Python floats, for schedules whose waves are narrow
+    (numpy's cost per wave would dominate): the same additions, and `y if y > x else x` is fmax(x, y) where x
+    is never NaN (NaN > x is false)."""
+    n = len(takes)
+    end = [0.0] * n + [math.nan, 0.0]          # what "no input" and "no previous operation" read
+    start = [0.0] * n
+    for i, (a, d, dl, tk) in enumerate(zip(waves.prev_list, waves.dep_list, delay, takes)):
+        x = end[a]
+        y = end[d] + dl
+        s = y if y > x else x          # noqa: FURB136  (max() costs a call per operation)
+        start[i] = s
+        end[i] = s + tk
+    return np.array(start), np.array(end)
 
 
 def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments) -> tuple[_Program, _Segments]:
@@ -415,6 +438,14 @@ class _Waves:
     stage: np.ndarray
     kind: np.ndarray
     chunk: np.ndarray
+
+    @cached_property
+    def prev_list(self) -> list[int]:
+        return self.prev.tolist()
+
+    @cached_property
+    def dep_list(self) -> list[int]:
+        return self.dep.tolist()
 
 
 @lru_cache(maxsize=256)
