@@ -28,7 +28,7 @@ from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from . import scaleup
-from .pipeline import PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
+from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
 from .plan import Interval, StepPlan, extend_run, merge_runs
 from .topology import TIERS, Topology
 
@@ -426,16 +426,19 @@ class JobModel:
                 iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
             after.append(iv)
         # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
-        # lengths, as a mean over the stages
-        tail = Intervals.of(after)
-        totals = dict(zip(PHASE_NAMES, ((phase_s + tail.phase_seconds()) / p).tolist()))
+        # lengths, as a mean over the stages (the tail's summed in their order, as Intervals.phase_seconds would)
+        tail_s = [0.0] * len(PHASE_NAMES)
+        for iv in after:
+            for a, b, phase in iv:
+                tail_s[PHASE_CODE[phase]] += b - a
+        totals = dict(zip(PHASE_NAMES, ((phase_s + np.array(tail_s)) / p).tolist()))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
         busy = self._busy(cfg, fwd, bwd, m, dp_busy) if plan or self.want_busy else {}
         if not plan:
             return None, step, breakdown, busy
-        runs = merge_runs(intervals().then(tail), step, p)
+        runs = merge_runs(intervals().then(Intervals.of(after)), step, p)
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, busy, step)
