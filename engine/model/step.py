@@ -191,6 +191,7 @@ class JobModel:
         self._updates: dict[float, tuple[float, float]] = {}
         self._passes: dict[tuple[Any, ...], Passes] = {}
         self._params: dict[tuple[int, int, bool, bool], float] = {}
+        self._tp_s: dict[tuple[float, bool], float] = {}
 
     def chunks(self, v: int) -> tuple[tuple[_Stage, ...], ...]:
         return _chunks(self.job.model, self.job.pp, v)
@@ -226,7 +227,7 @@ class JobModel:
                     continue
                 acc["compute"] += n * pas.compute_s
                 if pas.tp_collectives:
-                    comm = n * pas.tp_collectives * _tp_time(cl, net, pas.tp_bytes, sh.sp).time_s
+                    comm = n * pas.tp_collectives * self._tp_seconds(pas.tp_bytes, sh.sp)
                     if job.tp_comm_overlap:
                         # each GEMM is split in tp chunks whose transfers overlap the other chunks' compute:
                         # the first chunk's transfer, and what the GEMMs cannot cover, stay exposed
@@ -256,6 +257,26 @@ class JobModel:
             b["dp"] = max((ag + rs) / layers, ag + rs - hidden) if job.overlap_param_gather else \
                 ag + max(rs / layers, rs - hidden)
         return tuple(f.items()), tuple(b.items())
+
+    def _tp_seconds(self, nbytes: float, sp: bool) -> float:
+        """One TP exchange (_tp_time), kept per size: a job's chunks and passes exchange a few sizes many times."""
+        key = (nbytes, sp)
+        seconds = self._tp_s.get(key)
+        if seconds is None:
+            seconds = self._tp_s[key] = _tp_time(self.cluster, self.net, nbytes, sp).time_s
+        return seconds
+
+    def _sends(self, nbytes: float) -> tuple[float, ...]:
+        """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed only,
+        so once per tier (a deep pipeline has 64 boundaries and two or three tiers)."""
+        by_tier: dict[int, float] = {}
+        out = []
+        for r, tier in enumerate(self.net.pp_tiers):
+            seconds = by_tier.get(tier)
+            if seconds is None:
+                seconds = by_tier[tier] = _p2p_time(self.cluster, self.net, nbytes, r)
+            out.append(seconds)
+        return tuple(out)
 
     def _chunk_params(self, st: _Stage) -> float:
         key = (st.dense, st.moe, st.embedding, st.output)
@@ -329,7 +350,7 @@ class JobModel:
         fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
         bwd = tuple(tuple(b for _, b in stage) for stage in passes)
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-        send = tuple(_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p))
+        send = self._sends(act) if p > 1 else (0.0,)
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
@@ -472,7 +493,7 @@ class JobModel:
 
     def _busy(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, dp_busy: float) -> dict[str, float]:
         """Seconds per step each parallel dimension's traffic is on the links (per stage, averaged)."""
-        job, cl, net = self.job, self.cluster, self.net
+        job = self.job
         v = cfg.virtual_stages
         busy = {}
         for dim in ("tp", "cp", "ep"):
@@ -485,7 +506,7 @@ class JobModel:
         if job.pp > 1:
             act = shard(job, cfg.micro_batch).tokens * job.model.hidden * cm.BF16 / \
                 (job.tp if job.sequence_parallel and job.tp > 1 else 1)
-            busy["pp"] = 2 * m * v * sum(_p2p_time(cl, net, act, r) for r in range(job.pp)) / job.pp
+            busy["pp"] = 2 * m * v * sum(self._sends(act)) / job.pp
         return busy
 
     def _tier_load(self, cfg: Config, busy: dict[str, float], step: float) -> dict[str, float]:
