@@ -111,7 +111,7 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     axes = [names.index(n) for n in names if n not in want] + [names.index(n) for n in want]
     moved = np.transpose(grid, axes)
     size = int(np.prod([moved.shape[i] for i in range(len(names) - len(want), len(names))]))
-    return moved.reshape(-1, size)
+    return np.ascontiguousarray(moved.reshape(-1, size))     # row by row: what every caller walks
 
 
 def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern: str = "ring",
