@@ -381,9 +381,9 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     program, segments = _prepare(schedule, p, v, m, fwd, bwd)
     waves = _waves(schedule, p, v, m)
     n = waves.order.size
-    takes = segments.total[waves.stage, waves.kind, waves.chunk]
-    delays = np.array([[send_fwd[(r - 1) % p], send_bwd[(r + 1) % p]] for r in range(p)], dtype=float)
-    delay = delays[waves.stage, waves.kind]
+    takes = segments.total.ravel()[waves.segment]
+    delays = [x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])]
+    delay = np.array(delays, dtype=float)[waves.delay]
     if n < PER_WAVE_MIN * (len(waves.bounds) - 1):
         start, end = _walk(waves, delay.tolist(), takes.tolist())
     else:
@@ -395,10 +395,9 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
             s = np.fmax(end[prev[a:b]], end[dep[a:b]] + delay[a:b])
             start[a:b] = s
             end[a:b] = s + takes[a:b]
-    out = np.empty((3, n))
-    out[:, waves.order] = end[waves.dep], start, end[:n]
-    produced, started, ended = out.reshape(3, p, n // p)
-    return PipelineRun(program, segments, produced, started, ended)
+    shape = (p, n // p)
+    return PipelineRun(program, segments, end[waves.input_of].reshape(shape), start[waves.position].reshape(shape),
+                       end[waves.position].reshape(shape))
 
 
 def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -429,15 +428,18 @@ class _Waves:
     """A program's operations in waves: an operation depends only on operations of earlier waves. Wave w is
     positions bounds[w]:bounds[w + 1] of the wave order; order[i] is the flat index (stage * ops per stage +
     k) of the operation at position i, prev[i] and dep[i] the positions of the stage's previous operation
-    and of the input's producer (n + 1 and n when there is none)."""
+    and of the input's producer (n + 1 and n when there is none); segment[i] its flat index into [stage,
+    kind, chunk] arrays and delay[i] into [stage, kind]. By flat index: position (where each operation is in
+    the wave order) and input_of (where its input's producer is, n for none)."""
 
     order: np.ndarray
     bounds: list[int]
     prev: np.ndarray
     dep: np.ndarray
-    stage: np.ndarray
-    kind: np.ndarray
-    chunk: np.ndarray
+    segment: np.ndarray
+    delay: np.ndarray
+    position: np.ndarray
+    input_of: np.ndarray
 
     @cached_property
     def prev_list(self) -> list[int]:
@@ -485,9 +487,10 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     position[-1] = n                 # no input: the slot that reads NaN
     flat = np.arange(n)
     prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
+    input_of = position[program.source.ravel()]
+    stage_kind = (order // k_max) * 2 + program.kind.ravel()[order]
     return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
-                  position[program.source.ravel()][order], order // k_max, program.kind.ravel()[order],
-                  program.chunk.ravel()[order])
+                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n], input_of)
 
 
 def split_layers(layers: int, stages: int) -> list[int]:
