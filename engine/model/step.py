@@ -285,58 +285,65 @@ class JobModel:
         return self._params[key]
 
     # -- memory ----------------------------------------------------------------------------------------
-    def memory(self, cfg: Config) -> list[mem.StageMemory]:
+    def memory(self, cfg: Config) -> mem.StageMemory:
+        """What one GPU of each pipeline stage holds under `cfg`: a StageMemory whose fields are arrays over the
+        stages, computed together (elementwise, the same operations as for one stage: a deep pipeline has 64)."""
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
         fp8 = job.precision == "fp8"
         scores = job.model.heads / job.tp * job.seq_len if job.attention_kernel == "unfused" else 0.0
+        kinds = (False, True) if job.model.is_moe else (False,)   # a dense model's chunks hold no MoE layer
         per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8,
-                                                         scores, job.dropout > 0)
-                     for moe in (False, True)}
+                                                         scores, job.dropout > 0) for moe in kinds}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
-                      for moe in (False, True)}
+                      for moe in kinds}
         chunks = self.chunks(cfg.virtual_stages)
+        by_blocks: dict[tuple[int, int, bool], float] = {}      # stages mostly share their chunks' blocks
         chunk_bytes = []
         for stage in chunks:
             chunk_bytes.append([])
             for st in stage:
-                per_tok = st.dense * per_token[False] + st.moe * per_token[True]
-                if st.embedding:
-                    per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-                chunk_bytes[-1].append(per_tok * sh.tokens)
+                key = (st.dense, st.moe, st.embedding)
+                if key not in by_blocks:
+                    per_tok = st.dense * per_token[False]
+                    if st.moe:
+                        per_tok += st.moe * per_token[True]
+                    if st.embedding:
+                        per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+                    by_blocks[key] = per_tok * sh.tokens
+                chunk_bytes[-1].append(by_blocks[key])
         held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
-        out = []
-        for stage, activations in zip(self.stages(cfg.virtual_stages), held):
-            layer_full = full_layer[stage.moe]
-            transient = layer_full if cfg.recompute == "full" else 0.0
-            # one layer's gradient working set (input/output grads, the largest intermediate) during backward
-            transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
-            logits = 0.0
-            if stage.output:
-                # the output layer's BF16 logits and the loss's FP32 working copy (its gradient is written in
-                # place by a fused cross-entropy)
-                logits = sh.tokens * job.model.vocab / job.tp * (cm.BF16 + 4.0)
-            out.append(mem.stage_memory(params=stage.params, expert_params=stage.expert_params,
-                                        largest_layer_params=stage.largest_layer_params, zero=job.zero,
-                                        dp_shards=self.dp_shards, expert_shards=self.expert_shards,
-                                        activations=activations, transient=transient, logits=logits,
-                                        grad_bytes=self._grad_bytes))
-            if job.schedule == "dualpipe":
-                # DualPipe keeps two copies of the parameters (and their gradients), one per direction
-                # (DeepSeek-V3 report 3.2.1)
-                sm = out[-1]
-                extra = sm.weights + sm.gradients
-                out[-1] = dataclasses.replace(sm, weights=2 * sm.weights, gradients=2 * sm.gradients,
-                                              reserve=sm.reserve + mem.FRAGMENTATION * extra)
+        stages = _stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
+        transient = 0.0
+        if cfg.recompute == "full":
+            transient = np.where(stages.moe, full_layer[True], full_layer[False]) if job.model.is_moe else \
+                np.full(job.pp, full_layer[False])
+        # one layer's gradient working set (input/output grads, the largest intermediate) during backward
+        transient = transient + 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
+        # the output layer's BF16 logits and the loss's FP32 working copy (its gradient is written in place by a
+        # fused cross-entropy)
+        logits = np.where(stages.output, sh.tokens * job.model.vocab / job.tp * (cm.BF16 + 4.0), 0.0)
+        out = mem.stage_memory(params=stages.params, expert_params=stages.expert_params,
+                               largest_layer_params=stages.largest_layer_params, zero=job.zero,
+                               dp_shards=self.dp_shards, expert_shards=self.expert_shards,
+                               activations=np.array(held), transient=transient, logits=logits,
+                               grad_bytes=self._grad_bytes)
+        if job.schedule == "dualpipe":
+            # DualPipe keeps two copies of the parameters (and their gradients), one per direction
+            # (DeepSeek-V3 report 3.2.1)
+            extra = out.weights + out.gradients
+            out = dataclasses.replace(out, weights=2 * out.weights, gradients=2 * out.gradients,
+                                      reserve=out.reserve + mem.FRAGMENTATION * extra)
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
     def check_memory(self, cfg: Config) -> Eval:
-        """The configuration's memory and whether it fits (no simulation)."""
-        mems = self.memory(cfg)
-        worst = max(mems, key=lambda s: s.total)
-        fits = all(s.total <= mem.capacity_bytes(self.gpu) for s in mems)
+        """The configuration's memory and whether it fits (no simulation): the fullest stage's."""
+        stages = self.memory(cfg)
+        totals = stages.total
+        worst = stages.stage(int(np.argmax(totals)))        # the first fullest, as max() picks
+        fits = bool(np.all(totals <= mem.capacity_bytes(self.gpu)))
         return Eval(cfg, fits, worst, microbatches=self.per_replica // cfg.micro_batch)
 
     def run(self, ev: Eval, plan: bool) -> None:
@@ -463,7 +470,7 @@ class JobModel:
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, busy, step)
-        memory = tuple(round(s.total / mem.GB, 2) for s in self.memory(cfg))
+        memory = tuple(round(total / mem.GB, 2) for total in self.memory(cfg).total.tolist())
         return (StepPlan(step_time_s=step, stages=_stage_intervals(runs, p), tier_load=tier_load,
                          tokens=tokens, model_flops=flops, memory_gb=memory), step, breakdown, busy)
 
@@ -567,6 +574,28 @@ def _stage_intervals(runs: Intervals, p: int) -> tuple[tuple[Interval, ...], ...
     rows = list(zip(runs.start.tolist(), runs.end.tolist(), [PHASE_NAMES[c] for c in runs.phase.tolist()]))
     make = partial(tuple.__new__, Interval)
     return tuple(tuple(map(make, rows[lo:hi])) for lo, hi in itertools.pairwise(bounds))
+
+
+@dataclass(frozen=True, eq=False)
+class _StageColumns:
+    """_stage_facts as arrays over the stages (JobModel.memory computes every stage at once)."""
+
+    params: np.ndarray
+    expert_params: np.ndarray
+    largest_layer_params: np.ndarray
+    moe: np.ndarray
+    output: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def _stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> _StageColumns:
+    facts = _stage_facts(model, tp, ep, pp, v)
+    columns = [np.array([getattr(f, name) for f in facts], dtype=dtype) for name, dtype in
+               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("moe", bool),
+                ("output", bool))]
+    for c in columns:
+        c.flags.writeable = False                   # shared by every evaluation with this layout
+    return _StageColumns(*columns)
 
 
 def _blocking_sends(fwd: tuple, bwd: tuple, send: tuple, send_b: tuple) -> tuple[tuple, tuple, tuple, tuple]:
