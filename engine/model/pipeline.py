@@ -243,8 +243,7 @@ def peak_inflight(schedule: str, p: int, v: int, m: int,
         m = min(m, steady_microbatches(p))
     if operations(p, v, m) <= MAX_SCHEDULE_OPS:            # the whole program at once (cached)
         program = _program(schedule, p, v, m)
-        held = per_chunk[np.arange(p)[:, None], program.chunk]
-        held[program.kind == 1] *= -1.0
+        held = per_chunk.ravel()[program.chunk_at] * program.sign      # x * -1.0 is -x: freed exactly
         return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
     out = []
     for r in range(p):                  # one stage at a time: 2 m v operations each, however many stages
@@ -277,6 +276,16 @@ class _Program:
     source: np.ndarray             # [stage, operation]: that operation's flat index (stage * operations per
     #                                stage + operation), or -1
     last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+    @cached_property
+    def chunk_at(self) -> np.ndarray:
+        """[stage, operation]: the flat index (stage * v + chunk) of the chunk it runs."""
+        return np.arange(self.chunk.shape[0])[:, None] * self.last_backward.shape[1] + self.chunk
+
+    @cached_property
+    def sign(self) -> np.ndarray:
+        """[stage, operation]: 1.0 for a forward (it allocates its activations), -1.0 for a backward (frees them)."""
+        return np.where(self.kind == 1, -1.0, 1.0)
 
     @cached_property
     def ops(self) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
@@ -390,11 +399,10 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
         end = np.empty(n + 2)
         end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
         start = np.empty(n)
-        prev, dep = waves.prev, waves.dep
-        for a, b in itertools.pairwise(waves.bounds):
-            s = np.fmax(end[prev[a:b]], end[dep[a:b]] + delay[a:b])
-            start[a:b] = s
-            end[a:b] = s + takes[a:b]
+        for a, b, prev, dep in waves.slices:
+            s = start[a:b]
+            np.fmax(end[prev], end[dep] + delay[a:b], out=s)
+            np.add(s, takes[a:b], out=end[a:b])
     shape = (p, n // p)
     return PipelineRun(program, segments, end[waves.input_of].reshape(shape), start[waves.position].reshape(shape),
                        end[waves.position].reshape(shape))
@@ -440,6 +448,11 @@ class _Waves:
     delay: np.ndarray
     position: np.ndarray
     input_of: np.ndarray
+
+    @cached_property
+    def slices(self) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        """Per wave: its bounds, and its operations' prev and dep."""
+        return [(a, b, self.prev[a:b], self.dep[a:b]) for a, b in itertools.pairwise(self.bounds)]
 
     @cached_property
     def prev_list(self) -> list[int]:
