@@ -15,8 +15,10 @@ import pytest
 from clustertop.engine import sweep
 from clustertop.engine.config import overrides, scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.fields import Context, Field, check_table
 from clustertop.engine.config.scenario import Scenario
 from clustertop.engine.config.tomlfile import dumps
+from clustertop.engine.config.units import parse_duration
 
 SMALL = """\
 name = "small"
@@ -407,3 +409,18 @@ def test_tables_a_point_shares_with_the_base_are_checked_once_and_changed_ones_a
     changed = overrides.apply(data, [(("checkpoint", "interval"), "bad")])
     with pytest.raises(UserError, match="checkpoint.interval"):
         scenario.parse(changed, scenario.Context("x"), "x", sw.sections)
+
+
+def test_a_table_checked_again_checks_only_the_values_it_has_not_seen() -> None:
+    spec = {"d": Field("str", parse=parse_duration), "n": Field("int", low=1), "s": Field("str")}
+    ctx = Context("x")
+    before = {"d": "1h", "n": 2, "s": "a"}
+    checked = check_table(ctx, "t", before, spec)
+    assert checked == {"d": 3600.0, "n": 2, "s": "a"}
+    # the very objects checked before are taken from that result (marked here to see it), others are checked
+    known = (before, {**checked, "d": "from before"})
+    assert check_table(ctx, "t", {**before, "s": "b"}, spec, known) == {"d": "from before", "n": 2, "s": "b"}
+    with pytest.raises(UserError, match=r"t\.n: must be at least 1, got 0"):
+        check_table(ctx, "t", {**before, "n": 0}, spec, known)
+    with pytest.raises(UserError, match=r"t\.d"):
+        check_table(ctx, "t", {**before, "d": "soon"}, spec, known)

@@ -398,9 +398,21 @@ def _section(sections: Sections | None, key: str, raws: tuple[Any, ...], build: 
     return value
 
 
+def _check_keys(sections: Sections | None, ctx: Context, path: str, table: Any, spec: dict[str, Field]) -> dict[str, Any]:
+    """check_table, given the last table checked at `path` and its result when `sections` keeps them: the values
+    a sweep's point shares with it (the same objects) are not checked again, the others are."""
+    if sections is None:
+        return check_table(ctx, path, table, spec)
+    memo = f"keys of {path}"
+    hit = sections.get(memo)
+    out = check_table(ctx, path, table, spec, (hit[0][0], hit[1]) if hit is not None else None)
+    sections[memo] = ((table,), out)
+    return out
+
+
 def parse(data: dict[str, Any], ctx: Context, path: str = "", sections: Sections | None = None) -> Scenario:
     """Validate a scenario's raw table. `sections`: a sweep's memo of the tables its points share (see _section)."""
-    top = check_table(ctx, "", data, TOP_SPEC)
+    top = _check_keys(sections, ctx, "", data, TOP_SPEC)
     cluster = _section(sections, "cluster", (top["cluster"],), lambda: _cluster(ctx, top["cluster"]))
     raw_jobs = top["jobs"]
     if isinstance(raw_jobs, dict):
@@ -413,7 +425,7 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "", sections: Sections
     jobs: list[Job] = []
     next_gpu = 0
     for i, raw in enumerate(raw_jobs):
-        job = _job(ctx, f"jobs[{i}]", raw, cluster, next_gpu)
+        job = _job(ctx, f"jobs[{i}]", raw, cluster, next_gpu, sections)
         jobs.append(job)
         next_gpu = job.first_gpu + job.gpus
     _check_disjoint(ctx, jobs)
@@ -680,8 +692,8 @@ def _degraded(ctx: Context, raw: Any, pods: int) -> tuple[DegradedLinks, ...]:
     return tuple(out)
 
 
-def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> Job:
-    j = check_table(ctx, path, raw, JOB_SPEC)
+def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int, sections: Sections | None = None) -> Job:
+    j = _check_keys(sections, ctx, path, raw, JOB_SPEC)
     name = j["name"] or f"job{path[5:-1]}"
     raw_model = j["model"]
     if isinstance(raw_model, str):
