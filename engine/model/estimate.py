@@ -426,8 +426,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
     for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
-                   step._chunks, step._stage_facts, step._stage_columns, step._simulate_cached, pipeline._program, pipeline._waves,
-                   pipeline.order):
+                   step._chunks, step._stage_facts, step._stage_columns, step._simulate_cached, pipeline._program,
+                   pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()
     _SUMMARIES.clear()

@@ -569,7 +569,7 @@ def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_Stag
 
 def _stage_intervals(runs: Intervals, p: int) -> tuple[tuple[Interval, ...], ...]:
     """Each stage's runs as Interval tuples (runs: stage after stage). Built in C, tuple.__new__ over the
-    zipped columns: the flagship's plan has ~10,000 of them."""
+    zipped columns: the flagship's plan has 5,175 of them."""
     bounds = np.searchsorted(runs.stage, np.arange(p + 1)).tolist()
     rows = list(zip(runs.start.tolist(), runs.end.tolist(), [PHASE_NAMES[c] for c in runs.phase.tolist()]))
     make = partial(tuple.__new__, Interval)
