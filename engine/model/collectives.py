@@ -188,17 +188,19 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
 def _leaves(units: np.ndarray) -> np.ndarray:
     """Per member of each group (rows, in ring order): whether its ring edge to the next member (the last to the
     first) leaves its unit (`units`: each member's node, block, ...)."""
-    out = np.empty(units.shape, dtype=bool)
-    np.not_equal(units[:, :-1], units[:, 1:], out=out[:, :-1])
-    np.not_equal(units[:, -1], units[:, 0], out=out[:, -1])
-    return out
+    flat, size = units.ravel(), units.shape[1]         # compared as one run (contiguous: fast for short rows),
+    out = np.empty(units.size, dtype=bool)            # then each row's last member against its first
+    np.not_equal(flat[:-1], flat[1:], out=out[:-1])
+    out[size - 1::size] = units[:, -1] != units[:, 0]
+    return out.reshape(units.shape)
 
 
 def _outermost(topo: Topology, groups: np.ndarray) -> int:
     """Index into TIERS of the outermost tier any group crosses: the widest unit some member is not in with
     its group's first member. Units are ranges of GPUs: a group stays in one unit when its lowest and highest
     members do."""
-    low, high = groups.min(axis=1), groups.max(axis=1)
+    columns = np.ascontiguousarray(groups.T)          # reduced across rows: fast however short the groups
+    low, high = columns.min(axis=0), columns.max(axis=0)
     for level, per in reversed(list(enumerate((topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod,
                                                topo.gpus_per_building), start=1))):
         if np.any(low // per != high // per):
