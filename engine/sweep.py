@@ -21,7 +21,7 @@ import re
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 import orjson
@@ -63,6 +63,8 @@ class Sweep:
     axes: tuple[Axis, ...]
     derived: tuple[str, ...]      # keys dropped from every point so the loader derives them ("jobs[0].dp")
     estimator: Estimator
+    # the loader's memo of the tables every point shares with `base` (engine/config/scenario.py _section)
+    sections: scenario.Sections = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def size(self) -> int:
@@ -173,7 +175,7 @@ def evaluate(sweep: Sweep, index: int) -> Outcome:
     record: dict[str, Any] = {"index": index, "point": {a.key: v for a, v in zip(sweep.axes, choice)}}
     try:
         data = apply(sweep.base, [(a.path, v) for a, v in zip(sweep.axes, choice)])
-        s = scenario.parse(data, Context(sweep.path), sweep.path)
+        s = scenario.parse(data, Context(sweep.path), sweep.path, sweep.sections)
         result = sweep.estimator(s)
     except UserError as exc:
         return _error(record, "invalid", _message(exc))

@@ -15,8 +15,10 @@ import pytest
 from clustertop.engine import sweep
 from clustertop.engine.config import overrides, scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.fields import Context, Field, check_table
 from clustertop.engine.config.scenario import Scenario
 from clustertop.engine.config.tomlfile import dumps
+from clustertop.engine.config.units import parse_duration
 
 SMALL = """\
 name = "small"
@@ -384,3 +386,41 @@ def test_inline_model_keys_vary(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"jobs\[0\]\.model is varied too"):
         sweep.plan(write(tmp_path, INLINE), ["jobs[0].model=llama3.1-8b", "jobs[0].model.layers=16,32"],
                    fake_estimate.estimate_json)
+
+
+def test_tables_a_point_shares_with_the_base_are_checked_once_and_changed_ones_again(tmp_path: Path) -> None:
+    # the injected fault's GPU 100 exists in a 128-GPU cluster, not in a 64-GPU one: the faults table is the
+    # base's own object at every point, but the cluster it is checked against changes, so it is checked again
+    text = SMALL.replace("gpus = 64", "gpus = 128").replace("dp = 4", "dp = 8") + \
+        "[[faults.inject]]\nat = \"1h\"\ngpu = 100\ncause = \"Faulty GPU\"\n"
+    sw = sweep.plan(write(tmp_path, text), ["cluster.gpus=128,64,256", "jobs[0].tp=8,3"],
+                    fake_estimate.estimate_json)
+    recs, ranking, _ = records(sw, workers=1)
+    assert ranking.total == 6 and ranking.invalid == 4
+    assert "error" not in recs[0] and "error" not in recs[4]
+    assert recs[2]["error"] == "faults.inject[0].gpu: GPU 100 is not in the cluster; expected 0 to 63"
+    assert recs[1]["error"].startswith("jobs[0].tp: tp*cp*pp = 6 does not divide")
+    # the memo hands back the very objects validated for the same tables, and validates new ones
+    data = sw.data(0)
+    first = scenario.parse(data, scenario.Context("x"), "x", sw.sections)
+    again = scenario.parse(sw.data(4), scenario.Context("x"), "x", sw.sections)
+    assert again.checkpoint is first.checkpoint and again.variability is first.variability
+    assert again.cluster.gpus == 256 and again.faults == first.faults and again.faults is not first.faults
+    changed = overrides.apply(data, [(("checkpoint", "interval"), "bad")])
+    with pytest.raises(UserError, match="checkpoint.interval"):
+        scenario.parse(changed, scenario.Context("x"), "x", sw.sections)
+
+
+def test_a_table_checked_again_checks_only_the_values_it_has_not_seen() -> None:
+    spec = {"d": Field("str", parse=parse_duration), "n": Field("int", low=1), "s": Field("str")}
+    ctx = Context("x")
+    before = {"d": "1h", "n": 2, "s": "a"}
+    checked = check_table(ctx, "t", before, spec)
+    assert checked == {"d": 3600.0, "n": 2, "s": "a"}
+    # the very objects checked before are taken from that result (marked here to see it), others are checked
+    known = (before, {**checked, "d": "from before"})
+    assert check_table(ctx, "t", {**before, "s": "b"}, spec, known) == {"d": "from before", "n": 2, "s": "b"}
+    with pytest.raises(UserError, match=r"t\.n: must be at least 1, got 0"):
+        check_table(ctx, "t", {**before, "n": 0}, spec, known)
+    with pytest.raises(UserError, match=r"t\.d"):
+        check_table(ctx, "t", {**before, "d": "soon"}, spec, known)

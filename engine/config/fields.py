@@ -120,18 +120,27 @@ def check_value(ctx: Context, path: str, field: Field, value: Any) -> Any:
     return value
 
 
-def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field]) -> dict[str, Any]:
-    """Check every key of `table` against `spec`; fill defaults; reject unknown and missing keys."""
+def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field],
+                known: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Check every key of `table` against `spec`; fill defaults; reject unknown and missing keys.
+
+    `known`: a table checked before against the same spec and what that gave. A key whose value is the very
+    same object is taken from it rather than checked again (check_value depends on the value alone): a sweep's
+    points share all but the values they vary with the table they were built from.
+    """
     if not isinstance(table, dict):
         raise ctx.error(path or "(top level)", f"expected a table, got {_show(table)}")
     for key in table:
         if key not in spec:
             hint = did_you_mean(key, spec)
             raise ctx.error(_join(path, _key_text(key)), f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
+    seen, done = known if known is not None else ({}, {})
     out: dict[str, Any] = {}
     for key, field in spec.items():
         if key in table:
-            out[key] = check_value(ctx, _join(path, key), field, table[key])
+            value = table[key]
+            out[key] = done[key] if key in seen and seen[key] is value else \
+                check_value(ctx, _join(path, key), field, value)
         elif field.required:
             raise ctx.error(_join(path, key) if path else key, f"missing required key ({_describe(field)})")
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib import resources
@@ -376,9 +377,43 @@ def load(arg: str) -> Scenario:
     return parse(data, Context(str(path), text), str(path))
 
 
-def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
-    top = check_table(ctx, "", data, TOP_SPEC)
-    cluster = _cluster(ctx, top["cluster"])
+Sections = dict[str, tuple[tuple[Any, ...], Any]]
+
+
+def _section(sections: Sections | None, key: str, raws: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """`build()`, or what it gave for the very same raw tables (identity, not equality) when `sections` has it.
+
+    A sweep parses thousands of points that share every table but the ones it varies (overrides.apply copies
+    only what it sets): the tables a point shares with the base were validated by the first point that met
+    them, a pure function of those tables, so the same objects are not checked again. Tables that differ (or
+    any table when `sections` is None) are validated in full.
+    """
+    if sections is None:
+        return build()
+    hit = sections.get(key)
+    if hit is not None and len(hit[0]) == len(raws) and all(a is b for a, b in zip(hit[0], raws)):
+        return hit[1]
+    value = build()
+    sections[key] = (raws, value)       # kept with its tables, so their ids stay theirs
+    return value
+
+
+def _check_keys(sections: Sections | None, ctx: Context, path: str, table: Any, spec: dict[str, Field]) -> dict[str, Any]:
+    """check_table, given the last table checked at `path` and its result when `sections` keeps them: the values
+    a sweep's point shares with it (the same objects) are not checked again, the others are."""
+    if sections is None:
+        return check_table(ctx, path, table, spec)
+    memo = f"keys of {path}"
+    hit = sections.get(memo)
+    out = check_table(ctx, path, table, spec, (hit[0][0], hit[1]) if hit is not None else None)
+    sections[memo] = ((table,), out)
+    return out
+
+
+def parse(data: dict[str, Any], ctx: Context, path: str = "", sections: Sections | None = None) -> Scenario:
+    """Validate a scenario's raw table. `sections`: a sweep's memo of the tables its points share (see _section)."""
+    top = _check_keys(sections, ctx, "", data, TOP_SPEC)
+    cluster = _section(sections, "cluster", (top["cluster"],), lambda: _cluster(ctx, top["cluster"]))
     raw_jobs = top["jobs"]
     if isinstance(raw_jobs, dict):
         raw_jobs = [raw_jobs]
@@ -390,7 +425,7 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
     jobs: list[Job] = []
     next_gpu = 0
     for i, raw in enumerate(raw_jobs):
-        job = _job(ctx, f"jobs[{i}]", raw, cluster, next_gpu)
+        job = _job(ctx, f"jobs[{i}]", raw, cluster, next_gpu, sections)
         jobs.append(job)
         next_gpu = job.first_gpu + job.gpus
     _check_disjoint(ctx, jobs)
@@ -399,22 +434,38 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "") -> Scenario:
         if seen.setdefault(job.name, i) != i:
             raise ctx.error(f"jobs[{i}].name", f"job name {quote(job.name)} is also jobs[{seen[job.name]}]'s; "
                             "expected unique job names")
-    f = check_table(ctx, "faults", top["faults"] or {}, FAULTS_SPEC)
-    faults = Faults(enabled=f["enabled"], rate_scale=f["rate_scale"], detection_s=f["detection"],
-                    restart_s=f["restart"], spare_nodes=f["spare_nodes"], repair_s=f["repair"],
-                    planned_per_day=f["planned_per_day"], planned_s=f["planned"],
-                    inject=_injections(ctx, f["inject"], cluster))
-    c = check_table(ctx, "checkpoint", top["checkpoint"] or {}, CHECKPOINT_SPEC)
-    checkpoint = Checkpoint(interval_s=c["interval"], mode=c["mode"], storage_tb_s=c["storage_tb_s"])
-    v = check_table(ctx, "variability", top["variability"] or {}, VARIABILITY_SPEC)
-    economics = default_economics()
-    if top["economics"] is not None:
-        e = check_table(ctx, "economics", top["economics"], catalog.ECONOMICS_SPEC)
-        economics = dataclasses.replace(economics, **{k: x for k, x in e.items() if x is not None})
+    faults = _section(sections, "faults", (top["faults"], top["cluster"]),
+                      lambda: _faults(ctx, top["faults"], cluster))
+    checkpoint = _section(sections, "checkpoint", (top["checkpoint"],), lambda: _checkpoint(ctx, top["checkpoint"]))
+    variability = _section(sections, "variability", (top["variability"],),
+                           lambda: Variability(**check_table(ctx, "variability", top["variability"] or {},
+                                                             VARIABILITY_SPEC)))
+    economics = _section(sections, "economics", (top["economics"],), lambda: _economics(ctx, top["economics"]))
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
                     duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
-                    checkpoint=checkpoint, variability=Variability(**v), path=path, economics=economics,
+                    checkpoint=checkpoint, variability=variability, path=path, economics=economics,
                     compare_with=top["compare_with"])
+
+
+def _faults(ctx: Context, raw: Any, cluster: Cluster) -> Faults:
+    f = check_table(ctx, "faults", raw or {}, FAULTS_SPEC)
+    return Faults(enabled=f["enabled"], rate_scale=f["rate_scale"], detection_s=f["detection"],
+                  restart_s=f["restart"], spare_nodes=f["spare_nodes"], repair_s=f["repair"],
+                  planned_per_day=f["planned_per_day"], planned_s=f["planned"],
+                  inject=_injections(ctx, f["inject"], cluster))
+
+
+def _checkpoint(ctx: Context, raw: Any) -> Checkpoint:
+    c = check_table(ctx, "checkpoint", raw or {}, CHECKPOINT_SPEC)
+    return Checkpoint(interval_s=c["interval"], mode=c["mode"], storage_tb_s=c["storage_tb_s"])
+
+
+def _economics(ctx: Context, raw: Any) -> Economics:
+    economics = default_economics()
+    if raw is not None:
+        e = check_table(ctx, "economics", raw, catalog.ECONOMICS_SPEC)
+        economics = dataclasses.replace(economics, **{k: x for k, x in e.items() if x is not None})
+    return economics
 
 
 def _check_disjoint(ctx: Context, jobs: list[Job]) -> None:
@@ -641,8 +692,8 @@ def _degraded(ctx: Context, raw: Any, pods: int) -> tuple[DegradedLinks, ...]:
     return tuple(out)
 
 
-def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int) -> Job:
-    j = check_table(ctx, path, raw, JOB_SPEC)
+def _job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int, sections: Sections | None = None) -> Job:
+    j = _check_keys(sections, ctx, path, raw, JOB_SPEC)
     name = j["name"] or f"job{path[5:-1]}"
     raw_model = j["model"]
     if isinstance(raw_model, str):

@@ -111,7 +111,7 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     axes = [names.index(n) for n in names if n not in want] + [names.index(n) for n in want]
     moved = np.transpose(grid, axes)
     size = int(np.prod([moved.shape[i] for i in range(len(names) - len(want), len(names))]))
-    return moved.reshape(-1, size)
+    return np.ascontiguousarray(moved.reshape(-1, size))     # row by row: what every caller walks
 
 
 def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern: str = "ring",
@@ -146,7 +146,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
         # share of each GPU's traffic that goes on the network: for a ring, its edges that leave a node (each
         # carries q rails); for an all-to-all, the members outside its node
         net_share = (size - q) / size if pattern == "all2all" else \
-            float(np.sum(node != np.roll(node, -1, axis=1))) * q / groups.size
+            float(np.count_nonzero(_leaves(node))) * q / groups.size
         for t in NET_TIERS:
             block = _block_sizes(topo)[t]
             src_block = groups // block
@@ -155,8 +155,9 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                 frac = (size - same) / size            # share of each GPU's traffic leaving its block
                 demand = np.bincount(src_block.ravel(), weights=frac.ravel())
             else:
-                cross = (src_block != np.roll(src_block, -1, axis=1)).astype(float) * q
-                demand = np.bincount(src_block.ravel(), weights=cross.ravel())
+                # q connections per ring edge that leaves its block: whole numbers, so counting the edges and
+                # multiplying gives the very sums that adding q per edge did
+                demand = np.bincount(src_block[_leaves(src_block)], minlength=int(src_block.max()) + 1) * float(q)
             total = float(demand.sum())
             if total <= 0:
                 continue
@@ -184,13 +185,25 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                  scaleup.group_shape(cluster, groups[0], q), scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
 
 
+def _leaves(units: np.ndarray) -> np.ndarray:
+    """Per member of each group (rows, in ring order): whether its ring edge to the next member (the last to the
+    first) leaves its unit (`units`: each member's node, block, ...)."""
+    flat, size = units.ravel(), units.shape[1]         # compared as one run (contiguous: fast for short rows),
+    out = np.empty(units.size, dtype=bool)            # then each row's last member against its first
+    np.not_equal(flat[:-1], flat[1:], out=out[:-1])
+    out[size - 1::size] = units[:, -1] != units[:, 0]
+    return out.reshape(units.shape)
+
+
 def _outermost(topo: Topology, groups: np.ndarray) -> int:
     """Index into TIERS of the outermost tier any group crosses: the widest unit some member is not in with
-    its group's first member."""
-    first = groups[:, :1]
+    its group's first member. Units are ranges of GPUs: a group stays in one unit when its lowest and highest
+    members do."""
+    columns = np.ascontiguousarray(groups.T)          # reduced across rows: fast however short the groups
+    low, high = columns.min(axis=0), columns.max(axis=0)
     for level, per in reversed(list(enumerate((topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod,
                                                topo.gpus_per_building), start=1))):
-        if np.any(groups // per != first // per):
+        if np.any(low // per != high // per):
             return level
     return 0
 

@@ -344,8 +344,21 @@ def recompute_flops_per_token(job: Job, recompute: str) -> float:
     return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * model.hidden * model.vocab) / 3.0
 
 
+_SUMMARIES: dict[Cluster, dict[str, Any]] = {}
+
+
 def cluster_summary(cluster: Cluster) -> dict[str, Any]:
-    """The cluster's size, its scale-up domain, its optics and its power at full load."""
+    """The cluster's size, its scale-up domain, its optics and its power at full load (kept for the next
+    estimate on the same cluster, as a sweep's points mostly are; each caller gets its own copy)."""
+    summary = _SUMMARIES.get(cluster)
+    if summary is None:                      # (no lookup after the store: safe with threads, as Dask runs)
+        if len(_SUMMARIES) >= 64:
+            _SUMMARIES.clear()
+        summary = _SUMMARIES[cluster] = _summary(cluster)
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in summary.items()}
+
+
+def _summary(cluster: Cluster) -> dict[str, Any]:
     topo = Topology.of(cluster)
     optics = cluster.transceivers
     it_mw = (cluster.gpus * facility.it_w_per_gpu(cluster.gpu) + optics.watts) / 1e6
@@ -413,7 +426,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
     for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
-                   step._chunks, step._stage_facts, step._simulate_cached, pipeline._program, pipeline._waves,
-                   pipeline.order):
+                   step._chunks, step._stage_facts, step._stage_columns, step._simulate_cached, pipeline._program,
+                   pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()
+    _SUMMARIES.clear()

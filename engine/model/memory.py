@@ -86,7 +86,8 @@ def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recom
 
 @dataclass(frozen=True)
 class StageMemory:
-    """What one GPU of a pipeline stage holds, in bytes."""
+    """What one GPU of a pipeline stage holds, in bytes (or, each field an array over the stages, what one GPU
+    of each stage holds: stage_memory takes and gives either)."""
 
     weights: float
     gradients: float
@@ -98,6 +99,11 @@ class StageMemory:
     @property
     def total(self) -> float:
         return self.weights + self.gradients + self.optimizer + self.activations + self.buffers + self.reserve
+
+    def stage(self, i: int) -> StageMemory:
+        """Stage i's memory, of a StageMemory of arrays over the stages."""
+        return StageMemory(float(self.weights[i]), float(self.gradients[i]), float(self.optimizer[i]),
+                           float(self.activations[i]), float(self.buffers[i]), float(self.reserve[i]))
 
     def parts_gb(self) -> dict[str, float]:
         return {k: round(v / GB, 2) for k, v in (("weights", self.weights), ("gradients", self.gradients),

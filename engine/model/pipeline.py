@@ -20,6 +20,7 @@ SimPy is imported here and nowhere in engine/__init__.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -35,6 +36,9 @@ Segment = tuple[str, float]          # (phase, seconds)
 Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
+# evaluate: below this many operations per wave on average, one Python loop over the operations beats numpy
+# over the waves (measured over the schedules of the flagship sweep: a numpy wave ~3 us, a Python operation ~0.2 us)
+PER_WAVE_MIN = 16
 STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
 SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (262,144 operations: ~115 MB)
@@ -239,8 +243,7 @@ def peak_inflight(schedule: str, p: int, v: int, m: int,
         m = min(m, steady_microbatches(p))
     if operations(p, v, m) <= MAX_SCHEDULE_OPS:            # the whole program at once (cached)
         program = _program(schedule, p, v, m)
-        held = per_chunk[np.arange(p)[:, None], program.chunk]
-        held[program.kind == 1] *= -1.0
+        held = per_chunk.ravel()[program.chunk_at] * program.sign      # x * -1.0 is -x: freed exactly
         return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
     out = []
     for r in range(p):                  # one stage at a time: 2 m v operations each, however many stages
@@ -273,6 +276,16 @@ class _Program:
     source: np.ndarray             # [stage, operation]: that operation's flat index (stage * operations per
     #                                stage + operation), or -1
     last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+    @cached_property
+    def chunk_at(self) -> np.ndarray:
+        """[stage, operation]: the flat index (stage * v + chunk) of the chunk it runs."""
+        return np.arange(self.chunk.shape[0])[:, None] * self.last_backward.shape[1] + self.chunk
+
+    @cached_property
+    def sign(self) -> np.ndarray:
+        """[stage, operation]: 1.0 for a forward (it allocates its activations), -1.0 for a backward (frees them)."""
+        return np.where(self.kind == 1, -1.0, 1.0)
 
     @cached_property
     def ops(self) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
@@ -377,21 +390,39 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     program, segments = _prepare(schedule, p, v, m, fwd, bwd)
     waves = _waves(schedule, p, v, m)
     n = waves.order.size
-    takes = segments.total[waves.stage, waves.kind, waves.chunk]
-    delays = np.array([[send_fwd[(r - 1) % p], send_bwd[(r + 1) % p]] for r in range(p)], dtype=float)
-    delay = delays[waves.stage, waves.kind]
-    end = np.empty(n + 2)
-    end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
-    start = np.empty(n)
-    prev, dep = waves.prev, waves.dep
-    for a, b in itertools.pairwise(waves.bounds):
-        s = np.fmax(end[prev[a:b]], end[dep[a:b]] + delay[a:b])
-        start[a:b] = s
-        end[a:b] = s + takes[a:b]
-    out = np.empty((3, n))
-    out[:, waves.order] = end[dep], start, end[:n]
-    produced, started, ended = out.reshape(3, p, n // p)
-    return PipelineRun(program, segments, produced, started, ended)
+    takes = segments.total.ravel()[waves.segment]
+    delays = [x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])]
+    delay = np.array(delays, dtype=float)[waves.delay]
+    if n < PER_WAVE_MIN * (len(waves.bounds) - 1):
+        start, end = _walk(waves, delay.tolist(), takes.tolist())
+    else:
+        end = np.empty(n + 2)
+        end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
+        start = np.empty(n)
+        for a, b, prev, dep in waves.slices:
+            s = start[a:b]
+            np.fmax(end[prev], end[dep] + delay[a:b], out=s)
+            np.add(s, takes[a:b], out=end[a:b])
+    shape = (p, n // p)
+    return PipelineRun(program, segments, end[waves.input_of].reshape(shape), start[waves.position].reshape(shape),
+                       end[waves.position].reshape(shape))
+
+
+def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """`evaluate`'s loop one operation at a time in plain Python floats, for schedules whose waves are narrow
+    (numpy's cost per wave would dominate): the same additions, and taking y when y > x is fmax(x, y) where x
+    is never NaN (NaN > x is false)."""
+    n = len(takes)
+    end = [0.0] * n + [math.nan, 0.0]          # what "no input" and "no previous operation" read
+    start = [0.0] * n
+    for i, a, d, dl, tk in zip(range(n), waves.prev_list, waves.dep_list, delay, takes):
+        x = end[a]
+        y = end[d] + dl
+        if y > x:                  # noqa: PLR1730  (max() costs a call per operation)
+            x = y
+        start[i] = x
+        end[i] = x + tk
+    return np.array(start), np.array(end)
 
 
 def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments) -> tuple[_Program, _Segments]:
@@ -406,15 +437,31 @@ class _Waves:
     """A program's operations in waves: an operation depends only on operations of earlier waves. Wave w is
     positions bounds[w]:bounds[w + 1] of the wave order; order[i] is the flat index (stage * ops per stage +
     k) of the operation at position i, prev[i] and dep[i] the positions of the stage's previous operation
-    and of the input's producer (n + 1 and n when there is none)."""
+    and of the input's producer (n + 1 and n when there is none); segment[i] its flat index into [stage,
+    kind, chunk] arrays and delay[i] into [stage, kind]. By flat index: position (where each operation is in
+    the wave order) and input_of (where its input's producer is, n for none)."""
 
     order: np.ndarray
     bounds: list[int]
     prev: np.ndarray
     dep: np.ndarray
-    stage: np.ndarray
-    kind: np.ndarray
-    chunk: np.ndarray
+    segment: np.ndarray
+    delay: np.ndarray
+    position: np.ndarray
+    input_of: np.ndarray
+
+    @cached_property
+    def slices(self) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        """Per wave: its bounds, and its operations' prev and dep."""
+        return [(a, b, self.prev[a:b], self.dep[a:b]) for a, b in itertools.pairwise(self.bounds)]
+
+    @cached_property
+    def prev_list(self) -> list[int]:
+        return self.prev.tolist()
+
+    @cached_property
+    def dep_list(self) -> list[int]:
+        return self.dep.tolist()
 
 
 @lru_cache(maxsize=256)
@@ -454,9 +501,10 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     position[-1] = n                 # no input: the slot that reads NaN
     flat = np.arange(n)
     prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
+    input_of = position[program.source.ravel()]
+    stage_kind = (order // k_max) * 2 + program.kind.ravel()[order]
     return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
-                  position[program.source.ravel()][order], order // k_max, program.kind.ravel()[order],
-                  program.chunk.ravel()[order])
+                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n], input_of)
 
 
 def split_layers(layers: int, stages: int) -> list[int]:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .pipeline import PHASE_CODE, Intervals
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(NamedTuple):
+    """A stretch of one stage's step in one phase. A named tuple, not a dataclass: a plan holds thousands (the
+    flagship's 16 stages 5,175), and their frozen-dataclass inits were a quarter of the flagship's estimate."""
+
     start_s: float     # from the start of the step
     end_s: float
     phase: str         # a name from engine.config.phases.PHASES

@@ -17,7 +17,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from . import scaleup
-from .pipeline import PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
+from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
 from .plan import Interval, StepPlan, extend_run, merge_runs
 from .topology import TIERS, Topology
 
@@ -191,6 +191,7 @@ class JobModel:
         self._updates: dict[float, tuple[float, float]] = {}
         self._passes: dict[tuple[Any, ...], Passes] = {}
         self._params: dict[tuple[int, int, bool, bool], float] = {}
+        self._tp_s: dict[tuple[float, bool], float] = {}
 
     def chunks(self, v: int) -> tuple[tuple[_Stage, ...], ...]:
         return _chunks(self.job.model, self.job.pp, v)
@@ -226,7 +227,7 @@ class JobModel:
                     continue
                 acc["compute"] += n * pas.compute_s
                 if pas.tp_collectives:
-                    comm = n * pas.tp_collectives * _tp_time(cl, net, pas.tp_bytes, sh.sp).time_s
+                    comm = n * pas.tp_collectives * self._tp_seconds(pas.tp_bytes, sh.sp)
                     if job.tp_comm_overlap:
                         # each GEMM is split in tp chunks whose transfers overlap the other chunks' compute:
                         # the first chunk's transfer, and what the GEMMs cannot cover, stay exposed
@@ -257,6 +258,26 @@ class JobModel:
                 ag + max(rs / layers, rs - hidden)
         return tuple(f.items()), tuple(b.items())
 
+    def _tp_seconds(self, nbytes: float, sp: bool) -> float:
+        """One TP exchange (_tp_time), kept per size: a job's chunks and passes exchange a few sizes many times."""
+        key = (nbytes, sp)
+        seconds = self._tp_s.get(key)
+        if seconds is None:
+            seconds = self._tp_s[key] = _tp_time(self.cluster, self.net, nbytes, sp).time_s
+        return seconds
+
+    def _sends(self, nbytes: float) -> tuple[float, ...]:
+        """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed only,
+        so once per tier (a deep pipeline has 64 boundaries and two or three tiers)."""
+        by_tier: dict[int, float] = {}
+        out = []
+        for r, tier in enumerate(self.net.pp_tiers):
+            seconds = by_tier.get(tier)
+            if seconds is None:
+                seconds = by_tier[tier] = _p2p_time(self.cluster, self.net, nbytes, r)
+            out.append(seconds)
+        return tuple(out)
+
     def _chunk_params(self, st: _Stage) -> float:
         key = (st.dense, st.moe, st.embedding, st.output)
         if key not in self._params:
@@ -264,58 +285,65 @@ class JobModel:
         return self._params[key]
 
     # -- memory ----------------------------------------------------------------------------------------
-    def memory(self, cfg: Config) -> list[mem.StageMemory]:
+    def memory(self, cfg: Config) -> mem.StageMemory:
+        """What one GPU of each pipeline stage holds under `cfg`: a StageMemory whose fields are arrays over the
+        stages, computed together (elementwise, the same operations as for one stage: a deep pipeline has 64)."""
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
         fp8 = job.precision == "fp8"
         scores = job.model.heads / job.tp * job.seq_len if job.attention_kernel == "unfused" else 0.0
+        kinds = (False, True) if job.model.is_moe else (False,)   # a dense model's chunks hold no MoE layer
         per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8,
-                                                         scores, job.dropout > 0)
-                     for moe in (False, True)}
+                                                         scores, job.dropout > 0) for moe in kinds}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
-                      for moe in (False, True)}
+                      for moe in kinds}
         chunks = self.chunks(cfg.virtual_stages)
+        by_blocks: dict[tuple[int, int, bool], float] = {}      # stages mostly share their chunks' blocks
         chunk_bytes = []
         for stage in chunks:
             chunk_bytes.append([])
             for st in stage:
-                per_tok = st.dense * per_token[False] + st.moe * per_token[True]
-                if st.embedding:
-                    per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-                chunk_bytes[-1].append(per_tok * sh.tokens)
+                key = (st.dense, st.moe, st.embedding)
+                if key not in by_blocks:
+                    per_tok = st.dense * per_token[False]
+                    if st.moe:
+                        per_tok += st.moe * per_token[True]
+                    if st.embedding:
+                        per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+                    by_blocks[key] = per_tok * sh.tokens
+                chunk_bytes[-1].append(by_blocks[key])
         held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
-        out = []
-        for stage, activations in zip(self.stages(cfg.virtual_stages), held):
-            layer_full = full_layer[stage.moe]
-            transient = layer_full if cfg.recompute == "full" else 0.0
-            # one layer's gradient working set (input/output grads, the largest intermediate) during backward
-            transient += 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
-            logits = 0.0
-            if stage.output:
-                # the output layer's BF16 logits and the loss's FP32 working copy (its gradient is written in
-                # place by a fused cross-entropy)
-                logits = sh.tokens * job.model.vocab / job.tp * (cm.BF16 + 4.0)
-            out.append(mem.stage_memory(params=stage.params, expert_params=stage.expert_params,
-                                        largest_layer_params=stage.largest_layer_params, zero=job.zero,
-                                        dp_shards=self.dp_shards, expert_shards=self.expert_shards,
-                                        activations=activations, transient=transient, logits=logits,
-                                        grad_bytes=self._grad_bytes))
-            if job.schedule == "dualpipe":
-                # DualPipe keeps two copies of the parameters (and their gradients), one per direction
-                # (DeepSeek-V3 report 3.2.1)
-                sm = out[-1]
-                extra = sm.weights + sm.gradients
-                out[-1] = dataclasses.replace(sm, weights=2 * sm.weights, gradients=2 * sm.gradients,
-                                              reserve=sm.reserve + mem.FRAGMENTATION * extra)
+        stages = _stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
+        transient = 0.0
+        if cfg.recompute == "full":
+            transient = np.where(stages.moe, full_layer[True], full_layer[False]) if job.model.is_moe else \
+                np.full(job.pp, full_layer[False])
+        # one layer's gradient working set (input/output grads, the largest intermediate) during backward
+        transient = transient + 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
+        # the output layer's BF16 logits and the loss's FP32 working copy (its gradient is written in place by a
+        # fused cross-entropy)
+        logits = np.where(stages.output, sh.tokens * job.model.vocab / job.tp * (cm.BF16 + 4.0), 0.0)
+        out = mem.stage_memory(params=stages.params, expert_params=stages.expert_params,
+                               largest_layer_params=stages.largest_layer_params, zero=job.zero,
+                               dp_shards=self.dp_shards, expert_shards=self.expert_shards,
+                               activations=np.array(held), transient=transient, logits=logits,
+                               grad_bytes=self._grad_bytes)
+        if job.schedule == "dualpipe":
+            # DualPipe keeps two copies of the parameters (and their gradients), one per direction
+            # (DeepSeek-V3 report 3.2.1)
+            extra = out.weights + out.gradients
+            out = dataclasses.replace(out, weights=2 * out.weights, gradients=2 * out.gradients,
+                                      reserve=out.reserve + mem.FRAGMENTATION * extra)
         return out
 
     # -- one configuration -----------------------------------------------------------------------------
     def check_memory(self, cfg: Config) -> Eval:
-        """The configuration's memory and whether it fits (no simulation)."""
-        mems = self.memory(cfg)
-        worst = max(mems, key=lambda s: s.total)
-        fits = all(s.total <= mem.capacity_bytes(self.gpu) for s in mems)
+        """The configuration's memory and whether it fits (no simulation): the fullest stage's."""
+        stages = self.memory(cfg)
+        totals = stages.total
+        worst = stages.stage(int(np.argmax(totals)))        # the first fullest, as max() picks
+        fits = bool(np.all(totals <= mem.capacity_bytes(self.gpu)))
         return Eval(cfg, fits, worst, microbatches=self.per_replica // cfg.micro_batch)
 
     def run(self, ev: Eval, plan: bool) -> None:
@@ -329,7 +357,7 @@ class JobModel:
         fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
         bwd = tuple(tuple(b for _, b in stage) for stage in passes)
         act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
-        send = tuple(_p2p_time(cl, self.net, act, r) if p > 1 else 0.0 for r in range(p))
+        send = self._sends(act) if p > 1 else (0.0,)
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
@@ -426,25 +454,24 @@ class JobModel:
                 iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
             after.append(iv)
         # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
-        # lengths, as a mean over the stages
-        tail = Intervals.of(after)
-        totals = dict(zip(PHASE_NAMES, ((phase_s + tail.phase_seconds()) / p).tolist()))
+        # lengths, as a mean over the stages (the tail's summed in their order, as Intervals.phase_seconds would)
+        tail_s = [0.0] * len(PHASE_NAMES)
+        for iv in after:
+            for a, b, phase in iv:
+                tail_s[PHASE_CODE[phase]] += b - a
+        totals = dict(zip(PHASE_NAMES, ((phase_s + np.array(tail_s)) / p).tolist()))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
         busy = self._busy(cfg, fwd, bwd, m, dp_busy) if plan or self.want_busy else {}
         if not plan:
             return None, step, breakdown, busy
-        runs = merge_runs(intervals().then(tail), step, p)
+        runs = merge_runs(intervals().then(Intervals.of(after)), step, p)
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, busy, step)
-        stages: list[list[Interval]] = [[] for _ in range(p)]
-        for r, a, b, code in zip(runs.stage.tolist(), runs.start.tolist(), runs.end.tolist(),
-                                 runs.phase.tolist()):
-            stages[r].append(Interval(a, b, PHASE_NAMES[code]))
-        memory = tuple(round(s.total / mem.GB, 2) for s in self.memory(cfg))
-        return (StepPlan(step_time_s=step, stages=tuple(map(tuple, stages)), tier_load=tier_load,
+        memory = tuple(round(total / mem.GB, 2) for total in self.memory(cfg).total.tolist())
+        return (StepPlan(step_time_s=step, stages=_stage_intervals(runs, p), tier_load=tier_load,
                          tokens=tokens, model_flops=flops, memory_gb=memory), step, breakdown, busy)
 
     def _update(self, params: float) -> tuple[float, float]:
@@ -473,7 +500,7 @@ class JobModel:
 
     def _busy(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, dp_busy: float) -> dict[str, float]:
         """Seconds per step each parallel dimension's traffic is on the links (per stage, averaged)."""
-        job, cl, net = self.job, self.cluster, self.net
+        job = self.job
         v = cfg.virtual_stages
         busy = {}
         for dim in ("tp", "cp", "ep"):
@@ -486,7 +513,7 @@ class JobModel:
         if job.pp > 1:
             act = shard(job, cfg.micro_batch).tokens * job.model.hidden * cm.BF16 / \
                 (job.tp if job.sequence_parallel and job.tp > 1 else 1)
-            busy["pp"] = 2 * m * v * sum(_p2p_time(cl, net, act, r) for r in range(job.pp)) / job.pp
+            busy["pp"] = 2 * m * v * sum(self._sends(act)) / job.pp
         return busy
 
     def _tier_load(self, cfg: Config, busy: dict[str, float], step: float) -> dict[str, float]:
@@ -538,6 +565,37 @@ def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_Stag
                                   if st.layers), default=0.0),
         layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
         output=any(st.output for st in stage)) for stage in _chunks(model, pp, v))
+
+
+def _stage_intervals(runs: Intervals, p: int) -> tuple[tuple[Interval, ...], ...]:
+    """Each stage's runs as Interval tuples (runs: stage after stage). Built in C, tuple.__new__ over the
+    zipped columns: the flagship's plan has 5,175 of them."""
+    bounds = np.searchsorted(runs.stage, np.arange(p + 1)).tolist()
+    rows = list(zip(runs.start.tolist(), runs.end.tolist(), [PHASE_NAMES[c] for c in runs.phase.tolist()]))
+    make = partial(tuple.__new__, Interval)
+    return tuple(tuple(map(make, rows[lo:hi])) for lo, hi in itertools.pairwise(bounds))
+
+
+@dataclass(frozen=True, eq=False)
+class _StageColumns:
+    """_stage_facts as arrays over the stages (JobModel.memory computes every stage at once)."""
+
+    params: np.ndarray
+    expert_params: np.ndarray
+    largest_layer_params: np.ndarray
+    moe: np.ndarray
+    output: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def _stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> _StageColumns:
+    facts = _stage_facts(model, tp, ep, pp, v)
+    columns = [np.array([getattr(f, name) for f in facts], dtype=dtype) for name, dtype in
+               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("moe", bool),
+                ("output", bool))]
+    for c in columns:
+        c.flags.writeable = False                   # shared by every evaluation with this layout
+    return _StageColumns(*columns)
 
 
 def _blocking_sends(fwd: tuple, bwd: tuple, send: tuple, send_b: tuple) -> tuple[tuple, tuple, tuple, tuple]:
