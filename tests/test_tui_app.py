@@ -363,6 +363,52 @@ async def test_an_invalid_sweep_point_is_not_run(tmp_path) -> None:
         assert app.is_running and app.return_value is None
 
 
+@sync
+async def test_sweep_table_ranks_by_each_objective_and_sorts_by_a_column(tmp_path) -> None:
+    """o ranks the fitting points by the next objective; a header click sorts by that column (again: reversed),
+    points without the figure last; enter runs the row shown."""
+    from clustertop.engine.stream.sweep_records import RANKS, read_results
+    from clustertop.tui.sweep import SweepApp
+    from textual.widgets import DataTable, Static
+
+    app = SweepApp(read_results(SWEEP), "sweep-16k.jsonl", prepare=lambda record: record["index"])
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTable)
+        about = lambda: str(app.query_one("#about", Static).render())
+        assert app.objective == RANKS["step_time"] and "ranked by step time" in about()
+        seen = []
+        for _ in RANKS:
+            await pilot.press("o")
+            await pilot.pause()
+            seen.append(app.objective)
+            assert f"ranked by {app.objective}" in about() and table.row_count == 12
+        assert sorted(seen) == sorted(RANKS.values()) and seen[-1] == RANKS["step_time"]
+
+        def click(column: str) -> None:
+            index = list(table.columns).index(column)
+            key = list(table.columns)[index]
+            table.post_message(DataTable.HeaderSelected(table, key, index, table.columns[key].label))
+
+        click("mem GB/GPU")
+        await pilot.pause()
+        memory = [r["jobs"][0]["memory_gb_per_gpu"] for r in app.shown if "jobs" in r]
+        assert memory == sorted(memory) == [67.61, 70.61, 87.11, 90.69, 91.15, 131.31]
+        assert all("error" in r for r in app.shown[6:]) and "sorted by mem GB/GPU (ascending" in about()
+        click("mem GB/GPU")
+        await pilot.pause()
+        assert [r["jobs"][0]["memory_gb_per_gpu"] for r in app.shown[:6]] == memory[::-1]
+        assert all("error" in r for r in app.shown[6:])                   # still last
+        click("jobs[0].pp")
+        await pilot.pause()
+        assert [r["point"]["jobs[0].pp"] for r in app.shown] == [8] * 4 + [9] * 4 + [16] * 4
+        # "#" keeps each point's rank by the objective: the best point (index 11) is #1 wherever it is shown
+        row = [r["index"] for r in app.shown].index(11)
+        assert str(table.get_row_at(row)[0]) == "1"
+        await pilot.press(*["down"] * row, "enter")
+        await pilot.pause()
+    assert app.return_value == 11
+
+
 def test_a_bad_sweep_file_is_one_line_and_exit_2(tmp_path, capsys) -> None:
     bad = tmp_path / "results.jsonl"
     bad.write_text('{"index": 0, "point": {"jobs[0].tp": 8}}\nnot json\n')

@@ -1,18 +1,20 @@
 """Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md) as a table: one row per point, in the order
 `clustertop sweep` ranks them (engine/stream/sweep_records.py): those that fit, out-of-memory points after them and
-invalid points last. Enter on a row asks the caller's `prepare(record)` for something to run (the replay command
+invalid points last. `o` ranks them by the next objective (as `clustertop sweep --rank` does); a click on a
+column's header sorts the rows by that column (again: the other way), points without the figure last. Enter on a row asks the caller's `prepare(record)` for something to run (the replay command
 writes the point's scenario to a temporary TOML) and exits with it; `prepare` raising UserError (an invalid point)
 is a notification and the table stays.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from clustertop.engine.config.errors import UserError
-from clustertop.engine.stream.sweep_records import facts, ranked
+from clustertop.engine.stream.sweep_records import RANKS, facts, ranked
 from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -35,6 +37,26 @@ def status(record: dict[str, Any]) -> str:
     return facts(record).status
 
 
+OBJECTIVES = list(RANKS.values())
+# The figure columns: a record's value for sorting (None: it has none), and whether larger sorts first
+FIGURES: dict[str, tuple[Callable[[dict[str, Any]], Any], bool]] = {
+    "GPUs": (lambda r: facts(r).gpus if status(r) != "invalid" else None, False),
+    "step s": (lambda r: facts(r).step_time_s if status(r) == "ok" else None, False),
+    "tokens/s": (lambda r: facts(r).tokens_per_s if status(r) == "ok" else None, True),
+    "TFLOP/s/GPU": (lambda r: r["jobs"][0].get("model_tflops_per_gpu") if status(r) == "ok" else None, True),
+    "MFU": (lambda r: r["jobs"][0].get("mfu") if status(r) == "ok" else None, True),
+    "mem GB/GPU": (lambda r: facts(r).memory_gb if status(r) != "invalid" else None, False),
+    "status": (lambda r: ("ok", "oom", "invalid").index(status(r)), False),
+}
+
+
+def _sort_value(value: Any) -> tuple[int, Any]:
+    """A value as a sort key: numbers by size, then text; None (and NaN) is handled by the caller."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return 0, float(value)
+    return 1, str(value)
+
+
 class SweepHelp(ModalScreen[None]):
     """The sweep table's keys and what its columns mean."""
 
@@ -50,6 +72,9 @@ class SweepHelp(ModalScreen[None]):
                 "first (by step time, or tokens/s per GPU when their shapes differ), then out of memory, then "
                 "invalid.\n\n"
                 "[b]↑ ↓[/b]  choose a point      [b]enter[/b]  run it live in the dashboard (q there comes back)\n"
+                "[b]o[/b]  rank by the next objective: step time, tokens/s per GPU, $ per million tokens, joules "
+                "per token, tokens/s per MW (clustertop sweep --rank)\n"
+                "click a column's header: sort by it (again: the other way); points without the figure last\n"
                 "[b]s[/b]  save an SVG screenshot      [b]?[/b]  this help      [b]q[/b]  quit\n\n"
                 "escape closes")
         yield Static(text)
@@ -65,6 +90,7 @@ class SweepApp(App[Any]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "run_point", "Run live", priority=True),
+        Binding("o", "rank_next", "Rank by"),
         Binding("s", "save_screenshot", "Screenshot"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
@@ -74,6 +100,8 @@ class SweepApp(App[Any]):
                  prepare: Callable[[dict[str, Any]], Any] | None = None) -> None:
         super().__init__()
         self.records, self.objective = ranked(records)
+        self.sorted_by: tuple[str, bool] | None = None      # (column, descending) after a header click
+        self.shown = self.records                            # the rows in the table's order
         self.source_name = name
         self.prepare = prepare
         self.keys: list[str] = []
@@ -85,11 +113,19 @@ class SweepApp(App[Any]):
     def compose(self) -> ComposeResult:
         counts = {s: sum(status(r) == s for r in self.records) for s in ("ok", "oom", "invalid")}
         base = next((r.get("scenario") for r in self.records if r.get("scenario")), "?")
-        yield Static(f"sweep of {escape(str(base))} · {len(self.records):,} points: {counts['ok']:,} fit, "
-                     f"{counts['oom']:,} out of memory, {counts['invalid']:,} invalid · sorted by {self.objective} · "
-                     "enter runs the point live", id="about")
+        self._summary = (f"sweep of {escape(str(base))} · {len(self.records):,} points: {counts['ok']:,} fit, "
+                         f"{counts['oom']:,} out of memory, {counts['invalid']:,} invalid")
+        yield Static(self._about(), id="about")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Footer()
+
+    def _about(self) -> str:
+        order = f"ranked by {self.objective}"
+        if self.sorted_by is not None:
+            column, descending = self.sorted_by
+            order = f"sorted by {escape(column)} ({'descending' if descending else 'ascending'}; # is the rank by " \
+                    f"{self.objective})"
+        return f"{self._summary} · {order} · enter runs the point live"
 
     def on_mount(self) -> None:
         self.sub_title = f"sweep {self.source_name}"
@@ -98,11 +134,58 @@ class SweepApp(App[Any]):
         table.add_column("point", key="index")
         for key in self.keys:
             table.add_column(Text(key.removeprefix("jobs[0].")), key=key)
-        for column in ("GPUs", "step s", "tokens/s", "TFLOP/s/GPU", "MFU", "mem GB/GPU", "status"):
+        for column in FIGURES:
             table.add_column(column, key=column)
-        for rank, record in enumerate(self.records, start=1):
-            table.add_row(*self._row(rank, record), key=str(record.get("index", rank)))
+        self._fill()
         table.focus()
+
+    def _fill(self) -> None:
+        """The rows in the current order; "#" is each point's rank by the objective."""
+        table = self.query_one(DataTable)
+        rank = {id(r): i for i, r in enumerate(ranked(self.records, self.objective)[0], start=1)}
+        rows = self.records
+        if self.sorted_by is not None:
+            rows = self._sorted(*self.sorted_by)
+        table.clear()
+        for record in rows:
+            table.add_row(*self._row(rank[id(record)], record), key=str(record.get("index", rank[id(record)])))
+        self.shown = rows
+        self.query_one("#about", Static).update(self._about())
+
+    def _sorted(self, column: str, descending: bool) -> list[dict[str, Any]]:
+        """The records sorted by a column, stably (ties keep the objective's order), those without a value last."""
+        if column in FIGURES:
+            value = FIGURES[column][0]
+        elif column == "rank":
+            return self.records[::-1] if descending else list(self.records)
+        elif column == "index":
+            value = lambda r: r.get("index")
+        else:
+            value = lambda r: r["point"].get(column)
+        have, without = [], []
+        for record in self.records:
+            v = value(record)
+            missing = v is None or (isinstance(v, float) and math.isnan(v))
+            (without if missing else have).append((_sort_value(v), record))
+        have.sort(key=lambda p: p[0], reverse=descending)
+        return [r for _, r in have] + [r for _, r in without]
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        column = str(event.column_key.value)
+        if self.sorted_by is not None and self.sorted_by[0] == column:
+            descending = not self.sorted_by[1]
+        else:
+            descending = FIGURES[column][1] if column in FIGURES else False
+        self.sorted_by = (column, descending)
+        self._fill()
+
+    def action_rank_next(self) -> None:
+        """Rank by the next objective (and drop a column's sort)."""
+        self.objective = OBJECTIVES[(OBJECTIVES.index(self.objective) + 1) % len(OBJECTIVES)] \
+            if self.objective in OBJECTIVES else OBJECTIVES[0]
+        self.records = ranked(self.records, self.objective)[0]
+        self.sorted_by = None
+        self._fill()
 
     def _row(self, rank: int, record: dict[str, Any]) -> list[Any]:
         state = status(record)
@@ -139,7 +222,7 @@ class SweepApp(App[Any]):
         self.notify(f"Saved {path}", title="screenshot", timeout=4)
 
     def selected(self) -> dict[str, Any]:
-        return self.records[self.query_one(DataTable).cursor_row]
+        return self.shown[self.query_one(DataTable).cursor_row]
 
     def action_run_point(self) -> None:
         record = self.selected()
