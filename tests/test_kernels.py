@@ -94,3 +94,14 @@ def test_memory_bound_kernels_pay_their_fixed_cost() -> None:
     one = kernels.memory_time(H100, 0.0, 1)
     assert one == pytest.approx(H100.kernel_overhead_us * 1e-6)
     assert kernels.memory_time(H100, 2.68e9, 0) == pytest.approx(2.68e9 / (H100.hbm_tb_s * 1e12 * H100.hbm_efficiency))
+
+
+def test_a_batched_gemm_is_one_kernel_over_all_its_tiles() -> None:
+    # unfused attention's per-(sequence, head) products run as one strided-batched GEMM: one fixed cost, and the
+    # tiles of all the matrices fill the SMs together (no partial wave per matrix)
+    one = kernels.gemm_time(A100, "bf16", 2048, 2048, 128)
+    assert kernels.batched_gemm_time(A100, "bf16", 2048, 2048, 128, 1) == pytest.approx(one)
+    batched = kernels.batched_gemm_time(A100, "bf16", 2048, 2048, 96, 384)
+    separate = kernels.gemm_time(A100, "bf16", 2048, 2048, 96, count=384)
+    assert batched < separate - 383 * A100.kernel_overhead_us * 1e-6 * 0.99
+    assert batched > 384 * 2 * 2048 * 2048 * 96 / (A100.bf16_tflops * 1e12)

@@ -76,7 +76,7 @@ def test_unfused_attention_stores_and_moves_the_scores() -> None:
     short = {"gpu": "a100-sxm-80gb", "seq_len": 2048}
     fused = estimate(attention_kernel="flash2", **short)
     unfused = estimate(attention_kernel="unfused", **short)
-    assert unfused.step_time_s > 1.1 * fused.step_time_s
+    assert unfused.step_time_s > 1.05 * fused.step_time_s    # the scores written and read back (at seq 2048: +8%)
     assert unfused.memory_gb["activations"] > fused.memory_gb["activations"] + 1
     selective = estimate(attention_kernel="unfused", recompute="selective", **short)
     assert selective.memory_gb["activations"] < unfused.memory_gb["activations"]    # scores recomputed

@@ -48,6 +48,42 @@ def test_accuracy_targets_hold_on_fitting_and_held_out_rows(report) -> None:  # 
     assert abs(report.mape("held out") - report.mape("fit")) <= 0.02
 
 
+def test_the_fitted_constants_are_where_the_fit_puts_them(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """scripts/fit_efficiency.py's constants as the catalog holds them: one step either way on the fit's grid makes
+    its objective (the mean over sources of the fitting rows' error) worse, or takes a Llama 3 row beyond 5%."""
+    import importlib.util
+    from pathlib import Path
+
+    from clustertop.engine.config import catalog
+    from clustertop.engine.model.estimate import clear_caches
+
+    spec = importlib.util.spec_from_file_location("fit", Path(__file__).parent.parent / "scripts" / "fit_efficiency.py")
+    assert spec is not None and spec.loader is not None
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    gpus = catalog.gpus()
+    h100, a100 = gpus[fit.H100], gpus[fit.A100]
+    best = (h100.gemm_efficiency, h100.fp8_gemm_efficiency, a100.gemm_efficiency, catalog.FLASH1_SHARE)
+
+    def objective(h: float, fp8: float, a: float, share: float) -> float:
+        monkeypatch.setattr(catalog, "FLASH1_SHARE", share)
+        errs = fit.errors(h, fp8, a)
+        if any(abs(e) > 0.05 for row, e in errs if row.source == "llama3"):
+            return float("inf")
+        return fit.per_source(errs)
+
+    try:
+        at = objective(*best)
+        for i, step in enumerate((0.01, 0.02, 0.01, 0.05)):     # the fit's grid steps
+            for sign in (-1, 1):
+                moved = list(best)
+                moved[i] = round(moved[i] + sign * step, 2)
+                assert objective(*moved) > at, (i, moved)
+    finally:
+        monkeypatch.undo()
+        clear_caches()
+
+
 def test_mape_is_the_mean_absolute_error(report) -> None:  # type: ignore[no-untyped-def]
     errors = [abs(p.error) for p in report.predictions]
     assert report.mape() == pytest.approx(statistics.mean(errors))

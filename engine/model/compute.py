@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..config.catalog import GPU, Model
-from .kernels import BF16, attention_time, gemm_time, memory_time
+from .kernels import BF16, attention_time, batched_gemm_time, gemm_time, memory_time
 
 GRAD_ACCUMULATION_BYTES = 8.0   # FP32 main gradient read + written per parameter per microbatch
 
@@ -304,10 +304,10 @@ def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
     rows = s / sh.cp
     elements = batch * rows * s
     drop = sh.dropout > 0
-    fwd = (gemm_time(gpu, "bf16", rows, s, d_qk, batch) + gemm_time(gpu, "bf16", rows, d_v, s, batch)
+    fwd = (batched_gemm_time(gpu, "bf16", rows, s, d_qk, batch) + batched_gemm_time(gpu, "bf16", rows, d_v, s, batch)
            + memory_time(gpu, elements * (4 + (5 if drop else 0)), 2 if drop else 1))
-    bwd = (gemm_time(gpu, "bf16", rows, s, d_v, batch) + gemm_time(gpu, "bf16", s, d_v, rows, batch)
-           + gemm_time(gpu, "bf16", rows, d_qk, s, batch) + gemm_time(gpu, "bf16", s, d_qk, rows, batch)
+    bwd = (batched_gemm_time(gpu, "bf16", rows, s, d_v, batch) + batched_gemm_time(gpu, "bf16", s, d_v, rows, batch)
+           + batched_gemm_time(gpu, "bf16", rows, d_qk, s, batch) + batched_gemm_time(gpu, "bf16", s, d_qk, rows, batch)
            + memory_time(gpu, elements * (6 + (5 if drop else 0)), 2 if drop else 1))
     return fwd, bwd
 

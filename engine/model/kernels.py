@@ -78,6 +78,22 @@ def gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, count: flo
     return count * _gemm(gpu, precision, m, n, k)
 
 
+def batched_gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, batch: float) -> float:
+    """Seconds for one strided-batched GEMM (cuBLAS gemmStridedBatched, PyTorch's bmm/baddbmm): `batch` products
+    of (m x k) @ (k x n) in one kernel, their tiles spread over the SMs together (waves over all of them), one
+    kernel's fixed cost."""
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    tm, tn = gpu.gemm_tile
+    tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+    waves = math.ceil(tiles / gpu.sms)
+    rate = gpu.gemm_peak_tflops(precision) * 1e12 / gpu.sms
+    t = waves * 2.0 * tm * tn * (k + gpu.gemm_k0) / rate
+    elem = 1 if precision == "fp8" else BF16
+    traffic = batch * ((m * k + k * n) * elem + m * n * BF16)
+    return max(t, traffic / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
+
+
 def attention_rate(gpu: GPU, kernel: str, seq: float, causal: bool, head_dim: float) -> float:
     """FLOP/s of a fused attention kernel over `seq` keys (fwd and bwd alike; FA2's FLOPs convention)."""
     plateau = gpu.attention_plateau(kernel, causal)
