@@ -55,20 +55,27 @@ def memory_time(gpu: GPU, traffic: float, kernels: float) -> float:
     return traffic / hbm_rate(gpu) + kernels * gpu.kernel_overhead_us * 1e-6
 
 
-@lru_cache(maxsize=65536)
-def _gemm(gpu: GPU, precision: str, m: float, n: float, k: float) -> float:
+def _tiled(gpu: GPU, precision: str, m: float, n: float, k: float, batch: float, split: int) -> float:
+    """Seconds of one GEMM kernel over `batch` products of (m x k) @ (k x n), k split in `split` parts: its tiles
+    in waves over the SMs, never faster than its operands through HBM, plus the kernel's fixed cost."""
     tm, tn = gpu.gemm_tile
-    sms = gpu.sms
-    tiles = math.ceil(m / tm) * math.ceil(n / tn)
-    split = max(1, min(sms // tiles, int(k // gpu.gemm_split_k_min))) if tiles < sms else 1
-    waves = math.ceil(tiles * split / sms)
-    rate = gpu.gemm_peak_tflops(precision) * 1e12 / sms          # FLOP/s of one SM's main loop
+    tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+    waves = math.ceil(tiles * split / gpu.sms)
+    rate = gpu.gemm_peak_tflops(precision) * 1e12 / gpu.sms          # FLOP/s of one SM's main loop
     t = waves * 2.0 * tm * tn * (k / split + gpu.gemm_k0) / rate
     if split > 1:
         t += 2 * split * m * n * 4 / hbm_rate(gpu)              # FP32 partial sums written and reduced
     elem = 1 if precision == "fp8" else BF16
-    traffic = (m * k + k * n) * elem + m * n * BF16
+    traffic = batch * ((m * k + k * n) * elem + m * n * BF16)
     return max(t, traffic / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
+
+
+@lru_cache(maxsize=65536)
+def _gemm(gpu: GPU, precision: str, m: float, n: float, k: float) -> float:
+    tm, tn = gpu.gemm_tile
+    tiles = math.ceil(m / tm) * math.ceil(n / tn)
+    split = max(1, min(gpu.sms // tiles, int(k // gpu.gemm_split_k_min))) if tiles < gpu.sms else 1
+    return _tiled(gpu, precision, m, n, k, 1, split)
 
 
 def gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, count: float = 1.0) -> float:
@@ -84,14 +91,7 @@ def batched_gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, ba
     kernel's fixed cost."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
-    tm, tn = gpu.gemm_tile
-    tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-    waves = math.ceil(tiles / gpu.sms)
-    rate = gpu.gemm_peak_tflops(precision) * 1e12 / gpu.sms
-    t = waves * 2.0 * tm * tn * (k + gpu.gemm_k0) / rate
-    elem = 1 if precision == "fp8" else BF16
-    traffic = batch * ((m * k + k * n) * elem + m * n * BF16)
-    return max(t, traffic / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
+    return _tiled(gpu, precision, m, n, k, batch, 1)
 
 
 def attention_rate(gpu: GPU, kernel: str, seq: float, causal: bool, head_dim: float) -> float:
