@@ -67,6 +67,10 @@ def test_attention_kernels() -> None:
     assert fa2.breakdown_s["compute"] > fa3.breakdown_s["compute"]
     fa1 = estimate(attention_kernel="flash1")
     assert fa1.breakdown_s["compute"] > fa2.breakdown_s["compute"]
+    # the older kernel costs more where attention is more of the work: long sequences
+    loss = {seq: estimate(attention_kernel="flash1", seq_len=seq, recompute="full").step_time_s /
+            estimate(attention_kernel="flash2", seq_len=seq, recompute="full").step_time_s for seq in (1024, 8192)}
+    assert 1.0 < loss[1024] < loss[8192]
     assert estimate(attention_kernel="auto").step_time_s == fa3.step_time_s          # Hopper: FA3 / cuDNN
     with pytest.raises(UserError, match="attention_kernel"):
         estimate(gpu="a100-sxm-80gb", attention_kernel="flash3")

@@ -404,9 +404,49 @@ async def test_sweep_table_ranks_by_each_objective_and_sorts_by_a_column(tmp_pat
         # "#" keeps each point's rank by the objective: the best point (index 11) is #1 wherever it is shown
         row = [r["index"] for r in app.shown].index(11)
         assert str(table.get_row_at(row)[0]) == "1"
-        await pilot.press(*["down"] * row, "enter")
+        table.move_cursor(row=row)
+        await pilot.press("enter")
         await pilot.pause()
     assert app.return_value == 11
+
+
+@sync
+async def test_sweep_table_of_several_jobs_shows_and_sorts_the_same_figures() -> None:
+    """A point of two jobs shows (and sorts by) its slowest job's step, all its tokens/s, its largest memory; a
+    point without a figure sorts last either way; the cursor stays on its point."""
+    from clustertop.tui.sweep import SweepApp
+    from textual.widgets import DataTable
+
+    def job(name: str, step: float | None, rate: float, mem: float | None) -> dict:
+        return {"name": name, "gpus": 8, "fits": step is not None, "step_time_s": step, "tokens_per_s": rate,
+                "mfu": 0.4, "model_tflops_per_gpu": 400.0, "memory_gb_per_gpu": mem}
+
+    records = [{"index": 0, "point": {"x": 1}, "jobs": [job("a", 1.0, 100.0, 50.0), job("b", 2.0, 50.0, 60.0)]},
+               {"index": 1, "point": {"x": 2}, "jobs": [job("a", 1.5, 80.0, 40.0), job("b", 1.5, 80.0, 30.0)]},
+               {"index": 2, "point": {"x": 3}, "jobs": [job("a", None, 0.0, None)]},
+               {"index": 3, "point": {"x": 4}, "error": "refused"}]
+    app = SweepApp(records, "two-jobs.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTable)
+
+        async def click(column: str) -> list[int]:
+            key = next(k for k in table.columns if k.value == column)
+            table.post_message(DataTable.HeaderSelected(table, key, list(table.columns).index(key),
+                                                        table.columns[key].label))
+            await pilot.pause()
+            return [r["index"] for r in app.shown]
+
+        assert [r["index"] for r in app.shown] == [1, 0, 2, 3]      # by tokens/s per GPU: 160 / 16 > 150 / 16
+        table.move_cursor(row=1)                                     # on point 0
+        assert await click("step s") == [1, 0, 2, 3]                 # slowest jobs: 1.5 s < 2.0 s
+        steps = [str(table.get_row_at(i)[list(table.columns).index(next(k for k in table.columns
+                                                                         if k.value == "step s"))]) for i in (0, 1)]
+        assert steps == ["1.500", "2.000"] and app.selected()["index"] == 0
+        assert await click("mem GB/GPU") == [1, 0, 2, 3]             # largest memory: 40 < 60; none last
+        assert await click("mem GB/GPU") == [0, 1, 2, 3]             # reversed; none still last
+        assert await click("rank") == [1, 0, 2, 3]
+        assert await click("rank") == [2, 0, 1, 3]                   # reversed; the invalid point still last
+        assert app.selected()["index"] == 0
 
 
 def test_a_bad_sweep_file_is_one_line_and_exit_2(tmp_path, capsys) -> None:

@@ -38,16 +38,32 @@ def status(record: dict[str, Any]) -> str:
 
 
 OBJECTIVES = list(RANKS.values())
-# The figure columns: a record's value for sorting (None: it has none), and whether larger sorts first
-FIGURES: dict[str, tuple[Callable[[dict[str, Any]], Any], bool]] = {
-    "GPUs": (lambda r: facts(r).gpus if status(r) != "invalid" else None, False),
-    "step s": (lambda r: facts(r).step_time_s if status(r) == "ok" else None, False),
-    "tokens/s": (lambda r: facts(r).tokens_per_s if status(r) == "ok" else None, True),
-    "TFLOP/s/GPU": (lambda r: r["jobs"][0].get("model_tflops_per_gpu") if status(r) == "ok" else None, True),
-    "MFU": (lambda r: r["jobs"][0].get("mfu") if status(r) == "ok" else None, True),
-    "mem GB/GPU": (lambda r: facts(r).memory_gb if status(r) != "invalid" else None, False),
-    "status": (lambda r: ("ok", "oom", "invalid").index(status(r)), False),
-}
+# The figure columns, and whether larger sorts first when their header is clicked
+FIGURES: dict[str, bool] = {"GPUs": False, "step s": False, "tokens/s": True, "TFLOP/s/GPU": True, "MFU": True,
+                            "mem GB/GPU": False, "status": False}
+
+
+def figures(record: dict[str, Any]) -> dict[str, Any]:
+    """A point's figures as its row shows them and its columns sort, read as the ranking reads them (several jobs:
+    the slowest job's step, all jobs' tokens/s and GPUs, GPU-weighted TFLOP/s and MFU, the largest memory per
+    GPU); None where the point has none."""
+    state = status(record)
+    out: dict[str, Any] = dict.fromkeys(FIGURES)
+    out["status"] = ("ok", "oom", "invalid").index(state)
+    if state == "invalid":
+        return out
+    jobs = record["jobs"]
+    f = facts(record)
+    out["GPUs"] = f.gpus
+    memory = [j.get("memory_gb_per_gpu") for j in jobs]
+    out["mem GB/GPU"] = None if any(m is None for m in memory) else max(float(m) for m in memory)
+    if state == "ok":
+        out["step s"], out["tokens/s"] = f.step_time_s, f.tokens_per_s
+        for column, key in (("TFLOP/s/GPU", "model_tflops_per_gpu"), ("MFU", "mfu")):
+            values = [j.get(key) for j in jobs]
+            if all(v is not None for v in values) and f.gpus:
+                out[column] = sum(float(v) * int(j.get("gpus", 0)) for v, j in zip(values, jobs)) / f.gpus
+    return out
 
 
 def _sort_value(value: Any) -> tuple[int, Any]:
@@ -140,28 +156,30 @@ class SweepApp(App[Any]):
         table.focus()
 
     def _fill(self) -> None:
-        """The rows in the current order; "#" is each point's rank by the objective."""
+        """The rows in the current order, the cursor kept on its point; "#" is each point's rank by the objective."""
         table = self.query_one(DataTable)
+        current = self.selected() if table.row_count else None
         rank = {id(r): i for i, r in enumerate(ranked(self.records, self.objective)[0], start=1)}
-        rows = self.records
-        if self.sorted_by is not None:
-            rows = self._sorted(*self.sorted_by)
+        rows = self._sorted(*self.sorted_by, rank) if self.sorted_by is not None else self.records
         table.clear()
         for record in rows:
             table.add_row(*self._row(rank[id(record)], record), key=str(record.get("index", rank[id(record)])))
         self.shown = rows
+        if current is not None:
+            table.move_cursor(row=next(i for i, r in enumerate(rows) if r is current))
         self.query_one("#about", Static).update(self._about())
 
-    def _sorted(self, column: str, descending: bool) -> list[dict[str, Any]]:
+    def _sorted(self, column: str, descending: bool, rank: dict[int, int]) -> list[dict[str, Any]]:
         """The records sorted by a column, stably (ties keep the objective's order), those without a value last."""
-        if column in FIGURES:
-            value = FIGURES[column][0]
-        elif column == "rank":
-            return self.records[::-1] if descending else list(self.records)
-        elif column == "index":
-            value = lambda r: r.get("index")
-        else:
-            value = lambda r: r["point"].get(column)
+        def value(record: dict[str, Any]) -> Any:
+            if column in FIGURES:
+                return figures(record)[column]
+            if column == "rank":
+                return None if status(record) == "invalid" else rank[id(record)]
+            if column == "index":
+                return record.get("index")
+            return record["point"].get(column)
+
         have, without = [], []
         for record in self.records:
             v = value(record)
@@ -175,14 +193,13 @@ class SweepApp(App[Any]):
         if self.sorted_by is not None and self.sorted_by[0] == column:
             descending = not self.sorted_by[1]
         else:
-            descending = FIGURES[column][1] if column in FIGURES else False
+            descending = FIGURES.get(column, False)
         self.sorted_by = (column, descending)
         self._fill()
 
     def action_rank_next(self) -> None:
         """Rank by the next objective (and drop a column's sort)."""
-        self.objective = OBJECTIVES[(OBJECTIVES.index(self.objective) + 1) % len(OBJECTIVES)] \
-            if self.objective in OBJECTIVES else OBJECTIVES[0]
+        self.objective = OBJECTIVES[(OBJECTIVES.index(self.objective) + 1) % len(OBJECTIVES)]
         self.records = ranked(self.records, self.objective)[0]
         self.sorted_by = None
         self._fill()
@@ -195,22 +212,19 @@ class SweepApp(App[Any]):
             reason = str(record.get("error", "invalid"))
             return [right(str(rank)), right(str(record.get("index", ""))), *point,
                     *[right("—", "dim")] * 6, Text("invalid: " + reason[:110], style="red")]
-        job = record["jobs"][0]
-        gpus = sum(int(j.get("gpus", 0)) for j in record["jobs"])
-        mem = job.get("memory_gb_per_gpu")
+        fig = figures(record)
+        gpus, mem = fig["GPUs"], fig["mem GB/GPU"]
         if state == "oom":
-            figures = [right(f"{gpus:,}"), right("OOM", "bold red"), right("—", "dim"), right("—", "dim"),
-                       right("—", "dim"), right(f"{mem:.1f}" if mem is not None else "—", "red")]
-            return [right(str(rank)), right(str(record.get("index", ""))), *point, *figures,
+            cells = [right(f"{gpus:,}"), right("OOM", "bold red"), right("—", "dim"), right("—", "dim"),
+                        right("—", "dim"), right(f"{mem:.1f}" if mem is not None else "—", "red")]
+            return [right(str(rank)), right(str(record.get("index", ""))), *point, *cells,
                     Text("out of memory", style="red")]
-        mfu = job.get("mfu")
-        tflops = job.get("model_tflops_per_gpu")
-        figures = [right(f"{gpus:,}"), right(f"{float(job['step_time_s']):.3f}", "bold"),
-                   right(fmt.si(float(job.get("tokens_per_s") or 0))),
-                   right(f"{tflops:.0f}" if tflops is not None else "—"),
-                   right(f"{mfu * 100:.1f}%" if mfu is not None else "—"),
-                   right(f"{mem:.1f}" if mem is not None else "—")]
-        return [right(str(rank)), right(str(record.get("index", ""))), *point, *figures,
+        tflops, mfu = fig["TFLOP/s/GPU"], fig["MFU"]
+        cells = [right(f"{gpus:,}"), right(f"{fig['step s']:.3f}", "bold"), right(fmt.si(fig["tokens/s"])),
+                    right(f"{tflops:.0f}" if tflops is not None else "—"),
+                    right(f"{mfu * 100:.1f}%" if mfu is not None else "—"),
+                    right(f"{mem:.1f}" if mem is not None else "—")]
+        return [right(str(rank)), right(str(record.get("index", ""))), *point, *cells,
                 Text("fits", style="green")]
 
     def action_help(self) -> None:

@@ -406,7 +406,7 @@ def _check_keys(sections: Sections | None, ctx: Context, path: str, table: Any, 
     memo = f"keys of {path}"
     hit = sections.get(memo)
     out = check_table(ctx, path, table, spec, (hit[0][0], hit[1]) if hit is not None else None)
-    sections[memo] = ((table,), out)
+    sections[memo] = ((table,), dict(out))       # a copy: the caller may fill in derived values (inference defaults)
     return out
 
 

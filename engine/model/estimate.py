@@ -355,7 +355,16 @@ def cluster_summary(cluster: Cluster) -> dict[str, Any]:
         if len(_SUMMARIES) >= 64:
             _SUMMARIES.clear()
         summary = _SUMMARIES[cluster] = _summary(cluster)
-    return {k: dict(v) if isinstance(v, dict) else v for k, v in summary.items()}
+    return _copied(summary)
+
+
+def _copied(value: Any) -> Any:
+    """A JSON-like value's own copy (its dicts and lists new, all the way down)."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
 
 
 def _summary(cluster: Cluster) -> dict[str, Any]:
