@@ -34,6 +34,10 @@ FPS = 30
 _KIND = re.compile(rb'"type":\s*"([a-z_]+)"')
 
 
+# one help line for each pair of keys (the help screen lists a tooltip once)
+SPEED_TIP = "faster / slower: 0.1x to 1,000,000x simulated seconds per second"
+SEEK_TIP = "seek back / forward (a hundredth of the run; shift: a tenth)"
+
 class ClusterTopApp(App[None]):
     """Live, replayed or compared clusters."""
 
@@ -42,17 +46,17 @@ class ClusterTopApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_pause", "Play/Pause", tooltip="play / pause"),
         Binding("plus,equals_sign", "faster", "Faster", key_display="+",
-                tooltip="faster / slower: 0.1x to 1,000,000x simulated seconds per second"),
+                tooltip=SPEED_TIP),
         Binding("minus,underscore", "slower", "Slower", key_display="-",
-                tooltip="faster / slower: 0.1x to 1,000,000x simulated seconds per second"),
+                tooltip=SPEED_TIP),
         Binding("left", "seek(-1)", "Seek", key_display="←→",
-                tooltip="seek back / forward (a hundredth of the run; shift: a tenth)"),
+                tooltip=SEEK_TIP),
         Binding("right", "seek(1)", "Seek", show=False,
-                tooltip="seek back / forward (a hundredth of the run; shift: a tenth)"),
+                tooltip=SEEK_TIP),
         Binding("shift+left", "seek(-10)", "Seek back x10", show=False,
-                tooltip="seek back / forward (a hundredth of the run; shift: a tenth)"),
+                tooltip=SEEK_TIP),
         Binding("shift+right", "seek(10)", "Seek forward x10", show=False,
-                tooltip="seek back / forward (a hundredth of the run; shift: a tenth)"),
+                tooltip=SEEK_TIP),
         Binding("home", "seek_start", "Start", show=False, key_display="home  end",
                 tooltip="start / end (end follows the engine in live mode)"),
         Binding("end", "seek_end", "End", show=False, tooltip="start / end (end follows the engine in live mode)"),
