@@ -255,7 +255,7 @@ def _init_worker(sweep: Sweep) -> None:
     _WORKER_SWEEP = sweep
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C stops the parent, which ends the pool
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool ends its workers with SIGTERM: quietly, whatever the
-    #                                                parent's handler (clustertop/signals.py)
+    #                                                parent's handler (cli/signals.py)
     _end_with_parent()
     from .config import catalog
     catalog.gpus(), catalog.fabrics(), catalog.models()   # once per worker (already there after a fork)

@@ -32,8 +32,6 @@ import numpy as np
 import orjson
 import simpy
 
-from clustertop import __version__
-
 from ..config.errors import UserError
 from ..config.phases import PHASES
 from ..config.scenario import Job, Scenario
@@ -46,6 +44,7 @@ from ..model.plan import StepPlan
 from ..model.power import PowerModel
 from ..model.topology import TIERS, Topology
 from ..stream import schema
+from ..stream.version import generator
 from . import faults, variability
 from .activity import NPH, Activity, CompiledPlan, Constant, Running, Segment
 from .lifecycle import PLANNED, JobDriver, SparePool
@@ -375,7 +374,7 @@ class Run:
                 entry["economics"] = self._job_economics(t)
             jobs.append(entry)
         return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
-                "generator": f"clustertop {__version__}", "scenario": s, "topology": self.topology.summary(),
+                "generator": generator(), "scenario": s, "topology": self.topology.summary(),
                 "jobs": jobs, "seed": self.seed, "sample_interval_s": self.sample_s,
                 "duration_s": self.duration_s, "sampling": "mean", "tiers": list(TIERS),
                 "link_scope": dict(LINK_SCOPE),

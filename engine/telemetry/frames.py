@@ -16,13 +16,12 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 
-from clustertop import __version__
-
 from ..config.errors import escape
 from ..config.facility import IT_OVERHEAD
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster, Job
 from ..stream import schema
+from ..stream.version import generator
 from . import dcgm
 
 OPT = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
@@ -119,7 +118,7 @@ class TelemetryStream:
         util = [0.0] * len(PHASES)
         util[CODE["compute"]] = 1.0
         return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
-                "generator": f"clustertop {__version__}",
+                "generator": generator(),
                 "scenario": {"name": self.name, "cluster": cluster, "path": self.path},
                 "topology": self.topo, "jobs": jobs, "seed": 0, "sample_interval_s": self.step_s,
                 "duration_s": self.duration_s, "sampling": "instant", "tiers": list(TIERS),
