@@ -29,6 +29,23 @@ PHASES_W = 20
 HISTORY = 24
 
 
+def lowest(score: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the `n` lowest scores, lowest first, ties by index: the same order on every CPU.
+
+    np.partition finds the n-th lowest value whatever code path it takes (AVX-512 or not), but which of several
+    equal values it moves in front is not defined (nor argpartition's indices): so every score below that value is
+    taken, then the first of the equal ones by index, and the pick is sorted by (score, index)."""
+    score = np.nan_to_num(np.asarray(score, dtype=np.float64), nan=np.inf)
+    n = max(0, min(n, score.size))
+    if n < score.size:
+        kth = np.partition(score, n - 1)[n - 1] if n else -np.inf
+        below = np.flatnonzero(score < kth)
+        pick = np.concatenate([below, np.flatnonzero(score == kth)[: n - below.size]])
+    else:
+        pick = np.arange(score.size)
+    return pick[np.lexsort((pick, score[pick]))]
+
+
 class GpuTable(Panel):
     """A row per GPU of the view (or its worst GPUs)."""
 
@@ -53,11 +70,7 @@ class GpuTable(Panel):
             return list(range(gpu0, gpu1))
         util = state.util[gpu0:gpu1].astype(np.float32)
         failed = state.phase[gpu0:gpu1] == PHASES.index("failed")
-        score = np.where(failed, -1.0, util)
-        n = min(count, score.size)
-        pick = np.argpartition(score, n - 1)[:n] if n < score.size else np.arange(score.size)
-        pick = pick[np.argsort(score[pick], kind="stable")]
-        return [gpu0 + int(i) for i in pick]
+        return [gpu0 + i for i in lowest(np.where(failed, -1.0, util), count).tolist()]
 
     def _histories(self, index: EventIndex, gpus: list[int], t: float, state: ClusterState) -> None:
         """Each listed GPU's utilization over the latest samples: rebuilt from the index when the rows or the
