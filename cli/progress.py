@@ -12,10 +12,9 @@ import time
 from types import TracebackType
 from typing import Self, TextIO
 
+from clustertop.engine.config.units import format_duration
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
-
-from clustertop.engine.config.units import format_duration
 
 
 def wanted(output: str | None) -> bool:

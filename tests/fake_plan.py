@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 
+from clustertop.engine.config.geometry import Geometry
 from clustertop.engine.config.scenario import Job, Scenario
 from clustertop.engine.model.layout import Layout
 from clustertop.engine.model.plan import Interval, StepPlan
-from clustertop.engine.model.topology import Topology
 
 EFFICIENCY = 0.55        # achieved fraction of dense peak inside compute ops
 TP_SHARE = 0.08          # share of every op spent waiting on TP collectives (when tp > 1)
@@ -145,7 +145,7 @@ def fake_planner(scenario: Scenario, job: Job) -> StepPlan | None:
         if step > now + 1e-12:
             iv.append(Interval(now, step, "bubble"))
         stages.append(tuple(_merge(iv, step)))
-    tiers = Layout(job, Topology.of(scenario.cluster)).tiers()
+    tiers = Layout(job, Geometry.of(scenario.cluster)).tiers()
     load: dict[str, float] = {}
     for dim, share in (("tp", 0.35), ("cp", 0.3), ("pp", 0.05), ("ep", 0.4)):
         tier = tiers.get(dim)

@@ -125,12 +125,12 @@ def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
     # against the pairwise definition: the largest tier between a group's first member and any other, for
     # groups inside one node, rack, pod or building and across them, on clusters with partial pods and buildings
     import numpy as np
-    from clustertop.engine.model.topology import Topology
+    from clustertop.engine.config.geometry import Geometry
 
     rng = np.random.default_rng(gpus)
     for per_building in (1, 2, 3):
         cluster = _cluster(gpus=gpus - gpus % 8, pods_per_building=per_building)
-        topo = Topology.of(cluster)
+        topo = Geometry.of(cluster)
         seen = set()
         for unit in (topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building,
                      cluster.gpus):

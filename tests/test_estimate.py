@@ -7,13 +7,12 @@ import itertools
 import json
 
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import catalog, scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.geometry import TIERS
 from clustertop.engine.config.phases import PHASES
 from clustertop.engine.model.estimate import estimate, estimate_job, to_json
-from clustertop.engine.model.topology import TIERS
-
-from clustertop.cli import main
 
 JOB_KEYS = {"name", "gpus", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
             "hardware_tflops_per_gpu", "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen",

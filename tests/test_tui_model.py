@@ -10,10 +10,11 @@ import numpy as np
 import orjson
 import pytest
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.geometry import Geometry
 from clustertop.engine.config.phases import CODE
 from clustertop.engine.stream import protocol, schema
 from clustertop.engine.stream.index import EventIndex
-from clustertop.tui.grid import Hierarchy, View, layout
+from clustertop.tui.grid import View, layout, levels
 from clustertop.tui.playback import SPEEDS, Playback, format_clock
 from clustertop.tui.sources.recording import RecordingSource
 from clustertop.tui.sources.stream import StreamSource, stream_events
@@ -47,7 +48,7 @@ def sample(t: float, util: int, gpus: int = 16384, mw: float = 20.0) -> dict[str
     (SITE, View("building", 1), (146, 50)),
 ])
 def test_layout_draws_every_gpu_once_inside_the_box(topology, view, size) -> None:
-    h = Hierarchy.of(topology)
+    h = Geometry.from_summary(topology)
     lay = layout(h, view, *size)
     assert lay.top.shape == (size[1], size[0])
     drawn = np.concatenate([lay.top.ravel(), lay.bottom.ravel()])
@@ -61,19 +62,19 @@ def test_layout_draws_every_gpu_once_inside_the_box(topology, view, size) -> Non
 
 
 def test_layout_prefers_detail_and_labels_the_hierarchy() -> None:
-    h = Hierarchy.of(FLAGSHIP)
+    h = Geometry.from_summary(FLAGSHIP)
     site = layout(h, View("site"), 146, 50)
     assert site.g == 2                                   # 16K GPUs at 2 per half cell fit 146 x 50
     titles = " ".join(site.text)
     assert "pod 0 · racks 0–191" in titles and "pod 5 · racks 960–1023" in titles
     pod = layout(h, View("pod", 1), 146, 50)
     assert pod.g == 1 and "r192" in " ".join(pod.text)   # one GPU per pixel, bands labelled by rack
-    assert h.levels() == ("site", "pod", "rack", "node")
-    assert Hierarchy.of(SITE).levels() == ("site", "building", "pod", "rack", "node")
+    assert levels(h) == ("site", "pod", "rack", "node")
+    assert levels(Geometry.from_summary(SITE)) == ("site", "building", "pod", "rack", "node")
 
 
 def test_aggregation_mean_and_failed_phase_wins() -> None:
-    h = Hierarchy.of(SITE)
+    h = Geometry.from_summary(SITE)
     lay = layout(h, View("site"), 146, 50)
     assert lay.g > 1
     util = np.zeros(h.gpus, dtype=np.float32)
@@ -87,7 +88,7 @@ def test_aggregation_mean_and_failed_phase_wins() -> None:
 
 
 def test_neighbour_moves_on_screen() -> None:
-    h = Hierarchy.of(FLAGSHIP)
+    h = Geometry.from_summary(FLAGSHIP)
     lay = layout(h, View("pod", 0), 146, 50)
     right = lay.neighbour(0, 1, 0)
     assert lay.gpus_of(right)[0] == 16                    # the next rack's first GPU
@@ -261,7 +262,7 @@ def test_unknown_phase_codes_show_as_idle() -> None:
 
     codes = np.array([1, 42, 10], dtype=np.uint8)      # 42: a phase a newer engine appended
     assert known_phases(codes).tolist() == [1, CODE["idle"], 10]
-    lay = layout(Hierarchy.of(FLAGSHIP), View("site"), 146, 50)
+    lay = layout(Geometry.from_summary(FLAGSHIP), View("site"), 146, 50)
     phases = np.full(16384, 42, dtype=np.uint8)
     assert set(lay.phase(known_phases(phases)).tolist()) == {CODE["idle"]}
 

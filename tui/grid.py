@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+from clustertop.engine.config.geometry import LEVELS, Geometry
 from clustertop.engine.config.phases import CODE, PHASES
 
-LEVEL_NAMES = ("site", "building", "pod", "rack", "node")
 # Map codes for cells that are not pixels (negative, so they index the specials at the end of a colour table).
 TITLE_CELL, LABEL_CELL, BLANK_CELL = -3, -2, -1
 MARGIN = 6        # columns for band labels ("r1234") when racks are drawn whole
@@ -27,47 +26,16 @@ PANEL_GAP = 2     # columns between panels
 MAX_SCALE = 16    # largest block (cells a side) one GPU grows to in small views
 
 
-@dataclass(frozen=True)
-class Hierarchy:
-    """Sizes of the physical hierarchy, from a header's topology summary."""
-
-    gpus: int
-    per_node: int
-    per_rack: int
-    per_pod: int
-    per_building: int
-
-    @classmethod
-    def of(cls, topology: dict[str, Any]) -> Hierarchy:
-        gpus = int(topology["gpus"])
-        per_node = int(topology.get("gpus_per_node", 8)) or 1
-        per_rack = int(topology.get("gpus_per_rack", per_node)) or per_node
-        per_pod = int(topology.get("gpus_per_pod", gpus)) or gpus
-        per_building = int(topology.get("gpus_per_building", max(gpus, per_pod))) or gpus
-        return cls(gpus, per_node, per_rack, per_pod, per_building)
-
-    def size(self, level: str) -> int:
-        """GPUs in one container of `level` (the site is all of them)."""
-        return {"site": self.gpus, "building": self.per_building, "pod": self.per_pod, "rack": self.per_rack,
-                "node": self.per_node}[level]
-
-    def count(self, level: str) -> int:
-        return -(-self.gpus // self.size(level))
-
-    def levels(self) -> tuple[str, ...]:
-        """Zoom levels worth showing: each holds less than the one above it."""
-        out: list[str] = []
-        last = None
-        for level in LEVEL_NAMES:
-            size = min(self.size(level), self.gpus)
-            if size != last:
-                out.append(level)
-                last = size
-        return tuple(out)
-
-    def place(self, gpu: int) -> dict[str, int]:
-        return {"gpu": gpu, "local": gpu % self.per_node, "node": gpu // self.per_node, "rack": gpu // self.per_rack,
-                "pod": gpu // self.per_pod, "building": gpu // self.per_building}
+def levels(h: Geometry) -> tuple[str, ...]:
+    """Zoom levels worth showing: each holds less than the one above it."""
+    out: list[str] = []
+    last = None
+    for level in LEVELS:
+        size = min(h.size(level), h.gpus)
+        if size != last:
+            out.append(level)
+            last = size
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -77,12 +45,12 @@ class View:
     level: str
     index: int = 0
 
-    def span(self, h: Hierarchy) -> tuple[int, int]:
+    def span(self, h: Geometry) -> tuple[int, int]:
         size = h.size(self.level)
         start = self.index * size if self.level != "site" else 0
         return start, min(start + size, h.gpus)
 
-    def title(self, h: Hierarchy) -> str:
+    def title(self, h: Geometry) -> str:
         if self.level == "site":
             return "site" if h.count("building") > 1 else "cluster"
         return f"{self.level} {self.index:,}"
@@ -107,7 +75,7 @@ class Layout:
     """The index maps of one view at one size. `top`/`bottom` give the pixel of each cell (or a cell code)."""
 
     view: View
-    hierarchy: Hierarchy
+    hierarchy: Geometry
     width: int
     height: int
     g: int                      # GPUs per pixel
@@ -217,22 +185,22 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def _pixel_sizes(h: Hierarchy, panel_gpus: int) -> list[int]:
+def _pixel_sizes(h: Geometry, panel_gpus: int) -> list[int]:
     """GPUs per pixel worth trying, finest first: they divide the panel and respect node and rack borders."""
     out = []
     for g in _divisors(panel_gpus):
-        if h.per_node % g == 0 or (g % h.per_node == 0 and (h.per_rack % g == 0 or g % h.per_rack == 0)):
+        if h.gpus_per_node % g == 0 or (g % h.gpus_per_node == 0 and (h.gpus_per_rack % g == 0 or g % h.gpus_per_rack == 0)):
             out.append(g)
     return out or [1]
 
 
-def _panel_title(h: Hierarchy, level: str, index: int, gpu0: int, gpu1: int) -> str:
+def _panel_title(h: Geometry, level: str, index: int, gpu0: int, gpu1: int) -> str:
     if level == "building":
-        return f"building {index} · pods {gpu0 // h.per_pod}–{(gpu1 - 1) // h.per_pod}"
+        return f"building {index} · pods {gpu0 // h.gpus_per_pod}–{(gpu1 - 1) // h.gpus_per_pod}"
     if level == "pod":
-        return f"pod {index} · racks {gpu0 // h.per_rack}–{(gpu1 - 1) // h.per_rack}"
+        return f"pod {index} · racks {gpu0 // h.gpus_per_rack}–{(gpu1 - 1) // h.gpus_per_rack}"
     if level == "rack":
-        return f"rack {index} · nodes {gpu0 // h.per_node}–{(gpu1 - 1) // h.per_node}"
+        return f"rack {index} · nodes {gpu0 // h.gpus_per_node}–{(gpu1 - 1) // h.gpus_per_node}"
     return f"node {index} · GPUs {gpu0:,}–{gpu1 - 1:,}"
 
 
@@ -297,15 +265,15 @@ def _try(n_panels: int, panel_pixels: int, column: int | None, scale: int, margi
     return best
 
 
-def layout(h: Hierarchy, view: View, width: int, height: int) -> Layout:
+def layout(h: Geometry, view: View, width: int, height: int) -> Layout:
     """Lay out `view` in width x height cells."""
     width, height = max(1, width), max(1, height)
     gpu0, gpu1 = view.span(h)
-    levels = h.levels()
+    zooms = levels(h)
     # Panels: the view's children when they are buildings or pods; otherwise the view itself.
     child = None
-    if view.level in levels and levels.index(view.level) + 1 < len(levels):
-        nxt = levels[levels.index(view.level) + 1]
+    if view.level in zooms and zooms.index(view.level) + 1 < len(zooms):
+        nxt = zooms[zooms.index(view.level) + 1]
         if nxt in ("building", "pod"):
             child = nxt
     panel_gpus = h.size(child) if child else gpu1 - gpu0
@@ -315,9 +283,9 @@ def layout(h: Hierarchy, view: View, width: int, height: int) -> Layout:
     for g in _pixel_sizes(h, panel_gpus):
         panel_pixels = -(-panel_gpus // g)
         # Natural columns: a rack per column (a node per column inside a rack, the node itself inside a node).
-        natural_unit = h.per_node if view.level == "rack" else h.per_rack
+        natural_unit = h.gpus_per_node if view.level == "rack" else h.gpus_per_rack
         column = natural_unit // g if g < natural_unit and natural_unit % g == 0 else None
-        if view.level == "node" or gpu1 - gpu0 <= h.per_node:
+        if view.level == "node" or gpu1 - gpu0 <= h.gpus_per_node:
             column = None   # a node's GPUs side by side, as on the board
         margin = MARGIN if column is not None and view.level not in ("rack", "node") else 0
         scales = range(MAX_SCALE, 0, -1) if g == 1 else (1,)
@@ -340,7 +308,7 @@ def layout(h: Hierarchy, view: View, width: int, height: int) -> Layout:
     return _paint(h, view, width, height, gpu0, gpu1, child, starts, fit)
 
 
-def _paint(h: Hierarchy, view: View, width: int, height: int, gpu0: int, gpu1: int, child: str | None,
+def _paint(h: Geometry, view: View, width: int, height: int, gpu0: int, gpu1: int, child: str | None,
            starts: list[int], fit: _Fit) -> Layout:
     g, pitch, scale, col = fit.g, fit.pitch, fit.scale, fit.column
     half = np.full((height * 2 + 2, width), BLANK_CELL, dtype=np.int32)
@@ -388,7 +356,7 @@ def _paint(h: Hierarchy, view: View, width: int, height: int, gpu0: int, gpu1: i
                 ok = (xs < width) & (ys < height * 2)
                 half[ys[ok], xs[ok]] = ids[ok]
         if fit.margin:
-            units = h.per_rack
+            units = h.gpus_per_rack
             for b in range(fit.bands):
                 first_pixel = b * fit.cols_per_band * col
                 if first_pixel >= count:

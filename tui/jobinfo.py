@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from clustertop.engine.config.errors import escape
+from clustertop.engine.config.geometry import DIMS, JobGeometry
 from clustertop.engine.stream.state import ClusterState, JobStatus
-
-DIMS = ("tp", "cp", "pp", "dp", "ep")
 
 
 def job_of(state: ClusterState, gpu: int) -> JobStatus | None:
@@ -18,14 +17,8 @@ def job_of(state: ClusterState, gpu: int) -> JobStatus | None:
 
 
 def ranks(job: JobStatus, gpu: int) -> dict[str, int]:
-    """Parallel ranks of one GPU of a job (Llama 3 order: TP innermost, then CP, PP, DP outermost; EP within DP)."""
-    size = {d: max(1, int(job.info.get(d, 1) or 1)) for d in DIMS}
-    local = gpu - job.first_gpu
-    tp = local % size["tp"]
-    cp = local // size["tp"] % size["cp"]
-    pp = local // (size["tp"] * size["cp"]) % size["pp"]
-    dp = local // (size["tp"] * size["cp"] * size["pp"])
-    return {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": dp % size["ep"]}
+    """Parallel ranks of one GPU of a job, placed as the engine places them (engine/config/geometry.py)."""
+    return JobGeometry.from_entry({**job.info, "first_gpu": job.first_gpu, "gpus": job.gpus}).ranks(gpu)
 
 
 def layout_text(job: JobStatus) -> str:

@@ -12,7 +12,6 @@ import sys
 import time
 
 import orjson
-
 from clustertop.engine.config.errors import escape
 from clustertop.engine.telemetry.importer import import_prometheus
 from clustertop.progress import wanted

@@ -17,7 +17,6 @@ import time
 from typing import Any
 
 import orjson
-
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.outfile import check_output

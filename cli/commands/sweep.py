@@ -15,7 +15,6 @@ import time
 from typing import IO, Any, TextIO, cast
 
 import orjson
-
 from clustertop.engine import sweep
 from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.outfile import Output, open_output

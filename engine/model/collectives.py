@@ -28,9 +28,9 @@ from functools import lru_cache
 import numpy as np
 
 from ..config import catalog
+from ..config.geometry import TIERS, Geometry
 from ..config.scenario import Cluster, Job
 from . import scaleup
-from .topology import TIERS, Topology
 
 GB = 1e9
 NET_TIERS = ("spine", "core", "campus")
@@ -75,7 +75,7 @@ def _oversub(cluster: Cluster) -> dict[str, float]:
             "campus": cluster.building_oversubscription}
 
 
-def _block_sizes(topo: Topology) -> dict[str, int]:
+def _block_sizes(topo: Geometry) -> dict[str, int]:
     return {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
 
 
@@ -127,7 +127,7 @@ def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern
 @lru_cache(maxsize=256)
 def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str,
            background: Background = ()) -> Route:
-    topo = Topology.of(cluster)
+    topo = Geometry.of(cluster)
     groups = members(job, dims) + job.first_gpu
     size = groups.shape[1]
     if size <= 1:
@@ -195,7 +195,7 @@ def _leaves(units: np.ndarray) -> np.ndarray:
     return out.reshape(units.shape)
 
 
-def _outermost(topo: Topology, groups: np.ndarray) -> int:
+def _outermost(topo: Geometry, groups: np.ndarray) -> int:
     """Index into TIERS of the outermost tier any group crosses: the widest unit some member is not in with
     its group's first member. Units are ranges of GPUs: a group stays in one unit when its lowest and highest
     members do."""
@@ -208,7 +208,7 @@ def _outermost(topo: Topology, groups: np.ndarray) -> int:
     return 0
 
 
-def _block_health(cluster: Cluster, topo: Topology, tier: str, block: int, n: int) -> np.ndarray:
+def _block_health(cluster: Cluster, topo: Geometry, tier: str, block: int, n: int) -> np.ndarray:
     """Fraction of each block's uplinks at `tier` still carrying traffic (cluster.degraded): a degraded
     tier of one pod (or every pod) runs at that fraction of its bandwidth. "leaf" degradation (node uplinks)
     counts at the spine tier, whose traffic every node-crossing ring also puts on its leaf links."""
@@ -251,7 +251,7 @@ def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
     return max(total, mean) / flows
 
 
-def _block_capacity(cluster: Cluster, topo: Topology, block: int, n: int) -> np.ndarray:
+def _block_capacity(cluster: Cluster, topo: Geometry, block: int, n: int) -> np.ndarray:
     """GPUs physically present in each block (the last one may be partial)."""
     starts = np.arange(n) * block
     return np.clip(cluster.gpus - starts, 1, block).astype(float)

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config.geometry import Geometry
 from ..config.scenario import Cluster, Job, Scenario
 from . import collectives as col
 from .step import route_dims
-from .topology import Topology
 
 if TYPE_CHECKING:
     from .estimate import JobEstimate
@@ -38,14 +38,14 @@ QUANTUM = 20           # others' connections per block are counted in 1/20ths: r
                        # meet the same background and reuse its routes (each costs ~17 ms at 2M GPUs)
 
 
-def _blocks(topo: Topology) -> dict[str, int]:
+def _blocks(topo: Geometry) -> dict[str, int]:
     sizes = {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
     return {tier: -(-topo.gpus // size) for tier, size in sizes.items()}
 
 
 def footprint(cluster: Cluster, est: JobEstimate, step_s: float) -> dict[str, np.ndarray]:
     """Connections the job sends out of each block of each shared tier, averaged over a step of `step_s`."""
-    counts = _blocks(Topology.of(cluster))
+    counts = _blocks(Geometry.of(cluster))
     out: dict[str, np.ndarray] = {}
     for dim, seconds in est.busy_s.items():
         dims, pattern = route_dims(est.job, dim)

@@ -22,17 +22,17 @@ import numpy as np
 
 from ..config import facility
 from ..config.errors import UserError, quote
+from ..config.geometry import DIMS, Geometry
 from ..config.scenario import Cluster, Job, Scenario
 from . import collectives as col
 from . import compute as cm
 from . import contention, pipeline, scaleup, step
 from . import economics as econ
 from . import memory as mem
-from .layout import DIMS, Layout
+from .layout import Layout
 from .pipeline import check
 from .plan import StepPlan
 from .step import Config, Eval, JobModel, sim_schedule
-from .topology import Topology
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -294,7 +294,7 @@ def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
     if tiers is None:                        # (no lookup after the store: safe with threads, as Dask runs)
         if len(_TIERS) >= 256:
             _TIERS.clear()
-        layout = Layout(job, Topology.of(cluster)).tiers()
+        layout = Layout(job, Geometry.of(cluster)).tiers()
         tiers = _TIERS[key] = {d: layout[d] for d in DIMS}
     return dict(tiers)
 
@@ -368,7 +368,7 @@ def _copied(value: Any) -> Any:
 
 
 def _summary(cluster: Cluster) -> dict[str, Any]:
-    topo = Topology.of(cluster)
+    topo = Geometry.of(cluster)
     optics = cluster.transceivers
     it_mw = (cluster.gpus * facility.it_w_per_gpu(cluster.gpu) + optics.watts) / 1e6
     return {"gpus": cluster.gpus, "nodes": topo.nodes, "pods": topo.pods, "buildings": topo.buildings,

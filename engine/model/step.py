@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..config.catalog import Model
+from ..config.geometry import TIERS, Geometry
 from ..config.scenario import Cluster, Job
 from . import collectives as col
 from . import compute as cm
@@ -30,7 +31,6 @@ from . import memory as mem
 from . import scaleup
 from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
 from .plan import Interval, StepPlan, extend_run, merge_runs
-from .topology import TIERS, Topology
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
 MAX_SIM_MICROBATCHES = 256
@@ -110,7 +110,7 @@ def route_dims(job: col.Placement | Job, dim: str) -> tuple[tuple[str, ...], str
 def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) -> _Net:
     """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them), with
     other jobs' traffic on the tiers it shares (`background`, engine/model/contention.py)."""
-    topo = Topology.of(cluster)
+    topo = Geometry.of(cluster)
     stride = job.tp * job.cp
     first = job.first_gpu
     r = np.arange(job.pp)

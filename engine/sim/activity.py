@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..config.geometry import TIERS
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Job, Scenario
 from ..model.plan import StepPlan
-from ..model.topology import TIERS
 
 NPH = len(PHASES)
 BOUNDARY = 1e-9           # a time within this share of a step from a step boundary is on it (rounding)

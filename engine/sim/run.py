@@ -33,6 +33,7 @@ import orjson
 import simpy
 
 from ..config.errors import UserError
+from ..config.geometry import RANK_ORDER, TIERS, Geometry, JobGeometry
 from ..config.phases import PHASES
 from ..config.scenario import Job, Scenario
 from ..model import economics, estimate, scaleup
@@ -42,7 +43,6 @@ from ..model.estimate import estimate_job
 from ..model.layout import Layout
 from ..model.plan import StepPlan
 from ..model.power import PowerModel
-from ..model.topology import TIERS, Topology
 from ..stream import schema
 from ..stream.version import generator
 from . import faults, variability
@@ -108,17 +108,14 @@ class JobTrack:
     factor: float = 1.0                      # that factor
     variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
     replan: bool = False                     # a new step (its neighbours' traffic) waits for a step boundary
-    _stage: np.ndarray | None = None
 
     @property
     def activity(self) -> Activity:
         return self.segments[-1].activity
 
     def stage_index(self) -> np.ndarray:
-        """Pipeline stage of each of the job's GPUs (job-local order), computed once."""
-        if self._stage is None:
-            self._stage = self.layout.stage_of()
-        return self._stage
+        """Pipeline stage of each of the job's GPUs (job-local order), computed once (engine/config/geometry.py)."""
+        return JobGeometry.of(self.job).stage_of()
 
     def durations(self, a: float, b: float) -> np.ndarray:
         total = np.zeros((self.job.pp, NPH))
@@ -203,7 +200,7 @@ class Run:
             raise UserError(f"{self.duration_s / self.sample_s:,.0f} samples is too many; expected at most "
                             f"{MAX_SAMPLES:,} (raise --sample or lower --duration)", scenario.path or None)
         self.scenario = scenario
-        self.topology = Topology.of(scenario.cluster)
+        self.topology = Geometry.of(scenario.cluster)
         self.power = PowerModel.of(scenario.cluster)
         self.env = simpy.Environment()
         self.stats = RunStats()
@@ -353,7 +350,7 @@ class Run:
             j = t.job
             entry = {"name": j.name, "kind": j.kind, "model": j.model.name, "first_gpu": j.first_gpu,
                      "gpus": j.gpus, "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep,
-                     "virtual_stages": j.virtual_stages, "rank_order": ["tp", "cp", "pp", "dp"],
+                     "virtual_stages": j.virtual_stages, "rank_order": list(RANK_ORDER),
                      "tiers": t.layout.tiers(), "fits": t.plan is not None,
                      **({k: t.plan.kpi[k] for k in ("step_time_s", "mfu")} if t.plan else {})}
             if t.plan is not None:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from ..config.geometry import TIERS, JobGeometry
 from ..config.phases import CODE, PHASES
-from ..model.topology import TIERS
 from ..stream import schema
 from .activity import NPH, WAIT
 
@@ -97,10 +97,9 @@ class Sampler:
                 starts.append(np.array([first]))
                 rows.append(np.array([self.idle_row]))
                 continue
-            j = track.job
-            units = np.arange(j.pp * j.dp)
-            starts.append(first + units * (j.tp * j.cp))
-            rows.append(self.row_offset[track.index] + units % j.pp)
+            unit_first, unit_stage = JobGeometry.of(track.job).units()
+            starts.append(unit_first)
+            rows.append(self.row_offset[track.index] + unit_stage)
         self.unit_starts = np.concatenate(starts).astype(np.int64)
         self.unit_rows = np.concatenate(rows).astype(np.int64)
         slow = [t.stragglers.gpus for t in self.tracks if t.stragglers is not None]

@@ -22,6 +22,7 @@ import orjson
 
 from ..config import outfile
 from ..config.errors import UserError
+from ..config.geometry import JobGeometry
 from ..config.outfile import Output, open_output
 from . import schema
 from .reader import Reader, Warn
@@ -121,13 +122,12 @@ def _export(reader: Reader, out: IO[bytes] | Output) -> dict[str, Any]:
     stage_starts, stage_ends, stage_of = [], [], []
     stage_names: list[str] = []
     for job in jobs:
-        first, n = int(job["first_gpu"]), int(job["gpus"])
-        tp, cp, pp = int(job.get("tp", 1)), int(job.get("cp", 1)), int(job.get("pp", 1))
-        starts = np.arange(first, first + n, tp * cp)
+        where = JobGeometry.from_entry(job)
+        starts, stage = where.units()
         stage_starts.append(starts)
-        stage_ends.append(np.minimum(starts + tp * cp, first + n))
-        stage_of.append(len(stage_names) + np.arange(len(starts)) % pp)
-        stage_names += [f"{job['name']} stage {s:02d}" if pp > 1 else f"{job['name']}" for s in range(pp)]
+        stage_ends.append(np.minimum(starts + where.unit, where.first_gpu + where.gpus))
+        stage_of.append(len(stage_names) + stage)
+        stage_names += [f"{job['name']} stage {s:02d}" if where.pp > 1 else f"{job['name']}" for s in range(where.pp)]
     stages = _Groups(stage_starts, stage_ends, stage_of, len(stage_names))
     per_pod = int(topo.get("gpus_per_pod", gpus)) or gpus
     pod_starts = np.arange(0, gpus, per_pod)

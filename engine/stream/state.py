@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from ..config.geometry import JobGeometry, stage_of
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Economics
 from . import schema
@@ -116,14 +116,6 @@ class _Lazy:
         return self.array
 
 
-@lru_cache(maxsize=32)
-def stage_of(gpus: int, tp_cp: int, pp: int) -> np.ndarray:
-    """The pipeline stage of each GPU of a job (TP innermost, then CP, then PP): how the engine lays jobs out."""
-    stage = (np.arange(gpus, dtype=np.int64) // max(1, tp_cp)) % max(1, pp)
-    stage.flags.writeable = False
-    return stage
-
-
 class PhaseMix:
     """Each GPU's phase shares over the latest sample's interval, decoded from its `phase_mix` on first read.
 
@@ -165,10 +157,9 @@ class PhaseMix:
             job_rows = mix.get("jobs", {}).get(info["name"])
             if job_rows is None:
                 continue
-            first, n = int(info["first_gpu"]), int(info["gpus"])
-            tp_cp = int(info.get("tp", 1) or 1) * int(info.get("cp", 1) or 1)
-            stage = stage_of(n, tp_cp, len(job_rows))
-            rows[first:first + n] = np.asarray(job_rows, dtype=np.int32)[stage]
+            job = JobGeometry.from_entry(info)
+            stage = stage_of(job.gpus, job.unit, len(job_rows))       # the rows are the job's stages
+            rows[job.first_gpu:job.first_gpu + job.gpus] = np.asarray(job_rows, dtype=np.int32)[stage]
         extra = mix.get("gpus")
         if extra:
             for at, count, row in zip(extra["at"], extra["n"], extra["v"]):

@@ -18,6 +18,7 @@ import orjson
 
 from ..config.errors import escape
 from ..config.facility import IT_OVERHEAD
+from ..config.geometry import RANK_ORDER, TIERS, Geometry
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster, Job
 from ..stream import schema
@@ -25,7 +26,6 @@ from ..stream.version import generator
 from . import dcgm
 
 OPT = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
-TIERS = ("node", "leaf", "spine", "core", "campus")
 BUSY_PERCENT = 50.0        # a GPU at least this utilized is "compute" in the phase view, below it "idle"
 RUNNING_PERCENT = 5.0      # a job whose GPUs average this much is running
 FAST_GZIP = 1              # zlib level of telemetry recordings: every GPU differs, level 6 costs 7x for 20% less
@@ -57,20 +57,6 @@ class Frame:
         return frame
 
 
-def topology(cluster: Cluster) -> dict[str, int]:
-    """The header's topology summary (as engine/model/topology.py writes it for a simulated cluster)."""
-    gpus, per_node, per_rack = cluster.gpus, cluster.gpus_per_node, cluster.gpus_per_rack
-    per_pod = per_rack * cluster.racks_per_pod
-    per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else max(gpus, per_pod)
-
-    def count(per: int) -> int:
-        return -(-gpus // per)
-
-    return {"gpus": gpus, "gpus_per_node": per_node, "gpus_per_rack": per_rack, "gpus_per_pod": per_pod,
-            "gpus_per_building": per_building, "nodes": count(per_node), "racks": count(per_rack),
-            "pods": count(per_pod), "buildings": count(per_building)}
-
-
 def _rle_flag(mask: np.ndarray) -> dict[str, list[Any]]:
     return schema.rle_encode(mask.astype(np.uint8))
 
@@ -91,7 +77,7 @@ class TelemetryStream:
         self.duration_s = duration_s
         self.path = Path(path).name if path else ""
         self.hosts = [escape(h) for h in hosts] if hosts is not None else []
-        self.topo = topology(cluster)
+        self.topo = Geometry.of(cluster).summary()
         self.gpus = cluster.gpus
         self.per_pod = self.topo["gpus_per_pod"]
         self.pods = self.topo["pods"]
@@ -114,7 +100,7 @@ class TelemetryStream:
         cluster = dataclasses.asdict(self.cluster)
         jobs = [{"name": j.name, "kind": j.kind, "model": j.model.name, "first_gpu": j.first_gpu, "gpus": j.gpus,
                  "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep, "virtual_stages": j.virtual_stages,
-                 "rank_order": ["tp", "cp", "pp", "dp"], "fits": True} for j in self.jobs]
+                 "rank_order": list(RANK_ORDER), "fits": True} for j in self.jobs]
         util = [0.0] * len(PHASES)
         util[CODE["compute"]] = 1.0
         return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,

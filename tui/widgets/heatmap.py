@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from clustertop.engine.config.geometry import Geometry
 from clustertop.engine.config.phases import PHASES
 from clustertop.engine.stream.state import ClusterState
 from rich.segment import Segment
@@ -24,7 +25,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from .. import palette
-from ..grid import Hierarchy, Layout, View, layout
+from ..grid import Layout, View, layout
+from ..grid import levels as zoom_levels
 from ..palette import PHASE_LABELS
 
 HALF = "▀"
@@ -86,7 +88,7 @@ class Heatmap(Widget, can_focus=True):
                  classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.state = state
-        self.hierarchy = Hierarchy.of(state.topology)
+        self.hierarchy = Geometry.from_summary(state.topology)
         self.view = View("site")
         self.cursor_gpu = 0
         self.highlight: str | None = None     # a job's name: the other GPUs are dimmed
@@ -104,7 +106,7 @@ class Heatmap(Widget, can_focus=True):
         """Draw `state` (a new object after a seek, or the same one with a new version)."""
         if state is not self.state or self._frame_key is None or self._frame_key[0] != state.version:
             if state.topology != self.state.topology:
-                self.hierarchy = Hierarchy.of(state.topology)
+                self.hierarchy = Geometry.from_summary(state.topology)
                 self._layout = None
             self.state = state
             self.refresh()
@@ -149,7 +151,7 @@ class Heatmap(Widget, can_focus=True):
         self.set_cursor(lay.gpus_of(pixel)[0])
 
     def action_zoom_in(self) -> None:
-        levels = self.hierarchy.levels()
+        levels = zoom_levels(self.hierarchy)
         i = levels.index(self.view.level)
         if i + 1 >= len(levels):
             self.notify("Already at one node: the finest zoom", timeout=2)
@@ -158,7 +160,7 @@ class Heatmap(Widget, can_focus=True):
         self.set_view(View(level, self.cursor_gpu // self.hierarchy.size(level)))
 
     def action_zoom_out(self) -> None:
-        levels = self.hierarchy.levels()
+        levels = zoom_levels(self.hierarchy)
         i = levels.index(self.view.level)
         if i == 0:
             return

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+from clustertop.engine.config.geometry import Geometry
 from clustertop.engine.config.phases import PHASES
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
 from .. import jobinfo
-from ..grid import Hierarchy
 from ..palette import PHASE_COLORS, PHASE_LABELS
 from .panel import QuietStatic
 
 
-def place_text(h: Hierarchy, gpu0: int, gpu1: int) -> str:
+def place_text(h: Geometry, gpu0: int, gpu1: int) -> str:
     if gpu1 - gpu0 == 1:
         p = h.place(gpu0)
         text = f"GPU {gpu0:,} · node {p['node']:,} slot {p['local']} · rack {p['rack']:,} · pod {p['pod']:,}"
@@ -56,12 +56,12 @@ class Inspector(QuietStatic):
     """
 
     def show(self, state: ClusterState, gpu0: int, gpu1: int) -> None:
-        h = Hierarchy.of(state.topology)
+        h = Geometry.from_summary(state.topology)
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append("▶ ", style="bold")
         text.append(place_text(h, gpu0, gpu1), style="bold")
-        host = jobinfo.host_of(state, gpu0 // h.per_node)
-        if host is not None and (gpu1 - 1) // h.per_node == gpu0 // h.per_node:
+        host = jobinfo.host_of(state, gpu0 // h.gpus_per_node)
+        if host is not None and (gpu1 - 1) // h.gpus_per_node == gpu0 // h.gpus_per_node:
             text.append(f" · host {host}", style="bold")
         text.append("\n")
         job = jobinfo.job_of(state, gpu0)

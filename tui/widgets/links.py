@@ -5,6 +5,7 @@ job's share and slowdown) and the degraded ones."""
 from __future__ import annotations
 
 import numpy as np
+from clustertop.engine.config.geometry import TIERS
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
@@ -12,7 +13,6 @@ from .. import format as fmt
 from .. import jobinfo
 from .panel import Panel
 
-TIER_ORDER = ("node", "leaf", "spine", "core", "campus")
 # the scale-up tier by the header's scale_up link (catalog fabric names)
 SCALE_UP_LABELS = (("nvlink", "NVLink"), ("xgmi", "xGMI"), ("ici", "ICI"), ("neuronlink", "NeuronLink"),
                    ("gaudi3-roce", "RoCE (chip)"))
@@ -100,7 +100,7 @@ def sharing(state: ClusterState) -> list[tuple[str, list[tuple[str, float, float
         for tier, share in shares.items():
             if isinstance(share, (int, float)):
                 tiers.setdefault(str(tier), []).append((name, float(share), slow))
-    order = {t: i for i, t in enumerate(TIER_ORDER)}
+    order = {t: i for i, t in enumerate(TIERS)}
     return [(t, sorted(jobs, key=lambda j: -j[1])) for t, jobs in sorted(tiers.items(),
                                                                         key=lambda kv: order.get(kv[0], 99))]
 
@@ -112,7 +112,7 @@ class LinksPanel(Panel):
     TITLE = "links · saturation (max)"
 
     def show(self, state: ClusterState) -> None:
-        tiers = [t for t in TIER_ORDER if t in state.links] + sorted(set(state.links) - set(TIER_ORDER))
+        tiers = [t for t in TIERS if t in state.links] + sorted(set(state.links) - set(TIERS))
         content = self.size.width or 40    # inside border and padding
         room = max(4, content - 12 - 1 - 8 - 6)
         topo = state.topology

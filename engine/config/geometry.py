@@ -1,0 +1,183 @@
+"""Cluster geometry: where a GPU sits (node, rack, pod, building) and where a job's ranks and pipeline stages are.
+
+GPUs are numbered 0..N-1 in physical order: consecutive GPUs share a node, consecutive nodes a rack, and so on; the
+last pod (and building) may be partial. A job takes consecutive GPUs from its first one, and its parallel ranks
+follow the Llama 3 order (section 3.3.2): TP innermost, then CP, PP, DP outermost, so that TP stays inside the
+scale-up domain and DP, whose traffic overlaps with compute, takes the outer tiers; EP shards experts across
+consecutive DP ranks. Everything here is arithmetic on indices, vectorized with numpy; the model, the simulation,
+the stream, the Perfetto export and the dashboard all place GPUs through this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Protocol
+
+import numpy as np
+
+# Link tiers, innermost first. "node" is the scale-up domain (NVLink/NVSwitch, or PCIe through the host); "leaf"
+# is a NIC to its rack switch (ToR) and back; "spine" joins the racks of a pod; "core" joins pods (oversubscribed
+# by pod_oversubscription); "campus" joins buildings.
+TIERS = ("node", "leaf", "spine", "core", "campus")
+# Containers of the hierarchy, outermost first (what the dashboard zooms through).
+LEVELS = ("site", "building", "pod", "rack", "node")
+# Parallel dimensions, innermost rank first; EP is carved out of DP (x CP) ranks.
+RANK_ORDER = ("tp", "cp", "pp", "dp")
+DIMS = ("tp", "cp", "pp", "dp", "ep")
+
+
+class ClusterShape(Protocol):
+    """What geometry needs of a scenario's [cluster] (engine/config/scenario.py's Cluster)."""
+
+    gpus: int
+    gpus_per_node: int
+    gpus_per_rack: int
+    racks_per_pod: int
+    pods_per_building: int
+
+
+def _count(total: int, per: int) -> int:
+    return -(-total // per)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The physical hierarchy of a cluster: GPUs per node, rack, pod and building."""
+
+    gpus: int
+    gpus_per_node: int
+    gpus_per_rack: int
+    gpus_per_pod: int
+    gpus_per_building: int
+
+    @classmethod
+    def of(cls, cluster: ClusterShape) -> Geometry:
+        """A scenario's cluster: pods of `racks_per_pod` racks; buildings of `pods_per_building` pods (0: one)."""
+        per_pod = cluster.gpus_per_rack * cluster.racks_per_pod
+        per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else max(cluster.gpus, per_pod)
+        return cls(gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, gpus_per_rack=cluster.gpus_per_rack,
+                   gpus_per_pod=per_pod, gpus_per_building=per_building)
+
+    @classmethod
+    def from_summary(cls, topology: dict[str, Any]) -> Geometry:
+        """A stream header's `topology` (summary()), read defensively: a missing or zero size falls back to the
+        level inside it (a recording is untrusted; engine/stream/checks.py checks the sizes are integers)."""
+        gpus = int(topology["gpus"])
+        per_node = int(topology.get("gpus_per_node", 8)) or 1
+        per_rack = int(topology.get("gpus_per_rack", per_node)) or per_node
+        per_pod = int(topology.get("gpus_per_pod", gpus)) or gpus
+        per_building = int(topology.get("gpus_per_building", max(gpus, per_pod))) or gpus
+        return cls(gpus, per_node, per_rack, per_pod, per_building)
+
+    @property
+    def nodes(self) -> int:
+        return _count(self.gpus, self.gpus_per_node)
+
+    @property
+    def racks(self) -> int:
+        return _count(self.gpus, self.gpus_per_rack)
+
+    @property
+    def pods(self) -> int:
+        return _count(self.gpus, self.gpus_per_pod)
+
+    @property
+    def buildings(self) -> int:
+        return _count(self.gpus, self.gpus_per_building)
+
+    def size(self, level: str) -> int:
+        """GPUs in one container of `level` (LEVELS; the site is all of them)."""
+        return {"site": self.gpus, "building": self.gpus_per_building, "pod": self.gpus_per_pod,
+                "rack": self.gpus_per_rack, "node": self.gpus_per_node}[level]
+
+    def count(self, level: str) -> int:
+        """Containers of `level` (the last may be partial)."""
+        return _count(self.gpus, self.size(level))
+
+    def place(self, gpu: int) -> dict[str, int]:
+        """Where one GPU sits: its node, rack, pod and building indices, and its index in the node."""
+        return {"gpu": gpu, "local": gpu % self.gpus_per_node, "node": gpu // self.gpus_per_node,
+                "rack": gpu // self.gpus_per_rack, "pod": gpu // self.gpus_per_pod,
+                "building": gpu // self.gpus_per_building}
+
+    def tier_between(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+        """Index into TIERS of the outermost tier a message from GPU a to GPU b crosses (vectorized)."""
+        a = np.asarray(a)
+        b = np.asarray(b)
+        tier = np.zeros(np.broadcast(a, b).shape, dtype=np.int8)
+        for level, per in enumerate((self.gpus_per_node, self.gpus_per_rack, self.gpus_per_pod,
+                                     self.gpus_per_building), start=1):
+            tier = np.where(a // per != b // per, level, tier)
+        return tier
+
+    def summary(self) -> dict[str, int]:
+        """The stream header's `topology`."""
+        return {"gpus": self.gpus, "gpus_per_node": self.gpus_per_node, "gpus_per_rack": self.gpus_per_rack,
+                "gpus_per_pod": self.gpus_per_pod, "gpus_per_building": self.gpus_per_building,
+                "nodes": self.nodes, "racks": self.racks, "pods": self.pods, "buildings": self.buildings}
+
+
+@dataclass(frozen=True)
+class JobGeometry:
+    """Where a job's ranks sit: GPUs [first_gpu, first_gpu + gpus), ranks in RANK_ORDER."""
+
+    first_gpu: int
+    gpus: int
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    ep: int = 1
+
+    @classmethod
+    def of(cls, job: Any) -> JobGeometry:
+        """A scenario's job (engine/config/scenario.py's Job)."""
+        return cls(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.ep)
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> JobGeometry:
+        """A stream header's job entry, read defensively (a missing or zero size is 1)."""
+
+        def size(dim: str) -> int:
+            return max(1, int(entry.get(dim, 1) or 1))
+
+        return cls(int(entry["first_gpu"]), int(entry["gpus"]), size("tp"), size("cp"), size("pp"), size("ep"))
+
+    @property
+    def dp(self) -> int:
+        return max(1, self.gpus // (self.tp * self.cp * self.pp))
+
+    @property
+    def unit(self) -> int:
+        """GPUs of one stage of one replica (tp * cp): they share every value in lockstep."""
+        return self.tp * self.cp
+
+    def stride(self, dim: str) -> int:
+        """GPUs between consecutive ranks of a dimension (EP runs along DP)."""
+        return {"tp": 1, "cp": self.tp, "pp": self.unit, "dp": self.unit * self.pp, "ep": self.unit * self.pp}[dim]
+
+    def stage_of(self) -> np.ndarray:
+        """The pipeline stage of each of the job's GPUs, in job-local order (read-only, shared)."""
+        return stage_of(self.gpus, self.unit, self.pp)
+
+    def ranks(self, gpu: int) -> dict[str, int]:
+        """The parallel ranks of one GPU of the job (a global GPU index)."""
+        local = gpu - self.first_gpu
+        dp = local // (self.unit * self.pp)
+        return {"tp": local % self.tp, "cp": local // self.tp % self.cp, "pp": local // self.unit % self.pp,
+                "dp": dp, "ep": dp % self.ep}
+
+    def units(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first GPU, stage) of every unit (one stage of one replica, tp * cp GPUs) in GPU order."""
+        unit = np.arange(-(-self.gpus // self.unit), dtype=np.int64)
+        return self.first_gpu + unit * self.unit, unit % self.pp
+
+
+@lru_cache(maxsize=32)
+def stage_of(gpus: int, unit: int, pp: int) -> np.ndarray:
+    """The pipeline stage of each of `gpus` GPUs of a job whose stages alternate every `unit` (tp * cp) GPUs, in the
+    smallest integer type that holds it (a site's jobs hold millions of GPUs)."""
+    dtype = np.int16 if pp <= np.iinfo(np.int16).max else np.int32
+    stage = ((np.arange(gpus, dtype=np.int64) // max(1, unit)) % max(1, pp)).astype(dtype)
+    stage.flags.writeable = False
+    return stage
