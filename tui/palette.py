@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from clustertop.engine.config.phases import CODE, PHASES
+from clustertop.engine.config.phases import CODE, PHASE_LABELS, PHASES
 from rich.color import Color
 from rich.style import Style
 
@@ -47,11 +47,6 @@ PHASE_COLORS = {
     "checkpoint": "#e8e8ff",
     "failed": "#ff2020",
     "memory": "#8c564b",     # brown: apart from the bubble's orange
-}
-PHASE_LABELS = {
-    "idle": "idle", "compute": "computing", "tp": "wait TP", "pp": "wait PP", "dp": "wait DP",
-    "cp": "wait CP", "ep": "wait EP", "bubble": "bubble", "optimizer": "optimizer", "checkpoint": "checkpoint",
-    "failed": "failed", "memory": "memory-bound",
 }
 
 # Colour index space: continuous ramps use 0..LEVELS-1, phases PHASE_BASE + code; then the specials.

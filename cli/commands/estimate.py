@@ -6,14 +6,12 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from clustertop.engine.config import scenario
+from clustertop.engine.config import scenario, units
+from clustertop.engine.config.phases import PHASE_LABELS
 
 if TYPE_CHECKING:
     from clustertop.engine.model.estimate import JobEstimate, ScenarioEstimate
 
-PHASE_LABELS = {"compute": "compute", "tp": "TP comm", "cp": "CP comm", "ep": "EP comm", "pp": "PP comm",
-                "dp": "DP comm", "bubble": "bubble", "optimizer": "optimizer", "stragglers": "stragglers",
-                "prefill": "prefill", "decode": "decode", "idle": "idle"}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -29,21 +27,6 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _si(x: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f}"
-
-
-def _n(count: float, noun: str) -> str:
-    return f"{int(count):,} {noun}{'' if count == 1 else 's'}"
-
-
-def _power(mw: float) -> str:
-    return f"{mw:.2f} MW" if mw >= 1 else f"{mw * 1000:.1f} kW"
-
-
 SCALE_UP_NAMES = {"nvswitch": "NVSwitch", "nvl72": "an NVL72 NVLink domain (a rack)",
                   "xgmi-mesh": "an Infinity Fabric mesh (no switch: a link to each peer)",
                   "roce-mesh": "an on-chip RoCE mesh (no switch: links to each peer)",
@@ -53,13 +36,13 @@ SCALE_UP_NAMES = {"nvswitch": "NVSwitch", "nvl72": "an NVL72 NVLink domain (a ra
 def render(est: ScenarioEstimate, description: str = "") -> str:
     """The human-readable table: the cluster, its scale-up domain and optics, then one block per job."""
     c = est.cluster
-    where = (f"cluster     {_n(c['gpus'], 'GPU')}, {_n(c['nodes'], 'node')}, {_n(c['pods'], 'pod')}, "
-             f"{_n(c['buildings'], 'building')}; IT power {_power(c['it_power_mw'])}, "
-             f"facility {_power(c['facility_power_mw'])}")
+    where = (f"cluster     {units.count(c['gpus'], 'GPU')}, {units.count(c['nodes'], 'node')}, {units.count(c['pods'], 'pod')}, "
+             f"{units.count(c['buildings'], 'building')}; IT power {units.power(c['it_power_mw'])}, "
+             f"facility {units.power(c['facility_power_mw'])}")
     lines = [f"{est.scenario}" + (f": {description}" if description else ""), where, _scale_up(c["scale_up"])]
     tiers = ", ".join(f"{tier} {n:,}" for tier, n in c["transceivers_by_tier"].items())
     lines.append(f"optics      {c['transceivers']:,} {c['optics']} transceivers" + (f" ({tiers})" if tiers else "")
-                 + f": {_power(c['optics_mw'])}" if c["transceivers"] else "optics      none (no optical links)")
+                 + f": {units.power(c['optics_mw'])}" if c["transceivers"] else "optics      none (no optical links)")
     for job in est.jobs:
         lines.append("")
         lines.extend(_job_lines(job))
@@ -76,23 +59,16 @@ def _scale_up(s: dict[str, object]) -> str:
             f"({s['link']}: {s['gb_s_per_gpu']:g} GB/s per GPU per direction{links}, busbw {s['busbw_gb_s']:g} GB/s)")
 
 
-def _usd(x: float) -> str:
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"${x / scale:.2f}{unit}"
-    return f"${x:,.2f}"
-
-
 def _energy_lines(e: JobEstimate) -> list[str]:
     """Power, energy per step and per token, dollars per million tokens, a 54-day run."""
     x = e.economics
     if x.get("energy_j_per_token") is None:
         return []
     step = f"{x['energy_j_per_step'] / 1e6:,.1f} MJ per step, " if e.kind == "training" else ""
-    return [(f"  energy      {_power(x['power_mw'])} (facility); {step}{x['energy_j_per_token']:.2f} J per token, "
+    return [(f"  energy      {units.power(x['power_mw'])} (facility); {step}{x['energy_j_per_token']:.2f} J per token, "
              f"{x['tokens_per_s_per_mw']:,.0f} tokens/s per MW"),
-            f"  cost        {_usd(x['usd_per_mtoken'])} per million tokens ({_usd(x['usd_per_hour'])} per hour)",
-            f"  54 days     {x['run_54d_mwh']:,.0f} MWh, {_usd(x['run_54d_usd'])} (steady state, no interruptions)"]
+            f"  cost        {units.usd(x['usd_per_mtoken'])} per million tokens ({units.usd(x['usd_per_hour'])} per hour)",
+            f"  54 days     {units.energy(x['run_54d_mwh'])}, {units.usd(x['run_54d_usd'])} (steady state, no interruptions)"]
 
 
 def _job_lines(e: JobEstimate) -> list[str]:
@@ -100,7 +76,7 @@ def _job_lines(e: JobEstimate) -> list[str]:
         return _inference_lines(e)
     j = e.job
     first = j.first_gpu
-    head = (f"job {e.name}: {j.model.name} on {_n(e.gpus, 'GPU')} ({first}-{first + e.gpus - 1}), "
+    head = (f"job {e.name}: {j.model.name} on {units.count(e.gpus, 'GPU')} ({first:,}-{first + e.gpus - 1:,}), "
             f"seq {j.seq_len:,}, global batch {j.global_batch:,} sequences")
     out = [head]
     dims = []
@@ -120,13 +96,13 @@ def _job_lines(e: JobEstimate) -> list[str]:
     if e.stack:
         out.append("  stack       " + _stack(e.stack))
     if e.fits and e.step_time_s is not None:
-        out.append(f"  step        {e.step_time_s:.3f} s   {_si(e.tokens_per_s or 0)}tokens/s")
-        out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
-        out.append(f"  hardware    {e.hardware_tflops_per_gpu:.1f} TFLOP/s per GPU (counting recomputation)")
+        out.append(f"  step        {e.step_time_s:,.3f} s   {units.si(e.tokens_per_s or 0)} tokens/s")
+        out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+        out.append(f"  hardware    {e.hardware_tflops_per_gpu:,.1f} TFLOP/s per GPU (counting recomputation)")
         if e.contention:
             out.append("  neighbours  " + _contention(e.contention))
         step = e.step_time_s
-        parts = [f"{PHASE_LABELS.get(k, k)} {v:.3f} s ({100 * v / step:.1f}%)" for k, v in e.breakdown_s.items()]
+        parts = [f"{PHASE_LABELS.get(k, k)} {v:,.3f} s ({100 * v / step:.1f}%)" for k, v in e.breakdown_s.items()]
         out.append("  time        " + parts[0])
         out.extend("              " + p for p in parts[1:])
         out.extend(_energy_lines(e))
@@ -146,8 +122,8 @@ def _contention(c: dict[str, Any]) -> str:
 def _memory_lines(e: JobEstimate) -> list[str]:
     """Memory per GPU, its parts, fits or not, and the hint when there is one (training and inference)."""
     verdict = "fits" if e.fits else "OUT OF MEMORY"
-    out = [f"  memory      {e.memory_gb_per_gpu:.1f} GB of {e.capacity_gb:.1f} GB per GPU: {verdict}",
-           "              " + ", ".join(f"{k} {v:.2f} GB" for k, v in e.memory_gb.items())]
+    out = [f"  memory      {units.memory(e.memory_gb_per_gpu, e.capacity_gb)} per GPU: {verdict}",
+           "              " + ", ".join(f"{k} {units.gb(v, 2)}" for k, v in e.memory_gb.items())]
     if e.note:
         out.append(f"  hint        {e.note}")
     return out
@@ -156,18 +132,19 @@ def _memory_lines(e: JobEstimate) -> list[str]:
 def _inference_lines(e: JobEstimate) -> list[str]:
     j = e.job
     first = j.first_gpu
-    out = [(f"job {e.name} (inference): {j.model.name} on {_n(e.gpus, 'GPU')} ({first}-{first + e.gpus - 1}), "
+    out = [(f"job {e.name} (inference): {j.model.name} on {units.count(e.gpus, 'GPU')} "
+            f"({first:,}-{first + e.gpus - 1:,}), "
             f"{j.request_rate:g} requests/s, prompts ~{j.prompt_tokens:,} tokens, answers ~{j.output_tokens:,}")]
     out.append(f"  layout      TP {j.tp}  PP {j.pp}  replicas {j.dp}" + (f"  EP {j.ep}" if j.ep > 1 else "")
                + f"; {j.precision}, continuous batching up to {j.max_batch} sequences")
     if e.fits and e.tokens_per_s is not None:
         s = e.serving
-        out.append(f"  serving     {_si(e.tokens_per_s)}tokens/s out, {s['requests_per_s']:.1f} requests/s")
+        out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, {s['requests_per_s']:,.1f} requests/s")
         out.append(f"  latency     TTFT {1000 * (e.ttft_s or 0):.0f} ms (median), "
                    f"TPOT {1000 * (e.tpot_s or 0):.1f} ms (median)")
         out.append(f"  replica     busy {100 * s['busy']:.0f}% (prefill {100 * s['prefill_share']:.0f}% of it, "
                    f"compute-bound; decode HBM-bound), mean batch {s['mean_batch']:.1f} of {s['batch_limit']}")
-        out.append(f"  model       {e.model_tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+        out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
         out.extend(_energy_lines(e))
     else:
         out.append("  serving     - (does not fit in GPU memory)")
