@@ -78,40 +78,36 @@ def _speed(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="clustertop", description=DESCRIPTION, epilog=EPILOG,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
+def _view_flags(p: argparse.ArgumentParser) -> None:
+    """How the dashboard starts: its speed and the heatmap's metric."""
+    p.add_argument("--speed", type=_speed, default=1.0, metavar="N",
+                   help="simulated seconds per second, 0.1 to 1000000 (default: 1)")
+    _metric_flag(p)
 
-    def add(name: str, help: str, description: str = "", epilog: str = "") -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=description or help, epilog=epilog,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=_dispatch(name))
-        return p
 
-    def view_flags(p: argparse.ArgumentParser) -> None:
-        """How the dashboard starts: its speed and the heatmap's metric."""
-        p.add_argument("--speed", type=_speed, default=1.0, metavar="N",
-                       help="simulated seconds per second, 0.1 to 1000000 (default: 1)")
-        p.add_argument("--metric", choices=("util", "power", "phase"), default="util",
-                       help="what the heatmap colours by (default: util)")
+def _metric_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metric", choices=("util", "power", "phase"), default="util",
+                   help="what the heatmap colours by (default: util)")
 
-    p = add("run", "run a scenario live in the dashboard",
-            epilog="example: clustertop run llama3-405b-16k")
+
+def _scenario_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", metavar="SCENARIO", help="built-in name or .toml path")
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", metavar="SCENARIO", nargs="?", default=DEFAULT_SCENARIO,
                    help=f"built-in name or .toml path (default: {DEFAULT_SCENARIO})")
     p.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
-    view_flags(p)
+    _view_flags(p)
 
-    p = add("replay", "replay a recording in the dashboard",
-            epilog="examples:\n  clustertop replay run.jsonl.gz\n  clustertop record X -o - | clustertop replay -")
+
+def _replay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a .jsonl or .jsonl.gz recording, or - for stdin")
-    view_flags(p)
+    _view_flags(p)
 
-    p = add("record", "simulate a scenario headless and write its event stream",
-            epilog="example: clustertop record llama3-405b-16k -o run.jsonl.gz --duration 6h --json")
-    p.add_argument("scenario", metavar="SCENARIO", help="built-in name or .toml path")
+
+def _record_flags(p: argparse.ArgumentParser) -> None:
+    _scenario_arg(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file (.jsonl, or .jsonl.gz for gzip), or - for stdout")
     p.add_argument("--duration", metavar="D", help='simulated time, e.g. "90s", "6h", "54d" (default: the scenario\'s)')
@@ -122,35 +118,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="live mode: pace the output and read commands (speed, pause, resume, inject_fault) as "
                         "JSON lines on stdin")
 
-    p = add("estimate", "what one training step costs: time, throughput, MFU, memory",
-            epilog="examples:\n  clustertop estimate llama3-405b-16k\n  clustertop estimate my.toml --json")
-    p.add_argument("scenario", metavar="SCENARIO", help="built-in name or .toml path")
+
+def _estimate_flags(p: argparse.ArgumentParser) -> None:
+    _scenario_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
-    p = add("compare", "two scenarios or recordings side by side, in sync",
-            epilog="examples:\n  clustertop compare pcie-8gpu nvswitch-8gpu\n"
-                   "  clustertop compare mi300x-vs-h100          the scenario beside its twin (compare_with)")
+
+def _compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", metavar="A", help="scenario name, .toml path or recording")
     p.add_argument("b", metavar="B", nargs="?",
                    help="scenario name, .toml path or recording (default: the twin A's compare_with names)")
-    view_flags(p)
+    _view_flags(p)
 
-    p = add("export", "convert a recording to another format (Perfetto / Chrome trace)",
-            epilog="example: clustertop export run.jsonl.gz --format perfetto -o trace.json")
+
+def _export_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a .jsonl or .jsonl.gz recording, or - for stdin")
     p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (default: perfetto)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file")
 
-    add("scenarios", "list the built-in scenarios",
-        epilog="example: clustertop scenarios")
 
-    p = add("sweep", "estimate every combination of scenario settings; the best first",
-            epilog="examples:\n"
-                   "  clustertop sweep llama3-405b-16k --vary jobs[0].tp=4,8 --vary jobs[0].pp=8,16 --top 5\n"
-                   "  clustertop sweep llama3-405b-16k --vary cluster.scale_out=roce-400g,ib-ndr-400g "
-                   "-o results.jsonl --best-to best.toml\n"
-                   "  clustertop sweep X --vary ... --dask tcp://scheduler:8786")
-    p.add_argument("scenario", metavar="SCENARIO", help="built-in name or .toml path")
+def _sweep_flags(p: argparse.ArgumentParser) -> None:
+    _scenario_arg(p)
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a scenario key (jobs[0].tp, cluster.gpus, ...) and its values; repeat for a cross product")
     p.add_argument("-o", "--output", metavar="FILE", help="stream one JSON object per point to FILE (JSON Lines)")
@@ -163,12 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask distributed scheduler")
 
-    p = add("import", "convert real telemetry (Prometheus range-query dumps of DCGM metrics) into a recording",
-            epilog="examples:\n"
-                   "  clustertop import prometheus util.json power.json --cluster site.toml -o real.jsonl.gz\n"
-                   "  clustertop compare real.jsonl.gz site.toml      the real run beside its simulated twin\n"
-                   "a dump is the JSON of /api/v1/query_range (resultType matrix), plain or gzip; see "
-                   "docs/telemetry.md")
+
+def _import_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("format", choices=["prometheus"], help="the dumps' format: prometheus (query_range JSON)")
     p.add_argument("dumps", nargs="+", metavar="DUMP.json", help="range-query results, any order, one or more")
     p.add_argument("--cluster", required=True, metavar="CLUSTER.toml",
@@ -177,13 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output recording (.jsonl, or .jsonl.gz for gzip), or - for stdout")
     p.add_argument("--json", action="store_true", help="print a JSON summary when writing to a file")
 
-    p = add("watch", "the dashboard over a real cluster: DCGM telemetry from Prometheus or the exporters, live",
-            epilog="examples:\n"
-                   "  clustertop watch --prometheus http://prometheus:9090 --cluster site.toml\n"
-                   "  clustertop watch --exporter http://node1:9400/metrics,http://node2:9400/metrics\n"
-                   "  clustertop watch --exporter @exporters.txt --record real.jsonl.gz\n"
-                   "  clustertop watch --prometheus http://prometheus:9090 -o real.jsonl.gz --duration 1h   "
-                   "(headless)\nsee docs/telemetry.md")
+
+def _watch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prometheus", metavar="URL", help="a Prometheus server (its HTTP API) that scrapes dcgm-exporter")
     p.add_argument("--exporter", action="append", metavar="URL[,URL...]",
                    help="dcgm-exporter (and node_exporter) /metrics URLs, comma-separated or @FILE (one a line); "
@@ -196,12 +175,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="headless: write the stream to FILE (or - for stdout) instead of showing it")
     p.add_argument("--duration", metavar="D", help='stop after this long, e.g. "1h" (default: until interrupted)')
-    p.add_argument("--metric", choices=("util", "power", "phase"), default="util",
-                   help="what the heatmap colours by (default: util)")
+    _metric_flag(p)
 
-    p = add("validate", "compare the performance model with published training runs",
-            epilog="example: clustertop validate")
+
+def _validate_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the table as JSON")
+
+
+# Each subcommand: its help line, the example(s) under its --help, and its flags.
+SUBCOMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None] | None], ...] = (
+    ("run", "run a scenario live in the dashboard", "example: clustertop run llama3-405b-16k", _run_flags),
+    ("replay", "replay a recording in the dashboard",
+     "examples:\n  clustertop replay run.jsonl.gz\n  clustertop record X -o - | clustertop replay -", _replay_flags),
+    ("record", "simulate a scenario headless and write its event stream",
+     "example: clustertop record llama3-405b-16k -o run.jsonl.gz --duration 6h --json", _record_flags),
+    ("estimate", "what one training step costs: time, throughput, MFU, memory",
+     "examples:\n  clustertop estimate llama3-405b-16k\n  clustertop estimate my.toml --json", _estimate_flags),
+    ("compare", "two scenarios or recordings side by side, in sync",
+     ("examples:\n  clustertop compare pcie-8gpu nvswitch-8gpu\n"
+     "  clustertop compare mi300x-vs-h100          the scenario beside its twin (compare_with)"), _compare_flags),
+    ("export", "convert a recording to another format (Perfetto / Chrome trace)",
+     "example: clustertop export run.jsonl.gz --format perfetto -o trace.json", _export_flags),
+    ("scenarios", "list the built-in scenarios", "example: clustertop scenarios", None),
+    ("sweep", "estimate every combination of scenario settings; the best first",
+     ("examples:\n"
+     "  clustertop sweep llama3-405b-16k --vary jobs[0].tp=4,8 --vary jobs[0].pp=8,16 --top 5\n"
+     "  clustertop sweep llama3-405b-16k --vary cluster.scale_out=roce-400g,ib-ndr-400g "
+     "-o results.jsonl --best-to best.toml\n"
+     "  clustertop sweep X --vary ... --dask tcp://scheduler:8786"), _sweep_flags),
+    ("import", "convert real telemetry (Prometheus range-query dumps of DCGM metrics) into a recording",
+     ("examples:\n"
+     "  clustertop import prometheus util.json power.json --cluster site.toml -o real.jsonl.gz\n"
+     "  clustertop compare real.jsonl.gz site.toml      the real run beside its simulated twin\n"
+     "a dump is the JSON of /api/v1/query_range (resultType matrix), plain or gzip; see docs/telemetry.md"),
+     _import_flags),
+    ("watch", "the dashboard over a real cluster: DCGM telemetry from Prometheus or the exporters, live",
+     ("examples:\n"
+     "  clustertop watch --prometheus http://prometheus:9090 --cluster site.toml\n"
+     "  clustertop watch --exporter http://node1:9400/metrics,http://node2:9400/metrics\n"
+     "  clustertop watch --exporter @exporters.txt --record real.jsonl.gz\n"
+     "  clustertop watch --prometheus http://prometheus:9090 -o real.jsonl.gz --duration 1h   "
+     "(headless)\nsee docs/telemetry.md"), _watch_flags),
+    ("validate", "compare the performance model with published training runs", "example: clustertop validate",
+     _validate_flags),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="clustertop", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
+    for name, help, epilog, flags in SUBCOMMANDS:
+        p = sub.add_parser(name, help=help, description=help, epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(func=_dispatch(name))
+        if flags is not None:
+            flags(p)
     return parser
 
 

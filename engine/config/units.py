@@ -85,23 +85,29 @@ def _significant(value: float, digits: int) -> str:
     return f"{value:.{decimals}f}"
 
 
+# (below this, scale by, format): the first step whose bound the value is under
+_POWER = ((1.0, 1000.0, "{:,.1f} kW"), (100.0, 1.0, "{:,.2f} MW"), (math.inf, 1.0, "{:,.1f} MW"))
+_ENERGY = ((1.0, 1000.0, "{:,.1f} kWh"), (10_000.0, 1.0, "{:,.2f} MWh"), (math.inf, 1e-3, "{:,.1f} GWh"))
+
+
+def _ladder(value: float | None, steps: tuple[tuple[float, float, str], ...]) -> str:
+    if value is None or not _known(value):
+        return DASH
+    for below, scale, form in steps:
+        if abs(value) < below:
+            return form.format(value * scale)
+    raise AssertionError("the last step of a ladder is unbounded")
+
+
 def power(mw: float | None) -> str:
     """Power: kW below 1 MW (8 GPUs draw kilowatts), MW above, thousands separated ('2,789.8 MW' beside
     '5,000.0 MW')."""
-    if mw is None or not _known(mw):
-        return DASH
-    if abs(mw) < 1.0:
-        return f"{mw * 1000:,.1f} kW"
-    return f"{mw:,.2f} MW" if abs(mw) < 100 else f"{mw:,.1f} MW"
+    return _ladder(mw, _POWER)
 
 
 def energy(mwh: float | None) -> str:
     """Energy: kWh below 1 MWh, MWh above, GWh from 10,000 MWh."""
-    if mwh is None or not _known(mwh):
-        return DASH
-    if abs(mwh) < 1.0:
-        return f"{mwh * 1000:,.1f} kWh"
-    return f"{mwh:,.2f} MWh" if abs(mwh) < 10_000 else f"{mwh / 1000:,.1f} GWh"
+    return _ladder(mwh, _ENERGY)
 
 
 def usd(value: float | None) -> str:
