@@ -56,13 +56,12 @@ class PassCost:
 
 @dataclass(frozen=True)
 class BlockCost:
-    """Forward, backward and recompute of one block, and its model / hardware FLOPs (per microbatch, GPU)."""
+    """Forward, backward and recompute of one block, and its model FLOPs (per microbatch, GPU)."""
 
     fwd: PassCost
     bwd: PassCost
     recompute: PassCost | None
     model_flops: float
-    hardware_flops: float
 
 
 # ---------------------------------------------------------------------------------------------- parameters
@@ -278,17 +277,15 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
                    a_bwd / ranks, ep_bytes, g_bwd)
     model_flops = 3.0 * (gemm_flops + done_attn)
     rec: PassCost | None = None
-    hardware = model_flops
     if recompute == "full":
         rec = fwd
-        hardware += gemm_flops + done_attn
     elif recompute == "selective":
         # norms and the MLP activation are recomputed from their inputs: memory-bound, no GEMM FLOPs; without a
         # fused attention kernel the attention core (scores, softmax, dropout, values) is recomputed as well
         # (Korthikanti et al.'s selective recomputation)
         core = a_fwd if sh.attention == "unfused" else 0.0
         rec = PassCost(memory_time(gpu, nr / 2 + act / 2, kernels // 2) + core, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
-    return BlockCost(fwd, bwd, rec, model_flops, hardware)
+    return BlockCost(fwd, bwd, rec, model_flops)
 
 
 def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
@@ -322,7 +319,7 @@ def embedding_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
     tp_bytes = T * model.hidden * BF16 if t > 1 else 0.0
     fwd = PassCost(memory_time(gpu, 2 * out, 1), 0.0, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0)
     bwd = PassCost(memory_time(gpu, 4 * out, 2), 0.0, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0)
-    return BlockCost(fwd, bwd, None, 0.0, 0.0)
+    return BlockCost(fwd, bwd, None, 0.0)
 
 
 @lru_cache(maxsize=1024)
@@ -344,7 +341,7 @@ def output_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
     tp_bytes = T * h * BF16 if t > 1 else 0.0
     fwd = PassCost(g_fwd + ce_fwd, flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_fwd)
     bwd = PassCost(g_bwd + ce_bwd, 2 * flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_bwd)
-    return BlockCost(fwd, bwd, None, 3 * flops, 3 * flops)
+    return BlockCost(fwd, bwd, None, 3 * flops)
 
 
 def optimizer_time(gpu: GPU, params_on_gpu: float, shards: int) -> float:

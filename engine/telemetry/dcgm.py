@@ -23,14 +23,8 @@ IB_RX = "node_infiniband_port_data_received_bytes_total"
 GPU_METRICS = (SM_ACTIVE, GPU_UTIL, POWER, FB_USED, NVLINK_TX, NVLINK_RX, XID)
 PORT_METRICS = (IB_TX, IB_RX)
 METRICS = GPU_METRICS + PORT_METRICS
-COUNTERS = frozenset(PORT_METRICS)              # turned into rates between consecutive readings
 
 MIB_GB = 1024 * 1024 / 1e9                      # FB_USED is in MiB; the stream's memory is in GB (1e9 bytes)
-
-
-def util_percent(metric: str, value: float) -> float:
-    """A utilization reading as percent 0..100 (SM_ACTIVE is a ratio, GPU_UTIL a percent)."""
-    return value * 100.0 if metric == SM_ACTIVE else value
 
 
 @dataclass(frozen=True)

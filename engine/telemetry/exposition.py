@@ -5,7 +5,8 @@ prometheus-client's parser is the reference, but it spends ~85 us per sample in 
 8-GPU DCGM page): 2,048 exporters every 5 s would need seven cores. So only lines of wanted metrics are looked
 at, plain lines (`name{a="b",...} value [timestamp]` with no escapes) are read with two regular expressions, and
 every other line (escapes, unusual spacing, anything the fast pattern does not take whole) goes to
-prometheus-client's parser. tests/test_telemetry_exposition.py checks that both give the same samples.
+prometheus-client's parser. tests/test_telemetry_watch.py (test_fast_exporter_parse_is_the_librarys) checks that
+both give the same samples.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import re
 from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
-
-from ..config.errors import UserError
 
 _LINE = re.compile(rb"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\]*\",?)*)\})? "
                    rb"([-+0-9.eEinfINFaN]+)(?: -?[0-9]+)?")
@@ -84,11 +83,3 @@ def _library(lines: list[bytes], names: frozenset[str]) -> list[Sample]:
                     labels = {str(k): str(v)[:MAX_LABEL] for k, v in sample.labels.items()}
                     out.append((sample.name, labels, value if math.isfinite(value) else math.nan))
     return out
-
-
-def parse_or_error(page: bytes, wanted: Iterable[str], where: str) -> list[Sample]:
-    """As parse, with a PageError as a UserError naming `where`."""
-    try:
-        return parse(page, wanted)
-    except PageError as exc:
-        raise UserError(str(exc), where) from None
