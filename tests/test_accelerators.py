@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import catalog
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.fields import Context
+from clustertop.engine.config.phases import PHASE_LABELS
 from clustertop.engine.config.scenario import Scenario, parse
 from clustertop.engine.model import collectives as col
-
-from clustertop.cli import main
 
 NEW = ("mi300x", "mi325x", "mi355x", "tpu-v5p", "tpu-v6e", "tpu-v7", "trn2", "gaudi3", "gb300")
 
@@ -81,7 +81,7 @@ def test_each_accelerator_runs_a_flagship_style_job_in_its_scale_up_domain(
     assert main(["estimate", str(path)]) == 0
     text = capsys.readouterr().out
     scale_up = next(line for line in text.splitlines() if line.startswith("scale-up"))
-    assert gpu.scale_up_link in scale_up and "TP comm" in text
+    assert gpu.scale_up_link in scale_up and f"{PHASE_LABELS['tp']} " in text     # the TP wait in the breakdown
 
 
 def test_scale_up_defaults_and_aliases() -> None:

@@ -106,7 +106,7 @@ def test_degraded_links_and_plain_ecmp_slow_the_groups_that_cross_them() -> None
     import dataclasses
 
     from clustertop.engine.config import scenario as sc
-    from clustertop.engine.config.scenario import DegradedLinks
+    from clustertop.engine.config.cluster import DegradedLinks
     from clustertop.engine.model.collectives import route
 
     s = sc.load("llama3-405b-16k")

@@ -185,3 +185,47 @@ def _num(value: float) -> str:
     if isinstance(value, int) and abs(value) > MAX_INT:
         return _show(value)
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
+
+
+def catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, Any]) -> Any:
+    """The catalog entry `name` of `entries` (GPUs, fabrics, models), or the one-line error naming `key`."""
+    if name not in entries:
+        hint = did_you_mean(name, entries)
+        raise ctx.error(key, f"unknown name {name!r}{hint}; expected one of {', '.join(entries)}")
+    return entries[name]
+
+
+# ---- a sweep's memo of checked tables (engine/sweep): points share most tables with their base
+
+Sections = dict[str, tuple[tuple[Any, ...], Any]]
+
+
+def memo_section(sections: Sections | None, key: str, raws: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """`build()`, or what it gave for the very same raw tables (identity, not equality) when `sections` has it.
+
+    A sweep parses thousands of points that share every table but the ones it varies (overrides.apply copies
+    only what it sets): the tables a point shares with the base were validated by the first point that met
+    them, a pure function of those tables, so the same objects are not checked again. Tables that differ (or
+    any table when `sections` is None) are validated in full.
+    """
+    if sections is None:
+        return build()
+    hit = sections.get(key)
+    if hit is not None and len(hit[0]) == len(raws) and all(a is b for a, b in zip(hit[0], raws)):
+        return hit[1]
+    value = build()
+    sections[key] = (raws, value)       # kept with its tables, so their ids stay theirs
+    return value
+
+
+def check_table_memo(sections: Sections | None, ctx: Context, path: str, table: Any,
+                     spec: dict[str, Field]) -> dict[str, Any]:
+    """check_table, given the last table checked at `path` and its result when `sections` keeps them: the values
+    a sweep's point shares with it (the same objects) are not checked again, the others are."""
+    if sections is None:
+        return check_table(ctx, path, table, spec)
+    memo = f"keys of {path}"
+    hit = sections.get(memo)
+    out = check_table(ctx, path, table, spec, (hit[0][0], hit[1]) if hit is not None else None)
+    sections[memo] = ((table,), dict(out))       # a copy: the caller may fill in derived values (inference defaults)
+    return out

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import catalog, scenario
+from . import catalog, cluster, job, scenario
 from .errors import UserError
 from .fields import Context, Field, check_value, did_you_mean
 
@@ -22,7 +22,7 @@ Path = tuple[str | int, ...]
 DELETE = object()          # an override value that removes the key
 
 _SECTIONS: dict[str, dict[str, Field]] = {
-    "cluster": scenario.CLUSTER_SPEC,
+    "cluster": cluster.CLUSTER_SPEC,
     "faults": scenario.FAULTS_SPEC,
     "checkpoint": scenario.CHECKPOINT_SPEC,
     "variability": scenario.VARIABILITY_SPEC,
@@ -48,7 +48,7 @@ def every_key(data: dict[str, Any]) -> list[str]:
     for section, spec in _SECTIONS.items():
         keys += [f"{section}.{k}" for k in spec]
     for i in range(len(_jobs(data))):
-        keys += [f"jobs[{i}].{k}" for k in scenario.JOB_SPEC]
+        keys += [f"jobs[{i}].{k}" for k in job.JOB_SPEC]
     return keys
 
 
@@ -94,8 +94,8 @@ def check_key(key: str, data: dict[str, Any]) -> tuple[Path, Field, str]:
         if index >= len(jobs):
             raise UserError(f"--vary {key}: the scenario has {len(jobs)} job(s); expected an index below {len(jobs)}")
         canon = f"jobs[{index}]." + ".".join(rest)
-        if len(rest) == 1 and rest[0] in scenario.JOB_SPEC:
-            return ("jobs", index, rest[0]), scenario.JOB_SPEC[rest[0]], canon
+        if len(rest) == 1 and rest[0] in job.JOB_SPEC:
+            return ("jobs", index, rest[0]), job.JOB_SPEC[rest[0]], canon
         if len(rest) == 2 and rest[0] == "model":
             model = jobs[index].get("model") if isinstance(jobs[index], dict) else None
             if not isinstance(model, dict):

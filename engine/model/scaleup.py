@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ..config.scenario import MESHES, TORUS_DIMS, Cluster
+from ..config.cluster import MESHES, TORUS_DIMS, Cluster
 
 GB = 1e9
 

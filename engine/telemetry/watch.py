@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..config import catalog, scenario
+from ..config.cluster import parse_cluster
 from ..config.errors import UserError
 from ..config.infile import read_capped
 from ..stream import schema
@@ -185,7 +186,7 @@ def inferred_cluster(samples: list[exposition.Sample], note: Note, known_models:
     nodes = len({names[0] for names in targets}) if targets else len(hosts)
     table = {"gpu": gpu, "gpus": nodes * per_node, "gpus_per_node": per_node,
              "gpus_per_rack": max(1, 16 // per_node) * per_node}
-    cluster = scenario.parse_cluster(table, "(the cluster of the first answers)")
+    cluster = parse_cluster(table, "(the cluster of the first answers)")
     return "watched cluster", cluster, ()
 
 
