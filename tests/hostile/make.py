@@ -51,6 +51,14 @@ def with_job(extra: str) -> str:
 
 
 def scenarios() -> None:
+    _nesting_and_sizes()
+    _nan_and_infinity()
+    _text_that_drives_a_terminal()
+    _syntax_and_encodings()
+    _wrong_types_and_huge_runs()
+
+
+def _nesting_and_sizes() -> None:
     toml("deep_array", "a = " + "[" * 5_000 + "]" * 5_000 + "\n", fragment="nested more than 16")
     toml("deep_inline", "a = " + "{b = " * 2000 + "1" + "}" * 2000 + "\n", fragment="nested more than 16")
     toml("deep_mixed", "a = " + "[{b = " * 1000 + "1" + "}]" * 1000 + "\n", fragment="nested more than 16")
@@ -92,7 +100,10 @@ def scenarios() -> None:
     toml("huge_model_oom", 'name = "x"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\nseq_len = 10000000\n'
          "global_batch = 8\n[jobs.model]\nlayers = 100000\nhidden = 1000000\nheads = 1\nffn = 10000000\n"
          "vocab = 100000000\n", code=0)
-    # NaN and infinities in every number a scenario takes
+
+
+def _nan_and_infinity() -> None:
+    """NaN and infinities in every number a scenario takes."""
     numbers = {"cluster": ["pod_oversubscription", "rack_oversubscription", "building_oversubscription", "pue",
                            "site_power_budget_mw", "gpus_per_node", "gpus_per_rack", "racks_per_pod", "ecmp_flows",
                            "nics_per_node", "pods_per_building"],
@@ -119,7 +130,10 @@ def scenarios() -> None:
     toml("nan_inject_gpu", BASE + "[[faults.inject]]\nat = \"1s\"\ngpu = inf\n", fragment="gpu")
     toml("nan_degraded", BASE.replace("gpus = 16\n", 'gpus = 16\n[[cluster.degraded]]\ntier = "leaf"\n'
                                       "capacity = nan\n"), fragment="capacity")
-    # unicode, escapes and newlines in keys and values
+
+
+def _text_that_drives_a_terminal() -> None:
+    """Unicode, escapes and newlines in keys and values."""
     toml("key_newline_forges_line", BASE + '"x\\nclustertop: all good" = 1\n', fragment=r"\n")
     toml("key_escape_sequence", BASE + '"\\u001b[2J\\u001b[31mred" = 1\n', fragment=r"\x1b[2J")
     toml("key_bidi_override", BASE + '"\\u202eevil" = 1\n', fragment=r"\u202e")
@@ -138,7 +152,9 @@ def scenarios() -> None:
     toml("unknown_value_escape", with_job('precision = "\\u001b[31mfp8"'), fragment="precision")
     toml("gpu_name_escape", BASE.replace('gpu = "h100-sxm-80gb"', 'gpu = "h100\\u001b[2J"'), fragment="cluster.gpu")
     toml("duration_escape", BASE.replace('duration = "2s"', 'duration = "2s\\u001b[2J"'), fragment="duration")
-    # syntax and encodings
+
+
+def _syntax_and_encodings() -> None:
     toml("duplicate_key", BASE + "tp = 4\n", fragment="TOML syntax error")
     toml("duplicate_table", BASE + "[cluster]\ngpu = \"a100\"\n", fragment="TOML syntax error")
     toml("unterminated_string", BASE + 'x = "abc\n', fragment="TOML syntax error")
@@ -156,7 +172,10 @@ def scenarios() -> None:
     toml("only_comments", "# nothing\n# here\n", fragment="name")
     toml("whitespace", " \n\t\n", fragment="is empty")
     toml("surrogate_escape", BASE + 'x = "\\ud800"\n', fragment="TOML syntax error")
-    # wrong types everywhere
+
+
+def _wrong_types_and_huge_runs() -> None:
+    """Wrong types everywhere, and runs too big to record."""
     for name, text, fragment in [
         ("cluster_int", BASE.replace("[cluster]\n", "cluster = 5\n[cluster2]\n"), "cluster"),
         ("jobs_string", 'name = "x"\njobs = "all"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n', "jobs"),
@@ -196,19 +215,31 @@ HEADER: dict[str, Any] = {}
 
 
 def recordings() -> None:
-    with tempfile.TemporaryDirectory() as tmp:     # a small real recording: 16 GPUs, 4 s
+    header, events, small = _tiny_recording()
+    _bad_headers(header, small)
+    _bad_events(header, events, small)
+    _cut_and_compressed(small)
+
+
+def _tiny_recording() -> tuple[dict[str, Any], list[dict[str, Any]], list[bytes]]:
+    """A small real recording (16 GPUs, 4 s): its header, its events, and its lines as JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "tiny.toml").write_text(BASE.replace('duration = "2s"', 'duration = "4s"'))
         assert main_cli(["record", str(Path(tmp) / "tiny.toml"), "-o", str(Path(tmp) / "tiny.jsonl"),
                          "--sample", "1s"]) == 0
         plain = (Path(tmp) / "tiny.jsonl").read_bytes().split(b"\n")
     head, events = json.loads(plain[0]), [json.loads(x) for x in plain[1:] if x]
     small = [json.dumps(head).encode()] + [json.dumps(e).encode() for e in events]
-    header = head
+    return head, events, small
 
-    def write(name: str, lines: list[bytes], code: int, fragment: str, tail: bytes = b"\n") -> None:
-        commands = [EXPORT] + ([REPLAY] if code == 2 else [])
-        raw("recordings", f"{name}.jsonl", b"\n".join(lines) + tail, code, fragment, *commands)
 
+def write(name: str, lines: list[bytes], code: int, fragment: str, tail: bytes = b"\n") -> None:
+    """A recording of these lines: exported, and replayed too when it must be refused."""
+    commands = [EXPORT] + ([REPLAY] if code == 2 else [])
+    raw("recordings", f"{name}.jsonl", b"\n".join(lines) + tail, code, fragment, *commands)
+
+
+def _bad_headers(header: dict[str, Any], small: list[bytes]) -> None:
     def with_header(name: str, change: Any, fragment: str) -> None:
         h = json.loads(json.dumps(header))
         change(h)
@@ -241,6 +272,9 @@ def recordings() -> None:
     with_header("header_duplicate_jobs", lambda h: h["jobs"].append(dict(h["jobs"][0])), "")
     write("header_array", [b"[]"] + small[1:], 2, "header")
     write("header_not_json", [b"{nope"] + small[1:], 2, "not JSON")
+
+
+def _bad_events(header: dict[str, Any], events: list[dict[str, Any]], small: list[bytes]) -> None:
     sample = next(e for e in events if e["type"] == "sample")
     step = next(e for e in events if e["type"] == "step")
     bad_events = {
@@ -290,6 +324,10 @@ def recordings() -> None:
     write("last_line_bad_types", small + [json.dumps({"t": 9.0, "type": 3}).encode()], 2, "", tail=b"")
     write("empty_line_inside", small[:3] + [b""] + small[3:], 2, "not valid JSON")
     write("only_newline", [b""], 2, "not JSON")
+
+
+def _cut_and_compressed(small: list[bytes]) -> None:
+    """Empty, cut, corrupt and oddly compressed recordings."""
     raw("recordings", "empty.jsonl", b"", 2, "is empty", EXPORT, REPLAY)
     raw("recordings", "bom.jsonl", b"\xef\xbb\xbf" + b"\n".join(small) + b"\n", 2, "not JSON", EXPORT, REPLAY)
     gz = gzip.compress(b"\n".join(small) + b"\n", mtime=0)
