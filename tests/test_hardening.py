@@ -24,7 +24,7 @@ from clustertop.engine.config.tomlfile import MAX_KEY_PARTS, MAX_NESTING, check_
 from clustertop.engine.model import estimate, pipeline
 from clustertop.engine.stream.checks import EventChecks, header_problem
 from clustertop.engine.stream.reader import Reader
-from clustertop.engine.stream.sweep_records import read_results
+from clustertop.engine.sweep.results import read_results
 
 from clustertop.cli import main
 
@@ -213,9 +213,9 @@ def test_sigterm_and_sigkill_end_a_sweep_quietly(tmp_path: Path) -> None:
 
 def test_dask_port_that_never_answers_is_one_line(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from clustertop.engine import sweep
+    from clustertop.engine.sweep import dask_cluster
 
-    monkeypatch.setattr(sweep, "DASK_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(dask_cluster, "DASK_TIMEOUT_S", 1.0)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)

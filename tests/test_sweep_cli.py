@@ -9,8 +9,9 @@ from pathlib import Path
 import fake_estimate
 import orjson
 import pytest
-from clustertop.engine import sweep
 from clustertop.engine.config import scenario
+from clustertop.engine.sweep import dask_cluster
+from clustertop.engine.sweep.space import point_scenario
 from test_sweep import SMALL, write
 
 import clustertop.commands.sweep as sweep_command
@@ -88,7 +89,7 @@ def test_default_estimator_is_the_performance_model(tmp_path: Path, capsys: pyte
     assert len(records) == 3
     for record in records:
         # every key of `clustertop estimate --json` for that point's scenario, with the same values
-        expected = orjson.loads(orjson.dumps(to_json(estimate(sweep.point_scenario(base, record["point"])))))
+        expected = orjson.loads(orjson.dumps(to_json(estimate(point_scenario(base, record["point"])[0]))))
         assert {key: record[key] for key in expected} == expected
         assert record["jobs"][0]["step_time_s"] > 0
 
@@ -149,7 +150,7 @@ def test_dask_without_the_optional_packages(tmp_path: Path, capsys: pytest.Captu
 
 def test_dask_scheduler_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep, "DASK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(dask_cluster, "DASK_TIMEOUT_S", 0.5)
     assert_one_line_error(*run_cli(capsys, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2", "--dask",
                                    "tcp://127.0.0.1:9"), "cannot connect to the Dask scheduler at tcp://127.0.0.1:9")
 
