@@ -5,6 +5,10 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import re
+import subprocess
+import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ from clustertop.engine.config.fields import Context, Field, check_table
 from clustertop.engine.config.scenario import Scenario
 from clustertop.engine.config.tomlfile import dumps
 from clustertop.engine.config.units import parse_duration
+from clustertop.engine.sweep import pool
 from clustertop.engine.sweep.results import RATE_PER_GPU, STEP_TIME, Ranking, ranked
 from clustertop.engine.sweep.run import sweep_to
 from clustertop.engine.sweep.space import Sweep, best_scenario, plan, point_scenario
@@ -325,6 +330,45 @@ def test_two_workers_run_in_two_processes(tmp_path: Path) -> None:
     recs, _, _ = records(sw, workers=2)
     pids = {r["pid"] for r in recs if "pid" in r}
     assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_workers_started_beside_other_threads_are_spawned_and_give_the_same_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
+    _, _, expected = records(sw, workers=1)
+    methods: list[str | None] = []
+    get_context = pool.multiprocessing.get_context
+    monkeypatch.setattr(pool.multiprocessing, "get_context", lambda method=None: (methods.append(method),
+                                                                                   get_context(method))[1])
+    done = threading.Event()
+    other = threading.Thread(target=done.wait)
+    other.start()
+    try:
+        _, _, spawned = records(sw, workers=2)
+    finally:
+        done.set()
+        other.join()
+    _, _, forked = records(sw, workers=2)
+    assert methods == ["spawn", "fork"] and spawned == forked == expected
+
+
+def test_a_worker_that_dies_ends_the_sweep_in_one_line(tmp_path: Path) -> None:
+    """As when the OOM killer takes a worker. multiprocessing.Pool started another worker and waited forever
+    for the task the dead one had taken."""
+    code = ("import sys, fake_estimate, clustertop.commands.sweep as command; "
+            "from clustertop.cli import main; "
+            "command.ESTIMATOR = fake_estimate.dies_at_tp_4; sys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "r.jsonl"
+    argv = [sys.executable, "-c", code, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2,4,8", "--vary",
+            "jobs[0].pp=1,2,4", "--workers", "2", "-o", str(out)]
+    done = subprocess.run(argv, capture_output=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.count("\n") == 1, err
+    assert re.fullmatch(r"clustertop: sweep: worker process \d+ died with points to run "
+                        r"\(killed by SIGKILL\); expected it to run to the end\n", err), err
+    written = [r["index"] for r in map(orjson.loads, out.read_bytes().splitlines())]
+    assert written == list(range(len(written))) and len(written) <= 6     # complete records, before tp = 4
 
 
 # ---- --best-to ----------------------------------------------------------------------------------------------------

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import fake_estimate
 import orjson
 import pytest
 from clustertop.engine.config import scenario
 from clustertop.engine.sweep import dask_cluster
+from clustertop.engine.sweep.results import read_results
 from clustertop.engine.sweep.space import point_scenario
 from test_sweep import SMALL, write
 
@@ -75,6 +79,46 @@ def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     assert code == 0
     assert [orjson.loads(line)["index"] for line in buffer.getvalue().splitlines()] == [0, 1, 2]
     assert "small: 3 points" in err and "best 1 by step time:" in err
+
+
+class _SignalledOnSecondWrite:
+    """A file that receives SIGTERM right after its second write, as a sweep's output can."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:
+        done = self.stream.write(data)
+        self.writes += 1
+        if self.writes == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def test_sigterm_after_a_write_leaves_a_readable_gzip(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records compressed before the signal stay readable. Compressed straight into the output, the gzip
+    stream counted its checksum after the write: SIGTERM there left a checksum that did not match, and the
+    reader refused the whole file."""
+    path = tmp_path / "r.jsonl.gz"
+    real = sweep_command.open_output
+
+    def signalled(name: str, *args: Any, **kw: Any) -> Any:
+        out = real(name, *args, **kw)
+        out.stream = _SignalledOnSecondWrite(out.stream)
+        return out
+
+    monkeypatch.setattr(sweep_command, "open_output", signalled)
+    with pytest.raises(SystemExit) as ended:
+        main(["sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2,4,8", "--vary", "jobs[0].pp=1,2,4",
+              "--workers", "1", "-o", str(path)])
+    assert ended.value.code == 143
+    records = read_results(str(path))
+    assert [r["index"] for r in records] == list(range(len(records))) and 0 < len(records) < 12
 
 
 def test_default_estimator_is_the_performance_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
