@@ -81,17 +81,18 @@ def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     assert "small: 3 points" in err and "best 1 by step time:" in err
 
 
-class _SignalledOnSecondWrite:
-    """A file that receives SIGTERM right after its second write, as a sweep's output can."""
+class _SignalledOnWrite:
+    """A file that receives SIGTERM right after the first write made while the sweep runs (while SIGTERM has a
+    handler: cli/signals.py terminate_quietly), as a sweep's output can."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
-        self.writes = 0
+        self.signalled = False
 
     def write(self, data: bytes) -> int:
         done = self.stream.write(data)
-        self.writes += 1
-        if self.writes == 2:
+        if not self.signalled and callable(signal.getsignal(signal.SIGTERM)):
+            self.signalled = True
             os.kill(os.getpid(), signal.SIGTERM)
         return done
 
@@ -109,7 +110,7 @@ def test_sigterm_after_a_write_leaves_a_readable_gzip(tmp_path: Path,
 
     def signalled(name: str, *args: Any, **kw: Any) -> Any:
         out = real(name, *args, **kw)
-        out.stream = _SignalledOnSecondWrite(out.stream)
+        out.stream = _SignalledOnWrite(out.stream)
         return out
 
     monkeypatch.setattr(sweep_command, "open_output", signalled)
