@@ -26,7 +26,8 @@ def held() -> Iterator[None]:
     processes started inside the block inherit them blocked, until `worker_ready`), and caught by a handler
     that only notes them when another thread of the process receives them. Outside the main thread: nothing
     to hold."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or \
+            any(signal.getsignal(sig) is None for sig in ENDING):     # a handler not from Python: left alone
         yield
         return
     caught: list[int] = []
