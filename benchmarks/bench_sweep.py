@@ -20,8 +20,11 @@ import tempfile
 import time
 from typing import Any
 
-from clustertop.engine import sweep
 from clustertop.engine.config.scenario import Scenario
+from clustertop.engine.sweep.evaluate import estimate_json
+from clustertop.engine.sweep.results import Ranking
+from clustertop.engine.sweep.run import sweep_to
+from clustertop.engine.sweep.space import Estimator, plan
 
 BASE = "llama3-405b-16k"
 # 5 x 5 x 5 x 2 x 2 x 2 = 1,000 points; 484 of them invalid, as a real design-space search meets them: 224 with
@@ -43,37 +46,37 @@ def trivial(s: Scenario) -> dict[str, Any]:
             "jobs": [{"name": j.name, "gpus": j.gpus, **_JOB} for j in s.jobs]}
 
 
-def _time(estimator: sweep.Estimator, workers: int | None, repeat: int) -> tuple[float, sweep.Ranking]:
+def _time(estimator: Estimator, workers: int | None, repeat: int) -> tuple[float, Ranking]:
     """Best wall time of `repeat` full runs (plan, pool, records to a file)."""
     best, ranking = float("inf"), None
     for _ in range(repeat):
         with tempfile.TemporaryFile() as sink:
             started = time.perf_counter()
-            ranking = sweep.sweep_to(sweep.plan(BASE, AXES, estimator), sink, workers=workers)
+            ranking = sweep_to(plan(BASE, AXES, estimator), sink, workers=workers)
             best = min(best, time.perf_counter() - started)
     assert ranking is not None and ranking.total == 1000
     return best, ranking
 
 
-def _cpu(estimator: sweep.Estimator, repeat: int) -> float:
+def _cpu(estimator: Estimator, repeat: int) -> float:
     """Least CPU time of `repeat` full runs in this process (one worker)."""
     best = float("inf")
     for _ in range(repeat):
         with tempfile.TemporaryFile() as sink:
             started = time.process_time()
-            sweep.sweep_to(sweep.plan(BASE, AXES, estimator), sink, workers=1)
+            sweep_to(plan(BASE, AXES, estimator), sink, workers=1)
             best = min(best, time.process_time() - started)
     return best
 
 
 def run() -> dict[str, float]:
     figures: dict[str, float] = {}
-    elapsed, ranking = _time(sweep.estimate_json, None, 3)
+    elapsed, ranking = _time(estimate_json, None, 3)
     figures["sweep_points_per_s"] = round(1000 / elapsed, 1)
     figures["sweep_invalid_points"] = float(ranking.invalid)
     elapsed, _ = _time(trivial, None, 3)
     figures["sweep_trivial_points_per_s"] = round(1000 / elapsed, 1)
     elapsed, _ = _time(trivial, 1, 3)
     figures["sweep_overhead_us_per_point"] = round(elapsed / 1000 * 1e6, 1)
-    figures["sweep_cpu_us_per_point"] = round(_cpu(sweep.estimate_json, 3) / 1000 * 1e6, 1)
+    figures["sweep_cpu_us_per_point"] = round(_cpu(estimate_json, 3) / 1000 * 1e6, 1)
     return figures

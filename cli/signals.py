@@ -1,8 +1,8 @@
 """Signals the command line ends on quietly: Ctrl-C while Python is still importing, SIGTERM during a sweep.
 
 Both end the process with the shell's code for the signal (130, 143) and no traceback. A sweep's local workers
-are ended by their pool when the parent leaves it, and die of SIGTERM quietly (their parent's handler is not
-theirs: engine/sweep.py resets it), so none of them prints a BrokenPipeError from a parent that is gone.
+are ended by their pool when the parent leaves it, and die of SIGTERM quietly whatever the parent's handler is
+(engine/sweep/signals.py sets theirs), so none of them prints a BrokenPipeError from a parent that is gone.
 """
 
 from __future__ import annotations

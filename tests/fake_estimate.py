@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -99,3 +100,11 @@ def pid_estimator(s: Scenario) -> dict[str, Any]:
     """
     time.sleep(0.05)
     return {**estimate_json(s), "pid": os.getpid()}
+
+
+def dies_at_tp_4(s: Scenario) -> dict[str, Any]:
+    """estimate_json, except that the process estimating a point with tp = 4 is killed (as by the OOM
+    killer)."""
+    if s.jobs[0].tp == 4:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return estimate_json(s)

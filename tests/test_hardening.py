@@ -24,7 +24,7 @@ from clustertop.engine.config.tomlfile import MAX_KEY_PARTS, MAX_NESTING, check_
 from clustertop.engine.model import estimate, pipeline
 from clustertop.engine.stream.checks import EventChecks, header_problem
 from clustertop.engine.stream.reader import Reader
-from clustertop.engine.stream.sweep_records import read_results
+from clustertop.engine.sweep.results import read_results
 
 from clustertop.cli import main
 
@@ -193,12 +193,12 @@ def test_ctrl_c_during_the_imports_is_quiet() -> None:
     assert done.returncode == 130 and done.stderr == b""
 
 
-def test_sigterm_and_sigkill_end_a_sweep_quietly(tmp_path: Path) -> None:
+def test_sigterm_sigint_and_sigkill_end_a_sweep_quietly(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "clustertop", "sweep", "llama3-405b-16k", "--workers", "2",
             "--vary", "jobs[0].tp=1,2,4,8", "--vary", "jobs[0].pp=1,2,3,4,6,7,8,9,14,16,18,21",
             "--vary", "jobs[0].micro_batch=1,2", "--vary", "jobs[0].recompute=none,selective,full",
             "--vary", "jobs[0].zero=0,1,2,3", "--vary", "seed=" + ",".join(map(str, range(1, 201)))]
-    for sig, code in ((signal.SIGTERM, 143), (signal.SIGKILL, -9)):
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGKILL, -9)):
         out = tmp_path / f"{sig.name}.jsonl.gz"
         proc = subprocess.Popen([*argv, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         while not out.exists() or out.stat().st_size < 2000:
@@ -209,13 +209,37 @@ def test_sigterm_and_sigkill_end_a_sweep_quietly(tmp_path: Path) -> None:
         assert len(read_results(str(out))) > 0        # the complete records before the signal
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_whole_process_group_ends_a_sweep_quietly(sig: signal.Signals, code: int) -> None:
+    """As `kill -TERM -- -PGID`, a service manager or Ctrl-C send it: the workers get it too. Here they are
+    idle (the parent waits for its output pipe to be read): multiprocessing.Pool hung on SIGTERM, a worker
+    killed while it waited for a task held the task queue's lock, which Pool.terminate() takes."""
+    argv = [sys.executable, "-m", "clustertop", "sweep", "llama3-405b-16k", "--workers", "2", "-o", "-",
+            "--vary", "jobs[0].tp=1,2,4,8", "--vary", "jobs[0].pp=1,2,3,4,6,7,8,9,14,16,18,21",
+            "--vary", "seed=" + ",".join(map(str, range(1, 21)))]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        first = os.read(proc.stdout.fileno(), 1)    # running (communicate reads the descriptor, not a buffer)
+        time.sleep(2)                       # the pipe fills up and the workers finish what they were given
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == code and err == b"", err.decode()[-500:]
+    lines = (first + out).split(b"\n")[:-1]           # the complete records: every point in order from 0
+    assert [json.loads(line)["index"] for line in lines] == list(range(len(lines))) and len(lines) > 30
+
+
 # ---- Dask ------------------------------------------------------------------------------------------------------------
 
 def test_dask_port_that_never_answers_is_one_line(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from clustertop.engine import sweep
+    from clustertop.engine.sweep import dask_cluster
 
-    monkeypatch.setattr(sweep, "DASK_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(dask_cluster, "DASK_TIMEOUT_S", 1.0)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import re
+import subprocess
+import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,13 +16,16 @@ from typing import Any
 import fake_estimate
 import orjson
 import pytest
-from clustertop.engine import sweep
 from clustertop.engine.config import overrides, scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.fields import Context, Field, check_table
 from clustertop.engine.config.scenario import Scenario
 from clustertop.engine.config.tomlfile import dumps
 from clustertop.engine.config.units import parse_duration
+from clustertop.engine.sweep import pool
+from clustertop.engine.sweep.results import RATE_PER_GPU, STEP_TIME, Ranking, ranked
+from clustertop.engine.sweep.run import sweep_to
+from clustertop.engine.sweep.space import Sweep, best_scenario, plan, point_scenario
 
 SMALL = """\
 name = "small"
@@ -68,9 +75,9 @@ def write(tmp_path: Path, text: str = SMALL, name: str = "base.toml") -> str:
     return str(path)
 
 
-def records(sw: sweep.Sweep, **kw: Any) -> tuple[list[dict[str, Any]], sweep.Ranking, bytes]:
+def records(sw: Sweep, **kw: Any) -> tuple[list[dict[str, Any]], Ranking, bytes]:
     sink = io.BytesIO()
-    ranking = sweep.sweep_to(sw, sink, **kw)
+    ranking = sweep_to(sw, sink, **kw)
     data = sink.getvalue()
     return [orjson.loads(line) for line in data.splitlines()], ranking, data
 
@@ -143,7 +150,7 @@ def test_apply_copies_only_what_changes() -> None:
 # ---- the cross product and dp ------------------------------------------------------------------------------------
 
 def test_cross_product_in_order(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
     assert sw.size == 12
     recs, ranking, _ = records(sw, workers=1)
     assert [r["index"] for r in recs] == list(range(12))
@@ -153,7 +160,7 @@ def test_cross_product_in_order(tmp_path: Path) -> None:
 
 
 def test_dp_is_derived_when_tp_or_pp_vary(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
     assert sw.derived == ("jobs[0].dp",)
     for i in range(sw.size):
         job = scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs[0]
@@ -163,7 +170,7 @@ def test_dp_is_derived_when_tp_or_pp_vary(tmp_path: Path) -> None:
 
 
 def test_dp_follows_the_cluster_and_other_jobs_keep_their_size(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path, TWO_JOBS), ["cluster.gpus=128,256", "jobs[0].tp=4,8"],
+    sw = plan(write(tmp_path, TWO_JOBS), ["cluster.gpus=128,256", "jobs[0].tp=4,8"],
                     fake_estimate.estimate_json)
     assert sw.derived == ("jobs[0].dp", "jobs[1].dp")
     shapes = []
@@ -175,13 +182,13 @@ def test_dp_follows_the_cluster_and_other_jobs_keep_their_size(tmp_path: Path) -
 
 def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
     base = write(tmp_path, SMALL.replace("dp = 4\n", "dp = 4\ngpus = 64\n"))
-    sw = sweep.plan(base, ["cluster.gpus=64,128"], fake_estimate.estimate_json)
+    sw = plan(base, ["cluster.gpus=64,128"], fake_estimate.estimate_json)
     assert sw.derived == ("jobs[0].dp", "jobs[0].gpus")
     jobs = [scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs[0] for i in range(2)]
     assert [(j.gpus, j.dp) for j in jobs] == [(64, 4), (128, 8)]
     _, ranking, _ = records(sw, workers=1)
     best = tmp_path / "best.toml"
-    best.write_text(sweep.best_scenario(sw, ranking.best(1)[0], ranking))
+    best.write_text(best_scenario(sw, ranking.best(1)[0].index, ranking.objective))
     raw = tomllib.loads(best.read_text())
     job = scenario.load(str(best)).jobs[0]
     assert (raw["jobs"][0]["dp"], raw["jobs"][0]["gpus"]) == (job.dp, job.gpus) == (jobs[ranking.best(1)[0].index].dp,
@@ -189,15 +196,15 @@ def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
 
 
 def test_dp_is_kept_when_varied_or_when_nothing_changes_the_gpus(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=4,8", "jobs[0].dp=4,8"], fake_estimate.estimate_json)
+    sw = plan(write(tmp_path), ["jobs[0].tp=4,8", "jobs[0].dp=4,8"], fake_estimate.estimate_json)
     assert sw.derived == ()
     recs, _, _ = records(sw, workers=1)
     assert [r["jobs"][0]["gpus"] if "jobs" in r else r["error"][:12] for r in recs] == [32, 64, 64, "jobs[0].dp: "]
-    assert sweep.plan(write(tmp_path), ["jobs[0].zero=0,1"], fake_estimate.estimate_json).derived == ()
+    assert plan(write(tmp_path), ["jobs[0].zero=0,1"], fake_estimate.estimate_json).derived == ()
 
 
 def test_invalid_points_are_counted_with_their_reason(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=3,8", "jobs[0].micro_batch=1,3"], fake_estimate.estimate_json)
+    sw = plan(write(tmp_path), ["jobs[0].tp=3,8", "jobs[0].micro_batch=1,3"], fake_estimate.estimate_json)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.invalid == 3 and ranking.fit + ranking.oom == 1
     assert [("error" in r) for r in recs] == [True, True, False, True]
@@ -209,7 +216,7 @@ def test_invalid_points_are_counted_with_their_reason(tmp_path: Path) -> None:
 
 
 def test_records_carry_the_estimate_json(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["cluster.scale_out=roce-400g,ib-ndr-400g"], fake_estimate.estimate_json)
+    sw = plan(write(tmp_path), ["cluster.scale_out=roce-400g,ib-ndr-400g"], fake_estimate.estimate_json)
     recs, _, _ = records(sw, workers=1)
     for rec, fabric in zip(recs, ["roce-400g", "ib-ndr-400g"]):
         data = overrides.apply(tomllib.loads(SMALL), [(("cluster", "scale_out"), fabric)])
@@ -232,12 +239,12 @@ def _model_refuses(s: Scenario) -> dict[str, Any]:
 
 
 def test_estimator_errors_do_not_stop_the_sweep(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=1,2,4"], _raising)
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4"], _raising)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.failed == 1 and ranking.total == 3
     assert recs[1]["error"] == "the estimator failed: ZeroDivisionError: boom"
     assert "jobs" in recs[0] and "jobs" in recs[2]
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=1,2,4"], _model_refuses)
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4"], _model_refuses)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.invalid == 1 and recs[1]["error"] == "jobs[0].tp: the model cannot run this layout"
 
@@ -255,9 +262,9 @@ def _by_tp(s: Scenario) -> dict[str, Any]:
 
 
 def test_best_by_step_time_and_out_of_memory_last(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=8,2,4,1,16"], _by_tp)
+    sw = plan(write(tmp_path), ["jobs[0].tp=8,2,4,1,16"], _by_tp)
     _, ranking, _ = records(sw, workers=1, top=10)
-    assert ranking.objective == sweep.STEP_TIME
+    assert ranking.objective == STEP_TIME
     assert [sw.point(o.index)["jobs[0].tp"] for o in ranking.best()] == [4, 16, 2, 1, 8]
     assert [o.fits for o in ranking.best()] == [True, True, True, True, False]
     assert [sw.point(o.index)["jobs[0].tp"] for o in ranking.best(2)] == [4, 16]
@@ -266,9 +273,9 @@ def test_best_by_step_time_and_out_of_memory_last(tmp_path: Path) -> None:
 
 
 def test_tokens_per_gpu_when_the_gpu_counts_differ(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["cluster.gpus=64,128,256", "jobs[0].tp=4,8"], fake_estimate.estimate_json)
+    sw = plan(write(tmp_path), ["cluster.gpus=64,128,256", "jobs[0].tp=4,8"], fake_estimate.estimate_json)
     recs, ranking, _ = records(sw, workers=1, top=6)
-    assert ranking.objective == sweep.RATE_PER_GPU
+    assert ranking.objective == RATE_PER_GPU
     rate = {r["index"]: r["jobs"][0]["tokens_per_s"] / r["jobs"][0]["gpus"] for r in recs if r["jobs"][0]["fits"]}
     best = [o.index for o in ranking.best() if o.fits]
     assert best == sorted(rate, key=lambda i: (-rate[i], i)) and len(best) >= 3
@@ -281,9 +288,7 @@ def test_tokens_per_gpu_when_the_gpu_counts_differ(tmp_path: Path) -> None:
     (["cluster.gpus=64,128,256", "jobs[0].tp=4,8,16"], fake_estimate.estimate_json),
 ])
 def test_the_dashboard_table_ranks_as_the_sweep_does(tmp_path: Path, axes: list[str], estimator: Any) -> None:
-    from clustertop.engine.stream.sweep_records import ranked
-
-    sw = sweep.plan(write(tmp_path), axes, estimator)
+    sw = plan(write(tmp_path), axes, estimator)
     recs, ranking, _ = records(sw, workers=1, top=100)
     table, by = ranked(recs)
     assert by == ranking.objective
@@ -295,7 +300,7 @@ def test_the_dashboard_table_ranks_as_the_sweep_does(tmp_path: Path, axes: list[
 # ---- workers ------------------------------------------------------------------------------------------------------
 
 def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:
-    sw = sweep.plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
+    sw = plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
     assert sw.size == 1000
     one, r1, data1 = records(sw, workers=1)
     _, r2, data2 = records(sw, workers=2)
@@ -307,33 +312,74 @@ def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:
 
 
 def test_a_record_point_rebuilds_its_scenario() -> None:
-    sw = sweep.plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
+    sw = plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
     recs, ranking, _ = records(sw, workers=1)
     for o in ranking.best(3):
         rec = recs[o.index]
-        assert fake_estimate.estimate_json(sweep.point_scenario("llama3-405b-16k", rec["point"]))["jobs"] == rec["jobs"]
+        built, table = point_scenario("llama3-405b-16k", rec["point"])
+        assert fake_estimate.estimate_json(built)["jobs"] == rec["jobs"]
+        assert table == sw.data(o.index)          # the table the sweep loaded: what a TOML of the point holds
     invalid = next(r for r in recs if "error" in r)
     with pytest.raises(UserError) as err:
-        sweep.point_scenario("llama3-405b-16k", invalid["point"])
+        point_scenario("llama3-405b-16k", invalid["point"])
     assert invalid["error"] in str(err.value)
 
 
 def test_two_workers_run_in_two_processes(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4,8"], fake_estimate.pid_estimator)
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4,8"], fake_estimate.pid_estimator)
     recs, _, _ = records(sw, workers=2)
     pids = {r["pid"] for r in recs if "pid" in r}
     assert len(pids) == 2 and os.getpid() not in pids
 
 
+def test_workers_started_beside_other_threads_are_spawned_and_give_the_same_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
+    _, _, expected = records(sw, workers=1)
+    methods: list[str | None] = []
+    get_context = pool.multiprocessing.get_context
+    monkeypatch.setattr(pool.multiprocessing, "get_context", lambda method=None: (methods.append(method),
+                                                                                   get_context(method))[1])
+    done = threading.Event()
+    other = threading.Thread(target=done.wait)
+    other.start()
+    try:
+        _, _, spawned = records(sw, workers=2)
+    finally:
+        done.set()
+        other.join()
+    _, _, forked = records(sw, workers=2)
+    assert methods == ["spawn", "fork"] and spawned == forked == expected
+
+
+def test_a_worker_that_dies_ends_the_sweep_in_one_line(tmp_path: Path) -> None:
+    """As when the OOM killer takes a worker. multiprocessing.Pool started another worker and waited forever
+    for the task the dead one had taken."""
+    code = ("import sys, fake_estimate, clustertop.commands.sweep as command; "
+            "from clustertop.cli import main; "
+            "command.ESTIMATOR = fake_estimate.dies_at_tp_4; sys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "r.jsonl"
+    argv = [sys.executable, "-c", code, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2,4,8", "--vary",
+            "jobs[0].pp=1,2,4", "--workers", "2", "-o", str(out)]
+    done = subprocess.run(argv, capture_output=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.count("\n") == 1, err
+    assert re.fullmatch(r"clustertop: sweep: worker process \d+ died with points to run "
+                        r"\(killed by SIGKILL\); expected it to run to the end\n", err), err
+    written = [r["index"] for r in map(orjson.loads, out.read_bytes().splitlines())]
+    assert written == list(range(len(written))) and len(written) <= 6     # complete records, before tp = 4
+
+
 # ---- --best-to ----------------------------------------------------------------------------------------------------
 
 def test_best_point_round_trips_through_the_loader(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path), ["jobs[0].tp=2,4,8", "jobs[0].pp=1,2", "jobs[0].recompute=none,full"],
+    sw = plan(write(tmp_path), ["jobs[0].tp=2,4,8", "jobs[0].pp=1,2", "jobs[0].recompute=none,full"],
                     fake_estimate.estimate_json)
     recs, ranking, _ = records(sw, workers=1)
     best = ranking.best(1)[0]
     path = tmp_path / "best.toml"
-    path.write_text(sweep.best_scenario(sw, best, ranking))
+    path.write_text(best_scenario(sw, best.index, ranking.objective))
     loaded = scenario.load(str(path))
     job = loaded.jobs[0]
     point = sw.point(best.index)
@@ -362,7 +408,8 @@ def test_toml_writer_round_trips() -> None:
 def test_large_sweeps_are_refused_before_running(tmp_path: Path) -> None:
     values = ",".join(str(i) for i in range(1, 4001))
     with pytest.raises(UserError, match="at most 10,000,000"):
-        sweep.plan(write(tmp_path), [f"seed={values}", f"jobs[0].global_batch={values}"], fake_estimate.estimate_json)
+        plan(write(tmp_path), [f"seed={values}", f"jobs[0].global_batch={values}"],
+             fake_estimate.estimate_json)
 
 
 INLINE = SMALL.replace('model = "llama3.1-8b"\n', "") + """\
@@ -377,14 +424,14 @@ vocab = 128256
 
 
 def test_inline_model_keys_vary(tmp_path: Path) -> None:
-    sw = sweep.plan(write(tmp_path, INLINE), ["jobs[0].model.layers=16,32,1"], fake_estimate.estimate_json)
+    sw = plan(write(tmp_path, INLINE), ["jobs[0].model.layers=16,32,1"], fake_estimate.estimate_json)
     recs, _, _ = records(sw, workers=1)
     assert [r["point"] for r in recs] == [{"jobs[0].model.layers": n} for n in (16, 32, 1)]
     assert recs[2]["error"] == "jobs[0].pp: pp = 2 exceeds the model's 1 layers; expected pp <= layers"
     small, large = (r["jobs"][0]["memory_gb"]["weights"] for r in recs[:2])
     assert small < large
     with pytest.raises(UserError, match=r"jobs\[0\]\.model is varied too"):
-        sweep.plan(write(tmp_path, INLINE), ["jobs[0].model=llama3.1-8b", "jobs[0].model.layers=16,32"],
+        plan(write(tmp_path, INLINE), ["jobs[0].model=llama3.1-8b", "jobs[0].model.layers=16,32"],
                    fake_estimate.estimate_json)
 
 
@@ -393,7 +440,7 @@ def test_tables_a_point_shares_with_the_base_are_checked_once_and_changed_ones_a
     # base's own object at every point, but the cluster it is checked against changes, so it is checked again
     text = SMALL.replace("gpus = 64", "gpus = 128").replace("dp = 4", "dp = 8") + \
         "[[faults.inject]]\nat = \"1h\"\ngpu = 100\ncause = \"Faulty GPU\"\n"
-    sw = sweep.plan(write(tmp_path, text), ["cluster.gpus=128,64,256", "jobs[0].tp=8,3"],
+    sw = plan(write(tmp_path, text), ["cluster.gpus=128,64,256", "jobs[0].tp=8,3"],
                     fake_estimate.estimate_json)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.total == 6 and ranking.invalid == 4

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import fake_estimate
 import orjson
 import pytest
-from clustertop.engine import sweep
 from clustertop.engine.config import scenario
+from clustertop.engine.sweep import dask_cluster
+from clustertop.engine.sweep.results import read_results
+from clustertop.engine.sweep.space import point_scenario
 from test_sweep import SMALL, write
 
 import clustertop.commands.sweep as sweep_command
@@ -76,6 +81,47 @@ def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     assert "small: 3 points" in err and "best 1 by step time:" in err
 
 
+class _SignalledOnWrite:
+    """A file that receives SIGTERM right after the first write made while the sweep runs (while SIGTERM has a
+    handler: cli/signals.py terminate_quietly), as a sweep's output can."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.signalled = False
+
+    def write(self, data: bytes) -> int:
+        done = self.stream.write(data)
+        if not self.signalled and callable(signal.getsignal(signal.SIGTERM)):
+            self.signalled = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def test_sigterm_after_a_write_leaves_a_readable_gzip(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records compressed before the signal stay readable. Compressed straight into the output, the gzip
+    stream counted its checksum after the write: SIGTERM there left a checksum that did not match, and the
+    reader refused the whole file."""
+    path = tmp_path / "r.jsonl.gz"
+    real = sweep_command.open_output
+
+    def signalled(name: str, *args: Any, **kw: Any) -> Any:
+        out = real(name, *args, **kw)
+        out.stream = _SignalledOnWrite(out.stream)
+        return out
+
+    monkeypatch.setattr(sweep_command, "open_output", signalled)
+    with pytest.raises(SystemExit) as ended:
+        main(["sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2,4,8", "--vary", "jobs[0].pp=1,2,4",
+              "--workers", "1", "-o", str(path)])
+    assert ended.value.code == 143
+    records = read_results(str(path))
+    assert [r["index"] for r in records] == list(range(len(records))) and 0 < len(records) < 12
+
+
 def test_default_estimator_is_the_performance_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from clustertop.engine.model.estimate import estimate, to_json
@@ -88,7 +134,7 @@ def test_default_estimator_is_the_performance_model(tmp_path: Path, capsys: pyte
     assert len(records) == 3
     for record in records:
         # every key of `clustertop estimate --json` for that point's scenario, with the same values
-        expected = orjson.loads(orjson.dumps(to_json(estimate(sweep.point_scenario(base, record["point"])))))
+        expected = orjson.loads(orjson.dumps(to_json(estimate(point_scenario(base, record["point"])[0]))))
         assert {key: record[key] for key in expected} == expected
         assert record["jobs"][0]["step_time_s"] > 0
 
@@ -149,7 +195,7 @@ def test_dask_without_the_optional_packages(tmp_path: Path, capsys: pytest.Captu
 
 def test_dask_scheduler_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep, "DASK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(dask_cluster, "DASK_TIMEOUT_S", 0.5)
     assert_one_line_error(*run_cli(capsys, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2", "--dask",
                                    "tcp://127.0.0.1:9"), "cannot connect to the Dask scheduler at tcp://127.0.0.1:9")
 

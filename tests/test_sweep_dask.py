@@ -7,7 +7,9 @@ from pathlib import Path
 
 import fake_estimate
 import pytest
-from clustertop.engine import sweep
+from clustertop.engine.sweep.results import Ranking
+from clustertop.engine.sweep.run import sweep_to
+from clustertop.engine.sweep.space import Sweep, plan
 from distributed import LocalCluster
 from test_sweep import FLAGSHIP_AXES
 
@@ -15,9 +17,9 @@ import clustertop.commands.sweep as sweep_command
 from clustertop.cli import main
 
 
-def local_records(sw: sweep.Sweep) -> tuple[bytes, sweep.Ranking]:
+def local_records(sw: Sweep) -> tuple[bytes, Ranking]:
     sink = io.BytesIO()
-    ranking = sweep.sweep_to(sw, sink, workers=1)
+    ranking = sweep_to(sw, sink, workers=1)
     return sink.getvalue(), ranking
 
 
@@ -39,11 +41,11 @@ def test_threads_cluster_through_the_cli(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_two_worker_processes() -> None:
-    sw = sweep.plan("llama3-405b-16k", FLAGSHIP_AXES[:4], fake_estimate.estimate_json)
+    sw = plan("llama3-405b-16k", FLAGSHIP_AXES[:4], fake_estimate.estimate_json)
     expected, ranking = local_records(sw)
     with LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
         sink = io.BytesIO()
-        remote = sweep.sweep_to(sw, sink, dask=cluster.scheduler_address)
+        remote = sweep_to(sw, sink, dask=cluster.scheduler_address)
     assert sink.getvalue() == expected
     assert (remote.fit, remote.oom, remote.invalid) == (ranking.fit, ranking.oom, ranking.invalid)
     assert [o.index for o in remote.best()] == [o.index for o in ranking.best()]

@@ -1,9 +1,10 @@
 """Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md) as a table: one row per point, in the order
-`clustertop sweep` ranks them (engine/stream/sweep_records.py): those that fit, out-of-memory points after them and
+`clustertop sweep` ranks them (engine/sweep/results.py): those that fit, out-of-memory points after them and
 invalid points last. `o` ranks them by the next objective (as `clustertop sweep --rank` does); a click on a
-column's header sorts the rows by that column (again: the other way), points without the figure last. Enter on a row asks the caller's `prepare(record)` for something to run (the replay command
-writes the point's scenario to a temporary TOML) and exits with it; `prepare` raising UserError (an invalid point)
-is a notification and the table stays.
+column's header sorts the rows by that column (again: the other way), points without the figure last. Enter on
+a row asks the caller's `prepare(record)` for something to run (the replay command writes the point's scenario
+to a temporary TOML) and exits with it; `prepare` raising UserError (an invalid point) is a notification and
+the table stays.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from clustertop.engine.config.errors import UserError
-from clustertop.engine.stream.sweep_records import RANKS, facts, ranked
+from clustertop.engine.sweep.results import RANKS, facts, ranked
 from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -180,7 +181,8 @@ class SweepApp(App[Any]):
                 return record.get("index")
             return record["point"].get(column)
 
-        have, without = [], []
+        have: list[tuple[tuple[int, Any], dict[str, Any]]] = []
+        without: list[tuple[tuple[int, Any], dict[str, Any]]] = []
         for record in self.records:
             v = value(record)
             missing = v is None or (isinstance(v, float) and math.isnan(v))

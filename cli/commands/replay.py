@@ -1,8 +1,8 @@
 """`clustertop replay FILE`: a recording (or `-`, a stream on stdin) in the dashboard.
 
-A results file of `clustertop sweep -o` opens as a table of its points instead (tui/sweep.py); enter on a row
-rebuilds that point's scenario (engine.sweep.point_scenario), writes it to a temporary TOML and runs it live in the
-dashboard; quitting the dashboard comes back to the table.
+A results file of `clustertop sweep -o` opens as a table of its points instead (tui/sweep.py); enter on a
+row rebuilds that point's scenario (engine/sweep/space.py point_scenario), writes it to a temporary TOML and
+runs it live in the dashboard; quitting the dashboard comes back to the table.
 """
 
 from __future__ import annotations
@@ -31,26 +31,23 @@ def open_source(path: str) -> Source:
 
 def point_toml(record: dict[str, Any], directory: str) -> str:
     """The scenario of a sweep record written as TOML in `directory`; UserError when it cannot be rebuilt."""
-    from clustertop.engine import sweep
     from clustertop.engine.config.errors import UserError
     from clustertop.engine.config.tomlfile import dumps
+    from clustertop.engine.sweep.space import point_scenario
 
     base = str(record.get("scenario") or "")
     if not base:
         raise UserError(f"point {record.get('index')} names no base scenario")
-    point = record["point"]
-    built = sweep.point_scenario(base, point)            # checks the point as the sweep built it
-    flags = [f"{key}={sweep._token(value)}" for key, value in point.items()]
-    data = sweep.plan(base, flags, sweep.estimate_json).data(0)     # the table point_scenario parsed
+    built, table = point_scenario(base, record["point"])          # checks the point as the sweep built it
     # the file's name is made here, never from the record (a point or scenario name could hold "../")
     fd, path = tempfile.mkstemp(prefix="point-", suffix=".toml", dir=directory)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(dumps(data, f"point {int(record.get('index', 0))} of a sweep of {built.name}"))
+        f.write(dumps(table, f"point {int(record.get('index', 0))} of a sweep of {built.name}"))
     return path
 
 
 def run_sweep(path: str, speed: float = 1.0, metric: str = "util") -> int:
-    from clustertop.engine.stream.sweep_records import read_results
+    from clustertop.engine.sweep.results import read_results
 
     records = read_results(path)                      # a bad file is a one-line error before any screen
     from clustertop.tui.sweep import SweepApp
@@ -74,7 +71,7 @@ def run_live(scenario_path: str, speed: float = 1.0, metric: str = "util") -> No
 
 
 def main(args: argparse.Namespace) -> int:
-    from clustertop.engine.stream.sweep_records import looks_like_sweep_results
+    from clustertop.engine.sweep.results import looks_like_sweep_results
 
     if looks_like_sweep_results(args.file):
         return run_sweep(args.file, args.speed, args.metric)

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import math
 import sys
 import time
-from typing import IO, Any, TextIO, cast
+from typing import Any, TextIO
 
 import orjson
-from clustertop.engine import sweep
 from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.outfile import Output, open_output
+from clustertop.engine.sweep.pool import available_cpus
+from clustertop.engine.sweep.results import Outcome, Ranking
+from clustertop.engine.sweep.run import processes, sweep_to
+from clustertop.engine.sweep.signals import held
+from clustertop.engine.sweep.space import Estimator, Sweep, best_scenario, plan, point_label
 from clustertop.progress import Bar, wanted
 from clustertop.signals import terminate_quietly
 
-ESTIMATOR: sweep.Estimator | None = None     # None: the performance model (tests put a stand-in here)
+ESTIMATOR: Estimator | None = None           # None: the performance model (tests put a stand-in here)
 MAX_REASONS = 8                               # kinds of invalid points listed in the summary
 MAX_WORKERS = 256                             # local worker processes: more is a fork bomb, not a speed-up
 
@@ -31,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--top {args.top}: expected 0 or more")
     if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
         raise UserError(f"--workers {args.workers}: expected 1 to {MAX_WORKERS} (one process each; this machine has "
-                        f"{sweep.available_cpus()} CPUs)")
+                        f"{available_cpus()} CPUs)")
     if args.workers is not None and args.dask:
         raise UserError("--workers is for local runs; with --dask the cluster's workers run the points")
     best = open_output(args.best_to, "--best-to", atomic=True) if args.best_to else None   # before the sweep
@@ -44,48 +49,47 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, best: Output | None) -> int:
-    plan = sweep.plan(args.scenario, args.vary, ESTIMATOR)
+    sw = plan(args.scenario, args.vary, ESTIMATOR)
     to_stdout = args.output == "-"
     report: TextIO = sys.stderr if to_stdout else sys.stdout
     out = open_output(args.output) if args.output else None
-    sink = out
+    sink: Output | GzipSink | None = out
     if out is not None and args.output.endswith(".gz"):
-        sink = cast(IO[bytes], gzip.GzipFile(filename=args.output, mode="wb", fileobj=out))   # type: ignore[arg-type]
-    bar = Bar(plan.size, wanted(args.output))
+        sink = GzipSink(out, args.output)
+    bar = Bar(sw.size, wanted(args.output))
     started = time.perf_counter()
     try:
         with terminate_quietly():
-            ranking = sweep.sweep_to(plan, sink, top=max(args.top, 1), workers=args.workers, dask=args.dask,
-                                     rank=args.rank,
-                                     progress=lambda r: bar.update(r.total, f"{r.total:,}/{plan.size:,} points, "
-                                                                            f"{bar.rate(r.total):,.0f}/s, "
-                                                                            f"{r.invalid:,} invalid"))
+            ranking = sweep_to(sw, sink, top=max(args.top, 1), workers=args.workers, dask=args.dask,
+                               rank=args.rank,
+                               progress=lambda r: bar.update(r.total, f"{r.total:,}/{sw.size:,} points, "
+                                                                      f"{bar.rate(r.total):,.0f}/s, "
+                                                                      f"{r.invalid:,} invalid"))
     finally:
         bar.close()
         _close(sink, out)
-    _summary(plan, ranking, args, time.perf_counter() - started, report)
+    _summary(sw, ranking, args, time.perf_counter() - started, report)
     top = ranking.best(args.top)
     if top:
         print(file=report)
         oom = " (out-of-memory points last)" if not top[-1].fits else ""
         print(f"best {len(top)} by {ranking.objective}{oom}:", file=report)
-        print(_table(plan, top), file=report)
+        print(_table(sw, top), file=report)
     if best is not None:
         winner = ranking.best(1)
         if not winner or not winner[0].fits:
             raise UserError(f"no point fits in memory; nothing written to {args.best_to}")
-        best.write(sweep.best_scenario(plan, winner[0], ranking).encode())
+        best.write(best_scenario(sw, winner[0].index, ranking.objective).encode())
         best.close()
-        print(f"wrote the best point ({sweep.point_label(plan, winner[0].index)}) to {escape(args.best_to)}",
+        print(f"wrote the best point ({point_label(sw, winner[0].index)}) to {escape(args.best_to)}",
               file=report)
     return 0
 
 
-def _summary(plan: sweep.Sweep, ranking: sweep.Ranking, args: argparse.Namespace, elapsed: float,
-             report: TextIO) -> None:
+def _summary(sw: Sweep, ranking: Ranking, args: argparse.Namespace, elapsed: float, report: TextIO) -> None:
     """How many points, how fast, how many invalid and why, what was derived, where the records went."""
-    where = f"Dask at {escape(args.dask)}" if args.dask else f"{_workers(args, plan):,} worker(s)"
-    print(f"{plan.name}: {plan.size:,} points in {elapsed:.2f} s ({plan.size / max(elapsed, 1e-9):,.0f} points/s, "
+    where = f"Dask at {escape(args.dask)}" if args.dask else f"{processes(sw, args.workers):,} worker(s)"
+    print(f"{sw.name}: {sw.size:,} points in {elapsed:.2f} s ({sw.size / max(elapsed, 1e-9):,.0f} points/s, "
           f"{where})", file=report)
     print(f"  {ranking.fit:,} fit, {ranking.oom:,} out of memory, {ranking.invalid:,} invalid (skipped)"
           + (f", {ranking.failed:,} failed in the estimator" if ranking.failed else ""), file=report)
@@ -98,20 +102,47 @@ def _summary(plan: sweep.Sweep, ranking: sweep.Ranking, args: argparse.Namespace
               file=report)
     for message in ranking.failures:
         print(f"  failed: {message}", file=report)
-    if plan.derived:
-        print(f"  dp derived as GPUs / (tp*cp*pp): the base's {', '.join(plan.derived)} left out of every point",
-              file=report)
+    if sw.derived:
+        print(f"  dp derived as GPUs / (tp*cp*pp): the base's {', '.join(sw.derived)} left out of every "
+              "point", file=report)
     if args.output and args.output != "-":
-        print(f"  wrote {plan.size:,} records to {escape(args.output)}", file=report)
+        print(f"  wrote {sw.size:,} records to {escape(args.output)}", file=report)
 
 
-def _workers(args: argparse.Namespace, plan: sweep.Sweep) -> int:
-    workers = args.workers or sweep.available_cpus()
-    chunks = -(-plan.size // sweep.chunk_size(plan.size, workers))
-    return min(workers, chunks)
+class GzipSink:
+    """The records gzip-compressed into `out`. The compressor's state, its checksum and its length change
+    together, SIGINT and SIGTERM held (engine/sweep/signals.py): a signal between them left a stream whose
+    checksum did not match, unreadable as a whole. What reaches `out` is cut only where its write is."""
+
+    def __init__(self, out: Output, name: str) -> None:
+        self.out = out
+        self._pending = io.BytesIO()
+        self._gzip = gzip.GzipFile(filename=name, mode="wb", fileobj=self._pending)
+
+    def write(self, data: bytes) -> int:
+        with held():
+            self._gzip.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        with held():
+            self._gzip.flush()
+        self._send()
+        self.out.flush()
+
+    def close(self) -> None:
+        with held():
+            self._gzip.close()
+        self._send()
+
+    def _send(self) -> None:
+        data = self._pending.getvalue()
+        self._pending.seek(0)
+        self._pending.truncate()
+        self.out.write(data)
 
 
-def _close(sink: IO[bytes] | None, out: Output | None) -> None:
+def _close(sink: Output | GzipSink | None, out: Output | None) -> None:
     """End the records' gzip stream (if any) and the output; a full disk here is the one error reported."""
     if sink is None or out is None:
         return
@@ -122,15 +153,15 @@ def _close(sink: IO[bytes] | None, out: Output | None) -> None:
         out.close()
 
 
-def _table(plan: sweep.Sweep, best: list[sweep.Outcome]) -> str:
+def _table(sw: Sweep, best: list[Outcome]) -> str:
     """The best points, one row each: the varied values, then what the estimate says."""
-    single = len(plan.source["jobs"]) == 1
-    keys = [a.key.removeprefix("jobs[0].") if single else a.key for a in plan.axes]
+    single = len(sw.source["jobs"]) == 1
+    keys = [a.key.removeprefix("jobs[0].") if single else a.key for a in sw.axes]
     header = ["#", *keys, "GPUs", "step s", "tokens/s", "tok/s/GPU", "MFU", "$/Mtok", "mem GB/GPU"]
     rows = [header]
     for rank, o in enumerate(best, start=1):
         record: dict[str, Any] = orjson.loads(o.line)
-        values = [_show(v) for v in plan.choice(o.index)]
+        values = [_show(v) for v in sw.choice(o.index)]
         point = o.facts
         if point.fits:
             mfu = sum((j.get("mfu") or 0.0) * j["gpus"] for j in record["jobs"]) / point.gpus

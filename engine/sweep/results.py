@@ -1,23 +1,25 @@
-"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md): reading them, and the one ranking of points.
+"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md): records, reading them, the one ranking.
 
-A results file is JSON Lines, one record per point: {"index", "point", "scenario", "cluster", "jobs": [...]} (an
-estimate's JSON), or {"index", "point", "error"} for a point that was refused. The ranking here is the only one:
-`clustertop sweep` ranks its points as they stream in (engine/sweep.py) and the dashboard's table sorts a file's
-records, both with these keys, so they always agree.
+A results file is JSON Lines, one record per point: {"index", "point", "scenario", "cluster", "jobs": [...]}
+(an estimate's JSON), or {"index", "point", "error"} for a point that was refused. The ranking here is the
+only one: `clustertop sweep` ranks its points as they stream in (`Ranking`) and the dashboard's table sorts a
+file's records (`ranked`), both with these keys, so they always agree. This module imports neither the model
+nor SimPy: the dashboard reads results files through it.
 
-Points that fit in memory come first, by step time (shortest first) when they all use the same number of GPUs and
-tokens per step, otherwise by tokens/s per GPU (highest first); then the points that do not fit, by memory per
-GPU (closest to fitting first); invalid points last. Ties go to the earlier point. A point's step time is its
-slowest job's, its throughput and GPUs all its jobs'.
+Points that fit in memory come first, by step time (shortest first) when they all use the same number of GPUs
+and tokens per step, otherwise by tokens/s per GPU (highest first); then the points that do not fit, by memory
+per GPU (closest to fitting first); invalid points last. Ties go to the earlier point. A point's step time is
+its slowest job's, its throughput and GPUs all its jobs'.
 
-`clustertop sweep --rank NAME` ranks the fitting points by one objective of `RANKS` instead: step time, tokens/s
-per GPU, dollars per million tokens (all its jobs' dollars per hour over all their tokens), joules per token (their
-facility power over their tokens/s) or tokens/s per MW. A record without the figure (written before they
-existed) ranks after those with it.
+`clustertop sweep --rank NAME` ranks the fitting points by one objective of `RANKS` instead: step time,
+tokens/s per GPU, dollars per million tokens (all its jobs' dollars per hour over all their tokens), joules
+per token (their facility power over their tokens/s) or tokens/s per MW. A record without the figure (written
+before they existed) ranks after those with it.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass
@@ -26,8 +28,8 @@ from typing import Any
 import orjson
 
 from ..config.errors import UserError, quote
-from .checks import boolean, count, fields, number, or_null, show, table, text
-from .reader import open_lines
+from ..stream.checks import Check, boolean, count, fields, number, or_null, show, table, text
+from ..stream.reader import open_lines
 
 STEP_TIME = "step time"
 RATE_PER_GPU = "tokens/s per GPU"
@@ -38,6 +40,7 @@ RATE_PER_MW = "tokens/s per MW"
 RANKS = {"step_time": STEP_TIME, "tokens_per_s_per_gpu": RATE_PER_GPU, "usd_per_mtoken": USD_PER_MTOKEN,
          "energy_j_per_token": J_PER_TOKEN, "tokens_per_s_per_mw": RATE_PER_MW}
 SAME_TOKENS = 0.01        # tokens per step within 1% are the same shape (the record's figures are rounded)
+_NUMBER = re.compile(r"\d[\d,._]*")  # numbers masked in invalid points' reasons, to count them by kind
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?(\.[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?){0,7}")
 _JOB = {"name": text, "gpus": count, "fits": boolean,
         **{key: or_null(number) for key in ("step_time_s", "tokens_per_s", "mfu", "model_tflops_per_gpu",
@@ -45,7 +48,7 @@ _JOB = {"name": text, "gpus": count, "fits": boolean,
 
 
 def _jobs_problem(value: Any) -> str | None:
-    """A record's "jobs": a list of the estimate's job objects, with the figures ranking and the table read."""
+    """A record's "jobs": a list of the estimate's job objects, with the figures ranking and table read."""
     if type(value) is not list:
         return "expected a list of jobs"
     for i, job in enumerate(value):
@@ -76,7 +79,8 @@ class Facts:
     def same_shape(self, other: Facts) -> bool:
         """Same GPUs and tokens per step: step times compare like throughputs."""
         big = max(self.tokens_per_step, other.tokens_per_step, 1e-9)
-        return self.gpus == other.gpus and abs(self.tokens_per_step - other.tokens_per_step) <= SAME_TOKENS * big
+        close = abs(self.tokens_per_step - other.tokens_per_step) <= SAME_TOKENS * big
+        return self.gpus == other.gpus and close
 
 
 def facts(record: dict[str, Any]) -> Facts:
@@ -97,7 +101,7 @@ def facts(record: dict[str, Any]) -> Facts:
 
 def _total(jobs: list[dict[str, Any]], key: str) -> float:
     values = [j.get(key) for j in jobs]
-    return math.nan if any(v is None for v in values) else sum(float(v) for v in values)  # type: ignore[arg-type]
+    return math.nan if None in values else sum(float(v) for v in values if v is not None)
 
 
 def objective(varied: bool) -> str:
@@ -121,6 +125,97 @@ def oom_key(f: Facts) -> tuple[float, int]:
     return f.memory_gb, f.index
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One evaluated point: its JSON Lines record and its ranking facts."""
+    index: int
+    line: bytes                   # the record, newline included
+    status: str                   # "ok" | "invalid" (the loader or the model refused it) | "failed" (a bug)
+    facts: Facts
+    reason: str = ""              # the error of an invalid or failed point
+
+    @property
+    def fits(self) -> bool:
+        return self.facts.fits
+
+
+class _Best:
+    """The n smallest keys seen, with their outcomes (a bounded max-heap)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.heap: list[tuple[tuple[float, ...], Outcome]] = []
+
+    def add(self, key: tuple[float, ...], outcome: Outcome) -> None:
+        item = (tuple(-k for k in key), outcome)
+        if len(self.heap) < self.n:
+            heapq.heappush(self.heap, item)
+        elif item[0] > self.heap[0][0]:
+            heapq.heapreplace(self.heap, item)
+
+    def sorted(self) -> list[Outcome]:
+        return [o for _, o in sorted(self.heap, reverse=True)]
+
+
+class Ranking:
+    """Counts, reasons and the best points of a sweep, fed one outcome at a time in point order, ranked by the
+    keys above (the best `top` of each kind are kept). `rank`: a key of RANKS to rank the fitting points by
+    (None: step time, or tokens/s per GPU once their shapes differ)."""
+
+    def __init__(self, top: int, rank: str | None = None) -> None:
+        self.top = max(1, top)
+        self.chosen = RANKS[rank] if rank is not None else None
+        self._by_chosen = _Best(self.top)
+        self.total = self.fit = self.oom = self.invalid = self.failed = 0
+        self.reasons: dict[str, list[Any]] = {}     # message with numbers masked -> [count, first message]
+        self.failures: list[str] = []               # the first few estimator failures
+        self._by_step = _Best(self.top)
+        self._by_rate = _Best(self.top)
+        self._oom = _Best(self.top)
+        self._first: Facts | None = None            # the first fitting point
+        self._varied = False                        # some fitting point has another shape
+
+    def add(self, o: Outcome) -> None:
+        self.total += 1
+        if o.status == "invalid":
+            self.invalid += 1
+            entry = self.reasons.setdefault(_NUMBER.sub("#", o.reason), [0, o.reason])
+            entry[0] += 1
+        elif o.status == "failed":
+            self.failed += 1
+            if len(self.failures) < 3:
+                self.failures.append(o.reason)
+        elif o.fits:
+            self.fit += 1
+            if self._first is None:
+                self._first = o.facts
+            elif not self._varied:
+                self._varied = not o.facts.same_shape(self._first)
+            if self.chosen is not None:
+                self._by_chosen.add(fit_key(o.facts, self.chosen), o)
+                return
+            self._by_step.add(fit_key(o.facts, STEP_TIME), o)
+            self._by_rate.add(fit_key(o.facts, RATE_PER_GPU), o)
+        else:
+            self.oom += 1
+            self._oom.add(oom_key(o.facts), o)
+
+    @property
+    def objective(self) -> str:
+        return self.chosen if self.chosen is not None else objective(self._varied)
+
+    def best(self, n: int | None = None) -> list[Outcome]:
+        """The best n points (default: top), fitting ones first."""
+        fitting = self._by_chosen if self.chosen is not None else \
+            self._by_step if self.objective == STEP_TIME else self._by_rate
+        return (fitting.sorted() + self._oom.sorted())[: self.top if n is None else n]
+
+    def reason_summary(self) -> list[tuple[int, str]]:
+        """(count, first message) per kind of invalid point (messages alike but for numbers), most frequent
+        first."""
+        return sorted(((c, m) for c, m in self.reasons.values()), key=lambda r: (-r[0], r[1]))
+
+
 def ranked(records: list[dict[str, Any]], by: str | None = None) -> tuple[list[dict[str, Any]], str]:
     """Records in rank order, and the objective the fitting ones are ranked by (`by`: one of RANKS' values;
     None: step time or tokens/s per GPU, as `objective` says)."""
@@ -136,11 +231,12 @@ def ranked(records: list[dict[str, Any]], by: str | None = None) -> tuple[list[d
 
 
 EXPECTED = "a sweep results file (clustertop sweep -o)"
-_RECORD = {"index": count, "point": table, "scenario": text, "error": text, "jobs": _jobs_problem}
+_RECORD: dict[str, Check] = {"index": count, "point": table, "scenario": text, "error": text,
+                             "jobs": _jobs_problem}
 
 
 def looks_like_sweep_results(path: str) -> bool:
-    """True when the file's first line is a sweep record ({"index", "point", ...}) rather than a stream header."""
+    """True when the file's first line is a sweep record ({"index", "point", ...}), not a stream's header."""
     if path == "-":
         return False
     try:
@@ -195,7 +291,8 @@ def _record(line: bytes, where: str, indexes: set[int]) -> dict[str, Any]:
     if why:
         raise UserError(f"{why}; expected a sweep record (docs/sweep.md)", where)
     if record["index"] in indexes:
-        raise UserError(f"index {record['index']} is another record's too; expected one record per point", where)
+        raise UserError(f"index {record['index']} is another record's too; expected one record per point",
+                        where)
     indexes.add(record["index"])
     return record
 
