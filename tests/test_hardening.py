@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.infile import open_input, read_capped
@@ -25,8 +26,6 @@ from clustertop.engine.model import estimate, pipeline
 from clustertop.engine.stream.checks import EventChecks, header_problem
 from clustertop.engine.stream.reader import Reader
 from clustertop.engine.sweep.results import read_results
-
-from clustertop.cli import main
 
 REPO = Path(__file__).parent.parent
 TINY = (Path(__file__).parent / "hostile" / "scenarios" / "crlf.toml").read_text().replace("\r\n", "\n")

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.config.fields import Context
 from clustertop.engine.config.optics import site_optics, transceiver_w
@@ -18,8 +19,6 @@ from clustertop.engine.model.estimate import estimate_job
 from clustertop.engine.model.power import PowerModel
 from clustertop.engine.stream import reader
 from fake_plan import SMALL, write_scenario
-
-from clustertop.cli import main
 
 
 def parsed(cluster: dict[str, Any], economics: dict[str, Any] | None = None) -> Scenario:
@@ -155,9 +154,8 @@ def test_sweep_ranks_by_dollars_per_million_tokens(capsys: pytest.CaptureFixture
 
 
 def test_rank_choices_are_the_rankings() -> None:
-    from clustertop.engine.stream.sweep_records import RANKS
-
     from clustertop.cli import build_parser
+    from clustertop.engine.sweep.results import RANKS
 
     sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]   # type: ignore[union-attr]
     rank = next(a for a in sweep._actions if a.dest == "rank")

@@ -9,17 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import clustertop.commands.sweep as sweep_command
 import fake_estimate
 import orjson
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.sweep import dask_cluster
 from clustertop.engine.sweep.results import read_results
 from clustertop.engine.sweep.space import point_scenario
 from test_sweep import SMALL, write
-
-import clustertop.commands.sweep as sweep_command
-from clustertop.cli import main
 
 
 @pytest.fixture(autouse=True)

@@ -5,16 +5,15 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import clustertop.commands.sweep as sweep_command
 import fake_estimate
 import pytest
+from clustertop.cli import main
 from clustertop.engine.sweep.results import Ranking
 from clustertop.engine.sweep.run import sweep_to
 from clustertop.engine.sweep.space import Sweep, plan
 from distributed import LocalCluster
 from test_sweep import FLAGSHIP_AXES
-
-import clustertop.commands.sweep as sweep_command
-from clustertop.cli import main
 
 
 def local_records(sw: Sweep) -> tuple[bytes, Ranking]:

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clustertop.cli import main as cli_main
 from clustertop.tui.app import ClusterTopApp
 from clustertop.tui.grid import View
 from clustertop.tui.sources.recording import RecordingSource
 from clustertop.tui.widgets.heatmap import Heatmap
 from rich.console import Console
-
-from clustertop.cli import main as cli_main
 
 FLAGSHIP = "recordings/flagship-16k.jsonl.gz"
 
@@ -324,12 +323,11 @@ SWEEP = "recordings/sweep-16k.jsonl"
 @sync
 async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path) -> None:
     """Rows by step time, out-of-memory then invalid points last; enter rebuilds the chosen point's scenario."""
+    from clustertop.commands.replay import point_toml
     from clustertop.engine.config import scenario
-    from clustertop.engine.stream.sweep_records import looks_like_sweep_results, read_results
+    from clustertop.engine.sweep.results import looks_like_sweep_results, read_results
     from clustertop.tui.sweep import SweepApp, status
     from textual.widgets import DataTable
-
-    from clustertop.commands.replay import point_toml
 
     assert looks_like_sweep_results(SWEEP) and not looks_like_sweep_results(FLAGSHIP)
     records = read_results(SWEEP)
@@ -350,7 +348,7 @@ async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path)
 
 @sync
 async def test_an_invalid_sweep_point_is_not_run(tmp_path) -> None:
-    from clustertop.engine.stream.sweep_records import read_results
+    from clustertop.engine.sweep.results import read_results
     from clustertop.tui.sweep import SweepApp
 
     app = SweepApp(read_results(SWEEP), "sweep-16k.jsonl", prepare=lambda record: "ran")
@@ -367,7 +365,7 @@ async def test_an_invalid_sweep_point_is_not_run(tmp_path) -> None:
 async def test_sweep_table_ranks_by_each_objective_and_sorts_by_a_column(tmp_path) -> None:
     """o ranks the fitting points by the next objective; a header click sorts by that column (again: reversed),
     points without the figure last; enter runs the row shown."""
-    from clustertop.engine.stream.sweep_records import RANKS, read_results
+    from clustertop.engine.sweep.results import RANKS, read_results
     from clustertop.tui.sweep import SweepApp
     from textual.widgets import DataTable, Static
 
@@ -495,7 +493,7 @@ def test_power_reads_in_kw_below_a_megawatt_and_with_separators() -> None:
 @sync
 async def test_sweep_table_s_saves_a_screenshot_and_question_mark_shows_help(tmp_path, monkeypatch) -> None:
     """Defect: `s` and `?` did nothing in the sweep table."""
-    from clustertop.engine.stream.sweep_records import read_results
+    from clustertop.engine.sweep.results import read_results
     from clustertop.tui.sweep import SweepApp, SweepHelp
 
     monkeypatch.chdir(tmp_path)

@@ -70,7 +70,7 @@ def test_after_the_restart(snap_compare) -> None:
 
 
 def test_sweep_results_table(snap_compare) -> None:
-    from clustertop.engine.stream.sweep_records import read_results
+    from clustertop.engine.sweep.results import read_results
     from clustertop.tui.sweep import SweepApp
 
     assert snap_compare(SweepApp(read_results("recordings/sweep-16k.jsonl"), "sweep-16k.jsonl"), terminal_size=SIZE)
