@@ -11,7 +11,9 @@ import pytest
 from clustertop.engine.config import scenario
 from clustertop.engine.config.phases import CODE, PHASES
 from clustertop.engine.model.plan import Interval, StepPlan
-from clustertop.engine.sim.run import PHASE_UTIL, Constant, Run, default_sample_interval
+from clustertop.engine.sim.activity import Constant
+from clustertop.engine.sim.run import Run
+from clustertop.engine.sim.sampling import PHASE_UTIL, default_sample_interval
 from clustertop.engine.stream import schema
 from clustertop.engine.stream.state import ClusterState
 from fake_plan import MIXED, QUIET, SMALL, checkpoint_for, fake_planner, write_scenario
