@@ -103,7 +103,8 @@ def _per_phase(plan) -> dict[str, float]:  # type: ignore[no-untyped-def]
     out: dict[str, float] = {}
     for stage in plan.stages:
         for iv in stage:
-            out[PHASES[iv.phase]] = out.get(PHASES[iv.phase], 0.0) + (iv.end_s - iv.start_s) / len(plan.stages)
+            name = PHASES[iv.phase]
+            out[name] = out.get(name, 0.0) + (iv.end_s - iv.start_s) / len(plan.stages)
     return out
 
 

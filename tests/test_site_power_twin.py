@@ -1,6 +1,6 @@
-"""A real run and its simulated twin compute site power with one formula (engine/model/power.py), optics included:
-a simulated run's per-GPU power, turned into Prometheus dumps and imported, gives the site power the simulation
-gives for the same per-GPU watts."""
+"""A real run and its simulated twin compute site power with one formula (engine/model/power.py), optics
+included: a simulated run's per-GPU power, turned into Prometheus dumps and imported, gives the site power
+the simulation gives for the same per-GPU watts."""
 
 from __future__ import annotations
 

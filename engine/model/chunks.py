@@ -1,9 +1,10 @@
-"""A job's layers in pipeline chunks: which layers each virtual stage (chunk) holds, and what a pipeline stage
-holds on one GPU (parameters, expert parameters, its largest layer, MoE and output layers).
+"""A job's layers in pipeline chunks: which layers each virtual stage (chunk) holds, and what a pipeline
+stage holds on one GPU (parameters, expert parameters, its largest layer, MoE and output layers).
 
-Layers split as engine/model/pipeline.py's split_layers says (the first and last stages get fewer: they also hold
-the embedding and the output layer); with v interleaved chunks per stage, stage r holds virtual stages r, p + r,
-2p + r, ... Cached per model and layout: a sweep evaluates thousands of configurations of a few layouts.
+Layers split as engine/model/pipeline.py's split_layers says (the first and last stages get fewer: they also
+hold the embedding and the output layer); with v interleaved chunks per stage, stage r holds virtual stages
+r, p + r, 2p + r, ... Cached per model and layout: a sweep evaluates thousands of configurations of a few
+layouts.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import simpy
 from ..config.errors import UserError
 from ..config.phases import CODE, PHASES
 
-Segment = tuple[str, float]          # (phase name, seconds): what a chunk's operation does, as the model writes it
+Segment = tuple[str, float]          # (phase name, seconds): what a chunk's operation does
 Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
@@ -48,8 +48,8 @@ SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (26
 @dataclass(frozen=True, eq=False)
 class Intervals:
     """Intervals (start, end, phase) of every stage as flat arrays: stage after stage, each stage's in the
-    order it went through them. Phases are the stream's codes (engine/config/phases.py), from the schedule to the
-    StepPlan and the run; `of` and `of_stage` take and give names, for people."""
+    order it went through them. Phases are the stream's codes (engine/config/phases.py), from the schedule
+    to the StepPlan and the run; `of` and `of_stage` take and give names, for people."""
 
     stage: np.ndarray
     start: np.ndarray

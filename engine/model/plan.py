@@ -1,10 +1,10 @@
 """The contract between the cost model and the engine run: one training step of one representative replica.
 
 The cost model (engine/model/step.py) produces a StepPlan; the engine run repeats it over simulated time and
-broadcasts each pipeline stage's timeline to every GPU of that stage (all DP replicas behave the same). Phases
-are the stream's codes (engine/config/phases.py) from the schedule to the samples. Here also how a plan's per-stage
-intervals are put together: merged into runs that cover the step, and extended from two simulated sizes to a long
-step.
+broadcasts each pipeline stage's timeline to every GPU of that stage (all DP replicas behave the same).
+Phases are the stream's codes (engine/config/phases.py) from the schedule to the samples. Here also how a
+plan's per-stage intervals are put together: merged into runs that cover the step, and extended from two
+simulated sizes to a long step.
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ def extend_run(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Interval
 
 
 def merge_runs(iv: Intervals, end: float, stages: int) -> Intervals:
-    """Each stage's runs covering [0, end]: what walking its intervals sorted by (start, end, phase name) makes of
-    them. An interval ending where the covered time already is is dropped, one starting before it is clipped,
-    a gap becomes bubble, and adjacent equal phases merge into one run."""
+    """Each stage's runs covering [0, end]: what walking its intervals sorted by (start, end, phase name)
+    makes of them. An interval ending where the covered time already is is dropped, one starting before it
+    is clipped, a gap becomes bubble, and adjacent equal phases merge into one run."""
     iv = _sorted(iv, stages)
     bounds = np.searchsorted(iv.stage, np.arange(stages + 1))
     covered = np.empty(len(iv.end))          # covered time after each interval: the stage's running maximum
@@ -121,8 +121,8 @@ def merge_runs(iv: Intervals, end: float, stages: int) -> Intervals:
 
 
 def _sorted(iv: Intervals, stages: int) -> Intervals:
-    """Each stage's intervals sorted by (start, end, phase name). The schedule emits them in that order but for
-    rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
+    """Each stage's intervals sorted by (start, end, phase name). The schedule emits them in that order but
+    for rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
     a, b, c, r = iv.start, iv.end, iv.phase, iv.stage
     x, y = slice(None, -1), slice(1, None)
     same_stage = r[x] == r[y]

@@ -1,12 +1,13 @@
 """One training step of one job under one configuration: its chunks, their costs, the pipeline and the tail.
 
 `JobModel` holds everything about a job that does not depend on the "auto" settings (its placement's routes,
-its layers in chunks (engine/model/chunks.py), the costs of each distinct chunk) and evaluates a `Config`: the memory each stage needs (engine/model/memory.py),
-the forward and backward segments of every chunk (compute from engine/model/compute.py, communication of each
-parallel dimension on the tiers it crosses from engine/model/collectives.py), the pipeline of one replica
-(engine/model/pipeline.py), then the data-parallel gradient reduction (overlapped with the last backward in
-buckets), the optimizer step and the parameter all-gather; and, when asked, the StepPlan the run replays (its
-phases the stream's codes, as the schedule made them).
+its layers in chunks (engine/model/chunks.py), the costs of each distinct chunk) and evaluates a `Config`:
+the memory each stage needs (engine/model/memory.py), the forward and backward segments of every chunk
+(compute from engine/model/compute.py, communication of each parallel dimension on the tiers it crosses from
+engine/model/collectives.py), the pipeline of one replica (engine/model/pipeline.py), then the data-parallel
+gradient reduction (overlapped with the last backward in buckets), the optimizer step and the parameter
+all-gather; and, when asked, the StepPlan the run replays (its phases the stream's codes, as the schedule
+made them).
 
 Costs that depend only on a chunk's blocks, a job's placement or its layout are cached for the next job that
 shares them (a sweep has thousands).

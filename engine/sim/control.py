@@ -4,10 +4,10 @@ With --control, `record` paces its output to the speed (1 simulated second per s
 flushes what it wrote every tick; at the end of stdin it keeps running (unpaused) to the end. Without --control a
 recording is neither paced nor changed.
 
-From the first `run_to` on, the dashboard's clock drives the run: the engine simulates up to the time it was given
-and waits there, so it is never ahead of the screen, a pause stops it exactly, and a fault injected at the time on
-screen lands at that time. Time spent paused never counts as simulated time. The pacer drives a run through the
-`Paced` interface only (engine/sim/run.py's Run provides it).
+From the first `run_to` on, the dashboard's clock drives the run: the engine simulates up to the time it was
+given and waits there, so it is never ahead of the screen, a pause stops it exactly, and a fault injected at
+the time on screen lands at that time. Time spent paused never counts as simulated time. The pacer drives a
+run through the `Paced` interface only (engine/sim/run.py's Run provides it).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A run's header line: the stream's header (engine/stream/header.py) with the simulation's figures.
 
-Per job: its tiers, whether it fits, its plan's step time and MFU, its checkpoints, memory per GPU, serving figures,
-contention with its neighbours, its stragglers and its economics. For the run: the resolved scenario (with the seed
-and duration used), the power model, the scale-up domain and the optics. Everything a replay needs, with no
-scenario file and no engine.
+Per job: its tiers, whether it fits, its plan's step time and MFU, its checkpoints, memory per GPU, serving
+figures, contention with its neighbours, its stragglers and its economics. For the run: the resolved
+scenario (with the seed and duration used), the power model, the scale-up domain and the optics. Everything
+a replay needs, with no scenario file and no engine.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ def run_header(scenario: Scenario, tracks: list[JobTrack], *, seed: int, duratio
     s = scenario.to_dict()
     s["seed"], s["duration_s"] = seed, duration_s
     s["path"] = s["path"].replace("\\", "/").rsplit("/", 1)[-1]   # no machine-specific directories
-    s["cluster"]["node_fabric"] = s["cluster"]["scale_up"]       # its older name, for readers that know only it
+    s["cluster"]["node_fabric"] = s["cluster"]["scale_up"]    # its older name, for readers that know only it
     jobs = [_job(scenario, t, topology, power, shared) for t in tracks]
     return header(scenario=s, topology=topology.summary(), jobs=jobs, seed=seed, sample_interval_s=sample_s,
                   duration_s=duration_s, sampling="mean", phase_util=[float(u) for u in PHASE_UTIL],
-                  power=power.describe(), scale_up=scaleup.describe(scenario.cluster), optics=_optics(scenario))
+                  power=power.describe(), scale_up=scaleup.describe(scenario.cluster),
+                  optics=_optics(scenario))
 
 
 def _job(scenario: Scenario, track: JobTrack, topology: Geometry, power: PowerModel,
@@ -44,8 +45,8 @@ def _job(scenario: Scenario, track: JobTrack, topology: Geometry, power: PowerMo
     if plan is None:
         return entry
     ck = checkpoint_plan(scenario, j)
-    entry["checkpoint"] = {"mode": ck.mode, "gb": round(ck.state_bytes / 1e9, 1), "write_s": round(ck.write_s, 3),
-                           "stall_s": round(ck.stall_s, 3),
+    entry["checkpoint"] = {"mode": ck.mode, "gb": round(ck.state_bytes / 1e9, 1),
+                           "write_s": round(ck.write_s, 3), "stall_s": round(ck.stall_s, 3),
                            "interval_s": round(ck.interval_s, 1) if math.isfinite(ck.interval_s) else None}
     memory = plan.plan.memory_gb
     if memory:      # memory per GPU: one figure, or one per pipeline stage when they differ
@@ -62,8 +63,8 @@ def _job(scenario: Scenario, track: JobTrack, topology: Geometry, power: PowerMo
 
 def _optics(scenario: Scenario) -> dict[str, Any]:
     optics = scenario.cluster.transceivers
-    return {"kind": scenario.cluster.optics, "transceivers": optics.count, "transceivers_by_tier": optics.by_tier(),
-            "optics_mw": round(optics.watts / 1e6, 6)}
+    return {"kind": scenario.cluster.optics, "transceivers": optics.count,
+            "transceivers_by_tier": optics.by_tier(), "optics_mw": round(optics.watts / 1e6, 6)}
 
 
 def _economics(scenario: Scenario, track: JobTrack, topology: Geometry, power: PowerModel) -> dict[str, Any]:

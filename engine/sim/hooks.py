@@ -1,8 +1,8 @@
 """What the run's parts see of it: narrow interfaces that engine/sim/run.py's Run implements.
 
 As in SimPy (a small core, hook methods), a part of the run gets only what it uses, never the whole Run: the
-simulated time (the SimPy environment), a way to write an event, a random stream of its own, and, for what runs
-inside a job's process, the hooks that change what the job does (docs/events.md, "Extending the run").
+simulated time (the SimPy environment), a way to write an event, a random stream of its own, and, for what
+runs inside a job's process, the hooks that change what the job does (docs/events.md, "Extending the run").
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class JobHooks(Protocol):
 
 
 class Perturbation(Protocol):
-    """Something that interrupts a job (a checkpoint, a stall): runs inside the job's SimPy process, where it may
-    switch, wait, emit and resume (Run.interrupt)."""
+    """Something that interrupts a job (a checkpoint, a stall): runs inside the job's SimPy process, where it
+    may switch, wait, emit and resume (Run.interrupt)."""
 
     def __call__(self, run: JobHooks, track: JobTrack) -> Generator[Any, Any, None]: ...

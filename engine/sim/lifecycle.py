@@ -1,12 +1,13 @@
 """A training job's life in the run: it trains, checkpoints, goes down on a fault or for maintenance, and restarts.
 
-`JobDriver` is the SimPy process of one training job (engine/sim/run.py starts it): the job trains, writes periodic
-checkpoints (engine/model/checkpoint.py: synchronous, or a short snapshot then a write behind training), and on a
-fault goes down: detection, then restart from its last checkpoint on healthy or spare hardware (`SparePool`: failed
-nodes go to repair and come back as spares). The work since that checkpoint is lost. A fault or maintenance
-arriving while the job is down extends the downtime and counts as an interruption (as Llama 3 counts them). At step
-boundaries it takes the day's clock speed and a new step when its neighbours change (engine/sim/variability.py,
-engine/sim/sharing.py). It sees the run through its JobHooks only (engine/sim/hooks.py).
+`JobDriver` is the SimPy process of one training job (engine/sim/run.py starts it): the job trains, writes
+periodic checkpoints (engine/model/checkpoint.py: synchronous, or a short snapshot then a write behind
+training), and on a fault goes down: detection, then restart from its last checkpoint on healthy or spare
+hardware (`SparePool`: failed nodes go to repair and come back as spares). The work since that checkpoint is
+lost. A fault or maintenance arriving while the job is down extends the downtime and counts as an
+interruption (as Llama 3 counts them). At step boundaries it takes the day's clock speed and a new step when
+its neighbours change (engine/sim/variability.py, engine/sim/sharing.py). It sees the run through its
+JobHooks only (engine/sim/hooks.py).
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ class Writing:
 class JobDriver:
     """The SimPy process of one training job: steps, checkpoints, faults, maintenance, restarts.
 
-    Interrupts (engine/sim/run.py `Run.interrupt`) carry a Fault, PLANNED, or any Perturbation (engine/sim/hooks.py:
-    a callable run inside this process). An interrupt during a synchronous checkpoint aborts it.
+    Interrupts (engine/sim/run.py `Run.interrupt`) carry a Fault, PLANNED, or any Perturbation
+    (engine/sim/hooks.py: a callable run inside this process). An interrupt during a synchronous checkpoint
+    aborts it.
     """
 
     def __init__(self, run: JobHooks, track: JobTrack, scenario: Scenario, spares: SparePool) -> None:
@@ -182,14 +184,14 @@ class JobDriver:
             self.wake.succeed()
 
     def next_retune(self) -> float:
-        """When the job's step next changes: now for a new step (its neighbours), else when the day's clock factor
-        does (inf: never)."""
+        """When the job's step next changes: now for a new step (its neighbours), else when the day's clock
+        factor does (inf: never)."""
         if self.track.replan:
             return self.env.now
         return variability.next_retune(self.amplitude, self.track)
 
     def retune(self) -> None:
-        """At a step boundary: continue training at the current clock factor and with the current neighbours."""
+        """At a step boundary: go on training at the current clock factor and with the current neighbours."""
         track, now = self.track, self.env.now
         if not isinstance(track.activity, Running):
             return
@@ -199,8 +201,8 @@ class JobDriver:
             self.run.resume(track)
 
     def _train(self) -> Generator[Any, Any, None]:
-        """Train; at step boundaries, follow the day's clocks and the neighbours' traffic (retune) and write due
-        checkpoints."""
+        """Train; at step boundaries, follow the day's clocks and the neighbours' traffic (retune) and write
+        due checkpoints."""
         env = self.env
         while True:
             if self.wake.triggered:

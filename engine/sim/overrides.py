@@ -1,6 +1,6 @@
 """Phases forced on GPU ranges over a span of time: a failed node, a failed link's GPU (engine/sim/run.py
-`Run.override`). Samples compute the GPUs under one apart (engine/sim/sampling.py); the site's level counts them
-(engine/sim/site_power.py)."""
+`Run.override`). Samples compute the GPUs under one apart (engine/sim/sampling.py); the site's level counts
+them (engine/sim/site_power.py)."""
 
 from __future__ import annotations
 

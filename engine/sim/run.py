@@ -8,11 +8,12 @@ start, faults, checkpoints, restarts, maintenance, the day's clock changes), and
 closed form (step k of a segment ends at t0 + k * step_time_s) right before any later line is written. Each
 training job is driven by engine/sim/lifecycle.py's JobDriver (checkpoints, interruptions, restarts).
 
-`Run` wires the parts, each in its module and each seeing only the narrow interface it uses (engine/sim/hooks.py):
-the jobs (engine/sim/track.py), their lifecycle, the samples (engine/sim/sampling.py: exact means per sample
-interval, computed per stage and broadcast over the replicas), stragglers and the day's clocks
-(engine/sim/variability.py), jobs sharing tiers (engine/sim/sharing.py), the site's load level and power swings
-(engine/sim/site_power.py), the header (engine/sim/header.py) and the summary (engine/sim/summary.py).
+`Run` wires the parts, each in its module and each seeing only the narrow interface it uses
+(engine/sim/hooks.py): the jobs (engine/sim/track.py), their lifecycle, the samples (engine/sim/sampling.py:
+exact means per sample interval, computed per stage and broadcast over the replicas), stragglers and the
+day's clocks (engine/sim/variability.py), jobs sharing tiers (engine/sim/sharing.py), the site's load level
+and power swings (engine/sim/site_power.py), the header (engine/sim/header.py) and the summary
+(engine/sim/summary.py).
 
 Hooks (docs/events.md, "Extending the run"): `Run.emit` (any discrete event, time-ordered), `Run.switch` /
 `Run.resume` (change a job's activity at the current time), `Run.interrupt` (run a Perturbation, a Fault or a
@@ -100,7 +101,7 @@ class Run:
         self.env = simpy.Environment()
         self.stats = RunStats()
         self.summary: dict[str, Any] = {}          # extra keys for `record --json`
-        self.overrides: list[Override] = []        # kept current in place: the sampler and site power read it
+        self.overrides: list[Override] = []        # kept current in place: the sampler, site power read it
         self._extra: list[Callable[[Run], Generator[Any, Any, None]]] = []
         self._check_sample_size()
         self.tracks: list[JobTrack] = []
@@ -116,13 +117,15 @@ class Run:
             if track.plan is not None:
                 variability.stretch(scenario, track, self.speeds, self.power.phase_w)
         self.spares = SparePool(scenario.faults.spare_nodes, scenario.faults.repair_s)
-        self.sampler = Sampler(self.tracks, self.topology, self.power, self.overrides, scenario.cluster.degraded)
-        self.site_power = SitePower(self.env, self.emit, self.power, self.tracks, self.overrides, self.topology.gpus)
+        self.sampler = Sampler(self.tracks, self.topology, self.power, self.overrides,
+                               scenario.cluster.degraded)
+        self.site_power = SitePower(self.env, self.emit, self.power, self.tracks, self.overrides,
+                                    self.topology.gpus)
         self._sink: Sink | None = None
 
     def _plan(self, planner: Planner) -> SharedTiers | None:
-        """Every job's track with its plan: alone, or with its neighbours' traffic when a planner solves jobs that
-        share tiers (the SharedTiers returned)."""
+        """Every job's track with its plan: alone, or with its neighbours' traffic when a planner solves jobs
+        that share tiers (the SharedTiers returned)."""
         scenario = self.scenario
         sharing = getattr(planner, "sharing", None)
         shared = (SharedTiers(sharing(scenario), scenario, self.power.phase_w, self.tracks, self.emit)
@@ -174,8 +177,8 @@ class Run:
         self._power_changed()
 
     def resume(self, track: JobTrack, step: int | None = None, tokens: int | None = None) -> None:
-        """Start (or restart, e.g. from a checkpoint's step) training now, at the day's clock speed and with the
-        current neighbours (engine/sim/variability.py, engine/sim/sharing.py)."""
+        """Start (or restart, e.g. from a checkpoint's step) training now, at the day's clock speed and with
+        the current neighbours (engine/sim/variability.py, engine/sim/sharing.py)."""
         assert track.stretched is not None
         now = self.env.now
         self.advance(now)            # the step counter is current
@@ -185,8 +188,9 @@ class Run:
                                    track.tokens_total if tokens is None else tokens))
 
     def interrupt(self, track: JobTrack, perturbation: Any) -> None:
-        """Interrupt the job's process with a Perturbation (engine/sim/hooks.py: run inside it, it may switch,
-        wait, emit and resume), an engine.sim.faults.Fault, or engine.sim.lifecycle.PLANNED (maintenance).
+        """Interrupt the job's process with a Perturbation (engine/sim/hooks.py: run inside it, it may
+        switch, wait, emit and resume), an engine.sim.faults.Fault, or engine.sim.lifecycle.PLANNED
+        (maintenance).
 
         A perturbation that arrives while another runs (a fault during a checkpoint) replaces it.
         """
@@ -205,7 +209,7 @@ class Run:
         self._power_changed()
 
     def running_changed(self) -> None:
-        """A job stopped or restarted: the others' steps with their neighbours change (engine/sim/sharing.py)."""
+        """A job stopped or restarted: the others' steps with their neighbours change (sharing.py)."""
         if self.shared is not None:
             self.shared.update()
 
@@ -225,7 +229,8 @@ class Run:
     def header(self) -> dict[str, Any]:
         """Line 1: everything needed to replay the recording with no scenario file and no engine."""
         return run_header(self.scenario, self.tracks, seed=self.seed, duration_s=self.duration_s,
-                          sample_s=self.sample_s, topology=self.topology, power=self.power, shared=self.shared)
+                          sample_s=self.sample_s, topology=self.topology, power=self.power,
+                          shared=self.shared)
 
     def run(self, sink: Sink, progress: Callable[[float], None] | None = None) -> RunStats:
         """Write the whole stream to `sink`; `progress(t)` after every sample."""
@@ -285,8 +290,8 @@ class Run:
         while self.env.peek() <= end:
             self.env.step()
         self.stats.sim_seconds = end
-        self.summary.update(summary(self.tracks, self.site_power, self.sampler.energy_mwh, self.scenario.economics,
-                                    self.topology.gpus, end))
+        self.summary.update(summary(self.tracks, self.site_power, self.sampler.energy_mwh,
+                                    self.scenario.economics, self.topology.gpus, end))
 
     def _check_sample_size(self) -> None:
         """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES), before any job is

@@ -65,8 +65,8 @@ class Sampler:
     """The samples of one run: its GPU blocks and unit runs, precomputed once; `line(a, b, t)` per sample. It
     reads the run's jobs and the overrides in force (a list the run keeps current)."""
 
-    def __init__(self, tracks: list[JobTrack], topology: Geometry, power: PowerModel, overrides: list[Override],
-                 degraded: Sequence[DegradedLinks] = ()) -> None:
+    def __init__(self, tracks: list[JobTrack], topology: Geometry, power: PowerModel,
+                 overrides: list[Override], degraded: Sequence[DegradedLinks] = ()) -> None:
         """Precompute the GPU blocks, the unit runs (a stage of a replica, or an idle gap) and pod weights."""
         self.tracks = tracks
         self.topology = topo = topology
@@ -248,8 +248,8 @@ class Sampler:
 
     def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes, bytes]:
         """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch spliced
-        in, equal neighbours merged (schema.rle_arrays). Cached as serialized bytes for samples that come out the
-        same."""
+        in, equal neighbours merged (schema.rle_arrays). Cached as serialized bytes for samples that come out
+        the same."""
         span = m.b - m.a
         key: list[bytes] = []
         mix_key: list[bytes] = []

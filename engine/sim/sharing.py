@@ -28,8 +28,8 @@ KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
 
 
 class SharedTiers:
-    """The run's jobs' steps with their neighbours: the set of jobs running and each job's plan for it. `tracks`
-    is the run's list of jobs (filled in as each is planned), `emit` writes the contention events."""
+    """The run's jobs' steps with their neighbours: the set of jobs running and each job's plan for it.
+    `tracks` is the run's list of jobs (filled in as each is planned); `emit` writes contention events."""
 
     def __init__(self, sharing: Sharing, scenario: Scenario, phase_w: np.ndarray, tracks: list[JobTrack],
                  emit: Emit) -> None:
@@ -51,7 +51,8 @@ class SharedTiers:
         """A job stopped or restarted: solve the running set again; jobs whose step changes take it at their next
         step boundary."""
         tracks = self.tracks
-        running = frozenset(t.index for t in tracks if t.plan is not None and (t.driver is None or not t.driver.down))
+        running = frozenset(t.index for t in tracks
+                            if t.plan is not None and (t.driver is None or not t.driver.down))
         if running == self.running:
             return
         self.running = running

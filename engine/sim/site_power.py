@@ -26,8 +26,9 @@ COMPUTE = CODE["compute"]
 
 
 class SitePower:
-    """The site's load level and extremes over one run; `changed()` whenever what GPUs draw changes. It reads the
-    run's jobs and overrides in force (lists the run keeps current) and writes `power_swing` events with `emit`."""
+    """The site's load level and extremes over one run; `changed()` whenever what GPUs draw changes. It reads
+    the run's jobs and overrides in force (lists the run keeps current) and writes `power_swing` events with
+    `emit`."""
 
     def __init__(self, env: simpy.Environment, emit: Emit, power: PowerModel, tracks: list[JobTrack],
                  overrides: list[Override], gpus: int) -> None:

@@ -1,8 +1,8 @@
-"""What a run reports when it ends: its counts (lines, steps, samples) and the summary `record --json` prints.
+"""What a run reports when it ends: its counts (lines, steps, samples) and the summary of `record --json`.
 
-The summary: interruptions (unexpected and planned), the effective training time (the share of the run whose work
-was kept), the site's lowest and highest instantaneous power, checkpoints, and the site's energy and cost, in all
-and per token kept (work lost to a fault and redone costs twice).
+The summary: interruptions (unexpected and planned), the effective training time (the share of the run whose
+work was kept), the site's lowest and highest instantaneous power, checkpoints, and the site's energy and
+cost, in all and per token kept (work lost to a fault and redone costs twice).
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ def summary(tracks: list[JobTrack], site: SitePower, energy_mwh: float, econ: Ec
         **_energy(tracks, energy_mwh, econ, gpus, end)}
 
 
-def _energy(tracks: list[JobTrack], energy_mwh: float, econ: Economics, gpus: int, end: float) -> dict[str, Any]:
-    """The site's energy over the run, what the run cost (every accelerator of the site, idle or not), and both per
-    token kept (the jobs' progress at the end)."""
+def _energy(tracks: list[JobTrack], energy_mwh: float, econ: Economics, gpus: int,
+            end: float) -> dict[str, Any]:
+    """The site's energy over the run, what the run cost (every accelerator of the site, idle or not), and
+    both per token kept (the jobs' progress at the end)."""
     cost = econ.run_cost(gpus, energy_mwh, end / 3600.0)
     tokens = sum(t.tokens_total for t in tracks)
     return {"energy_mwh": round(energy_mwh, 4), "cost_usd": round(cost, 2),

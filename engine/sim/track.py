@@ -1,8 +1,8 @@
-"""One job in the run: its layout, plan, segments of activity over time, and progress (what the run's parts read).
+"""One job in the run: its layout, plan, segments of activity over time, and progress (what the parts read).
 
-A job's time is a list of segments (engine/sim/activity.py), each with an activity; the integrals over any window
-add the segments' parts in it. The run appends segments as the job trains, checkpoints, fails and restarts, and
-drops those that no later sample can overlap.
+A job's time is a list of segments (engine/sim/activity.py), each with an activity; the integrals over any
+window add the segments' parts in it. The run appends segments as the job trains, checkpoints, fails and
+restarts, and drops those that no later sample can overlap.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class JobTrack:
     stretched: CompiledPlan | None = None    # the step with the wait for the slowest GPU
     stragglers: Stragglers | None = None
     driver: JobDriver | None = None
-    productive_s: float = 0.0                # time of the steps completed (since the last restart's checkpoint)
+    productive_s: float = 0.0                # time of the steps completed (since the restart's checkpoint)
     tuned_at: float = 0.0                    # when the day's clock factor was last applied
     factor: float = 1.0                      # that factor
     variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
@@ -49,7 +49,7 @@ class JobTrack:
         return self.segments[-1].activity
 
     def stage_index(self) -> np.ndarray:
-        """Pipeline stage of each of the job's GPUs (job-local order), computed once (engine/config/geometry.py)."""
+        """Pipeline stage of each of the job's GPUs (job-local order; engine/config/geometry.py)."""
         return JobGeometry.of(self.job).stage_of()
 
     def durations(self, a: float, b: float) -> np.ndarray:

@@ -1,9 +1,9 @@
 """The stream's header (line 1) and its per-job entries, as every writer builds them (docs/events.md).
 
 One builder for the keys every recording has (schema and version, generator, scenario, topology, jobs, seed,
-sampling, tiers, link scopes, phases, power); a writer adds its own figures after them: the simulation its plan
-KPIs, checkpoints, economics, scale-up, optics and contention (engine/sim/header.py), real telemetry its
-`telemetry` table (engine/telemetry/frames.py).
+sampling, tiers, link scopes, phases, power); a writer adds its own figures after them: the simulation its
+plan KPIs, checkpoints, economics, scale-up, optics and contention (engine/sim/header.py), real telemetry
+its `telemetry` table (engine/telemetry/frames.py).
 """
 
 from __future__ import annotations

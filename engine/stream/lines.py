@@ -1,8 +1,8 @@
 """The stream's lines as bytes, as every writer serializes them: times on the wire, a line, a sample line.
 
-orjson, compact, `\\n` after every line (docs/events.md). A sample's keys come in one order whoever writes it; a
-part may arrive already serialized (bytes), so the simulation keeps its per-GPU arrays encoded once and reuses
-them for every sample that comes out the same (engine/sim/sampling.py).
+orjson, compact, `\\n` after every line (docs/events.md). A sample's keys come in one order whoever writes
+it; a part may arrive already serialized (bytes), so the simulation keeps its per-GPU arrays encoded once
+and reuses them for every sample that comes out the same (engine/sim/sampling.py).
 """
 
 from __future__ import annotations
@@ -38,13 +38,14 @@ def rle_json(values: np.ndarray, starts: np.ndarray | None = None, size: int | N
     return orjson.dumps({"v": v, "n": n}, option=OPT_PART)
 
 
-def sample_line(t: float, *, util: Any, power_w: Any, phase: Any, phase_mix: Any = None, memory_gb: Any = None,
-                missing: Any = None, links: Any = None, site_mw: float | None = None, over_budget: bool = False,
-                jobs: Any = None) -> bytes:
+def sample_line(t: float, *, util: Any, power_w: Any, phase: Any, phase_mix: Any = None,
+                memory_gb: Any = None, missing: Any = None, links: Any = None, site_mw: float | None = None,
+                over_budget: bool = False, jobs: Any = None) -> bytes:
     """A sample at time t: each part a value, or its JSON already serialized (bytes); None (False for
-    `over_budget`) leaves the key out. Per-GPU arrays are run-length encoded (schema.rle_encode, rle_json)."""
-    parts = (util, power_w, phase, phase_mix, memory_gb, missing, links, site_mw, True if over_budget else None,
-             jobs)
+    `over_budget`) leaves the key out. Per-GPU arrays are run-length encoded (schema.rle_encode,
+    rle_json)."""
+    parts = (util, power_w, phase, phase_mix, memory_gb, missing, links, site_mw,
+             True if over_budget else None, jobs)
     out = [b'{"t":', orjson.dumps(wire_time(t)), b',"type":"sample"']
     for key, value in zip(SAMPLE_KEYS, parts):
         if value is not None:

@@ -10,7 +10,7 @@ at the first sample after MEMBER_BYTES of uncompressed data, so every member beg
 recording can be cut at member boundaries into valid pieces. Concatenated members are plain gzip: `gzip -dc`
 and Python's gzip module read them.
 
-A writer (the simulation, real telemetry) writes to any `Sink`: a Recorder, or a `ListSink` that keeps the lines.
+A writer (the simulation, real telemetry) writes to any `Sink`: a Recorder, or a ListSink (keeps the lines).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ LEVEL = 6
 
 
 class Sink(Protocol):
-    """Where a writer's lines go: `write(line)` for the header and events, `keyframe(line)` for samples (a reader
-    may start at any of them)."""
+    """Where a writer's lines go: `write(line)` for the header and events, `keyframe(line)` for samples (a
+    reader may start at any of them)."""
 
     def write(self, line: bytes) -> None: ...
     def keyframe(self, line: bytes) -> None: ...
@@ -46,7 +46,7 @@ class ListSink:
 
 
 class Recorder:
-    """A sink to a file or stdout: `write(line)` for events, `keyframe(line)` for samples; `close()` at the end."""
+    """A sink to a file or stdout: `write(line)` for events, `keyframe(line)` for samples; then `close()`."""
 
     def __init__(self, out: BinaryIO | Output, *, compress: bool, close_out: bool = True, level: int = LEVEL) -> None:
         self.out = out

@@ -59,8 +59,8 @@ def rle_arrays(values: np.ndarray, starts: np.ndarray | None = None,
                size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run-length encoding as arrays (values, counts): contiguous blocks of equal value collapse.
 
-    `values` is one value per GPU; or, with `starts` (sorted, from 0) and `size`, the value of each block of GPUs
-    [starts[i], starts[i + 1]) up to `size` (the simulation's stages broadcast over their GPUs), equal
+    `values` is one value per GPU; or, with `starts` (sorted, from 0) and `size`, the value of each block of
+    GPUs [starts[i], starts[i + 1]) up to `size` (the simulation's stages broadcast over their GPUs), equal
     neighbouring blocks merged.
     """
     values = np.asarray(values)

@@ -94,11 +94,14 @@ class TelemetryStream:
     # -- header ---------------------------------------------------------------------------------------------
 
     def header(self) -> dict[str, Any]:
+        """Line 1: the stream's header (engine/stream/header.py) with the telemetry table; readings are
+        instants, a GPU busy enough is "compute"."""
         util = [0.0] * len(PHASES)
         util[CODE["compute"]] = 1.0
         power = self.power
-        return header(scenario={"name": self.name, "cluster": dataclasses.asdict(self.cluster), "path": self.path},
-                      topology=self.topo, jobs=[job_entry(j, fits=True) for j in self.jobs], seed=0,
+        scenario = {"name": self.name, "cluster": dataclasses.asdict(self.cluster), "path": self.path}
+        jobs = [job_entry(j, fits=True) for j in self.jobs]
+        return header(scenario=scenario, topology=self.topo, jobs=jobs, seed=0,
                       sample_interval_s=self.step_s, duration_s=self.duration_s, sampling="instant",
                       phase_util=util,
                       power={"server_overhead_w_per_gpu": power.overhead_w_per_gpu,
@@ -176,7 +179,8 @@ class TelemetryStream:
         jobs = {j.name: {"running": self._running(util_filled, util_missing, j)} for j in self.jobs}
         self.sink.keyframe(sample_line(
             frame.t, util=schema.rle_encode(np.rint(util_filled).astype(np.int16)),
-            power_w=schema.rle_encode(np.rint(power_filled).astype(np.int32)), phase=schema.rle_encode(phase),
+            power_w=schema.rle_encode(np.rint(power_filled).astype(np.int32)),
+            phase=schema.rle_encode(phase),
             memory_gb=memory_gb, missing=missing or None, links=self._links(frame) or None,
             site_mw=round(site_mw, 4) if site_mw is not None else None,
             over_budget=site_mw is not None and self.power.over_budget(site_mw), jobs=jobs or None))
