@@ -42,7 +42,8 @@ def test_a_sample_line_is_its_parts_in_the_schemas_order_as_values_or_bytes() ->
     event = orjson.loads(line)
     assert list(event) == ["t", "type", "util", "power_w", "phase", "links", "site_mw", "jobs"]
     assert event["t"] == 12.345679 and event["type"] == "sample"
-    assert line == orjson.dumps({"t": 12.345679, "type": "sample", **parts}, option=orjson.OPT_APPEND_NEWLINE)
+    as_dict = {"t": 12.345679, "type": "sample", **parts}
+    assert line == orjson.dumps(as_dict, option=orjson.OPT_APPEND_NEWLINE)
     serialized = {k: orjson.dumps(v) for k, v in parts.items()}          # the simulation's cached parts
     assert sample_line(12.3456789, **serialized) == line
     over = orjson.loads(sample_line(0.0, **parts, over_budget=True, phase_mix={"phases": []}))
@@ -57,9 +58,11 @@ def test_a_simulated_and_a_telemetry_header_share_the_streams_keys(tmp_path: Pat
                              step_s=1.0, start_unix=0.0, duration_s=10.0)
     real = stream.header()
     common = ["type", "schema", "schema_version", "generator", "scenario", "topology", "jobs", "seed",
-              "sample_interval_s", "duration_s", "sampling", "tiers", "link_scope", "phases", "phase_util", "power"]
+              "sample_interval_s", "duration_s", "sampling", "tiers", "link_scope", "phases", "phase_util",
+              "power"]
     assert list(simulated)[:len(common)] == list(real)[:len(common)] == common
-    assert list(simulated)[len(common):] == ["scale_up", "optics"] and list(real)[len(common):] == ["telemetry"]
+    assert list(simulated)[len(common):] == ["scale_up", "optics"]
+    assert list(real)[len(common):] == ["telemetry"]
     assert (simulated["sampling"], real["sampling"]) == ("mean", "instant")
     for key in ("schema", "schema_version", "generator", "topology", "tiers", "link_scope", "phases"):
         assert simulated[key] == real[key], key
@@ -71,7 +74,8 @@ def test_a_simulated_and_a_telemetry_header_share_the_streams_keys(tmp_path: Pat
 
 
 def test_the_simulations_parts_never_see_the_run() -> None:
-    """Only engine/sim/run.py wires the parts: no other module of the simulation imports it, even for types."""
+    """Only engine/sim/run.py wires the parts: no other module of the simulation imports it, even for
+    types."""
     for path in sorted(SIM.glob("*.py")):
         if path.name == "run.py":
             continue
