@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from clustertop.engine.config.geometry import Geometry
+from clustertop.engine.config.phases import CODE
 from clustertop.engine.config.scenario import Job, Scenario
 from clustertop.engine.model.layout import Layout
 from clustertop.engine.model.plan import Interval, StepPlan
@@ -124,26 +125,26 @@ def fake_planner(scenario: Scenario, job: Job) -> StepPlan | None:
             if start > now + 1e-12:
                 pp_wait = min(start - now, c) if now > 0 else 0.0
                 if start - pp_wait > now + 1e-12:
-                    iv.append(Interval(now, start - pp_wait, "bubble"))
+                    iv.append(Interval(now, start - pp_wait, CODE["bubble"]))
                 if pp_wait > 0:
-                    iv.append(Interval(start - pp_wait, start, "pp"))
+                    iv.append(Interval(start - pp_wait, start, CODE["pp"]))
             dur = stop - start
             cut = start + dur * (1 - waits)
-            iv.append(Interval(start, cut, "compute"))
+            iv.append(Interval(start, cut, CODE["compute"]))
             if job.tp > 1:
                 mid = cut + dur * TP_SHARE
-                iv.append(Interval(cut, mid, "tp"))
+                iv.append(Interval(cut, mid, CODE["tp"]))
                 cut = mid
             if job.cp > 1:
-                iv.append(Interval(cut, stop, "cp"))
+                iv.append(Interval(cut, stop, CODE["cp"]))
             now = stop
         if dp_s:
-            iv.append(Interval(now, now + dp_s, "dp"))
+            iv.append(Interval(now, now + dp_s, CODE["dp"]))
             now += dp_s
-        iv.append(Interval(now, now + OPTIMIZER_S, "optimizer"))
+        iv.append(Interval(now, now + OPTIMIZER_S, CODE["optimizer"]))
         now += OPTIMIZER_S
         if step > now + 1e-12:
-            iv.append(Interval(now, step, "bubble"))
+            iv.append(Interval(now, step, CODE["bubble"]))
         stages.append(tuple(_merge(iv, step)))
     tiers = Layout(job, Geometry.of(scenario.cluster)).tiers()
     load: dict[str, float] = {}

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from clustertop.engine.config import catalog, scenario
+from clustertop.engine.config.phases import PHASES
 from clustertop.engine.model.estimate import estimate, estimate_job, to_json
 from clustertop.engine.model.inference import serve
 
@@ -68,7 +69,7 @@ def test_tokens_per_s_grows_with_rate_until_saturation(base: scenario.Scenario) 
 def test_inference_plan_records_decode_as_memory_phase(base: scenario.Scenario) -> None:
     est = estimate_job(base, base.jobs[0])
     assert est.plan is not None
-    phases = {iv.phase for stage in est.plan.stages for iv in stage}
+    phases = {PHASES[iv.phase] for stage in est.plan.stages for iv in stage}
     assert {"compute", "memory"} <= phases
 
 

@@ -11,7 +11,9 @@ import pytest
 from clustertop.engine.config import scenario
 from clustertop.engine.config.phases import CODE, PHASES
 from clustertop.engine.model.plan import Interval, StepPlan
-from clustertop.engine.sim.run import PHASE_UTIL, Constant, Run, default_sample_interval
+from clustertop.engine.sim.activity import Constant
+from clustertop.engine.sim.run import Run
+from clustertop.engine.sim.sampling import PHASE_UTIL, default_sample_interval
 from clustertop.engine.stream import schema
 from clustertop.engine.stream.state import ClusterState
 from fake_plan import MIXED, QUIET, SMALL, checkpoint_for, fake_planner, write_scenario
@@ -181,7 +183,7 @@ def test_samples_are_exact_means(small: str) -> None:
 def plan_phase_at(plan: StepPlan, stage: int, times: np.ndarray) -> np.ndarray:
     ivs = plan.stages[stage]
     starts = np.array([iv.start_s for iv in ivs])
-    codes = np.array([CODE[iv.phase] for iv in ivs])
+    codes = np.array([iv.phase for iv in ivs])
     return codes[np.searchsorted(starts, times % plan.step_time_s, side="right") - 1]
 
 
@@ -190,8 +192,8 @@ def test_long_interval_means_match_the_plan_shares(small: str) -> None:
     plan = run.tracks[0].plan.plan
     sample = [e for e in events if e["type"] == "sample"][-1]
     for s in range(4):
-        compute = sum(iv.end_s - iv.start_s for iv in plan.stages[s] if iv.phase == "compute")
-        optimizer = sum(iv.end_s - iv.start_s for iv in plan.stages[s] if iv.phase == "optimizer")
+        compute = sum(iv.end_s - iv.start_s for iv in plan.stages[s] if iv.phase == CODE["compute"])
+        optimizer = sum(iv.end_s - iv.start_s for iv in plan.stages[s] if iv.phase == CODE["optimizer"])
         share = (compute + 0.5 * optimizer) / plan.step_time_s
         assert stage_values(sample, "util")[s] == round(100 * share)
         assert stage_values(sample, "phase")[s] == CODE["compute"]
@@ -296,7 +298,7 @@ def test_override_marks_gpus_exactly(small: str) -> None:
 
 
 def test_plan_must_cover_the_stages(small: str) -> None:
-    bad = StepPlan(step_time_s=1.0, stages=((Interval(0.0, 1.0, "compute"),),))
+    bad = StepPlan(step_time_s=1.0, stages=((Interval(0.0, 1.0, CODE["compute"]),),))
     with pytest.raises(ValueError, match="stage timelines"):
         Run(scenario.load(small), planner=lambda s, j: bad)
 

@@ -276,7 +276,8 @@ def _plan(timeline: list[tuple[float, float, str, int]], t0: float, job: Job, cl
         return None
     start, end = segs[0][0], segs[-1][1]
     intervals: list[Interval] = []
-    for a, b, phase, _ in segs:
+    for a, b, name, _ in segs:
+        phase = CODE[name]
         if intervals and intervals[-1].phase == phase:
             intervals[-1] = Interval(intervals[-1].start_s, b - start, phase)
         else:

@@ -30,9 +30,9 @@ import numpy as np
 import simpy
 
 from ..config.errors import UserError
-from ..config.phases import PHASES
+from ..config.phases import CODE, PHASES
 
-Segment = tuple[str, float]          # (phase, seconds)
+Segment = tuple[str, float]          # (phase name, seconds): what a chunk's operation does
 Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segments of one microbatch
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
@@ -43,24 +43,22 @@ STEADY_MIN = 256                     # below this many microbatches, peak_inflig
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
 SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (262,144 operations: ~115 MB)
 
-# Phase codes of Intervals, numbered in the order of the names so that sorting by code sorts by name.
-PHASE_NAMES = tuple(sorted(PHASES))
-PHASE_CODE = {name: code for code, name in enumerate(PHASE_NAMES)}
 
 
 @dataclass(frozen=True, eq=False)
 class Intervals:
     """Intervals (start, end, phase) of every stage as flat arrays: stage after stage, each stage's in the
-    order it went through them."""
+    order it went through them. Phases are the stream's codes (engine/config/phases.py), from the schedule
+    to the StepPlan and the run; `of` and `of_stage` take and give names, for people."""
 
     stage: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    phase: np.ndarray                # codes into PHASE_NAMES
+    phase: np.ndarray                # phase codes (engine.config.phases.CODE)
 
     @classmethod
     def of(cls, stages: Sequence[Sequence[tuple[float, float, str]]]) -> Intervals:
-        flat = [(r, a, b, PHASE_CODE[phase]) for r, s in enumerate(stages) for a, b, phase in s]
+        flat = [(r, a, b, CODE[phase]) for r, s in enumerate(stages) for a, b, phase in s]
         r, a, b, c = zip(*flat) if flat else ((), (), (), ())
         return cls(np.array(r, dtype=np.intp), np.array(a, dtype=float), np.array(b, dtype=float),
                    np.array(c, dtype=np.int8))
@@ -68,11 +66,11 @@ class Intervals:
     def of_stage(self, r: int) -> tuple[tuple[float, float, str], ...]:
         lo, hi = np.searchsorted(self.stage, [r, r + 1])
         return tuple(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(),
-                         [PHASE_NAMES[c] for c in self.phase[lo:hi].tolist()]))
+                         [PHASES[c] for c in self.phase[lo:hi].tolist()]))
 
     def phase_seconds(self) -> np.ndarray:
         """Seconds in each phase (by code), summed over the stages."""
-        return np.bincount(self.phase, weights=self.end - self.start, minlength=len(PHASE_NAMES))
+        return np.bincount(self.phase, weights=self.end - self.start, minlength=len(PHASES))
 
     def then(self, other: Intervals) -> Intervals:
         """Each stage's intervals followed by the other's of that stage."""
@@ -121,10 +119,10 @@ class PipelineRun:
         the intervals add up to, without building them (every chunk runs m forwards and m backwards)."""
         seg = self.segments
         m = self.end.shape[1] // (2 * seg.duration.shape[2])
-        out = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(), minlength=len(PHASE_NAMES))
+        out = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(), minlength=len(PHASES))
         prev, waited, split = self._waits()
-        out[PHASE_CODE["bubble"]] += np.where(waited, split - prev, 0.0).sum()
-        out[PHASE_CODE["pp"]] += np.where(waited, self.start - split, 0.0).sum()
+        out[CODE["bubble"]] += np.where(waited, split - prev, 0.0).sum()
+        out[CODE["pp"]] += np.where(waited, self.start - split, 0.0).sum()
         return out
 
     @property
@@ -133,7 +131,7 @@ class PipelineRun:
         (bubble until the input was produced, pp while it travelled), then its segments."""
         prev, waited, split = self._waits()
         starts, ends = [prev, split], [split, self.start]
-        phases = [np.full(prev.shape, PHASE_CODE["bubble"]), np.full(prev.shape, PHASE_CODE["pp"])]
+        phases = [np.full(prev.shape, CODE["bubble"]), np.full(prev.shape, CODE["pp"])]
         present = [waited & (split > prev), waited & (self.start > split)]
         kind, chunk = self.program.kind, self.program.chunk
         stage = np.arange(kind.shape[0])[:, None]
@@ -178,7 +176,7 @@ class _Segments:
                     index.append(which[id(segs)])
         n = max(1, max(map(len, kept)))
         duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])
-        phase = np.array([[PHASE_CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
+        phase = np.array([[CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
                          dtype=np.int8)
         p, v = len(fwd), len(fwd[0])
         at = np.array(index).reshape(2, p, v).transpose(1, 0, 2)       # [stage, kind, chunk]

@@ -1,8 +1,9 @@
 """The contract between the cost model and the engine run: one training step of one representative replica.
 
 The cost model (engine/model/step.py) produces a StepPlan; the engine run repeats it over simulated time and
-broadcasts each pipeline stage's timeline to every GPU of that stage (all DP replicas behave the same). Here also
-how a plan's per-stage intervals are put together: merged into runs that cover the step, and extended from two
+broadcasts each pipeline stage's timeline to every GPU of that stage (all DP replicas behave the same).
+Phases are the stream's codes (engine/config/phases.py) from the schedule to the samples. Here also how a
+plan's per-stage intervals are put together: merged into runs that cover the step, and extended from two
 simulated sizes to a long step.
 """
 
@@ -14,7 +15,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .pipeline import PHASE_CODE, Intervals
+from ..config.phases import CODE, PHASES
+from .pipeline import Intervals
+
+BUBBLE = CODE["bubble"]
+# Where a stage's intervals tie on start and end, they sort by their phase's name (NAME_RANK[code]).
+NAME_RANK = np.array([sorted(PHASES).index(name) for name in PHASES], dtype=np.int8)
 
 
 class Interval(NamedTuple):
@@ -23,7 +29,7 @@ class Interval(NamedTuple):
 
     start_s: float     # from the start of the step
     end_s: float
-    phase: str         # a name from engine.config.phases.PHASES
+    phase: int         # a code of engine.config.phases (CODE)
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ def extend_run(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Interval
     """
     iv = run2.intervals
     p = len(run2.ends)
-    bubble = iv.phase == PHASE_CODE["bubble"]
+    bubble = iv.phase == BUBBLE
     length = iv.end - iv.start
     work = np.bincount(iv.stage, weights=np.where(bubble, 0.0, length), minlength=p)
     wait = np.bincount(iv.stage, weights=np.where(bubble, length, 0.0), minlength=p)
@@ -75,9 +81,9 @@ def extend_run(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Interval
 
 
 def merge_runs(iv: Intervals, end: float, stages: int) -> Intervals:
-    """Each stage's runs covering [0, end]: what walking its intervals sorted by (start, end, phase) makes of
-    them. An interval ending where the covered time already is is dropped, one starting before it is clipped,
-    a gap becomes bubble, and adjacent equal phases merge into one run."""
+    """Each stage's runs covering [0, end]: what walking its intervals sorted by (start, end, phase name)
+    makes of them. An interval ending where the covered time already is is dropped, one starting before it
+    is clipped, a gap becomes bubble, and adjacent equal phases merge into one run."""
     iv = _sorted(iv, stages)
     bounds = np.searchsorted(iv.stage, np.arange(stages + 1))
     covered = np.empty(len(iv.end))          # covered time after each interval: the stage's running maximum
@@ -97,7 +103,7 @@ def merge_runs(iv: Intervals, end: float, stages: int) -> Intervals:
     tails, gaps = np.flatnonzero(end > done), np.flatnonzero(gap)
     at = np.concatenate([kept_ahead[bounds[1:][tails]], kept_ahead[gaps]])
     order = np.lexsort((np.arange(len(at)) >= len(tails), at))  # a stage's tail before the next one's gap
-    bubble = np.int8(PHASE_CODE["bubble"])
+    bubble = np.int8(BUBBLE)
 
     def pieces(kept_values: np.ndarray, tail_values: Any, gap_values: Any) -> np.ndarray:
         extra = np.concatenate([np.broadcast_to(tail_values, len(tails)),
@@ -115,14 +121,15 @@ def merge_runs(iv: Intervals, end: float, stages: int) -> Intervals:
 
 
 def _sorted(iv: Intervals, stages: int) -> Intervals:
-    """Each stage's intervals sorted by (start, end, phase). The schedule emits them in that order but for
-    rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
+    """Each stage's intervals sorted by (start, end, phase name). The schedule emits them in that order but
+    for rounding (an operation ending a hair after the next one starts), so sorting is rarely needed."""
     a, b, c, r = iv.start, iv.end, iv.phase, iv.stage
     x, y = slice(None, -1), slice(1, None)
     same_stage = r[x] == r[y]
     if not (same_stage & (a[x] >= a[y])).any():          # the starts increase: in order
         return iv
-    in_order = (a[x] < a[y]) | ((a[x] == a[y]) & ((b[x] < b[y]) | ((b[x] == b[y]) & (c[x] <= c[y]))))
+    k = NAME_RANK[c]
+    in_order = (a[x] < a[y]) | ((a[x] == a[y]) & ((b[x] < b[y]) | ((b[x] == b[y]) & (k[x] <= k[y]))))
     unsorted = np.unique(r[y][~in_order & same_stage])
     if not len(unsorted):
         return iv
@@ -130,6 +137,6 @@ def _sorted(iv: Intervals, stages: int) -> Intervals:
     bounds = np.searchsorted(r, np.arange(stages + 1))
     for s in unsorted.tolist():
         lo, hi = bounds[s], bounds[s + 1]
-        idx = lo + np.lexsort((c[lo:hi], b[lo:hi], a[lo:hi]))
+        idx = lo + np.lexsort((k[lo:hi], b[lo:hi], a[lo:hi]))
         a[lo:hi], b[lo:hi], c[lo:hi] = a[idx], b[idx], c[idx]
     return Intervals(r, a, b, c)

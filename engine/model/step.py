@@ -1,11 +1,13 @@
 """One training step of one job under one configuration: its chunks, their costs, the pipeline and the tail.
 
 `JobModel` holds everything about a job that does not depend on the "auto" settings (its placement's routes,
-the costs of each distinct chunk) and evaluates a `Config`: the memory each stage needs (engine/model/memory.py),
-the forward and backward segments of every chunk (compute from engine/model/compute.py, communication of each
-parallel dimension on the tiers it crosses from engine/model/collectives.py), the pipeline of one replica
-(engine/model/pipeline.py), then the data-parallel gradient reduction (overlapped with the last backward in
-buckets), the optimizer step and the parameter all-gather; and, when asked, the StepPlan the run replays.
+its layers in chunks (engine/model/chunks.py), the costs of each distinct chunk) and evaluates a `Config`:
+the memory each stage needs (engine/model/memory.py), the forward and backward segments of every chunk
+(compute from engine/model/compute.py, communication of each parallel dimension on the tiers it crosses from
+engine/model/collectives.py), the pipeline of one replica (engine/model/pipeline.py), then the data-parallel
+gradient reduction (overlapped with the last backward in buckets), the optimizer step and the parameter
+all-gather; and, when asked, the StepPlan the run replays (its phases the stream's codes, as the schedule
+made them).
 
 Costs that depend only on a chunk's blocks, a job's placement or its layout are cached for the next job that
 shares them (a sweep has thousands).
@@ -22,14 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from ..config.catalog import Model
 from ..config.geometry import TIERS, Geometry
+from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster, Job
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from . import scaleup
-from .pipeline import PHASE_CODE, PHASE_NAMES, Intervals, evaluate, peak_inflight, simulate, split_layers
+from .chunks import Chunk, StageFacts, chunk_params
+from .chunks import chunks as _chunks  # named so for estimate.clear_caches, as are the two below
+from .chunks import stage_columns as _stage_columns
+from .chunks import stage_facts as _stage_facts
+from .pipeline import Intervals, evaluate, peak_inflight, simulate
 from .plan import Interval, StepPlan, extend_run, merge_runs
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
@@ -53,34 +59,6 @@ def shard(job: Job, micro_batch: int) -> cm.Shard:
     return cm.Shard(tokens=micro_batch * job.seq_len // job.cp, seq_len=job.seq_len, tp=job.tp, cp=job.cp,
                     attention=job.attention_kernel, dropout=job.dropout, fused=job.fused_kernels,
                     sp=job.sequence_parallel and job.tp > 1, ep=job.ep, precision=job.precision)
-
-
-@dataclass(frozen=True)
-class _Stage:
-    """One virtual stage (chunk): its layers and blocks."""
-
-    first_layer: int
-    layers: int
-    embedding: bool
-    output: bool
-    moe: int = 0          # how many of its layers are MoE layers
-
-    @property
-    def dense(self) -> int:
-        return self.layers - self.moe
-
-
-@lru_cache(maxsize=256)
-def _chunks(model: Model, p: int, v: int) -> tuple[tuple[_Stage, ...], ...]:
-    """chunks[r][c]: the virtual stage c * p + r of stage r."""
-    counts = split_layers(model.layers, p * v)
-    starts = list(itertools.accumulate([0] + counts))
-    out = [[_Stage(0, 0, False, False)] * v for _ in range(p)]
-    for vs, n in enumerate(counts):
-        c, r = divmod(vs, p)
-        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n))
-        out[r][c] = _Stage(starts[vs], n, vs == 0, vs == p * v - 1, moe)
-    return tuple(map(tuple, out))
 
 
 # ------------------------------------------------------------------------------------------ communication
@@ -159,18 +137,6 @@ class Eval:
 Passes = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]   # (forward, backward) segments
 
 
-@dataclass(frozen=True)
-class _StageFacts:
-    """What one pipeline stage holds (all its chunks), on one GPU."""
-
-    params: float
-    expert_params: float
-    largest_layer_params: float
-    layers: int
-    moe: bool                 # holds a MoE layer
-    output: bool              # holds the output layer
-
-
 class JobModel:
     """Everything about one job that does not depend on the auto settings, and the evaluation of a Config.
 
@@ -193,22 +159,22 @@ class JobModel:
         self._params: dict[tuple[int, int, bool, bool], float] = {}
         self._tp_s: dict[tuple[float, bool], float] = {}
 
-    def chunks(self, v: int) -> tuple[tuple[_Stage, ...], ...]:
+    def chunks(self, v: int) -> tuple[tuple[Chunk, ...], ...]:
         return _chunks(self.job.model, self.job.pp, v)
 
-    def stages(self, v: int) -> tuple[_StageFacts, ...]:
+    def stages(self, v: int) -> tuple[StageFacts, ...]:
         job = self.job
         return _stage_facts(job.model, job.tp, job.ep, job.pp, v)
 
     # -- per chunk costs -------------------------------------------------------------------------------
-    def _chunk_passes(self, st: _Stage, micro_batch: int, recompute: str) -> Passes:
+    def _chunk_passes(self, st: Chunk, micro_batch: int, recompute: str) -> Passes:
         """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
         key = (st.dense, st.moe, st.embedding, st.output, micro_batch, recompute)
         if key not in self._passes:
             self._passes[key] = self._compute_passes(st, shard(self.job, micro_batch), recompute)
         return self._passes[key]
 
-    def _compute_passes(self, st: _Stage, sh: cm.Shard, recompute: str) -> Passes:
+    def _compute_passes(self, st: Chunk, sh: cm.Shard, recompute: str) -> Passes:
         job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
         blocks: list[tuple[cm.BlockCost, int]] = []
         if st.dense:
@@ -278,10 +244,10 @@ class JobModel:
             out.append(seconds)
         return tuple(out)
 
-    def _chunk_params(self, st: _Stage) -> float:
+    def _chunk_params(self, st: Chunk) -> float:
         key = (st.dense, st.moe, st.embedding, st.output)
         if key not in self._params:
-            self._params[key] = _chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
+            self._params[key] = chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
         return self._params[key]
 
     # -- memory ----------------------------------------------------------------------------------------
@@ -395,7 +361,7 @@ class JobModel:
         ev.step_s -= saved
         ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
 
-    def _finish(self, cfg: Config, chunks: Sequence[Sequence[_Stage]], phase_s: np.ndarray,
+    def _finish(self, cfg: Config, chunks: Sequence[Sequence[Chunk]], phase_s: np.ndarray,
                 intervals: Callable[[], Intervals], ends: list[float],
                 last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
                 plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
@@ -455,11 +421,11 @@ class JobModel:
             after.append(iv)
         # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
         # lengths, as a mean over the stages (the tail's summed in their order, as Intervals.phase_seconds would)
-        tail_s = [0.0] * len(PHASE_NAMES)
+        tail_s = [0.0] * len(PHASES)
         for iv in after:
             for a, b, phase in iv:
-                tail_s[PHASE_CODE[phase]] += b - a
-        totals = dict(zip(PHASE_NAMES, ((phase_s + np.array(tail_s)) / p).tolist()))
+                tail_s[CODE[phase]] += b - a
+        totals = dict(zip(PHASES, ((phase_s + np.array(tail_s)) / p).tolist()))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
@@ -533,69 +499,13 @@ class JobModel:
         return {t: round(min(1.0, x), 4) for t, x in load.items()}
 
 
-def _chunk_params(model: Model, tp: int, ep: int, pp: int, st: _Stage) -> float:
-    """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
-    p = st.dense * cm.layer_params_per_gpu(model, False, tp, ep)
-    if st.moe:
-        p += st.moe * cm.layer_params_per_gpu(model, True, tp, ep)
-    emb = model.vocab * model.hidden / tp
-    if st.embedding:
-        p += emb
-    if st.output and not (model.tied_embeddings and pp == 1):
-        p += emb
-    return p
-
-
-def _expert_params(model: Model, tp: int, ep: int, st: _Stage) -> float:
-    if not st.moe:
-        return 0.0
-    experts = model.experts * cm._mlp_params(model.hidden, model.moe_ffn, model.ffn_activation)
-    return st.moe * experts / tp / ep
-
-
-@lru_cache(maxsize=256)
-def _stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[_StageFacts, ...]:
-    def first_layer(st: _Stage) -> _Stage:
-        return _Stage(st.first_layer, 1, False, False, int(cm.is_moe_layer(model, st.first_layer)))
-
-    return tuple(_StageFacts(
-        params=sum(_chunk_params(model, tp, ep, pp, st) for st in stage),
-        expert_params=sum(_expert_params(model, tp, ep, st) for st in stage),
-        largest_layer_params=max((_chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage
-                                  if st.layers), default=0.0),
-        layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
-        output=any(st.output for st in stage)) for stage in _chunks(model, pp, v))
-
-
 def _stage_intervals(runs: Intervals, p: int) -> tuple[tuple[Interval, ...], ...]:
-    """Each stage's runs as Interval tuples (runs: stage after stage). Built in C, tuple.__new__ over the
-    zipped columns: the flagship's plan has 5,175 of them."""
+    """Each stage's runs as Interval tuples (runs: stage after stage; phases stay codes). Built in C,
+    tuple.__new__ over the zipped columns: the flagship's plan has 5,175 of them."""
     bounds = np.searchsorted(runs.stage, np.arange(p + 1)).tolist()
-    rows = list(zip(runs.start.tolist(), runs.end.tolist(), [PHASE_NAMES[c] for c in runs.phase.tolist()]))
+    rows = list(zip(runs.start.tolist(), runs.end.tolist(), runs.phase.tolist()))
     make = partial(tuple.__new__, Interval)
     return tuple(tuple(map(make, rows[lo:hi])) for lo, hi in itertools.pairwise(bounds))
-
-
-@dataclass(frozen=True, eq=False)
-class _StageColumns:
-    """_stage_facts as arrays over the stages (JobModel.memory computes every stage at once)."""
-
-    params: np.ndarray
-    expert_params: np.ndarray
-    largest_layer_params: np.ndarray
-    moe: np.ndarray
-    output: np.ndarray
-
-
-@lru_cache(maxsize=256)
-def _stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> _StageColumns:
-    facts = _stage_facts(model, tp, ep, pp, v)
-    columns = [np.array([getattr(f, name) for f in facts], dtype=dtype) for name, dtype in
-               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("moe", bool),
-                ("output", bool))]
-    for c in columns:
-        c.flags.writeable = False                   # shared by every evaluation with this layout
-    return _StageColumns(*columns)
 
 
 def _blocking_sends(fwd: tuple, bwd: tuple, send: tuple, send_b: tuple) -> tuple[tuple, tuple, tuple, tuple]:

@@ -121,7 +121,7 @@ class CompiledPlan:
                 raise ValueError(f"plan for job {job.name!r}: stage {s} does not cover the step from 0 "
                                  "in order")
             starts[0] = 0.0
-            codes = [CODE[iv.phase] for iv in stage]
+            codes = [iv.phase for iv in stage]
             if extra_s > 0:
                 starts, codes = np.append(starts, step), codes + [WAIT]
             tracks.append((starts, eye[codes]))

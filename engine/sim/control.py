@@ -4,9 +4,10 @@ With --control, `record` paces its output to the speed (1 simulated second per s
 flushes what it wrote every tick; at the end of stdin it keeps running (unpaused) to the end. Without --control a
 recording is neither paced nor changed.
 
-From the first `run_to` on, the dashboard's clock drives the run: the engine simulates up to the time it was given
-and waits there, so it is never ahead of the screen, a pause stops it exactly, and a fault injected at the time on
-screen lands at that time. Time spent paused never counts as simulated time.
+From the first `run_to` on, the dashboard's clock drives the run: the engine simulates up to the time it was
+given and waits there, so it is never ahead of the screen, a pause stops it exactly, and a fault injected at
+the time on screen lands at that time. Time spent paused never counts as simulated time. The pacer drives a
+run through the `Paced` interface only (engine/sim/run.py's Run provides it).
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 from ..stream.protocol import INJECT_FAULT, PAUSE, RESUME, RUN_TO, SPEED, decode
-
-if TYPE_CHECKING:
-    from .run import Run, RunStats, Sink
+from ..stream.recorder import Sink
+from .summary import RunStats
 
 DEFAULT_SPEED = 1.0           # simulated seconds per wall second until the dashboard sends its speed
 MIN_SPEED, MAX_SPEED = 0.1, 1e6
@@ -73,10 +73,37 @@ class Commands:
         return out
 
 
-class Pacer:
-    """Runs a Run paced to the commanded speed, applying commands as they come."""
+class Paced(Protocol):
+    """What the pacer drives: a run started on a sink, simulated up to a time, given faults, finished."""
 
-    def __init__(self, run: Run, commands: Commands, clock: Callable[[], float] = time.monotonic,
+    duration_s: float
+    stats: RunStats
+
+    @property
+    def now(self) -> float:
+        """The simulated time now."""
+
+    @property
+    def gpus(self) -> int:
+        """The cluster's GPUs (a fault lands on one of them)."""
+
+    def start(self, sink: Sink, progress: Callable[[float], None] | None = None) -> None:
+        """Write the header and start the run."""
+
+    def advance_to(self, t: float) -> None:
+        """Simulate up to time t and write every line up to it."""
+
+    def inject_fault(self, gpu: int, cause: str = ...) -> None:
+        """A fault at one GPU now."""
+
+    def finish(self) -> None:
+        """Run to the end and close the summary."""
+
+
+class Pacer:
+    """Runs a run paced to the commanded speed, applying commands as they come."""
+
+    def __init__(self, run: Paced, commands: Commands, clock: Callable[[], float] = time.monotonic,
                  warn: Callable[[str], None] | None = None) -> None:
         self.run = run
         self.commands = commands
@@ -98,10 +125,10 @@ class Pacer:
             self.horizon = float(command["t"])
         elif kind == INJECT_FAULT:
             gpu = command["gpu"]
-            gpus = self.run.topology.gpus
+            gpus = self.run.gpus
             if 0 <= gpu < gpus:
                 at = command.get("t")
-                if at is not None and float(at) > self.run.env.now:
+                if at is not None and float(at) > self.run.now:
                     self.run.advance_to(float(at))   # the time on the dashboard's screen (never in the past)
                 self.run.inject_fault(gpu)
             else:
@@ -127,7 +154,7 @@ class Pacer:
                 self.paused = False            # nobody is left to resume it
                 self.horizon = None            # nor to drive the clock: run at the speed to the end
             now = self.clock()
-            sim = max(sim, run.env.now)        # an injection at a later time moved the run on
+            sim = max(sim, run.now)            # an injection at a later time moved the run on
             if not self.paused:
                 step = (now - last) * self.speed
                 sim = min(end, max(sim, self.horizon) if self.horizon is not None else sim + step)

@@ -9,16 +9,11 @@ engine/sim/lifecycle.py.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from ..config.catalog import DAY, cause, causes
-
-if TYPE_CHECKING:
-    from .run import Run
+from .hooks import rng
 
 
 @dataclass(frozen=True)
@@ -30,11 +25,6 @@ class Fault:
     gpu: int              # a GPU the fault concerns (for a link: the GPU behind its NIC)
     scope: str
     injected: bool = False   # scheduled by the scenario or the user, not drawn
-
-
-def _rng(seed: int, name: str) -> np.random.Generator:
-    """An independent, reproducible stream per cause: the same seed gives the same faults in any order."""
-    return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
 
 def schedule(first_gpu: int, gpus: int, gpus_per_node: int, start_s: float, end_s: float, seed: int,
@@ -53,12 +43,12 @@ def schedule(first_gpu: int, gpus: int, gpus_per_node: int, start_s: float, end_
     out: list[Fault] = []
     for c in causes():
         n = gpus if c.component in ("gpu", "link") else nodes
-        rng = _rng(seed, stream + c.name)
-        k = int(rng.poisson(c.rate_per_s * n * span * rate_scale))
+        draw = rng(seed, stream + c.name)       # a stream per cause: the same faults in any order
+        k = int(draw.poisson(c.rate_per_s * n * span * rate_scale))
         if not k:
             continue
-        times = start_s + rng.random(k) * span
-        picks = rng.integers(0, n, k)
+        times = start_s + draw.random(k) * span
+        picks = draw.integers(0, n, k)
         for t, i in zip(times.tolist(), picks.tolist()):
             if c.component == "host":
                 node = first_node + i
@@ -89,17 +79,16 @@ def planned(start_s: float, end_s: float, per_day: float, seed: int, job: str) -
     span = end_s - start_s
     if span <= 0 or per_day <= 0:
         return []
-    rng = _rng(seed, f"planned:{job}")
-    k = int(rng.poisson(per_day * span / DAY))
-    return sorted((start_s + rng.random(k) * span).tolist())
+    draw = rng(seed, f"planned:{job}")
+    k = int(draw.poisson(per_day * span / DAY))
+    return sorted((start_s + draw.random(k) * span).tolist())
 
 
-def fault_fields(run: Run, fault: Fault) -> dict[str, Any]:
+def fault_fields(fault: Fault, gpus_per_node: int) -> dict[str, Any]:
     """The keys of a `fault` event that say what failed and where."""
-    gpn = run.topology.gpus_per_node
     c = cause(fault.cause)
     out: dict[str, Any] = {"cause": fault.cause, "category": c.category, "component": fault.component,
-                           "gpu": fault.gpu, "node": fault.gpu // gpn, "scope": fault.scope}
+                           "gpu": fault.gpu, "node": fault.gpu // gpus_per_node, "scope": fault.scope}
     if fault.component == "link":
         out["link"] = fault.index
     if fault.injected:

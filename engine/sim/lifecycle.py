@@ -1,10 +1,13 @@
 """A training job's life in the run: it trains, checkpoints, goes down on a fault or for maintenance, and restarts.
 
-`JobDriver` is the SimPy process of one training job (engine/sim/run.py starts it): the job trains, writes periodic
-checkpoints (engine/model/checkpoint.py: synchronous, or a short snapshot then a write behind training), and on a
-fault goes down: detection, then restart from its last checkpoint on healthy or spare hardware (`SparePool`: failed
-nodes go to repair and come back as spares). The work since that checkpoint is lost. A fault or maintenance
-arriving while the job is down extends the downtime and counts as an interruption (as Llama 3 counts them).
+`JobDriver` is the SimPy process of one training job (engine/sim/run.py starts it): the job trains, writes
+periodic checkpoints (engine/model/checkpoint.py: synchronous, or a short snapshot then a write behind
+training), and on a fault goes down: detection, then restart from its last checkpoint on healthy or spare
+hardware (`SparePool`: failed nodes go to repair and come back as spares). The work since that checkpoint is
+lost. A fault or maintenance arriving while the job is down extends the downtime and counts as an
+interruption (as Llama 3 counts them). At step boundaries it takes the day's clock speed and a new step when
+its neighbours change (engine/sim/variability.py, engine/sim/sharing.py). It sees the run through its
+JobHooks only (engine/sim/hooks.py).
 """
 
 from __future__ import annotations
@@ -17,12 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from ..config.scenario import Scenario
 from ..model.checkpoint import checkpoint_plan
 from ..stream import schema
+from . import variability
+from .activity import Constant, Running
 from .faults import Fault, fault_fields
+from .hooks import JobHooks
 
 if TYPE_CHECKING:
-    from .run import JobTrack, Run
+    from .overrides import Override
+    from .track import JobTrack
 
 
 class SparePool:
@@ -89,17 +97,21 @@ class Writing:
 class JobDriver:
     """The SimPy process of one training job: steps, checkpoints, faults, maintenance, restarts.
 
-    Interrupts (engine/sim/run.py `Run.interrupt`) carry a Fault, PLANNED, or any Perturbation (a callable run
-    inside this process). An interrupt during a synchronous checkpoint aborts it.
+    Interrupts (engine/sim/run.py `Run.interrupt`) carry a Fault, PLANNED, or any Perturbation
+    (engine/sim/hooks.py: a callable run inside this process). An interrupt during a synchronous checkpoint
+    aborts it.
     """
 
-    def __init__(self, run: Run, track: JobTrack) -> None:
+    def __init__(self, run: JobHooks, track: JobTrack, scenario: Scenario, spares: SparePool) -> None:
         self.run = run
         self.track = track
         self.env = run.env
-        f = run.scenario.faults
+        self.spares = spares
+        self.gpus_per_node = scenario.cluster.gpus_per_node
+        self.amplitude = scenario.variability.diurnal_amplitude
+        f = scenario.faults
         self.detect_s, self.restart_s, self.planned_s = f.detection_s, f.restart_s, f.planned_s
-        self.ckpt = checkpoint_plan(run.scenario, track.job)
+        self.ckpt = checkpoint_plan(scenario, track.job)
         self.training = track.job.kind == "training"
         self.saved = Saved()
         self.started = 0.0
@@ -113,7 +125,7 @@ class JobDriver:
         self.down_faults = 0
         self.loss = (0, 0, 0.0)                    # steps, tokens, seconds of training lost by this downtime
         self.failed_nodes: list[int] = []
-        self.held: list[Any] = []                  # overrides marking failed hardware until the restart
+        self.held: list[Override] = []             # overrides marking failed hardware until the restart
         self.interruptions = 0
         self.planned = 0
         self.checkpoints = 0
@@ -171,14 +183,31 @@ class JobDriver:
         if not self.wake.triggered:
             self.wake.succeed()
 
+    def next_retune(self) -> float:
+        """When the job's step next changes: now for a new step (its neighbours), else when the day's clock
+        factor does (inf: never)."""
+        if self.track.replan:
+            return self.env.now
+        return variability.next_retune(self.amplitude, self.track)
+
+    def retune(self) -> None:
+        """At a step boundary: go on training at the current clock factor and with the current neighbours."""
+        track, now = self.track, self.env.now
+        if not isinstance(track.activity, Running):
+            return
+        factor = variability.diurnal(self.amplitude, now)
+        track.tuned_at = now
+        if factor != track.factor or track.replan:
+            self.run.resume(track)
+
     def _train(self) -> Generator[Any, Any, None]:
-        """Train; at step boundaries, follow the day's clocks and the neighbours' traffic (run.retune) and write
+        """Train; at step boundaries, follow the day's clocks and the neighbours' traffic (retune) and write
         due checkpoints."""
-        run, env = self.run, self.env
+        env = self.env
         while True:
             if self.wake.triggered:
                 self.wake = env.event()
-            due = min(self.next_ckpt if self.training else math.inf, run.next_retune(self.track))
+            due = min(self.next_ckpt if self.training else math.inf, self.next_retune())
             at = self._boundary(max(due, env.now)) if due < math.inf else None
             if at is None:
                 yield self.wake                # nothing until an interrupt or a new step
@@ -186,8 +215,8 @@ class JobDriver:
             yield env.timeout(max(at - env.now, 0.0)) | self.wake
             if env.now < at - EPS:             # woken by a new step: look again at what is due
                 continue
-            if run.next_retune(self.track) <= env.now + EPS:
-                run.retune(self.track)
+            if self.next_retune() <= env.now + EPS:
+                self.retune()
             if self.training and self.next_ckpt <= env.now + EPS:
                 yield from self._checkpoint(self.ckpt.mode)
 
@@ -200,7 +229,7 @@ class JobDriver:
         run.emit(schema.CHECKPOINT_START, job=self.name, step=saved.step, mode=mode,
                  gb=round(self.ckpt.state_bytes / 1e9, 1))
         writing = self.writing = Writing(env.now, saved)
-        run.switch(track, run.constant(track, "checkpoint"))
+        run.switch(track, Constant("checkpoint", track.job.pp))
         if mode == "sync":
             yield env.timeout(self.ckpt.write_s)
             self.writing = None
@@ -244,7 +273,7 @@ class JobDriver:
     def _stop(self, reason: str) -> None:
         """The job stops training now: the work since the last checkpoint is lost (counted at the restart)."""
         track = self.track
-        self.run.switch(track, self.run.constant(track, "idle"))
+        self.run.switch(track, Constant("idle", track.job.pp))
         self.down, self.down_since, self.down_reason = True, self.env.now, reason
         self.down_faults = 0
         self.loss = (track.step - self.saved.step, track.tokens_total - self.saved.tokens,
@@ -257,17 +286,17 @@ class JobDriver:
         if not self.down:
             self._stop("fault")
         self.down_faults += 1
-        run.emit(schema.FAULT, job=self.name, **fault_fields(run, fault),
+        run.emit(schema.FAULT, job=self.name, **fault_fields(fault, self.gpus_per_node),
                  **({"extends_downtime": True} if extends else {}))
         run.running_changed()                  # its neighbours speed up while it is down
         self._abort(self.writing)
         self._abort(self.behind)
-        gpn = run.topology.gpus_per_node
+        gpn = self.gpus_per_node
         if fault.scope == "node":
             node = fault.gpu // gpn
             if node not in self.failed_nodes:
                 self.failed_nodes.append(node)
-                run.spares.fail(now)
+                self.spares.fail(now)
                 self.held.append(run.override(node * gpn, gpn, "failed"))
         elif fault.scope == "link":
             self.held.append(run.override(fault.gpu, 1, "failed"))
@@ -302,25 +331,25 @@ class JobDriver:
         run.emit(schema.CHECKPOINT_START, job=self.name, step=saved.step, mode="sync",
                  gb=round(self.ckpt.state_bytes / 1e9, 1))
         self.writing = Writing(env.now, saved)
-        run.switch(track, run.constant(track, "checkpoint"))
+        run.switch(track, Constant("checkpoint", track.job.pp))
         yield env.timeout(self.ckpt.write_s)
         writing, self.writing = self.writing, None
         self._commit(writing)
 
     def _wait_restart(self) -> Generator[Any, Any, None]:
         """Wait out detection and restart (or the maintenance window), and for spare nodes; then restart."""
-        run, env = self.run, self.env
+        env = self.env
         while True:
             if env.now < self.ready:
                 yield env.timeout(self.ready - env.now)
                 continue
             need = len(self.failed_nodes)
-            at = run.spares.ready_at(need, env.now) if need else env.now
+            at = self.spares.ready_at(need, env.now) if need else env.now
             if at > env.now:
                 self.ready = at                # no spare left: wait for a repaired node
                 continue
             if need:
-                run.spares.take(need, env.now)
+                self.spares.take(need, env.now)
             break
         self._restart()
 

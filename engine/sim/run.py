@@ -8,9 +8,12 @@ start, faults, checkpoints, restarts, maintenance, the day's clock changes), and
 closed form (step k of a segment ends at t0 + k * step_time_s) right before any later line is written. Each
 training job is driven by engine/sim/lifecycle.py's JobDriver (checkpoints, interruptions, restarts).
 
-The parts of a run, each in its module: the samples (engine/sim/sampling.py: exact means per sample interval,
-computed per stage and broadcast over the replicas), stragglers and the day's clocks (engine/sim/variability.py),
-and the site's load level and power swings (engine/sim/site_power.py).
+`Run` wires the parts, each in its module and each seeing only the narrow interface it uses
+(engine/sim/hooks.py): the jobs (engine/sim/track.py), their lifecycle, the samples (engine/sim/sampling.py:
+exact means per sample interval, computed per stage and broadcast over the replicas), stragglers and the
+day's clocks (engine/sim/variability.py), jobs sharing tiers (engine/sim/sharing.py), the site's load level
+and power swings (engine/sim/site_power.py), the header (engine/sim/header.py) and the summary
+(engine/sim/summary.py).
 
 Hooks (docs/events.md, "Extending the run"): `Run.emit` (any discrete event, time-ordered), `Run.switch` /
 `Run.resume` (change a job's activity at the current time), `Run.interrupt` (run a Perturbation, a Fault or a
@@ -23,44 +26,34 @@ node), `Run.rng` (an independent random stream per named process), `Run.add_proc
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import orjson
 import simpy
 
 from ..config.errors import UserError
-from ..config.geometry import RANK_ORDER, TIERS, Geometry, JobGeometry
-from ..config.phases import PHASES
+from ..config.geometry import Geometry
 from ..config.scenario import Job, Scenario
-from ..model import economics, estimate, scaleup
-from ..model.checkpoint import checkpoint_plan
+from ..model import estimate
 from ..model.contention import Sharing
 from ..model.estimate import estimate_job
 from ..model.layout import Layout
 from ..model.plan import StepPlan
 from ..model.power import PowerModel
 from ..stream import schema
-from ..stream.version import generator
-from . import faults, variability
-from .activity import NPH, Activity, CompiledPlan, Constant, Running, Segment
+from ..stream.lines import line, wire_time
+from ..stream.recorder import ListSink, Sink
+from . import faults, hooks, variability
+from .activity import Activity, CompiledPlan, Constant, Running, Segment
+from .header import run_header
 from .lifecycle import PLANNED, JobDriver, SparePool
-from .sampling import (
-    INSTANT,
-    LINK_SCOPE,
-    MAX_SAMPLES,
-    PHASE_UTIL,
-    Measurement,
-    Sampler,
-    default_sample_interval,
-    wire_time,
-)
+from .overrides import Override
+from .sampling import INSTANT, MAX_SAMPLES, Measurement, Sampler, default_sample_interval
 from .sharing import SharedTiers
 from .site_power import SitePower
-from .variability import Stragglers
+from .summary import RunStats, summary
+from .track import JobTrack
 
 Planner = Callable[[Scenario, Job], "StepPlan | None"]
 
@@ -69,7 +62,6 @@ SAMPLE_BYTES_PER_RUN = 20          # a run in the three per-GPU arrays, at most:
 SAMPLE_BYTES_PER_LOAD = 8          # a link load, "0.1234,"
 MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection, restart,
 #                                     lost work), so 5,000 take ~15 s; the flagship's 54 days expect ~470
-OPT = orjson.OPT_APPEND_NEWLINE
 
 
 class ModelPlanner:
@@ -85,102 +77,6 @@ class ModelPlanner:
 
 
 default_planner = ModelPlanner()
-
-
-@dataclass
-class JobTrack:
-    """One job in the run: its layout, plan, segments of activity and progress."""
-
-    index: int
-    job: Job
-    layout: Layout
-    plan: CompiledPlan | None            # the cost model's step (the header's figures)
-    segments: list[Segment] = field(default_factory=list)
-    step: int = 0
-    tokens_total: int = 0
-    last_kpi: dict[str, Any] = field(default_factory=dict)
-    process: Any = None
-    stretched: CompiledPlan | None = None    # the step with the wait for the slowest GPU
-    stragglers: Stragglers | None = None
-    driver: JobDriver | None = None
-    productive_s: float = 0.0                # time of the steps completed (since the last restart's checkpoint)
-    tuned_at: float = 0.0                    # when the day's clock factor was last applied
-    factor: float = 1.0                      # that factor
-    variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
-    replan: bool = False                     # a new step (its neighbours' traffic) waits for a step boundary
-
-    @property
-    def activity(self) -> Activity:
-        return self.segments[-1].activity
-
-    def stage_index(self) -> np.ndarray:
-        """Pipeline stage of each of the job's GPUs (job-local order), computed once (engine/config/geometry.py)."""
-        return JobGeometry.of(self.job).stage_of()
-
-    def durations(self, a: float, b: float) -> np.ndarray:
-        total = np.zeros((self.job.pp, NPH))
-        for seg in self.segments:
-            lo, hi = max(a, seg.start), min(b, seg.end)
-            if hi > lo:
-                total += seg.activity.durations(lo, hi)
-        return total
-
-    def tier_load(self, a: float, b: float) -> np.ndarray:
-        total = np.zeros(len(TIERS))
-        for seg in self.segments:
-            lo, hi = max(a, seg.start), min(b, seg.end)
-            if hi > lo:
-                total += seg.activity.tier_load(lo, hi)
-        return total
-
-    def extra(self, a: float, b: float) -> float:
-        total = 0.0
-        for seg in self.segments:
-            lo, hi = max(a, seg.start), min(b, seg.end)
-            if hi > lo:
-                total += seg.activity.extra(lo, hi)
-        return total
-
-
-class Perturbation(Protocol):
-    """Something that interrupts a job (a fault, a checkpoint): runs inside the job's SimPy process."""
-
-    def __call__(self, run: Run, track: JobTrack) -> Generator[Any, Any, None]: ...
-
-
-@dataclass
-class Override:
-    """A phase forced on a GPU range from `start` to `end` (a failed node, a failed link's GPU)."""
-
-    first: int
-    count: int
-    phase: str
-    start: float
-    end: float = math.inf
-
-
-class Sink(Protocol):
-    def write(self, line: bytes) -> None: ...
-    def keyframe(self, line: bytes) -> None: ...
-
-
-class _ListSink:
-    def __init__(self) -> None:
-        self.lines: list[bytes] = []
-
-    def write(self, line: bytes) -> None:
-        self.lines.append(line)
-
-    keyframe = write
-
-
-@dataclass
-class RunStats:
-    steps: int = 0
-    tokens: int = 0
-    events: int = 0          # lines after the header
-    samples: int = 0
-    sim_seconds: float = 0.0
 
 
 class Run:
@@ -205,42 +101,59 @@ class Run:
         self.env = simpy.Environment()
         self.stats = RunStats()
         self.summary: dict[str, Any] = {}          # extra keys for `record --json`
-        self.overrides: list[Override] = []
+        self.overrides: list[Override] = []        # kept current in place: the sampler, site power read it
         self._extra: list[Callable[[Run], Generator[Any, Any, None]]] = []
         self._check_sample_size()
-        planner = planner or default_planner
-        sharing = getattr(planner, "sharing", None)
-        self.shared = SharedTiers(self, sharing(scenario)) if sharing and len(scenario.jobs) > 1 else None
         self.tracks: list[JobTrack] = []
-        for i, job in enumerate(scenario.jobs):
-            if self.shared is not None:
-                compiled = self.shared.plan(i)
-            else:
-                plan = planner(scenario, job)
-                compiled = CompiledPlan.of(scenario, job, plan) if plan is not None else None
-            self.tracks.append(JobTrack(i, job, Layout(job, self.topology), compiled))
-        self.by_name = {t.job.name: t for t in self.tracks}
+        self.shared = self._plan(planner or default_planner)
         steps = sum(self.duration_s / t.plan.step_time_s for t in self.tracks if t.plan is not None)
         if steps > MAX_STEP_EVENTS:
             raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
                             f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)", scenario.path or None)
         self._check_faults()
-        self.idle_gpus = self.topology.gpus - sum(t.job.gpus for t in self.tracks)
         self.speeds = variability.draw_speeds(scenario.variability, self.rng("variability.speed"),
                                               self.topology.gpus)
         for track in self.tracks:
             if track.plan is not None:
                 variability.stretch(scenario, track, self.speeds, self.power.phase_w)
         self.spares = SparePool(scenario.faults.spare_nodes, scenario.faults.repair_s)
-        self.sampler = Sampler(self)
-        self.site_power = SitePower(self)
+        self.sampler = Sampler(self.tracks, self.topology, self.power, self.overrides,
+                               scenario.cluster.degraded)
+        self.site_power = SitePower(self.env, self.emit, self.power, self.tracks, self.overrides,
+                                    self.topology.gpus)
         self._sink: Sink | None = None
+
+    def _plan(self, planner: Planner) -> SharedTiers | None:
+        """Every job's track with its plan: alone, or with its neighbours' traffic when a planner solves jobs
+        that share tiers (the SharedTiers returned)."""
+        scenario = self.scenario
+        sharing = getattr(planner, "sharing", None)
+        shared = (SharedTiers(sharing(scenario), scenario, self.power.phase_w, self.tracks, self.emit)
+                  if sharing and len(scenario.jobs) > 1 else None)
+        for i, job in enumerate(scenario.jobs):
+            if shared is not None:
+                compiled = shared.plan(i)
+            else:
+                plan = planner(scenario, job)
+                compiled = CompiledPlan.of(scenario, job, plan) if plan is not None else None
+            self.tracks.append(JobTrack(i, job, Layout(job, self.topology), compiled))
+        return shared
 
     # ----- hooks ------------------------------------------------------------------------------------------
 
+    @property
+    def now(self) -> float:
+        """The simulated time now."""
+        return float(self.env.now)
+
+    @property
+    def gpus(self) -> int:
+        """The cluster's GPUs."""
+        return self.topology.gpus
+
     def rng(self, name: str) -> np.random.Generator:
         """An independent random stream per named process (adding a process does not shift the others)."""
-        return np.random.default_rng([self.seed, zlib.crc32(name.encode())])
+        return hooks.rng(self.seed, name)
 
     def add_process(self, factory: Callable[[Run], Generator[Any, Any, None]]) -> None:
         """A SimPy process started with the run (before the sampler), e.g. a fault or checkpoint source."""
@@ -263,21 +176,21 @@ class Run:
             track.step, track.tokens_total = activity.step0, activity.tokens0
         self._power_changed()
 
-    def constant(self, track: JobTrack, phase: str) -> Constant:
-        """An activity with all of the job's GPUs in one phase."""
-        return Constant(phase, track.job.pp)
-
     def resume(self, track: JobTrack, step: int | None = None, tokens: int | None = None) -> None:
-        """Start (or restart, e.g. from a checkpoint's step) training now, at the day's clock speed."""
+        """Start (or restart, e.g. from a checkpoint's step) training now, at the day's clock speed and with
+        the current neighbours (engine/sim/variability.py, engine/sim/sharing.py)."""
         assert track.stretched is not None
-        self.advance(self.env.now)            # the step counter is current
+        now = self.env.now
+        self.advance(now)            # the step counter is current
         track.replan = False
-        self.switch(track, Running(self._plan_now(track), self.env.now, track.step if step is None else step,
+        plan = variability.plan_at(self.scenario.variability.diurnal_amplitude, track, now)
+        self.switch(track, Running(plan, now, track.step if step is None else step,
                                    track.tokens_total if tokens is None else tokens))
 
     def interrupt(self, track: JobTrack, perturbation: Any) -> None:
-        """Interrupt the job's process with a Perturbation (run inside it: it may switch, wait, emit and resume),
-        an engine.sim.faults.Fault, or engine.sim.lifecycle.PLANNED (maintenance).
+        """Interrupt the job's process with a Perturbation (engine/sim/hooks.py: run inside it, it may
+        switch, wait, emit and resume), an engine.sim.faults.Fault, or engine.sim.lifecycle.PLANNED
+        (maintenance).
 
         A perturbation that arrives while another runs (a fault during a checkpoint) replaces it.
         """
@@ -295,6 +208,11 @@ class Run:
         item.end = self.env.now
         self._power_changed()
 
+    def running_changed(self) -> None:
+        """A job stopped or restarted: the others' steps with their neighbours change (sharing.py)."""
+        if self.shared is not None:
+            self.shared.update()
+
     def inject_fault(self, gpu: int, cause: str = "Faulty GPU") -> None:
         """A fault at one GPU now (its node or link, by cause): the job on it stops and restarts from its last
         checkpoint; a GPU with no job has its node out for repair."""
@@ -306,94 +224,13 @@ class Run:
                 return
         self.env.process(self._idle_fault(fault))
 
-    # ----- stragglers and the day's clocks ----------------------------------------------------------------
-
-    def diurnal(self, t: float) -> float:
-        """How much longer a step takes at time t than at night (engine/sim/variability.py)."""
-        return variability.diurnal(self.scenario.variability.diurnal_amplitude, t)
-
-    def _plan_now(self, track: JobTrack) -> CompiledPlan:
-        return variability.plan_at(self.scenario.variability.diurnal_amplitude, track, self.env.now)
-
-    def next_retune(self, track: JobTrack) -> float:
-        """When the job's step next changes: now for a new step (its neighbours), else the day's clock factor
-        (inf: never)."""
-        if track.replan:
-            return self.env.now
-        return variability.next_retune(self.scenario.variability.diurnal_amplitude, track)
-
-    def retune(self, track: JobTrack) -> None:
-        """At a step boundary: continue training at the current clock factor and with the current neighbours."""
-        act = track.activity
-        if not isinstance(act, Running):
-            return
-        factor = self.diurnal(self.env.now)
-        track.tuned_at = self.env.now
-        if factor != track.factor or track.replan:
-            self.resume(track)
-
-    def running_changed(self) -> None:
-        """A job stopped or restarted: the others' steps with their neighbours change (engine/sim/sharing.py)."""
-        if self.shared is not None:
-            self.shared.update()
-
     # ----- the run ----------------------------------------------------------------------------------------
 
     def header(self) -> dict[str, Any]:
         """Line 1: everything needed to replay the recording with no scenario file and no engine."""
-        s = self.scenario.to_dict()
-        s["seed"], s["duration_s"] = self.seed, self.duration_s
-        s["path"] = s["path"].replace("\\", "/").rsplit("/", 1)[-1]   # no machine-specific directories
-        s["cluster"]["node_fabric"] = s["cluster"]["scale_up"]       # its older name, for readers that know only it
-        jobs = []
-        for t in self.tracks:
-            j = t.job
-            entry = {"name": j.name, "kind": j.kind, "model": j.model.name, "first_gpu": j.first_gpu,
-                     "gpus": j.gpus, "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep,
-                     "virtual_stages": j.virtual_stages, "rank_order": list(RANK_ORDER),
-                     "tiers": t.layout.tiers(), "fits": t.plan is not None,
-                     **({k: t.plan.kpi[k] for k in ("step_time_s", "mfu")} if t.plan else {})}
-            if t.plan is not None:
-                ck = checkpoint_plan(self.scenario, j)
-                entry["checkpoint"] = {"mode": ck.mode, "gb": round(ck.state_bytes / 1e9, 1),
-                                       "write_s": round(ck.write_s, 3), "stall_s": round(ck.stall_s, 3),
-                                       "interval_s": round(ck.interval_s, 1) if math.isfinite(ck.interval_s)
-                                       else None}
-                memory = t.plan.plan.memory_gb
-                if memory:      # memory per GPU: one figure, or one per pipeline stage when they differ
-                    entry["memory_gb"] = memory[0] if len(set(memory)) == 1 else list(memory)
-                entry.update(t.plan.plan.serving)       # inference: median TTFT and TPOT
-                if self.shared is not None:
-                    entry.update(self.shared.header(t.index))
-                st = t.stragglers
-                entry["speed"] = round(st.speed, 4) if st else 1.0
-                entry["slow_gpus"] = st.gpus.tolist() if st else []
-                entry["economics"] = self._job_economics(t)
-            jobs.append(entry)
-        return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
-                "generator": generator(), "scenario": s, "topology": self.topology.summary(),
-                "jobs": jobs, "seed": self.seed, "sample_interval_s": self.sample_s,
-                "duration_s": self.duration_s, "sampling": "mean", "tiers": list(TIERS),
-                "link_scope": dict(LINK_SCOPE),
-                "phases": list(PHASES), "phase_util": [float(u) for u in PHASE_UTIL],
-                "power": self.power.describe(), "scale_up": scaleup.describe(self.scenario.cluster),
-                "optics": self._optics()}
-
-    def _optics(self) -> dict[str, Any]:
-        optics = self.scenario.cluster.transceivers
-        return {"kind": self.scenario.cluster.optics, "transceivers": optics.count,
-                "transceivers_by_tier": optics.by_tier(), "optics_mw": round(optics.watts / 1e6, 6)}
-
-    def _job_economics(self, track: JobTrack) -> dict[str, Any]:
-        """A job's energy and cost figures at its step in this run (with the wait for its slowest GPU)."""
-        plan = track.stretched or track.plan
-        assert plan is not None
-        j, step = track.job, plan.step_time_s
-        tokens_per_s = plan.kpi["tokens"] / step
-        if not tokens_per_s:
-            return dict(economics.NO_FIGURES)
-        facility_w = self.power.job_w(plan.watts[0] * j.dp, j.gpus, self.topology.gpus)
-        return economics.figures(self.scenario.economics, facility_w, j.gpus, step, tokens_per_s)
+        return run_header(self.scenario, self.tracks, seed=self.seed, duration_s=self.duration_s,
+                          sample_s=self.sample_s, topology=self.topology, power=self.power,
+                          shared=self.shared)
 
     def run(self, sink: Sink, progress: Callable[[float], None] | None = None) -> RunStats:
         """Write the whole stream to `sink`; `progress(t)` after every sample."""
@@ -406,7 +243,7 @@ class Run:
 
     def lines(self) -> Iterator[bytes]:
         """The stream as lines, produced as the simulation advances (for an in-process consumer)."""
-        sink = _ListSink()
+        sink = ListSink()
         self.start(sink, None)
         env, end = self.env, self.duration_s
         while True:
@@ -423,7 +260,7 @@ class Run:
         if self._sink is not None:
             raise RuntimeError("a Run runs once")
         self._sink = sink
-        sink.write(orjson.dumps(self.header(), option=OPT))
+        sink.write(line(self.header()))
         env, f = self.env, self.scenario.faults
         for track in self.tracks:
             track.process = env.process(self._job(track))
@@ -448,32 +285,13 @@ class Run:
         self.advance(env.now)
 
     def finish(self) -> None:
-        """After the last event: the summary (`record --json`)."""
+        """After the last event: the summary (`record --json`, engine/sim/summary.py)."""
         end = self.duration_s
         while self.env.peek() <= end:
             self.env.step()
         self.stats.sim_seconds = end
-        drivers = [t for t in self.tracks if t.driver is not None]
-        weight = sum(t.job.gpus for t in drivers)
-        kept = sum(t.job.gpus * t.driver.kept_productive_s() for t in drivers if t.driver)
-        self.summary.update({
-            "interruptions_unexpected": sum(t.driver.interruptions for t in drivers if t.driver),
-            "interruptions_planned": sum(t.driver.planned for t in drivers if t.driver),
-            "effective_training_time": round(kept / (weight * end), 4) if weight else None,
-            "site_mw_min": round(self.site_power.min_mw, 4) if math.isfinite(self.site_power.min_mw) else None,
-            "site_mw_max": round(self.site_power.max_mw, 4) if math.isfinite(self.site_power.max_mw) else None,
-            "checkpoints": sum(t.driver.checkpoints for t in drivers if t.driver),
-            **self._energy(end)})
-
-    def _energy(self, end: float) -> dict[str, Any]:
-        """The site's energy over the run, what the run cost (every accelerator of the site, idle or not), and
-        both per token kept (the jobs' progress at the end: work lost to a fault and redone costs twice)."""
-        energy = self.sampler.energy_mwh
-        cost = self.scenario.economics.run_cost(self.topology.gpus, energy, end / 3600.0)
-        tokens = sum(t.tokens_total for t in self.tracks)
-        return {"energy_mwh": round(energy, 4), "cost_usd": round(cost, 2),
-                "energy_j_per_token": round(energy * 3.6e9 / tokens, 6) if tokens else None,
-                "usd_per_mtoken": round(cost / tokens * 1e6, 6) if tokens else None}
+        self.summary.update(summary(self.tracks, self.site_power, self.sampler.energy_mwh,
+                                    self.scenario.economics, self.topology.gpus, end))
 
     def _check_sample_size(self) -> None:
         """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES), before any job is
@@ -508,7 +326,7 @@ class Run:
             self.switch(track, Constant("idle", track.job.pp))
             self.emit(schema.JOB_STOP, job=track.job.name, reason="out of memory")
             return
-        track.driver = JobDriver(self, track)
+        track.driver = JobDriver(self, track, self.scenario, self.spares)
         yield from track.driver.process()
 
     def _fault_source(self, track: JobTrack) -> Generator[Any, Any, None]:
@@ -535,7 +353,7 @@ class Run:
 
     def _idle_fault(self, fault: faults.Fault) -> Generator[Any, Any, None]:
         """A fault on GPUs that run no job: nothing stops, the hardware is out until repaired."""
-        self.emit(schema.FAULT, **faults.fault_fields(self, fault))
+        self.emit(schema.FAULT, **faults.fault_fields(fault, self.topology.gpus_per_node))
         gpn = self.topology.gpus_per_node
         if fault.scope == "job":
             return
@@ -573,9 +391,13 @@ class Run:
             for k in range(act.emitted + 1, last + 1):
                 pending.append((act.t0 + k * period, track.index, k, track, act))
             act.emitted = max(act.emitted, last)
+        if not pending:
+            return
         if len(self.tracks) > 1:
             pending.sort(key=lambda p: (p[0], p[1]))
-        write = self._write
+        assert self._sink is not None
+        write = self._sink.write
+        self.stats.events += len(pending)
         for when, _, k, track, act in pending:
             track.step = act.step0 + k
             kpi = act.plan.kpi
@@ -584,12 +406,12 @@ class Run:
             track.last_kpi = kpi
             self.stats.steps += 1
             self.stats.tokens += kpi["tokens"]
-            write({"t": wire_time(when), "type": schema.STEP, "job": track.job.name, "step": track.step, **kpi,
-                   "tokens_total": track.tokens_total})
+            write(line({"t": wire_time(when), "type": schema.STEP, "job": track.job.name, "step": track.step,
+                        **kpi, "tokens_total": track.tokens_total}))
 
     def _write(self, event: dict[str, Any]) -> None:
         assert self._sink is not None
-        self._sink.write(orjson.dumps(event, option=OPT))
+        self._sink.write(line(event))
         self.stats.events += 1
 
     # ----- samples and the site's power ---------------------------------------------------------------------
@@ -611,10 +433,10 @@ class Run:
     def _sample(self, a: float, b: float, t: float) -> None:
         """Write the sample at time t: exact means over [a, b]."""
         self.advance(t)
-        line = self.sampler.line(a, b, t)
-        self.overrides = [o for o in self.overrides if o.end > b]
+        sample = self.sampler.line(a, b, t)
+        self.overrides[:] = [o for o in self.overrides if o.end > b]
         assert self._sink is not None
-        self._sink.keyframe(line)
+        self._sink.keyframe(sample)
         self.stats.events += 1
         self.stats.samples += 1
         for track in self.tracks:              # drop segments that can no longer overlap a window

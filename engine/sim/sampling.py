@@ -11,24 +11,28 @@ matrix of durations per job) and broadcast over "unit runs" (one per stage per r
 that break the symmetry are computed apart and spliced into the runs: stragglers (engine/sim/variability.py) and
 GPUs under an override (a failed node). Encoded arrays that did not change since an earlier sample are reused.
 The phase shares (`phase_mix`) keep the symmetry on the wire: a row per stage of each job, the GPUs that differ
-apart, so they cost a few dozen numbers at any size (docs/events.md).
+apart, so they cost a few dozen numbers at any size (docs/events.md). The line is the stream's sample line
+(engine/stream/lines.py), with these parts already serialized.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import orjson
 
-from ..config.geometry import TIERS, JobGeometry
+from ..config.geometry import TIERS, Geometry, JobGeometry
 from ..config.phases import CODE, PHASES
-from ..stream import schema
+from ..config.scenario import DegradedLinks
+from ..model.power import PowerModel
+from ..stream.lines import OPT_PART, rle_json, sample_line
+from ..stream.schema import LINK_SCOPE
 from .activity import NPH, WAIT
-
-if TYPE_CHECKING:
-    from .run import JobTrack, Override, Run
+from .overrides import Override
+from .track import JobTrack, idle_gpus
 
 # Utilization (0..1) of a GPU in each phase: the share of its time it does useful work. Memory-bound phases
 # keep the GPU busy at a low arithmetic rate.
@@ -37,14 +41,12 @@ PHASE_UTIL[CODE["compute"]] = 1.0
 PHASE_UTIL[CODE["optimizer"]] = 0.5
 PHASE_UTIL[CODE["memory"]] = 0.5
 
-LINK_SCOPE = schema.LINK_SCOPE
 TARGET_SAMPLES = 5000
 TARGET_GPU_SAMPLES = 1e9
 NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
                   3600.0, 7200.0, 21600.0, 86400.0)
 MAX_SAMPLES = 10_000_000
 INSTANT = 1e-9            # the window of the t = 0 sample (its instantaneous state)
-OPT_ARRAYS = orjson.OPT_SERIALIZE_NUMPY
 COMPUTE = CODE["compute"]
 
 
@@ -59,20 +61,18 @@ def default_sample_interval(duration_s: float, gpus: int = 0) -> float:
     return NICE_INTERVALS[-1]
 
 
-def wire_time(t: float) -> float:
-    """Simulated times on the wire: microsecond resolution."""
-    return float(round(t, 6))
-
-
 class Sampler:
-    """The samples of one run: its GPU blocks and unit runs, precomputed once; `line(a, b, t)` per sample."""
+    """The samples of one run: its GPU blocks and unit runs, precomputed once; `line(a, b, t)` per sample. It
+    reads the run's jobs and the overrides in force (a list the run keeps current)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, tracks: list[JobTrack], topology: Geometry, power: PowerModel,
+                 overrides: list[Override], degraded: Sequence[DegradedLinks] = ()) -> None:
         """Precompute the GPU blocks, the unit runs (a stage of a replica, or an idle gap) and pod weights."""
-        self.run = run
-        self.tracks = run.tracks
-        self.topology = topo = run.topology
-        self.power = run.power
+        self.tracks = tracks
+        self.topology = topo = topology
+        self.power = power
+        self.overrides = overrides
+        self.idle_gpus = idle_gpus(tracks, topo.gpus)
         self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
         self.energy_mwh = 0.0          # the site's energy over the samples so far (exact means x their windows)
         self._mix_cache: dict[Any, bytes] = {}
@@ -109,7 +109,7 @@ class Sampler:
         self.scopes = {"pod": _Blocks(self.tracks, topo.gpus, topo.gpus_per_pod),
                        "building": _Blocks(self.tracks, topo.gpus, topo.gpus_per_building)}
         # Capacity left of each tier's blocks (cluster.degraded): the same traffic is a larger share of fewer links.
-        for d in run.scenario.cluster.degraded:
+        for d in degraded:
             if d.tier not in LINK_SCOPE:
                 continue
             blocks = self.scopes[LINK_SCOPE[d.tier]]
@@ -136,7 +136,7 @@ class Sampler:
         """Exact means over [a, b] (b > a) of what every stage of every job does; `b - a` tiny: the instant a."""
         span = b - a
         watts = self.power.phase_w
-        gpu_watts = self.run.idle_gpus * self.power.idle_w
+        gpu_watts = self.idle_gpus * self.power.idle_w
         stages: dict[int, StageMeans] = {}
         loads = np.zeros((len(self.tracks), len(TIERS)))
         for track in self.tracks:
@@ -147,7 +147,7 @@ class Sampler:
             j = track.job
             gpu_watts += float(means.power.sum()) * (j.tp * j.cp * j.dp)
             loads[track.index] = track.tier_load(a, b) / span
-        overrides = [o for o in self.run.overrides if o.start < b and o.end > a]
+        overrides = [o for o in self.overrides if o.start < b and o.end > a]
         patch = self._patch(stages, overrides, a, b)
         if patch is not None:
             gpu_watts += float(patch.power.sum() - self.row_values(stages)[1][patch.rows].sum())
@@ -222,10 +222,8 @@ class Sampler:
         if t > a:
             self.energy_mwh += exact_mw * (b - a) / 3600.0
         site_mw = round(exact_mw, 4)
-        budget = b',"over_budget":true' if self.power.over_budget(site_mw) else b""
-        return b"".join((b'{"t":', orjson.dumps(wire_time(t)), b',"type":"sample","util":', util_b, b',"power_w":',
-                         power_b, b',"phase":', phase_b, b',"phase_mix":', mix_b, b',"links":', orjson.dumps(links), b',"site_mw":',
-                         orjson.dumps(site_mw), budget, b',"jobs":', orjson.dumps(jobs), b"}\n"))
+        return sample_line(t, util=util_b, power_w=power_b, phase=phase_b, phase_mix=mix_b, links=links,
+                           site_mw=site_mw, over_budget=self.power.over_budget(site_mw), jobs=jobs)
 
     def mix(self, stage_pct: list[np.ndarray], patch: Patch | None, patch_pct: np.ndarray | None) -> bytes:
         """`phase_mix`: each GPU's phase shares over the interval (integer percent of the phases that occur), by
@@ -246,11 +244,12 @@ class Sampler:
             new[1:] = (gpus[1:] != gpus[:-1] + 1) | (rows[1:] != rows[:-1])
             first = np.flatnonzero(new)
             out["gpus"] = {"at": gpus[first], "n": np.diff(first, append=gpus.size), "v": rows[first]}
-        return orjson.dumps(out, option=OPT_ARRAYS)
+        return orjson.dumps(out, option=OPT_PART)
 
     def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes, bytes]:
         """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch spliced
-        in, equal neighbours merged. Cached as serialized bytes for samples that come out the same."""
+        in, equal neighbours merged (schema.rle_arrays). Cached as serialized bytes for samples that come out
+        the same."""
         span = m.b - m.a
         key: list[bytes] = []
         mix_key: list[bytes] = []
@@ -291,11 +290,7 @@ class Sampler:
             v = values[rows]
             if at is not None and extra is not None:
                 v[at] = extra
-            keep = np.empty(v.size, dtype=bool)
-            keep[0] = True
-            np.not_equal(v[1:], v[:-1], out=keep[1:])
-            first = starts[keep]
-            out.append(orjson.dumps({"v": v[keep], "n": np.diff(first, append=n)}, option=OPT_ARRAYS))
+            out.append(rle_json(v, starts, n))
         result = (out[0], out[1], out[2])
         if len(self._cache) > 256:
             self._cache.clear()

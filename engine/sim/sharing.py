@@ -11,23 +11,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ..config.scenario import Scenario
 from ..model.contention import Sharing
 from ..stream import schema
 from . import variability
 from .activity import CompiledPlan
+from .hooks import Emit
 
 if TYPE_CHECKING:
     from ..model.estimate import JobEstimate
-    from .run import JobTrack, Run
+    from .track import JobTrack
 
 KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
 
 
 class SharedTiers:
-    """The run's jobs' steps with their neighbours: the set of jobs running and each job's plan for it."""
+    """The run's jobs' steps with their neighbours: the set of jobs running and each job's plan for it.
+    `tracks` is the run's list of jobs (filled in as each is planned); `emit` writes contention events."""
 
-    def __init__(self, run: Run, sharing: Sharing) -> None:
-        self.run, self.sharing = run, sharing
+    def __init__(self, sharing: Sharing, scenario: Scenario, phase_w: np.ndarray, tracks: list[JobTrack],
+                 emit: Emit) -> None:
+        self.sharing, self.scenario, self.phase_w = sharing, scenario, phase_w
+        self.tracks, self.emit = tracks, emit
         self.running = frozenset(i for i, e in enumerate(sharing.alone) if e.plan is not None)
         self._compiled: dict[tuple[int, frozenset[int]], CompiledPlan] = {}
 
@@ -43,25 +50,25 @@ class SharedTiers:
     def update(self) -> None:
         """A job stopped or restarted: solve the running set again; jobs whose step changes take it at their next
         step boundary."""
-        run = self.run
-        running = frozenset(t.index for t in run.tracks
+        tracks = self.tracks
+        running = frozenset(t.index for t in tracks
                             if t.plan is not None and (t.driver is None or not t.driver.down))
         if running == self.running:
             return
         self.running = running
         solved = self.sharing.solve(running)
-        for track in run.tracks:
+        for track in tracks:
             if track.index in running and track.plan is not None:
                 self._switch(track, solved[track.index])
-        run.emit(schema.CONTENTION, running=[run.tracks[i].job.name for i in sorted(running)],
-                 jobs=[{"job": run.tracks[i].job.name, **{k: solved[i].contention.get(k) for k in KEYS}}
-                       for i in sorted(running) if solved[i].contention])
+        self.emit(schema.CONTENTION, running=[tracks[i].job.name for i in sorted(running)],
+                  jobs=[{"job": tracks[i].job.name, **{k: solved[i].contention.get(k) for k in KEYS}}
+                        for i in sorted(running) if solved[i].contention])
 
     def _compile(self, index: int, est: JobEstimate) -> CompiledPlan:
         key = (index, self.running)
         if key not in self._compiled:
             assert est.plan is not None
-            self._compiled[key] = CompiledPlan.of(self.run.scenario, est.job, est.plan)
+            self._compiled[key] = CompiledPlan.of(self.scenario, est.job, est.plan)
         return self._compiled[key]
 
     def _switch(self, track: JobTrack, est: JobEstimate) -> None:
@@ -71,6 +78,6 @@ class SharedTiers:
                                                                                  old.plan.tier_load):
             return
         track.plan = plan
-        variability.restretch(self.run.scenario, track, self.run.power.phase_w)
+        variability.restretch(self.scenario, track, self.phase_w)
         if track.driver is not None:
             track.driver.replan()

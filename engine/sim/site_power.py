@@ -10,23 +10,31 @@ what.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import simpy
 
 from ..config.phases import CODE
+from ..model.power import PowerModel
 from ..stream import schema
 from .activity import WAIT, Constant, Running
-
-if TYPE_CHECKING:
-    from .run import JobTrack, Run
+from .hooks import Emit
+from .overrides import Override
+from .track import JobTrack, idle_gpus
 
 COMPUTE = CODE["compute"]
 
 
 class SitePower:
-    """The site's load level and extremes over one run; `changed()` whenever what GPUs draw changes."""
+    """The site's load level and extremes over one run; `changed()` whenever what GPUs draw changes. It reads
+    the run's jobs and overrides in force (lists the run keeps current) and writes `power_swing` events with
+    `emit`."""
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
+    def __init__(self, env: simpy.Environment, emit: Emit, power: PowerModel, tracks: list[JobTrack],
+                 overrides: list[Override], gpus: int) -> None:
+        self.env, self.emit, self.power = env, emit, power
+        self.tracks, self.overrides, self.gpus = tracks, overrides, gpus
+        self.idle_gpus = idle_gpus(tracks, gpus)
         self.level_mw: float | None = None     # the site's load level (power swings)
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
@@ -37,11 +45,11 @@ class SitePower:
         if self._pending:
             return
         self._pending = True
-        self.run.env.timeout(0).callbacks.append(self._check)
+        self.env.timeout(0).callbacks.append(self._check)
 
     def _check(self, _event: Any = None) -> None:
         self._pending = False
-        power = self.run.power
+        power = self.power
         level, lo, hi = self.now()
         self.min_mw = min(self.min_mw, lo)
         self.max_mw = max(self.max_mw, hi)
@@ -51,12 +59,12 @@ class SitePower:
                                       "delta_mw": round(level - prev, 3)}
             if power.over_budget(level):
                 fields["over_budget"] = True
-            self.run.emit(schema.POWER_SWING, **fields)
+            self.emit(schema.POWER_SWING, **fields)
 
     def job_watts(self, track: JobTrack) -> tuple[float, float, float]:
         """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants."""
         act = track.segments[-1].activity if track.segments else None
-        power = self.run.power
+        power = self.power
         w = power.phase_w
         if isinstance(act, Running):
             reps = track.job.dp
@@ -74,17 +82,17 @@ class SitePower:
 
     def now(self) -> tuple[float, float, float]:
         """Site MW now: (level, lowest, highest), with the overrides in force."""
-        run = self.run
-        w = run.power.phase_w
-        idle = run.power.idle_w
-        level = lo = hi = run.idle_gpus * idle
+        power = self.power
+        w = power.phase_w
+        idle = power.idle_w
+        level = lo = hi = self.idle_gpus * idle
         per_gpu: list[tuple[int, int, float]] = []
-        for track in run.tracks:
+        for track in self.tracks:
             a, b, c = self.job_watts(track)
             level, lo, hi = level + a, lo + b, hi + c
             per_gpu.append((track.job.first_gpu, track.job.gpus, a / track.job.gpus))
-        now = run.env.now
-        for o in run.overrides:
+        now = self.env.now
+        for o in self.overrides:
             if not o.start <= now < o.end:
                 continue
             covered = 0
@@ -95,6 +103,5 @@ class SitePower:
                 delta += n * (w[CODE[o.phase]] - mean)
             delta += (o.count - covered) * (w[CODE[o.phase]] - idle)
             level, lo, hi = level + delta, lo + delta, hi + delta
-        n = run.topology.gpus
-        return (float(run.power.site_mw(level, n)), float(run.power.site_mw(lo, n)),
-                float(run.power.site_mw(hi, n)))
+        n = self.gpus
+        return float(power.site_mw(level, n)), float(power.site_mw(lo, n)), float(power.site_mw(hi, n))

@@ -25,7 +25,7 @@ from ..config.scenario import Scenario, Variability
 from .activity import CompiledPlan
 
 if TYPE_CHECKING:
-    from .run import JobTrack
+    from .track import JobTrack
 
 DAY = 86400.0
 HOTTEST_S = 14 * 3600.0   # GPU clocks are lowest at the day's temperature peak, mid-afternoon (runs start at 00:00)

@@ -9,12 +9,14 @@ each sample ends with Z_SYNC_FLUSH (a killed process leaves a decompressible pre
 at the first sample after MEMBER_BYTES of uncompressed data, so every member begins with a keyframe and a long
 recording can be cut at member boundaries into valid pieces. Concatenated members are plain gzip: `gzip -dc`
 and Python's gzip module read them.
+
+A writer (the simulation, real telemetry) writes to any `Sink`: a Recorder, or a ListSink (keeps the lines).
 """
 
 from __future__ import annotations
 
 import zlib
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from ..config.outfile import Output, open_output
 
@@ -23,8 +25,28 @@ MEMBER_BYTES = 4 << 20
 LEVEL = 6
 
 
+class Sink(Protocol):
+    """Where a writer's lines go: `write(line)` for the header and events, `keyframe(line)` for samples (a
+    reader may start at any of them)."""
+
+    def write(self, line: bytes) -> None: ...
+    def keyframe(self, line: bytes) -> None: ...
+
+
+class ListSink:
+    """A sink that keeps the lines in memory (an in-process consumer takes them from `lines`)."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, line: bytes) -> None:
+        self.lines.append(line)
+
+    keyframe = write
+
+
 class Recorder:
-    """A sink for Run: `write(line)` for events, `keyframe(line)` for samples; `close()` at the end."""
+    """A sink to a file or stdout: `write(line)` for events, `keyframe(line)` for samples; then `close()`."""
 
     def __init__(self, out: BinaryIO | Output, *, compress: bool, close_out: bool = True, level: int = LEVEL) -> None:
         self.out = out

@@ -55,15 +55,29 @@ TARGET_UP = "target_up"
 HOSTS_PLACED = "hosts_placed"
 
 
-def rle_encode(values: np.ndarray) -> dict[str, list[Any]]:
-    """Run-length encode a 1-D array: contiguous blocks of equal value collapse into (value, count)."""
+def rle_arrays(values: np.ndarray, starts: np.ndarray | None = None,
+               size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Run-length encoding as arrays (values, counts): contiguous blocks of equal value collapse.
+
+    `values` is one value per GPU; or, with `starts` (sorted, from 0) and `size`, the value of each block of
+    GPUs [starts[i], starts[i + 1]) up to `size` (the simulation's stages broadcast over their GPUs), equal
+    neighbouring blocks merged.
+    """
     values = np.asarray(values)
     if values.size == 0:
-        return {"v": [], "n": []}
-    change = np.flatnonzero(values[1:] != values[:-1]) + 1
-    starts = np.concatenate(([0], change))
-    counts = np.diff(np.concatenate((starts, [values.size])))
-    return {"v": values[starts].tolist(), "n": counts.tolist()}
+        return values, np.zeros(0, np.int64)
+    keep = np.empty(values.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    first = np.flatnonzero(keep) if starts is None else starts[keep]
+    return values[keep], np.diff(first, append=values.size if size is None else size)
+
+
+def rle_encode(values: np.ndarray, starts: np.ndarray | None = None,
+               size: int | None = None) -> dict[str, list[Any]]:
+    """Run-length encode a 1-D array (or blocks of GPUs, see rle_arrays) as the stream carries it."""
+    v, n = rle_arrays(values, starts, size)
+    return {"v": v.tolist(), "n": n.tolist()}
 
 
 def rle_decode(rle: dict[str, list[Any]], dtype: Any = None, out: np.ndarray | None = None) -> np.ndarray:
@@ -119,6 +133,7 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "check_header",
+    "rle_arrays",
     "rle_decode",
     "rle_encode",
 ]

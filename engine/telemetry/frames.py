@@ -4,6 +4,8 @@ A Frame holds what every GPU reported at one time, NaN where it reported nothing
 missing (docs/events.md, `missing`), never zero. TelemetryStream writes the header (the cluster table placed as a
 simulated cluster is, so the views by rack and pod work) and then one sample per frame, so a time with no data at
 all is a sample whose GPUs are all missing: a gap shows as a gap. Vectorized over GPUs: no Python loop over GPUs.
+The header, the lines and the sink are the stream's (engine/stream/); site power is the model's formula
+(engine/model/power.py), the one a simulated run uses, optics included.
 """
 
 from __future__ import annotations
@@ -11,29 +13,24 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-import orjson
 
 from ..config.errors import escape
-from ..config.facility import IT_OVERHEAD
-from ..config.geometry import RANK_ORDER, TIERS, Geometry
+from ..config.geometry import Geometry
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster, Job
+from ..model.power import PowerModel
 from ..stream import schema
-from ..stream.version import generator
+from ..stream.header import header, job_entry
+from ..stream.lines import line, sample_line, wire_time
+from ..stream.recorder import Sink
 from . import dcgm
 
-OPT = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
 BUSY_PERCENT = 50.0        # a GPU at least this utilized is "compute" in the phase view, below it "idle"
 RUNNING_PERCENT = 5.0      # a job whose GPUs average this much is running
 FAST_GZIP = 1              # zlib level of telemetry recordings: every GPU differs, level 6 costs 7x for 20% less
-
-
-class Sink(Protocol):
-    def write(self, line: bytes) -> None: ...
-    def keyframe(self, line: bytes) -> None: ...
 
 
 @dataclass
@@ -87,7 +84,7 @@ class TelemetryStream:
         self.pod_of_node = np.arange(self.nodes) // self.nodes_per_pod
         self.nvlink_bps = cluster.node_link.gb_s * 1e9
         self.nic_bps = cluster.scale_out.gb_s * 1e9
-        self.overhead_w = cluster.gpu.server_overhead()
+        self.power = PowerModel.of(cluster)
         self.last_xid = np.full(self.gpus, np.nan, dtype=np.float32)
         self.failed = np.zeros(self.gpus, dtype=bool)
         self.samples = 0
@@ -97,25 +94,23 @@ class TelemetryStream:
     # -- header ---------------------------------------------------------------------------------------------
 
     def header(self) -> dict[str, Any]:
-        cluster = dataclasses.asdict(self.cluster)
-        jobs = [{"name": j.name, "kind": j.kind, "model": j.model.name, "first_gpu": j.first_gpu, "gpus": j.gpus,
-                 "tp": j.tp, "cp": j.cp, "pp": j.pp, "dp": j.dp, "ep": j.ep, "virtual_stages": j.virtual_stages,
-                 "rank_order": list(RANK_ORDER), "fits": True} for j in self.jobs]
+        """Line 1: the stream's header (engine/stream/header.py) with the telemetry table; readings are
+        instants, a GPU busy enough is "compute"."""
         util = [0.0] * len(PHASES)
         util[CODE["compute"]] = 1.0
-        return {"type": schema.HEADER, "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
-                "generator": generator(),
-                "scenario": {"name": self.name, "cluster": cluster, "path": self.path},
-                "topology": self.topo, "jobs": jobs, "seed": 0, "sample_interval_s": self.step_s,
-                "duration_s": self.duration_s, "sampling": "instant", "tiers": list(TIERS),
-                "link_scope": dict(schema.LINK_SCOPE),
-                "phases": list(PHASES), "phase_util": util,
-                "power": {"server_overhead_w_per_gpu": self.overhead_w, "it_overhead": IT_OVERHEAD,
-                          "pue": self.cluster.pue, "site_power_budget_mw": self.cluster.site_power_budget_mw},
-                "telemetry": {"source": self.source, "start_unix": self.start_unix, "hosts": self.hosts}}
+        power = self.power
+        scenario = {"name": self.name, "cluster": dataclasses.asdict(self.cluster), "path": self.path}
+        jobs = [job_entry(j, fits=True) for j in self.jobs]
+        return header(scenario=scenario, topology=self.topo, jobs=jobs, seed=0,
+                      sample_interval_s=self.step_s, duration_s=self.duration_s, sampling="instant",
+                      phase_util=util,
+                      power={"server_overhead_w_per_gpu": power.overhead_w_per_gpu,
+                             "it_overhead": power.it_overhead, "pue": power.pue,
+                             "site_power_budget_mw": power.budget_mw, "optics_w": round(power.optics_w, 1)},
+                      telemetry={"source": self.source, "start_unix": self.start_unix, "hosts": self.hosts})
 
     def write_header(self) -> None:
-        self.sink.write(orjson.dumps(self.header(), option=OPT))
+        self.sink.write(line(self.header()))
 
     # -- events ---------------------------------------------------------------------------------------------
 
@@ -124,7 +119,7 @@ class TelemetryStream:
         (host names, an HTTP reason) is escaped: a recording holds plain text only (engine/stream/checks.py)."""
         clean = {k: escape(v) if isinstance(v, str) else [escape(x) for x in v] if isinstance(v, list) else v
                  for k, v in fields.items()}
-        self.sink.write(orjson.dumps({"t": round(t, 6), "type": kind, **clean}, option=OPT))
+        self.sink.write(line({"t": wire_time(t), "type": kind, **clean}))
         self.events += 1
 
     def _faults(self, t: float, xid: np.ndarray, util: np.ndarray) -> None:
@@ -163,38 +158,32 @@ class TelemetryStream:
         power_filled = np.where(power_missing, 0.0, np.maximum(power, 0.0))
         phase = np.where(util_filled >= BUSY_PERCENT, CODE["compute"], CODE["idle"]).astype(np.uint8)
         phase[self.failed] = CODE["failed"]
-        sample: dict[str, Any] = {"t": round(frame.t, 6), "type": schema.SAMPLE,
-                                  "util": schema.rle_encode(np.rint(util_filled).astype(np.int16)),
-                                  "power_w": schema.rle_encode(np.rint(power_filled).astype(np.int32)),
-                                  "phase": schema.rle_encode(phase)}
         missing: dict[str, Any] = {}
         if util_missing.any():
             missing["util"] = _rle_flag(util_missing)
         if power_missing.any():
             missing["power_w"] = _rle_flag(power_missing)
+        memory_gb = None
         memory = g.get(dcgm.FB_USED)
         if memory is not None and not np.isnan(memory).all():
             memory_missing = np.isnan(memory)
             gb = np.where(memory_missing, 0.0, np.round(np.maximum(memory, 0.0) * dcgm.MIB_GB, 1))
-            sample["memory_gb"] = schema.rle_encode(gb.astype(np.float64))
+            memory_gb = schema.rle_encode(gb.astype(np.float64))
             if memory_missing.any():
                 missing["memory_gb"] = _rle_flag(memory_missing)
-        if missing:
-            sample["missing"] = missing
-        links = self._links(frame)
-        if links:
-            sample["links"] = links
+        site_mw = None
         if not power_missing.all():
             present = int((~power_missing).sum())
             total = float(power_filled.sum(dtype=np.float64)) * self.gpus / present   # the missing at the mean
-            site = (total + self.gpus * self.overhead_w) * (1.0 + IT_OVERHEAD) * self.cluster.pue / 1e6
-            sample["site_mw"] = round(site, 4)
-            budget = self.cluster.site_power_budget_mw
-            if budget is not None and site > budget:
-                sample["over_budget"] = True
-        if self.jobs:
-            sample["jobs"] = {j.name: {"running": self._running(util_filled, util_missing, j)} for j in self.jobs}
-        self.sink.keyframe(orjson.dumps(sample, option=OPT))
+            site_mw = self.power.site_mw(total, self.gpus)
+        jobs = {j.name: {"running": self._running(util_filled, util_missing, j)} for j in self.jobs}
+        self.sink.keyframe(sample_line(
+            frame.t, util=schema.rle_encode(np.rint(util_filled).astype(np.int16)),
+            power_w=schema.rle_encode(np.rint(power_filled).astype(np.int32)),
+            phase=schema.rle_encode(phase),
+            memory_gb=memory_gb, missing=missing or None, links=self._links(frame) or None,
+            site_mw=round(site_mw, 4) if site_mw is not None else None,
+            over_budget=site_mw is not None and self.power.over_budget(site_mw), jobs=jobs or None))
         self.samples += 1
 
     def _running(self, util: np.ndarray, missing: np.ndarray, job: Job) -> bool:

@@ -1,0 +1,119 @@
+"""A job's layers in pipeline chunks: which layers each virtual stage (chunk) holds, and what a pipeline
+stage holds on one GPU (parameters, expert parameters, its largest layer, MoE and output layers).
+
+Layers split as engine/model/pipeline.py's split_layers says (the first and last stages get fewer: they also
+hold the embedding and the output layer); with v interleaved chunks per stage, stage r holds virtual stages
+r, p + r, 2p + r, ... Cached per model and layout: a sweep evaluates thousands of configurations of a few
+layouts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..config.catalog import Model
+from . import compute as cm
+from .pipeline import split_layers
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One virtual stage (chunk): its layers and blocks."""
+
+    first_layer: int
+    layers: int
+    embedding: bool
+    output: bool
+    moe: int = 0          # how many of its layers are MoE layers
+
+    @property
+    def dense(self) -> int:
+        return self.layers - self.moe
+
+
+@lru_cache(maxsize=256)
+def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
+    """chunks[r][c]: the virtual stage c * p + r of stage r."""
+    counts = split_layers(model.layers, p * v)
+    starts = list(itertools.accumulate([0] + counts))
+    out = [[Chunk(0, 0, False, False)] * v for _ in range(p)]
+    for vs, n in enumerate(counts):
+        c, r = divmod(vs, p)
+        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n))
+        out[r][c] = Chunk(starts[vs], n, vs == 0, vs == p * v - 1, moe)
+    return tuple(map(tuple, out))
+
+
+@dataclass(frozen=True)
+class StageFacts:
+    """What one pipeline stage holds (all its chunks), on one GPU."""
+
+    params: float
+    expert_params: float
+    largest_layer_params: float
+    layers: int
+    moe: bool                 # holds a MoE layer
+    output: bool              # holds the output layer
+
+
+def chunk_params(model: Model, tp: int, ep: int, pp: int, st: Chunk) -> float:
+    """Parameters of one chunk on one GPU (TP- and EP-sharded)."""
+    p = st.dense * cm.layer_params_per_gpu(model, False, tp, ep)
+    if st.moe:
+        p += st.moe * cm.layer_params_per_gpu(model, True, tp, ep)
+    emb = model.vocab * model.hidden / tp
+    if st.embedding:
+        p += emb
+    if st.output and not (model.tied_embeddings and pp == 1):
+        p += emb
+    return p
+
+
+def expert_params(model: Model, tp: int, ep: int, st: Chunk) -> float:
+    """Expert parameters of one chunk on one GPU (its MoE layers' experts, TP- and EP-sharded)."""
+    if not st.moe:
+        return 0.0
+    experts = model.experts * cm._mlp_params(model.hidden, model.moe_ffn, model.ffn_activation)
+    return st.moe * experts / tp / ep
+
+
+@lru_cache(maxsize=256)
+def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageFacts, ...]:
+    """What each pipeline stage holds on one GPU, all its chunks together."""
+    def first_layer(st: Chunk) -> Chunk:
+        return Chunk(st.first_layer, 1, False, False, int(cm.is_moe_layer(model, st.first_layer)))
+
+    return tuple(StageFacts(
+        params=sum(chunk_params(model, tp, ep, pp, st) for st in stage),
+        expert_params=sum(expert_params(model, tp, ep, st) for st in stage),
+        largest_layer_params=max((chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage
+                                  if st.layers), default=0.0),
+        layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
+        output=any(st.output for st in stage)) for stage in chunks(model, pp, v))
+
+
+@dataclass(frozen=True, eq=False)
+class StageColumns:
+    """stage_facts as arrays over the stages (JobModel.memory computes every stage at once)."""
+
+    params: np.ndarray
+    expert_params: np.ndarray
+    largest_layer_params: np.ndarray
+    moe: np.ndarray
+    output: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> StageColumns:
+    """stage_facts as read-only arrays over the stages."""
+    facts = stage_facts(model, tp, ep, pp, v)
+    columns = [np.array([getattr(f, name) for f in facts], dtype=dtype) for name, dtype in
+               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("moe", bool),
+                ("output", bool))]
+    for c in columns:
+        c.flags.writeable = False                   # shared by every evaluation with this layout
+    return StageColumns(*columns)

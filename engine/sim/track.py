@@ -1,0 +1,82 @@
+"""One job in the run: its layout, plan, segments of activity over time, and progress (what the parts read).
+
+A job's time is a list of segments (engine/sim/activity.py), each with an activity; the integrals over any
+window add the segments' parts in it. The run appends segments as the job trains, checkpoints, fails and
+restarts, and drops those that no later sample can overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..config.geometry import TIERS, JobGeometry
+from ..config.scenario import Job
+from ..model.layout import Layout
+from .activity import NPH, Activity, CompiledPlan, Segment
+
+if TYPE_CHECKING:
+    from .lifecycle import JobDriver
+    from .variability import Stragglers
+
+
+@dataclass
+class JobTrack:
+    """One job in the run: its layout, plan, segments of activity and progress."""
+
+    index: int
+    job: Job
+    layout: Layout
+    plan: CompiledPlan | None            # the cost model's step (the header's figures)
+    segments: list[Segment] = field(default_factory=list)
+    step: int = 0
+    tokens_total: int = 0
+    last_kpi: dict[str, Any] = field(default_factory=dict)
+    process: Any = None
+    stretched: CompiledPlan | None = None    # the step with the wait for the slowest GPU
+    stragglers: Stragglers | None = None
+    driver: JobDriver | None = None
+    productive_s: float = 0.0                # time of the steps completed (since the restart's checkpoint)
+    tuned_at: float = 0.0                    # when the day's clock factor was last applied
+    factor: float = 1.0                      # that factor
+    variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
+    replan: bool = False                     # a new step (its neighbours' traffic) waits for a step boundary
+
+    @property
+    def activity(self) -> Activity:
+        return self.segments[-1].activity
+
+    def stage_index(self) -> np.ndarray:
+        """Pipeline stage of each of the job's GPUs (job-local order; engine/config/geometry.py)."""
+        return JobGeometry.of(self.job).stage_of()
+
+    def durations(self, a: float, b: float) -> np.ndarray:
+        total = np.zeros((self.job.pp, NPH))
+        for seg in self.segments:
+            lo, hi = max(a, seg.start), min(b, seg.end)
+            if hi > lo:
+                total += seg.activity.durations(lo, hi)
+        return total
+
+    def tier_load(self, a: float, b: float) -> np.ndarray:
+        total = np.zeros(len(TIERS))
+        for seg in self.segments:
+            lo, hi = max(a, seg.start), min(b, seg.end)
+            if hi > lo:
+                total += seg.activity.tier_load(lo, hi)
+        return total
+
+    def extra(self, a: float, b: float) -> float:
+        total = 0.0
+        for seg in self.segments:
+            lo, hi = max(a, seg.start), min(b, seg.end)
+            if hi > lo:
+                total += seg.activity.extra(lo, hi)
+        return total
+
+
+def idle_gpus(tracks: list[JobTrack], gpus: int) -> int:
+    """GPUs of the cluster that run no job."""
+    return gpus - sum(t.job.gpus for t in tracks)

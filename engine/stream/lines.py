@@ -1,0 +1,55 @@
+"""The stream's lines as bytes, as every writer serializes them: times on the wire, a line, a sample line.
+
+orjson, compact, `\\n` after every line (docs/events.md). A sample's keys come in one order whoever writes
+it; a part may arrive already serialized (bytes), so the simulation keeps its per-GPU arrays encoded once
+and reuses them for every sample that comes out the same (engine/sim/sampling.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from . import schema
+
+OPT = orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
+OPT_PART = orjson.OPT_SERIALIZE_NUMPY
+# A sample's keys after "t" and "type", in the order they are written (each optional but the per-GPU arrays).
+SAMPLE_KEYS = ("util", "power_w", "phase", "phase_mix", "memory_gb", "missing", "links", "site_mw",
+               "over_budget", "jobs")
+_PREFIX = {key: b',"' + key.encode() + b'":' for key in SAMPLE_KEYS}
+
+
+def wire_time(t: float) -> float:
+    """Times on the wire: seconds, microsecond resolution."""
+    return float(round(t, 6))
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    """One line of the stream (the header, an event): `obj` as JSON and a newline."""
+    return orjson.dumps(obj, option=OPT)
+
+
+def rle_json(values: np.ndarray, starts: np.ndarray | None = None, size: int | None = None) -> bytes:
+    """A per-GPU array run-length encoded (schema.rle_arrays), serialized: a sample part."""
+    v, n = schema.rle_arrays(values, starts, size)
+    return orjson.dumps({"v": v, "n": n}, option=OPT_PART)
+
+
+def sample_line(t: float, *, util: Any, power_w: Any, phase: Any, phase_mix: Any = None,
+                memory_gb: Any = None, missing: Any = None, links: Any = None, site_mw: float | None = None,
+                over_budget: bool = False, jobs: Any = None) -> bytes:
+    """A sample at time t: each part a value, or its JSON already serialized (bytes); None (False for
+    `over_budget`) leaves the key out. Per-GPU arrays are run-length encoded (schema.rle_encode,
+    rle_json)."""
+    parts = (util, power_w, phase, phase_mix, memory_gb, missing, links, site_mw,
+             True if over_budget else None, jobs)
+    out = [b'{"t":', orjson.dumps(wire_time(t)), b',"type":"sample"']
+    for key, value in zip(SAMPLE_KEYS, parts):
+        if value is not None:
+            out.append(_PREFIX[key])
+            out.append(value if isinstance(value, bytes) else orjson.dumps(value, option=OPT_PART))
+    out.append(b"}\n")
+    return b"".join(out)
