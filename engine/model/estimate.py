@@ -24,9 +24,9 @@ from ..config import facility
 from ..config.errors import UserError, quote
 from ..config.geometry import DIMS, Geometry
 from ..config.scenario import Cluster, Job, Scenario
+from . import chunks, contention, pipeline, scaleup, step
 from . import collectives as col
 from . import compute as cm
-from . import contention, pipeline, scaleup, step
 from . import economics as econ
 from . import memory as mem
 from .layout import Layout
@@ -435,7 +435,7 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
     for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
-                   step._chunks, step._stage_facts, step._stage_columns, step._simulate_cached, pipeline._program,
+                   chunks.chunks, chunks.stage_facts, chunks.stage_columns, step._simulate_cached, pipeline._program,
                    pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()

@@ -27,14 +27,12 @@ import numpy as np
 from ..config.geometry import TIERS, Geometry
 from ..config.phases import CODE, PHASES
 from ..config.scenario import Cluster, Job
+from . import chunks as chunking
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from . import scaleup
 from .chunks import Chunk, StageFacts, chunk_params
-from .chunks import chunks as _chunks  # named so for estimate.clear_caches, as are the two below
-from .chunks import stage_columns as _stage_columns
-from .chunks import stage_facts as _stage_facts
 from .pipeline import Intervals, evaluate, peak_inflight, simulate
 from .plan import Interval, StepPlan, extend_run, merge_runs
 
@@ -160,11 +158,11 @@ class JobModel:
         self._tp_s: dict[tuple[float, bool], float] = {}
 
     def chunks(self, v: int) -> tuple[tuple[Chunk, ...], ...]:
-        return _chunks(self.job.model, self.job.pp, v)
+        return chunking.chunks(self.job.model, self.job.pp, v)
 
     def stages(self, v: int) -> tuple[StageFacts, ...]:
         job = self.job
-        return _stage_facts(job.model, job.tp, job.ep, job.pp, v)
+        return chunking.stage_facts(job.model, job.tp, job.ep, job.pp, v)
 
     # -- per chunk costs -------------------------------------------------------------------------------
     def _chunk_passes(self, st: Chunk, micro_batch: int, recompute: str) -> Passes:
@@ -280,7 +278,7 @@ class JobModel:
                     by_blocks[key] = per_tok * sh.tokens
                 chunk_bytes[-1].append(by_blocks[key])
         held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
-        stages = _stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
+        stages = chunking.stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
         transient = 0.0
         if cfg.recompute == "full":
             transient = np.where(stages.moe, full_layer[True], full_layer[False]) if job.model.is_moe else \

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..config.cluster import DegradedLinks
 from ..config.geometry import TIERS, Geometry, JobGeometry
 from ..config.phases import CODE, PHASES
-from ..config.scenario import DegradedLinks
 from ..model.power import PowerModel
 from ..stream.lines import OPT_PART, rle_json, sample_line
 from ..stream.schema import LINK_SCOPE
