@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clustertop.cli import main as cli_main
 from clustertop.tui.app import ClusterTopApp
 from clustertop.tui.grid import View
 from clustertop.tui.sources.recording import RecordingSource
 from clustertop.tui.widgets.heatmap import Heatmap
 from rich.console import Console
-
-from clustertop.cli import main as cli_main
 
 FLAGSHIP = "recordings/flagship-16k.jsonl.gz"
 
@@ -324,12 +323,11 @@ SWEEP = "recordings/sweep-16k.jsonl"
 @sync
 async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path) -> None:
     """Rows by step time, out-of-memory then invalid points last; enter rebuilds the chosen point's scenario."""
+    from clustertop.commands.replay import point_toml
     from clustertop.engine.config import scenario
     from clustertop.engine.stream.sweep_records import looks_like_sweep_results, read_results
     from clustertop.tui.sweep import SweepApp, status
     from textual.widgets import DataTable
-
-    from clustertop.commands.replay import point_toml
 
     assert looks_like_sweep_results(SWEEP) and not looks_like_sweep_results(FLAGSHIP)
     records = read_results(SWEEP)
@@ -559,7 +557,7 @@ def two_jobs_source(names: tuple[str, str] = ("prometheus-pretrain-405b", "front
     """A 6,144-GPU cluster in two pods with two jobs (one a pod each), one sample; the second job down."""
     import numpy as np
     from clustertop.engine.stream import schema
-    from clustertop.engine.stream.index import EventIndex
+    from clustertop.tui.index import EventIndex
     from clustertop.tui.sources import Source
 
     topology = {"gpus": 6144, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072,
