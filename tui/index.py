@@ -91,7 +91,7 @@ class EventIndex:
             seq = self.count + 1
             if kind == schema.STEP:
                 self.steps.add(event, t, seq)
-                if self.max_keyframes and len(self.steps) > 2 * self.max_keyframes:
+                if self.max_keyframes and len(self.steps.t) > 2 * self.max_keyframes:
                     self.steps.drop(self.max_keyframes)
             else:
                 self.event_t.append(t)
@@ -103,7 +103,7 @@ class EventIndex:
                     k = 4 * self.max_keyframes
                     del self.event_t[:k], self.event_seq[:k], self.events[:k]
             self.end_t = max(self.end_t, t)
-            self.count += 1
+            self.count = seq
 
     def _add_sample(self, event: dict[str, Any], t: float) -> None:
         keyframe = Keyframe(event)                # the arrays' conversion, outside the lock
