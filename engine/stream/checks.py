@@ -238,9 +238,9 @@ def _statuses(value: Any) -> str | None:
     for name, status in value.items():
         if type(status) is not dict:
             return f"{quote(name)}: expected an object"
-        why = fields(status, _STATUS, f"{quote(name)}.")
+        why = fields(status, _STATUS)
         if why:
-            return why
+            return f"{quote(name)}.{why}"          # (the name quoted only then: a sample has a status per job)
     return None
 
 

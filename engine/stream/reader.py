@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from itertools import takewhile
 from typing import IO, Any, BinaryIO, Self
 
@@ -252,9 +252,9 @@ class Reader:
             why = f"time goes backwards ({event['t']} after {last})"
         return why
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Generator[dict[str, Any], None, None]:
         """Every event after the header, in order, parsed once and checked against the schema (and t never
-        decreases). A line of a shape already checked (checks.shape) passes on its time alone."""
+        decreases). A line of a shape already checked (checks.SHAPE) passes on its time alone."""
         last = float("-inf")
         loads, checks = orjson.loads, self.checks
         known, passed = checks.known, b"\0"
@@ -265,9 +265,9 @@ class Reader:
                         event = loads(line)
                     except orjson.JSONDecodeError as exc:
                         raise self._bad_line(batch, line, _not_json(exc)) from None
-                    line_shape = line.translate(SHAPE)
+                    line_shape = line.translate(SHAPE) if len(line) <= MAX_SHAPE_BYTES else line
                     if line_shape != passed:
-                        if len(line_shape) > MAX_SHAPE_BYTES or line_shape not in known:
+                        if line_shape is line or line_shape not in known:
                             why = self._problem(event, last)
                             if why:
                                 raise self._bad_line(batch, line, why)
