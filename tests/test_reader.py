@@ -244,8 +244,8 @@ def test_no_corruption_gives_a_traceback(recording: Path, tmp_path: Path) -> Non
 
 def _read_lines(lines: list[bytes], gpus: int = 8) -> list[dict[str, Any]] | str:
     """The events a reader takes from a header and `lines`, or its error."""
-    header = {"type": "header", "schema": "clustertop.events", "schema_version": 1, "topology": {"gpus": gpus},
-              "jobs": []}
+    header = {"type": "header", "schema": "clustertop.events", "schema_version": 1,
+              "topology": {"gpus": gpus}, "jobs": []}
     try:
         return list(Reader(io.BytesIO(b"\n".join([orjson.dumps(header), *lines]) + b"\n")).events())
     except UserError as exc:
@@ -256,14 +256,16 @@ STEP = b'{"t":1.0,"type":"step","job":"%s","step":%s,"step_time_s":0.5,"tokens":
 
 
 @pytest.mark.parametrize(("good", "bad"), [
-    (STEP % (b"\\u0041", b"3"), STEP % (b"\\u0007", b"3")),          # escapes: same shape, \x07 is not plain text
-    (STEP % (b"a", b"-0"), STEP % (b"a", b"-5")),                      # the int -0 passes a count; -5 does not
+    (STEP % (b"\\u0041", b"3"), STEP % (b"\\u0007", b"3")),      # escapes: one shape; \x07 is not plain text
+    (STEP % (b"a", b"-0"), STEP % (b"a", b"-5")),                  # the int -0 passes a count; -5 does not
     (STEP % (b"a", b"10000000000000000000"), STEP % (b"a", b"99999999999999999999")),   # past 2^64: a float
-    (b'{"t":1,"type":"sample","util":{"v":[1],"n":[8]}}', b'{"t":1,"type":"sample","util":{"v":[1],"n":[9]}}'),
-    (b'{"t":1,"type":"sample","phase":{"v":[100],"n":[8]}}', b'{"t":1,"type":"sample","phase":{"v":[300],"n":[8]}}'),
+    (b'{"t":1,"type":"sample","util":{"v":[1],"n":[8]}}',
+     b'{"t":1,"type":"sample","util":{"v":[1],"n":[9]}}'),
+    (b'{"t":1,"type":"sample","phase":{"v":[100],"n":[8]}}',
+     b'{"t":1,"type":"sample","phase":{"v":[300],"n":[8]}}'),
     (STEP % (b"a", b"3"), STEP.replace(b"1.0", b"0.5") % (b"a", b"3")),    # time goes backwards
 ])
-def test_a_line_of_a_checked_shape_is_still_refused_when_its_digits_break_a_check(good: bytes, bad: bytes) -> None:
+def test_a_line_of_a_known_shape_is_still_refused_when_digits_break_a_check(good: bytes, bad: bytes) -> None:
     """The reader passes a line whose shape (digits made 0) it has checked on its time alone: never a line the
     full walk refuses."""
     from clustertop.engine.stream.checks import EventChecks
@@ -276,9 +278,9 @@ def test_a_line_of_a_checked_shape_is_still_refused_when_its_digits_break_a_chec
 
 
 def test_the_shape_fast_path_agrees_with_the_full_check_on_every_digit() -> None:
-    """The discrete events of the committed recordings with random digits (1-9 for 1-9): the reader takes such a
-    line after one of its shape exactly when the full walk of engine/stream/checks.py passes it (and its time
-    does not go back)."""
+    """The discrete events of the committed recordings with random digits (1-9 for 1-9): the reader takes
+    such a line after one of its shape exactly when the full walk of engine/stream/checks.py passes it (and
+    its time does not go back)."""
     from clustertop.engine.stream.checks import SHAPE, EventChecks
 
     rng = np.random.default_rng(7)
@@ -288,7 +290,7 @@ def test_the_shape_fast_path_agrees_with_the_full_check_on_every_digit() -> None
         header, checks = reader.header, EventChecks(reader.header)
         for line in [orjson.dumps(e) for e in reader.events() if e["type"] != "sample"]:
             for _ in range(40):
-                mutated = bytes(b if not 49 <= b <= 57 else rng.integers(49, 58) for b in line)   # no leading 0
+                mutated = bytes(b if not 49 <= b <= 57 else rng.integers(49, 58) for b in line)  # no 0 made
                 assert mutated.translate(SHAPE) == line.translate(SHAPE)
                 event = orjson.loads(mutated)
                 fine = checks.problem(event) is None and event["t"] >= orjson.loads(line)["t"]

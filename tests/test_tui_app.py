@@ -1,5 +1,5 @@
-"""Pilot tests of the dashboard: keys and mouse change the app's state as they should (play, speed, seek, zoom,
-cursor, metric, help, compare)."""
+"""Pilot tests of the dashboard: keys and mouse change the app's state as they should (play, speed, seek,
+zoom, cursor, metric, help, compare)."""
 
 from __future__ import annotations
 

@@ -249,8 +249,9 @@ def test_live_source_reports_the_engines_error() -> None:
 
 
 def test_index_keeps_keyframes_parsed_and_packs_large_ones() -> None:
-    """A keyframe is parsed once: its runs are numpy arrays in the dtype the state decodes them into; the arrays of
-    a cluster whose GPUs all differ are zlib-packed; the state folded from either is the sample's."""
+    """A keyframe is parsed once: its runs are numpy arrays (whole numbers in the smallest dtype); large
+    arrays that pack (the counts of a cluster whose GPUs all differ) are zlib-packed; the state folded from it
+    is the sample's."""
     from clustertop.engine.stream.state import ClusterState
     from clustertop.tui.keyframe import Keyframe
 
@@ -259,13 +260,16 @@ def test_index_keeps_keyframes_parsed_and_packs_large_ones() -> None:
         event = {**sample(3.0, 0), "util": schema.rle_encode(util)}
         keyframe = Keyframe(event)
         runs = keyframe.event()["util"]
-        assert runs["v"].dtype == np.float32 and runs["v"].tolist() == event["util"]["v"]
+        assert runs["v"].dtype == np.uint8 and runs["v"].tolist() == event["util"]["v"]
         assert runs["n"].tolist() == event["util"]["n"]
-        assert keyframe.parts["util"].v.packed == (util.size > 10_000 and len(event["util"]["v"]) > 1000)
+        runs_of = keyframe.parts["util"]
+        assert runs_of.n.packed == (len(event["util"]["n"]) > 1024)        # 16K counts of 1: packed
+        assert not runs_of.v.packed                                          # one run, or noise: not worth it
         direct, kept = ClusterState(header()), ClusterState(header())
         direct.apply(event)
         kept.apply(keyframe.event())
-        assert np.array_equal(direct.util, kept.util) and np.array_equal(direct.links["core"], kept.links["core"])
+        assert np.array_equal(direct.util, kept.util)
+        assert np.array_equal(direct.links["core"], kept.links["core"])
         gpus = [0, 7, 16383]
         assert keyframe.util_of(gpus, 16384) == [float(direct.util[g]) for g in gpus]
 

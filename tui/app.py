@@ -1,8 +1,9 @@
 """The clustertop dashboard app: one clock over one or two event sources, drawn at a fixed frame rate.
 
 Every frame the clock advances (wall time x speed, or to the live edge), each source folds the events up to
-the clock into its view (tui/display.py), and the screen redraws what changed. Readers never post per-event messages: the
-frame timer polls them, so updates are coalesced to the frame rate however fast the engine writes.
+the clock into its view (tui/display.py), and the screen redraws what changed. Readers never post per-event
+messages: the frame timer polls them, so updates are coalesced to the frame rate however fast the engine
+writes.
 """
 
 from __future__ import annotations

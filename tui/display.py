@@ -1,6 +1,7 @@
-"""The dashboard's view-model at a time: the cluster's state (engine/stream/state.py's reducer) and what only the
-display keeps of the stream's past: the event log, the sparkline history of site power and link loads, and the
-site's energy so far (with what it cost). The seek index (tui/index.py) builds one for any time it seeks to.
+"""The dashboard's view-model at a time: the cluster's state (engine/stream/state.py's reducer) and what only
+the display keeps of the stream's past: the event log, the sparkline history of site power and link loads, and
+the site's energy so far (with what it cost). The seek index (tui/index.py) builds one for any time it seeks
+to.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def energy_mwh(site_mw: Any, seconds: float) -> float:
 
 
 def link_peaks(links: Mapping[str, Any]) -> dict[str, float]:
-    """Each tier's highest load in a sample's "links" (a value, or a list per pod or building), as the sparklines
-    plot it."""
+    """Each tier's highest load in a sample's "links" (a value, or a list per pod or building), as the
+    sparklines plot it."""
     peaks: dict[str, float] = {}
     for tier, load in links.items():
         if isinstance(load, (list, tuple, np.ndarray)):      # lists as parsed, float32 arrays as kept
@@ -37,9 +38,9 @@ def link_peaks(links: Mapping[str, Any]) -> dict[str, float]:
 
 
 class DisplayState(ClusterState):
-    """A ClusterState that also keeps what the dashboard shows of the past: every discrete event it folds goes to
-    the log (`events`), every sample's site MW and link peaks to the sparklines, and its energy to `energy_mwh`
-    (up to `energy_t`)."""
+    """A ClusterState that also keeps what the dashboard shows of the past: every discrete event it folds goes
+    to the log (`events`), every sample's site MW and link peaks to the sparklines, and its energy to
+    `energy_mwh` (up to `energy_t`)."""
 
     def __init__(self, header: dict[str, Any]) -> None:
         super().__init__(header)
@@ -81,7 +82,8 @@ def tokens_kept(state: ClusterState) -> float:
 
 
 def spent(state: DisplayState) -> tuple[float, float | None]:
-    """The site's energy (MWh) and cost (USD, None without [economics]) from the start to the latest sample."""
+    """The site's energy (MWh) and cost (USD, None without [economics]) from the start to the latest
+    sample."""
     cost = state.economics.run_cost(state.gpus, state.energy_mwh, state.energy_t / 3600.0) \
         if state.economics is not None else None
     return state.energy_mwh, cost

@@ -1,16 +1,16 @@
-"""The seek index of an event stream: its events as the reader parsed them, kept compact, and the two ways to read
-it: rebuild the dashboard's view at a time, and advance one. The dashboard reads every source (a file, a pipe, a
-live engine) through one; benchmarks time the same.
+"""The seek index of an event stream: its events as the reader parsed them, kept compact, and the two ways to
+read it: rebuild the dashboard's view at a time, and advance one. The dashboard reads every source (a file, a
+pipe, a live engine) through one; benchmarks time the same.
 
-Samples carry full state, so each is a keyframe: the view at time t is the last keyframe at or before t, plus the
-job figures of the last `step` per job, the discrete events (for the log) and the sparkline history. Every event
-is parsed once, by the reader (engine/stream/reader.py), and kept in the form the state reads: a keyframe's
-per-GPU run-length arrays as numpy arrays in the dtype the state decodes them into (zlib-packed when large: a
-real cluster's GPUs all differ), steps as columns of their figures (tui/steps.py), discrete events as parsed, and
-per sample its site power and link peaks for the sparklines.
+Samples carry full state, so each is a keyframe: the view at time t is the last keyframe at or before t, plus
+the job figures of the last `step` per job, the discrete events (for the log) and the sparkline history. Every
+event is parsed once, by the reader (engine/stream/reader.py), and kept in the form the state reads: a
+keyframe's per-GPU run-length arrays as numpy arrays, zlib-packed when large (tui/keyframe.py), steps as
+columns of their figures (tui/steps.py), discrete events as parsed, and per sample its site power and link
+peaks for the sparklines.
 
-One thread appends (the reader), the UI thread reads; a lock guards the lists. In live mode the index is bounded
-(`max_keyframes`): old keyframes and steps are thinned so memory stays flat however long it runs.
+One thread appends (the reader), the UI thread reads; a lock guards the lists. In live mode the index is
+bounded (`max_keyframes`): old keyframes and steps are thinned so memory stays flat however long it runs.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class EventIndex:
         self.keyframes: list[Keyframe] = []
         self.sample_mw: list[float | None] = []
         self.sample_links: list[dict[str, float]] = []
-        self.sample_mwh: list[float] = []        # the site's energy up to each sample (its MW x the time since)
+        self.sample_mwh: list[float] = []        # the site's energy up to each sample (MW x the time since)
         self.steps = Steps()
         self.event_t: list[float] = []           # discrete events (everything but samples and steps)
         self.event_seq: list[int] = []
@@ -73,8 +73,8 @@ class EventIndex:
                 note(f"reading {path}: {index.count:,} events, t = {index.end_t:,.0f} s "
                      f"({last_note - started:.0f} s)")
         if index.keyframe_count() == 0:
-            raise UserError("has a header but no sample events; expected a recording with at least one sample",
-                            path)
+            raise UserError("has a header but no sample events; expected a recording with at least one "
+                            "sample", path)
         index.finish()
         return index
 
@@ -159,12 +159,13 @@ class EventIndex:
             return [(t, str(event.get("type", ""))) for t, event in zip(self.event_t, self.events)]
 
     def utilization(self, times: list[float], gpus: list[int]) -> list[list[float]]:
-        """The utilization (0..1) of `gpus` in the state at each of `times`: their values in the keyframe at or
-        before it, without rebuilding a state (the worst-GPUs table's sparklines)."""
+        """The utilization (0..1) of `gpus` in the state at each of `times`: their values in the keyframe at
+        or before it, without rebuilding a state (the worst-GPUs table's sparklines)."""
         with self.lock:
             frames = [self.keyframes[k - 1] if k else None
                       for k in (bisect.bisect_right(self.sample_t, when) for when in times)]
-        return [frame.util_of(gpus, self.gpus) if frame is not None else [0.0] * len(gpus) for frame in frames]
+        return [frame.util_of(gpus, self.gpus) if frame is not None else [0.0] * len(gpus)
+                for frame in frames]
 
     def state_at(self, t: float) -> DisplayState:
         """The view at simulated time t, rebuilt from the last keyframe at or before t."""
@@ -179,8 +180,8 @@ class EventIndex:
             steps = self.steps.last_per_job(self.steps.count_to(t), len(self.header.get("jobs", [])))
             energy = (self.sample_t[k - 1], self.sample_mwh[k - 1]) if k else None
         seen = {id(event) for _, event in events}
-        state = _fold(state, [(jt, event) for jt, event in jobs if id(event) not in seen], steps, history, keyframe,
-                      events)
+        jobs = [(jt, event) for jt, event in jobs if id(event) not in seen]
+        state = _fold(state, jobs, steps, history, keyframe, events)
         if energy is not None:      # the energy of every sample before, not only of those folded
             state.energy_t, state.energy_mwh = energy
         return state
@@ -222,9 +223,11 @@ class EventIndex:
         return _fold(state, [], steps, history, keyframe, events), new_cursor
 
 
-def _fold(state: DisplayState, jobs: list[tuple[float, dict[str, Any]]], steps: list[tuple[float, dict[str, Any]]],
-          history: list[History], keyframe: tuple[float, Keyframe] | None,
-          events: list[tuple[float, dict[str, Any]]]) -> DisplayState:
+Timed = list[tuple[float, dict[str, Any]]]     # events with their times
+
+
+def _fold(state: DisplayState, jobs: Timed, steps: Timed, history: list[History],
+          keyframe: tuple[float, Keyframe] | None, events: Timed) -> DisplayState:
     """Fold stored events into `state` in time order; at the same time: job status, steps, sparkline history,
     the keyframe, then discrete events."""
     timeline: list[tuple[float, int, Any]] = []

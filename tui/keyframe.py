@@ -1,8 +1,9 @@
-"""A sample as the seek index keeps it (tui/index.py): parsed once, its per-GPU run-length arrays as numpy arrays
-in the dtype the state decodes them into, zlib-packed when large (a real cluster's GPUs all differ: 16K runs per
-array), its link loads as float32 arrays and its phase mix's tables as numpy arrays. `event()` gives it back as a
-sample the state folds; a part that does not convert (a hostile file's phase mix, which the reader does not
-check) is kept as parsed, and the state copes with it as with any.
+"""A sample as the seek index keeps it (tui/index.py): parsed once, its per-GPU run-length arrays as numpy
+arrays (whole numbers in the smallest dtype that holds them, floats as the state holds them), zlib-packed when
+large (a real cluster's GPUs all differ: 16K runs per array), its link loads as float32 arrays and its phase
+mix's tables as numpy arrays. `event()` gives it back as a sample the state folds; a part that does not
+convert (a hostile file's phase mix, which the reader does not check) is kept as parsed, and the state copes
+with it as with any.
 """
 
 from __future__ import annotations
@@ -19,21 +20,24 @@ _BAD = (TypeError, ValueError, KeyError, OverflowError)
 
 
 class _Array:
-    """A numpy array, zlib-packed when large."""
+    """A numpy array, zlib-packed when large and its first 4 KB pack to 70% or less (noise does not pack: the
+    power of 16K GPUs that all differ would cost milliseconds a sample to pack for nothing)."""
 
     __slots__ = ("data", "dtype", "packed")
 
     def __init__(self, values: np.ndarray) -> None:
         self.dtype = values.dtype
-        self.packed = values.nbytes > PACK_BYTES
-        self.data: Any = zlib.compress(values.tobytes(), 1) if self.packed else values
+        raw = values.tobytes() if values.nbytes > PACK_BYTES else b""
+        self.packed = bool(raw) and len(zlib.compress(raw[:4096], 1)) <= 0.7 * min(len(raw), 4096)
+        self.data: Any = zlib.compress(raw, 1) if self.packed else values
 
     def get(self) -> np.ndarray:
         return np.frombuffer(zlib.decompress(self.data), dtype=self.dtype) if self.packed else self.data
 
 
 class _Runs:
-    """A run-length array: its values in the state's dtype, its counts as int32 (int64 past 2^31)."""
+    """A run-length array: whole numbers in the smallest integer dtype that holds them (the state converts
+    them exactly), other values in the state's dtype; zlib-packed when large."""
 
     __slots__ = ("n", "v")
 
@@ -44,18 +48,25 @@ class _Runs:
     def of(cls, rle: Any, dtype: Any) -> Any:
         """The runs of `rle` ({"v": [...], "n": [...]}), or `rle` itself when they do not convert."""
         try:
-            v = np.asarray(rle["v"], dtype=dtype)
-            n = np.asarray(rle["n"], dtype=np.int64)
+            v, n = np.asarray(rle["v"]), np.asarray(rle["n"])
         except _BAD:
             return rle
-        if v.ndim != 1 or n.ndim != 1:
+        if v.ndim != 1 or n.ndim != 1 or v.dtype.kind not in "biuf" or n.dtype.kind not in "biu":
             return rle
-        if n.size and 0 <= int(n.min()) and int(n.max()) < 2 ** 31:
-            n = n.astype(np.int32)
-        return cls(v, n)
+        if v.dtype.kind == "f" and np.dtype(dtype).kind == "f":
+            v = v.astype(dtype)                    # floats: as the state will hold them
+        return cls(_narrow(v), _narrow(n))
 
     def rle(self) -> dict[str, np.ndarray]:
         return {"v": self.v.get(), "n": self.n.get()}
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Whole numbers in the smallest dtype that holds them all; other arrays as they are."""
+    if values.dtype.kind not in "iu" or not values.size:
+        return values
+    low, high = int(values.min()), int(values.max())
+    return values.astype(np.result_type(np.min_scalar_type(low), np.min_scalar_type(high)), copy=False)
 
 
 def _runs_back(value: Any) -> Any:
@@ -118,8 +129,8 @@ class Keyframe:
         return event
 
     def util_of(self, gpus: list[int], total: int) -> list[float]:
-        """Utilization (0..1) of `gpus` as a state folding this sample shows it (float32, zeros when the runs do not
-        cover the `total` GPUs), read from the runs without decoding the others."""
+        """Utilization (0..1) of `gpus` as a state folding this sample shows it (float32, zeros when the runs
+        do not cover the `total` GPUs), read from the runs without decoding the others."""
         util = self.parts.get("util")
         if util is None:
             return [0.0] * len(gpus)

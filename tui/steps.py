@@ -1,11 +1,11 @@
-"""The step events of a stream as the seek index keeps them (tui/index.py): parsed once, by the reader, and stored
-as columns of the figures the state reads (step, step time, tokens/s, TFLOP/s, MFU, tokens...), not as 700,000
-dicts. Per step: its time, its arrival number, its job and its shape (its keys, which of its figures were whole
-numbers) in one int, and its figures, float64, seven slots in one flat array. A step that does not fit (more than
-seven figures beside its time, type and job's name, or one that is not a number) is kept as parsed. A step comes
-back as an equal dict: its time a float, a figure a whole number where its shape's first step had one and the
-value is whole (a float64 holds whole numbers exactly up to 2^53; a step count or token total past that is not a
-stream this reads).
+"""The step events of a stream as the seek index keeps them (tui/index.py): parsed once, by the reader, and
+stored as columns of the figures the state reads (step, step time, tokens/s, TFLOP/s, MFU, tokens...), not as
+700,000 dicts. Per step: its time, its arrival number, its job and its shape (its keys, which of its figures
+were whole numbers) in one int, and its figures, float64, seven slots in one flat array. A step that does not
+fit (more than seven figures beside its time, type and job's name, or one that is not a number) is kept as
+parsed. A step comes back as an equal dict: its time a float, a figure a whole number where its shape's first
+step had one and the value is whole (a float64 holds whole numbers exactly up to 2^53; a step count or token
+total past that is not a stream this reads).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-STRIDE = 7                  # figures a step keeps (the engine's: step, step time, tokens, tokens/s, TFLOP/s, MFU, total)
+STRIDE = 7                  # figures a step keeps (the engine's: step, step time, tokens, tokens/s, TFLOP/s,
+                            # MFU, token total)
 MAX_SHAPES = 1024
 FLUSH = 1 << 14             # figures gathered in a list before they join the array (a list takes them faster)
 _KEPT = ("t", "type", "job")
@@ -59,7 +60,7 @@ class Steps:
     def __init__(self) -> None:
         self.t = array("d")
         self.seq = array("q")             # arrival numbers
-        self.kind = array("q")            # shape << 32 | job (indices into `shapes` and `names`); -1: kept whole
+        self.kind = array("q")            # shape << 32 | job (into `shapes` and `names`); -1: kept whole
         self.values = array("d")
         self._pending: list[float] = []
         self.names: list[str] = []

@@ -1,17 +1,19 @@
 """The stream's header and events checked against the schema (docs/events.md), once, in the reader.
 
-Every field a reader of the stream uses (the reducer, the seek index, the Perfetto export, the dashboard) is checked
-here for its type and range, so that a recording with valid JSON but wrong types ends in one line naming the
-line and key, not a traceback somewhere downstream. What the readers do not use is not checked: unknown keys and
-unknown event types pass (newer writers may add them), and sample keys beyond the ones below are free.
+Every field a reader of the stream uses (the reducer, the seek index, the Perfetto export, the dashboard) is
+checked here for its type and range, so that a recording with valid JSON but wrong types ends in one line
+naming the line and key, not a traceback somewhere downstream. What the readers do not use is not checked:
+unknown keys and unknown event types pass (newer writers may add them), and sample keys beyond the ones below
+are free.
 
 A check returns None, or what is wrong ("util: expected ...") for the reader to put after the line's place.
 
-Every event is checked, most in one step: a line's shape (its bytes with every digit made 0) fixes its keys, the
-type of every value (a string is quoted; a number's sign, point, exponent and digit count are in the shape) and
-every character of its strings but digits, which no check refuses. So once a line of a discrete event passed the
-full walk, a later line of the same shape passes it too (`EventChecks.known`, `SHAPE`); the reader still checks its time.
-Samples are walked each time: whether their runs cover the GPUs depends on the digits.
+Every event is checked, most in one step: a line's shape (its bytes with every digit made 0) fixes its keys,
+the type of every value (a string is quoted; a number's sign, point, exponent and digit count are in the
+shape) and every character of its strings but digits, which no check refuses. So once a line of a discrete
+event passed the full walk, a later line of the same shape passes it too (`EventChecks.known`, `SHAPE`); the
+reader still checks its time. Samples are walked each time: whether their runs cover the GPUs depends on the
+digits.
 """
 
 from __future__ import annotations
@@ -166,8 +168,8 @@ def _jobs_problem(jobs: list[Any], gpus: int) -> str | None:
 def _rle(gpus: int, phase: bool = False) -> Check:
     """A run-length encoded per-GPU array covering `gpus` GPUs: {"v": [numbers], "n": [counts]}. Checked with
     C-speed built-ins (a sample of 2M GPUs has ~10^5 runs): a sum is an int only when every term is one, and
-    raises on anything but numbers. A sample's runs often repeat the last sample's: lists equal to the last that
-    passed are not walked again, but for the counts' sum (1.0 == 1: the sum's type tells a float)."""
+    raises on anything but numbers. A sample's runs often repeat the last sample's: lists equal to the last
+    that passed are not walked again, but for the counts' sum (1.0 == 1: the sum's type tells a float)."""
     passed: list[list[Any]] = [[], []]          # the counts and values that passed last
 
     def check(value: Any) -> str | None:
@@ -206,8 +208,8 @@ def _unsigned(values: list[int], code: str) -> bool:
 
 
 def _links() -> Check:
-    """A sample's "links": tier -> a load or a list of loads (tier names found plain text once are not searched
-    again)."""
+    """A sample's "links": tier -> a load or a list of loads (tier names found plain text once are not
+    searched again)."""
     names: set[str] = set()
 
     def check(value: Any) -> str | None:
@@ -240,7 +242,7 @@ def _statuses(value: Any) -> str | None:
             return f"{quote(name)}: expected an object"
         why = fields(status, _STATUS)
         if why:
-            return f"{quote(name)}.{why}"          # (the name quoted only then: a sample has a status per job)
+            return f"{quote(name)}.{why}"          # (quoted only then: a sample has a status per job)
     return None
 
 
@@ -312,7 +314,7 @@ _EVENTS: dict[str, dict[str, Check]] = {
 
 SHAPE = bytes.maketrans(b"123456789", b"000000000")   # a line's shape: line.translate(SHAPE), every digit 0
 _NEGATIVE_ZERO = re.compile(rb"-0(?![.eE])")     # the int 0: its shape is that of -5, which a count refuses
-MAX_SHAPES = 4096                                 # shapes kept per stream (a hostile file makes each line new)
+MAX_SHAPES = 4096                                 # shapes kept per stream (a hostile file: each line new)
 MAX_SHAPE_BYTES = 2048                            # longer lines are samples or alike: walked, not looked up
 
 
@@ -325,8 +327,8 @@ class EventChecks:
         self.specs = dict(_EVENTS)
         self.known: set[bytes] = set()        # shapes of lines that passed (remember)
         self.specs[schema.SAMPLE] = {"util": _rle(gpus), "power_w": _rle(gpus), "phase": _rle(gpus, phase=True),
-                                     "links": _links(), "site_mw": number, "over_budget": boolean, "jobs": _statuses,
-                                     "memory_gb": _rle(gpus), "missing": _missing(gpus)}
+                                     "links": _links(), "site_mw": number, "over_budget": boolean,
+                                     "jobs": _statuses, "memory_gb": _rle(gpus), "missing": _missing(gpus)}
 
     def problem(self, event: Any) -> str | None:
         """What is wrong with a parsed line as an event, or None: an object with a finite number "t" and a
@@ -347,10 +349,10 @@ class EventChecks:
         return fields(event, spec)
 
     def remember(self, event: Any, line: bytes, line_shape: bytes) -> None:
-        """`event` (parsed from `line`) passed `problem`: later lines of its shape pass too, unless the shape does not
-        decide the walk: a sample (its runs must cover the GPUs), an unknown type (a type name's digits are not in
-        the shape), an escape in a string (\\u0007 has the shape of \\u0041), a number of 20 digits or more (an int
-        or a float), or an int -0."""
+        """`event` (parsed from `line`) passed `problem`: later lines of its shape pass too, unless the shape
+        does not decide the walk: a sample (its runs must cover the GPUs), an unknown type (a type name's
+        digits are not in the shape), an escape in a string (\\u0007 has the shape of \\u0041), a number of 20
+        digits or more (an int or a float), or an int -0."""
         if (len(self.known) < MAX_SHAPES and len(line) <= MAX_SHAPE_BYTES and type(event) is dict
                 and event.get("type") in _EVENTS
                 and b"\\" not in line and b"00000000000000000000" not in line_shape

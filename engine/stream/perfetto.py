@@ -134,8 +134,8 @@ class _Trace:
         self.stages, self.stage_names = _stages(jobs)
         per_pod = int(header["topology"].get("gpus_per_pod", gpus)) or gpus
         pod_starts = np.arange(0, gpus, per_pod)
-        self.pods = _Groups([pod_starts], [np.minimum(pod_starts + per_pod, gpus)], [np.arange(len(pod_starts))],
-                            len(pod_starts))
+        self.pods = _Groups([pod_starts], [np.minimum(pod_starts + per_pod, gpus)],
+                            [np.arange(len(pod_starts))], len(pod_starts))
 
     def meta(self, pid: int, name: str, sort: int, tid: int | None = None) -> None:
         """Names and order of processes and threads."""
@@ -203,8 +203,8 @@ class _Trace:
 
 
 def _stages(jobs: list[dict[str, Any]]) -> tuple[_Groups, list[str]]:
-    """The GPU ranges of each (job, pipeline stage), for means computed from a sample's runs (not per GPU), and the
-    stages' counter names."""
+    """The GPU ranges of each (job, pipeline stage), for means computed from a sample's runs (not per GPU),
+    and the stages' counter names."""
     stage_starts, stage_ends, stage_of = [], [], []
     stage_names: list[str] = []
     for job in jobs:
@@ -213,7 +213,8 @@ def _stages(jobs: list[dict[str, Any]]) -> tuple[_Groups, list[str]]:
         stage_starts.append(starts)
         stage_ends.append(np.minimum(starts + where.unit, where.first_gpu + where.gpus))
         stage_of.append(len(stage_names) + stage)
-        stage_names += [f"{job['name']} stage {s:02d}" if where.pp > 1 else f"{job['name']}" for s in range(where.pp)]
+        stage_names += [f"{job['name']} stage {s:02d}" if where.pp > 1 else f"{job['name']}"
+                        for s in range(where.pp)]
     return _Groups(stage_starts, stage_ends, stage_of, len(stage_names)), stage_names
 
 

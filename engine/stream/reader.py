@@ -239,8 +239,8 @@ class Reader:
         yield from self._batches
 
     def _bad_line(self, batch: list[bytes], line: bytes, message: str) -> UserError:
-        """The error of a line of `batch`, naming its number. Lines are found by identity: split makes a new object
-        of each, but for the empty line and those of one byte, whose first is the first to fail."""
+        """The error of a line of `batch`, naming its number. Lines are found by identity: split makes a new
+        object of each, but for the empty line and those of one byte, whose first is the first to fail."""
         number = self.lines.count - len(batch) + next(i for i, x in enumerate(batch) if x is line) + 1
         return _bad(self.name, number, message)
 
@@ -256,7 +256,8 @@ class Reader:
         """Every event after the header, in order, parsed once and checked against the schema (and t never
         decreases). A line of a shape already checked (checks.SHAPE) passes on its time alone."""
         last = float("-inf")
-        loads, checks = orjson.loads, self.checks
+        loads, checks, translate, table = orjson.loads, self.checks, bytes.translate, SHAPE
+        longest = MAX_SHAPE_BYTES
         known, passed = checks.known, b"\0"
         try:
             for batch in self._all_batches():
@@ -265,7 +266,7 @@ class Reader:
                         event = loads(line)
                     except orjson.JSONDecodeError as exc:
                         raise self._bad_line(batch, line, _not_json(exc)) from None
-                    line_shape = line.translate(SHAPE) if len(line) <= MAX_SHAPE_BYTES else line
+                    line_shape = translate(line, table) if len(line) <= longest else line
                     if line_shape != passed:
                         if line_shape is line or line_shape not in known:
                             why = self._problem(event, last)
