@@ -70,9 +70,6 @@ class Steps:
         self._ids: dict[tuple[tuple[str, ...], tuple[type, ...]], int] = {}
         self._last: _Shape | None = None      # the latest step's shape, tried first
 
-    def __len__(self) -> int:
-        return len(self.t)
-
     def add(self, event: dict[str, Any], t: float, seq: int) -> None:
         """Append a step (its time `t`, its arrival number `seq`): the latest step's shape is tried first."""
         shape = self._last
