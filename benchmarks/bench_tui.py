@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from clustertop.engine.config.phases import CODE
 from clustertop.engine.stream import schema
-from clustertop.engine.stream.index import EventIndex
 from clustertop.tui.app import ClusterTopApp
+from clustertop.tui.index import EventIndex
 from clustertop.tui.sources import Source
 from clustertop.tui.widgets.heatmap import Heatmap
 

@@ -15,7 +15,7 @@ from clustertop.engine.model import collectives as col
 from clustertop.engine.model.estimate import estimate, estimate_job, to_json
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import schema
-from clustertop.engine.stream.index import EventIndex
+from clustertop.tui.index import EventIndex
 from clustertop.engine.stream.state import ClusterState
 from clustertop.tui.widgets import links
 from clustertop.tui.widgets.event_log import describe

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clustertop.engine.stream.index import EventIndex
-from clustertop.engine.stream.state import ClusterState, spent, tokens_kept
+from clustertop.cli import main
+from clustertop.engine.stream.state import ClusterState
+from clustertop.tui.display import DisplayState, spent, tokens_kept
+from clustertop.tui.index import EventIndex
 from clustertop.tui.widgets import comparison, jobs, links, power
 from fake_plan import QUIET, SMALL, write_scenario
-
-from clustertop.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_energy_and_cost_so_far_match_the_recorder(recorded: tuple[Path, dict[st
     half = index.state_at(30.0)
     assert 0.4 * mwh < spent(half)[0] < 0.6 * mwh                   # the energy of every sample before, not one
     # playing forward sample by sample adds up to the same as a seek
-    state = ClusterState(index.header)
+    state = DisplayState(index.header)
     state, cursor = index.advance(state, 0, 20.0)
     for t in (25.0, 30.0):
         state, cursor = index.advance(state, cursor, t)
@@ -70,7 +70,7 @@ def test_jobs_show_the_plans_cost_per_token(recorded: tuple[Path, dict[str, Any]
 def test_a_recording_without_economics_shows_no_cost() -> None:
     header = {"type": "header", "topology": {"gpus": 8}, "jobs": [],
               "scenario": {"economics": {"capex_usd_per_accelerator": "x"}}}
-    state = ClusterState(header)
+    state = DisplayState(header)
     state.apply({"t": 1.0, "type": "sample", "site_mw": 2.0})
     mwh, usd = spent(state)
     assert mwh == pytest.approx(2.0 / 3600) and usd is None

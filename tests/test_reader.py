@@ -16,10 +16,10 @@ from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import recorder
-from clustertop.engine.stream.index import EventIndex
 from clustertop.engine.stream.reader import Reader, fold, iter_events, iter_lines_events
 from clustertop.engine.stream.recorder import Recorder
 from clustertop.engine.stream.state import ClusterState
+from clustertop.tui.index import EventIndex
 from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, fake_planner, write_scenario
 
 TESTS = str(Path(__file__).parent)
@@ -242,19 +242,65 @@ def test_no_corruption_gives_a_traceback(recording: Path, tmp_path: Path) -> Non
                 assert "\n" not in str(exc)
 
 
-def test_the_fast_step_check_never_passes_what_the_full_check_refuses() -> None:
+def _read_lines(lines: list[bytes], gpus: int = 8) -> list[dict[str, Any]] | str:
+    """The events a reader takes from a header and `lines`, or its error."""
+    header = {"type": "header", "schema": "clustertop.events", "schema_version": 1,
+              "topology": {"gpus": gpus}, "jobs": []}
+    try:
+        return list(Reader(io.BytesIO(b"\n".join([orjson.dumps(header), *lines]) + b"\n")).events())
+    except UserError as exc:
+        return str(exc)
+
+
+STEP = b'{"t":1.0,"type":"step","job":"%s","step":%s,"step_time_s":0.5,"tokens":1024,"mfu":0.3}'
+
+
+@pytest.mark.parametrize(("good", "bad"), [
+    (STEP % (b"\\u0041", b"3"), STEP % (b"\\u0007", b"3")),      # escapes: one shape; \x07 is not plain text
+    (STEP % (b"a", b"-0"), STEP % (b"a", b"-5")),                  # the int -0 passes a count; -5 does not
+    (STEP % (b"a", b"10000000000000000000"), STEP % (b"a", b"99999999999999999999")),   # past 2^64: a float
+    (b'{"t":1,"type":"sample","util":{"v":[1],"n":[8]}}',
+     b'{"t":1,"type":"sample","util":{"v":[1],"n":[9]}}'),
+    (b'{"t":1,"type":"sample","phase":{"v":[100],"n":[8]}}',
+     b'{"t":1,"type":"sample","phase":{"v":[300],"n":[8]}}'),
+    (STEP % (b"a", b"3"), STEP.replace(b"1.0", b"0.5") % (b"a", b"3")),    # time goes backwards
+])
+def test_a_line_of_a_known_shape_is_still_refused_when_digits_break_a_check(good: bytes, bad: bytes) -> None:
+    """The reader passes a line whose shape (digits made 0) it has checked on its time alone: never a line the
+    full walk refuses."""
     from clustertop.engine.stream.checks import EventChecks
 
     checks = EventChecks({"topology": {"gpus": 8}})
-    good = {"t": 1.0, "type": "step", "job": "train", "step": 3, "step_time_s": 0.5, "tokens": 1024,
-            "tokens_per_s": 2048.0, "tflops_per_gpu": 100.0, "mfu": 0.3, "tokens_total": 3072}
-    assert checks.fine_step(good) and checks.problem(good) is None
-    bad = [{"step": -1}, {"step": 1.5}, {"step": True}, {"mfu": float("nan")}, {"tokens": float("inf")},
-           {"step_time_s": "x"}, {"step_time_s": None}, {"tokens_per_s": True}, {"job": ["x"]}, {"job": "\x1b[2J"},
-           {"t": "1"}]
-    for change in bad:
-        event = {**good, **change}
-        assert not checks.fine_step(event), change
-        assert checks.problem(event) is not None, change
-    partial = {k: v for k, v in good.items() if k != "mfu"}        # absent keys pass the full check
-    assert checks.problem(partial) is None and not checks.fine_step(partial)
+    assert checks.problem(orjson.loads(good)) is None
+    assert isinstance(_read_lines([good, good]), list)
+    error = _read_lines([good, bad])
+    assert isinstance(error, str) and ":3: " in error, error
+
+
+def test_the_shape_fast_path_agrees_with_the_full_check_on_every_digit() -> None:
+    """The discrete events of the committed recordings with random digits (1-9 for 1-9): the reader takes
+    such a line after one of its shape exactly when the full walk of engine/stream/checks.py passes it (and
+    its time does not go back)."""
+    from clustertop.engine.stream.checks import SHAPE, EventChecks
+
+    rng = np.random.default_rng(7)
+    tried = 0
+    for path in sorted((Path(TESTS).parent / "recordings").glob("*.jsonl.gz")):
+        reader = Reader(str(path))
+        header, checks = reader.header, EventChecks(reader.header)
+        for line in [orjson.dumps(e) for e in reader.events() if e["type"] != "sample"]:
+            for _ in range(40):
+                mutated = bytes(b if not 49 <= b <= 57 else rng.integers(49, 58) for b in line)  # no 0 made
+                assert mutated.translate(SHAPE) == line.translate(SHAPE)
+                event = orjson.loads(mutated)
+                fine = checks.problem(event) is None and event["t"] >= orjson.loads(line)["t"]
+                stream = b"\n".join([orjson.dumps(header), line, mutated]) + b"\n"
+                try:
+                    taken = len(list(Reader(io.BytesIO(stream)).events())) == 2
+                except UserError:
+                    taken = False
+                assert taken == fine, mutated
+                tried += 1
+    assert tried > 500
+
+

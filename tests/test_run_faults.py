@@ -123,7 +123,7 @@ def test_the_reducer_follows_the_restart(tmp_path: Any) -> None:
     job = state.jobs["train"]
     assert job.interruptions == 1 and job.checkpoints >= 3
     assert 0.3 < job.effective_training_time < 0.8      # 25 s down and the lost steps, out of 60 s
-    assert [e["type"] for e in state.events if e["type"] in ("fault", "restart")] == ["fault", "restart"]
+    assert [e["type"] for e in events if e["type"] in ("fault", "restart")] == ["fault", "restart"]
 
 
 def test_a_fault_while_down_extends_the_downtime(tmp_path: Any) -> None:

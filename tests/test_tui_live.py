@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import orjson
 from clustertop.tui.app import ClusterTopApp
 from clustertop.tui.playback import format_clock
 from clustertop.tui.sources.live import LiveSource
@@ -28,8 +27,8 @@ def live_source(tmp_path: Path, duration: str = "2h") -> LiveSource:
 
 def faults(source: LiveSource) -> list[dict[str, object]]:
     with source.index.lock:
-        lines = list(source.index.event_line)
-    return [e for e in map(orjson.loads, lines) if e["type"] == "fault"]
+        events = list(source.index.events)
+    return [e for e in events if e["type"] == "fault"]
 
 
 def test_pause_stops_the_engine_and_a_fault_lands_at_the_time_on_screen(tmp_path: Path) -> None:

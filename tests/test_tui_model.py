@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import sys
-import zlib
 
 import numpy as np
 import orjson
@@ -13,8 +12,8 @@ from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.geometry import Geometry
 from clustertop.engine.config.phases import CODE
 from clustertop.engine.stream import protocol, schema
-from clustertop.engine.stream.index import EventIndex
 from clustertop.tui.grid import View, layout, levels
+from clustertop.tui.index import EventIndex
 from clustertop.tui.playback import SPEEDS, Playback, format_clock
 from clustertop.tui.sources.recording import RecordingSource
 from clustertop.tui.sources.stream import StreamSource, stream_events
@@ -249,12 +248,30 @@ def test_live_source_reports_the_engines_error() -> None:
         LiveSource("x", command=[sys.executable, "-c", script])
 
 
-def test_index_compresses_keyframes() -> None:
-    index = EventIndex(header())
-    event = sample(0.0, 50)
-    index.add(event)
-    assert len(index.sample_blob[0]) < len(orjson.dumps(event))
-    assert orjson.loads(zlib.decompress(index.sample_blob[0]))["util"] == event["util"]
+def test_index_keeps_keyframes_parsed_and_packs_large_ones() -> None:
+    """A keyframe is parsed once: its runs are numpy arrays (whole numbers in the smallest dtype); large
+    arrays that pack (the counts of a cluster whose GPUs all differ) are zlib-packed; the state folded from it
+    is the sample's."""
+    from clustertop.engine.stream.state import ClusterState
+    from clustertop.tui.keyframe import Keyframe
+
+    rng = np.random.default_rng(1)
+    for util in (np.full(16384, 50), rng.integers(0, 101, 16384)):
+        event = {**sample(3.0, 0), "util": schema.rle_encode(util)}
+        keyframe = Keyframe(event)
+        runs = keyframe.event()["util"]
+        assert runs["v"].dtype == np.uint8 and runs["v"].tolist() == event["util"]["v"]
+        assert runs["n"].tolist() == event["util"]["n"]
+        runs_of = keyframe.parts["util"]
+        assert runs_of.n.packed == (len(event["util"]["n"]) > 1024)        # 16K counts of 1: packed
+        assert not runs_of.v.packed                                          # one run, or noise: not worth it
+        direct, kept = ClusterState(header()), ClusterState(header())
+        direct.apply(event)
+        kept.apply(keyframe.event())
+        assert np.array_equal(direct.util, kept.util)
+        assert np.array_equal(direct.links["core"], kept.links["core"])
+        gpus = [0, 7, 16383]
+        assert keyframe.util_of(gpus, 16384) == [float(direct.util[g]) for g in gpus]
 
 
 def test_unknown_phase_codes_show_as_idle() -> None:
@@ -302,15 +319,15 @@ def test_inference_jobs_show_throughput_and_latency_not_mfu() -> None:
 
 
 def test_power_panel_shows_the_site_budget_and_when_it_is_exceeded() -> None:
-    from clustertop.engine.stream.state import ClusterState
+    from clustertop.tui.display import DisplayState
     from clustertop.tui.widgets.power import power_text
 
     h = header()
     h["scenario"] = {"name": "test", "cluster": {"site_power_budget_mw": 24.0}}
-    state = ClusterState(h)
+    state = DisplayState(h)
     state.apply({**sample(1.0, 50, mw=20.0), "over_budget": False})
     text = power_text(state, 40).plain
     assert "budget 24.00 MW" in text and "83.3%" in text and "OVER" not in text
     state.apply({**sample(2.0, 90, mw=24.8), "over_budget": True})
     assert "103.3%  OVER BUDGET" in power_text(state, 40).plain
-    assert "budget" not in power_text(ClusterState(header()), 40).plain    # no budget set: no line
+    assert "budget" not in power_text(DisplayState(header()), 40).plain    # no budget set: no line

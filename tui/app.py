@@ -1,20 +1,19 @@
 """The clustertop dashboard app: one clock over one or two event sources, drawn at a fixed frame rate.
 
 Every frame the clock advances (wall time x speed, or to the live edge), each source folds the events up to
-the clock into its ClusterState, and the screen redraws what changed. Readers never post per-event messages: the
-frame timer polls them, so updates are coalesced to the frame rate however fast the engine writes.
+the clock into its view (tui/display.py), and the screen redraws what changed. Readers never post per-event
+messages: the frame timer polls them, so updates are coalesced to the frame rate however fast the engine
+writes.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from clustertop.engine.config.errors import escape
 from clustertop.engine.stream import protocol
-from clustertop.engine.stream.state import ClusterState
 from rich.markup import escape as markup_escape
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -22,6 +21,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from . import jobinfo
+from .display import DisplayState
 from .playback import Playback, format_clock, format_speed
 from .screens.compare import CompareScreen
 from .screens.dashboard import DashboardScreen
@@ -31,7 +31,6 @@ from .sources import Source
 from .widgets.event_log import shown
 
 FPS = 30
-_KIND = re.compile(rb'"type":\s*"([a-z_]+)"')
 
 
 # one help line for each pair of keys (the help screen lists a tooltip once)
@@ -94,7 +93,7 @@ class ClusterTopApp(App[None]):
         self._sent_edge: float | None = None
         if start_t is not None:
             self.playback.t = min(max(start_t, start), max(self.playback.end, start))
-        self.states: list[ClusterState] = [s.state_at(self.playback.t) for s in sources]
+        self.states: list[DisplayState] = [s.state_at(self.playback.t) for s in sources]
         self._cursors = [s.cursor_at(self.playback.t) for s in sources]
         self._applied_t = self.playback.t
         self._last_wall = time.monotonic()
@@ -250,11 +249,7 @@ class ClusterTopApp(App[None]):
         mode = getattr(self.dashboard, "event_filter", None)
         times: set[float] = set()
         for source in self.sources:
-            with source.index.lock:
-                pairs = list(zip(source.index.event_t, source.index.event_line))
-            for t, line in pairs:
-                found = _KIND.search(line)
-                kind = found.group(1).decode() if found else ""
+            for t, kind in source.index.event_kinds():
                 if kind != "checkpoint_end" and (mode is None or shown(kind, mode)):
                     times.add(t)
         return sorted(times)

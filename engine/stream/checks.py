@@ -1,17 +1,26 @@
 """The stream's header and events checked against the schema (docs/events.md), once, in the reader.
 
-Every field a reader of the stream uses (the reducer, the seek index, the Perfetto export, the dashboard) is checked
-here for its type and range, so that a recording with valid JSON but wrong types ends in one line naming the
-line and key, not a traceback somewhere downstream. What the readers do not use is not checked: unknown keys and
-unknown event types pass (newer writers may add them), and sample keys beyond the ones below are free.
+Every field a reader of the stream uses (the reducer, the seek index, the Perfetto export, the dashboard) is
+checked here for its type and range, so that a recording with valid JSON but wrong types ends in one line
+naming the line and key, not a traceback somewhere downstream. What the readers do not use is not checked:
+unknown keys and unknown event types pass (newer writers may add them), and sample keys beyond the ones below
+are free.
 
 A check returns None, or what is wrong ("util: expected ...") for the reader to put after the line's place.
+
+Every event is checked, most in one step: a line's shape (its bytes with every digit made 0) fixes its keys,
+the type of every value (a string is quoted; a number's sign, point, exponent and digit count are in the
+shape) and every character of its strings but digits, which no check refuses. So once a line of a discrete
+event passed the full walk, a later line of the same shape passes it too (`EventChecks.known`, `SHAPE`); the
+reader still checks its time. Samples are walked each time: whether their runs cover the GPUs depends on the
+digits.
 """
 
 from __future__ import annotations
 
 import math
-import operator
+import re
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -159,7 +168,9 @@ def _jobs_problem(jobs: list[Any], gpus: int) -> str | None:
 def _rle(gpus: int, phase: bool = False) -> Check:
     """A run-length encoded per-GPU array covering `gpus` GPUs: {"v": [numbers], "n": [counts]}. Checked with
     C-speed built-ins (a sample of 2M GPUs has ~10^5 runs): a sum is an int only when every term is one, and
-    raises on anything but numbers."""
+    raises on anything but numbers. A sample's runs often repeat the last sample's: lists equal to the last
+    that passed are not walked again, but for the counts' sum (1.0 == 1: the sum's type tells a float)."""
+    passed: list[list[Any]] = [[], []]          # the counts and values that passed last
 
     def check(value: Any) -> str | None:
         if type(value) is not dict or type(value.get("v")) is not list or type(value.get("n")) is not list:
@@ -167,28 +178,54 @@ def _rle(gpus: int, phase: bool = False) -> Check:
         v, n = value["v"], value["n"]
         if len(v) != len(n):
             return f"{len(v):,} values but {len(n):,} counts; expected as many of each"
+        seen = not phase and v == passed[1]     # numbers again (phase codes must be ints: 5.0 == 5)
         try:
-            covered, total = sum(n), sum(v)
+            covered, total = sum(n), 0 if seen else sum(v)
         except TypeError:
             return "expected numbers in \"v\" and whole counts in \"n\""
-        if type(covered) is not int or (n and min(n) < 0):
+        if type(covered) is not int or (n != passed[0] and not _unsigned(n, "Q")):
             return "expected whole counts >= 0"
-        if phase and (type(total) is not int or (v and (min(v) < 0 or max(v) > 255))):
+        if phase and (type(total) is not int or not _unsigned(v, "B")):
             return "expected phase codes, whole numbers from 0 to 255"
         if not math.isfinite(total):
             return "expected finite numbers"
         if covered != gpus:
             return f"the runs cover {covered:,} GPUs; expected the {gpus:,} of the header's topology"
+        passed[:] = n, v
         return None
 
     return check
 
 
-def _links(value: Any) -> str | None:
-    if type(value) is not dict:
-        return "expected an object of tier loads"
-    return next((f"{quote(tier)}{why}" for tier, load in value.items()
-                 if (why := numbers(load)) or (why := text(tier))), None)
+def _unsigned(values: list[int], code: str) -> bool:
+    """Whether whole numbers fit an unsigned C type ("Q": >= 0, "B": 0 to 255), in one C pass (min and max of
+    10^5 Python ints cost more than their sum)."""
+    try:
+        array(code, values)
+    except OverflowError:
+        return code == "Q" and min(values) >= 0      # a count past 2^64: the runs' cover says what is wrong
+    return True
+
+
+def _links() -> Check:
+    """A sample's "links": tier -> a load or a list of loads (tier names found plain text once are not
+    searched again)."""
+    names: set[str] = set()
+
+    def check(value: Any) -> str | None:
+        if type(value) is not dict:
+            return "expected an object of tier loads"
+        for tier, load in value.items():
+            why = numbers(load)
+            if why is None and tier not in names:
+                why = text(tier)
+                if len(names) < 64 and why is None:
+                    names.add(tier)
+            if why:
+                return f"{quote(tier)}{why}"
+        return None
+
+    return check
 
 
 _STATUS = {"running": boolean, "step": count, "interruptions": count, "tokens_lost": number,
@@ -203,9 +240,9 @@ def _statuses(value: Any) -> str | None:
     for name, status in value.items():
         if type(status) is not dict:
             return f"{quote(name)}: expected an object"
-        why = fields(status, _STATUS, f"{quote(name)}.")
+        why = fields(status, _STATUS)
         if why:
-            return why
+            return f"{quote(name)}.{why}"          # (quoted only then: a sample has a status per job)
     return None
 
 
@@ -275,8 +312,11 @@ _EVENTS: dict[str, dict[str, Check]] = {
 }
 
 
-_step_numbers = operator.itemgetter("t", "step_time_s", "tokens", "tokens_per_s", "tflops_per_gpu", "mfu",
-                                    "tokens_total")
+SHAPE = bytes.maketrans(b"123456789", b"000000000")   # a line's shape: line.translate(SHAPE), every digit 0
+_NEGATIVE_ZERO = re.compile(rb"-0(?![.eE])")     # the int 0: its shape is that of -5, which a count refuses
+MAX_SHAPES = 4096                                 # shapes kept per stream (a hostile file: each line new)
+MAX_SHAPE_BYTES = 2048                            # longer lines are samples or alike: walked, not looked up
+
 
 
 class EventChecks:
@@ -285,10 +325,10 @@ class EventChecks:
     def __init__(self, header: dict[str, Any]) -> None:
         gpus = header["topology"]["gpus"]
         self.specs = dict(_EVENTS)
-        self._names: set[str] = set()         # job names of steps already found plain text
+        self.known: set[bytes] = set()        # shapes of lines that passed (remember)
         self.specs[schema.SAMPLE] = {"util": _rle(gpus), "power_w": _rle(gpus), "phase": _rle(gpus, phase=True),
-                                     "links": _links, "site_mw": number, "over_budget": boolean, "jobs": _statuses,
-                                     "memory_gb": _rle(gpus), "missing": _missing(gpus)}
+                                     "links": _links(), "site_mw": number, "over_budget": boolean,
+                                     "jobs": _statuses, "memory_gb": _rle(gpus), "missing": _missing(gpus)}
 
     def problem(self, event: Any) -> str | None:
         """What is wrong with a parsed line as an event, or None: an object with a finite number "t" and a
@@ -308,24 +348,13 @@ class EventChecks:
             return "a step event needs \"job\" (the job's name)"
         return fields(event, spec)
 
-    def fine_step(self, event: dict[str, Any]) -> bool:
-        """The common case of the most frequent event, checked without the general walk (a 54-day replay reads
-        700,000 steps): True when it certainly passes; False sends it to the full check, which says why."""
-        job = event.get("job")
-        if type(job) is not str:
-            return False
-        if job not in self._names:
-            if text(job) is not None:
-                return False
-            self._names.add(job)
-        try:
-            values = _step_numbers(event)
-        except KeyError:
-            return False
-        for value in values:
-            kind = type(value)
-            if kind is not float and kind is not int:
-                return False
-        step = event.get("step", 0)
-        # finite: any inf or nan makes the sum so (a sum too large for a float just takes the full check)
-        return type(step) is int and step >= 0 and math.isfinite(sum(values))
+    def remember(self, event: Any, line: bytes, line_shape: bytes) -> None:
+        """`event` (parsed from `line`) passed `problem`: later lines of its shape pass too, unless the shape
+        does not decide the walk: a sample (its runs must cover the GPUs), an unknown type (a type name's
+        digits are not in the shape), an escape in a string (\\u0007 has the shape of \\u0041), a number of 20
+        digits or more (an int or a float), or an int -0."""
+        if (len(self.known) < MAX_SHAPES and len(line) <= MAX_SHAPE_BYTES and type(event) is dict
+                and event.get("type") in _EVENTS
+                and b"\\" not in line and b"00000000000000000000" not in line_shape
+                and not _NEGATIVE_ZERO.search(line)):
+            self.known.add(line_shape)

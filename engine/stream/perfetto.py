@@ -26,7 +26,7 @@ from ..config.geometry import JobGeometry
 from ..config.outfile import Output, open_output
 from . import schema
 from .reader import Reader, Warn
-from .state import ClusterState
+from .state import link_scope
 
 CLUSTER_PID = 1
 STAGE_PID = 2
@@ -86,39 +86,125 @@ def export(source: str | BinaryIO, output: str, warn: Warn | None = None) -> dic
 
 def _export(reader: Reader, out: IO[bytes] | Output) -> dict[str, Any]:
     header = reader.header
-    state = ClusterState(header)
-    topo = header["topology"]
-    gpus = int(topo["gpus"])
     write = _Writer(out)
-    counter = _Counters(write)
     out.write(orjson.dumps({"displayTimeUnit": "ms", "otherData": {
         "source": "clustertop", "scenario": header.get("scenario", {}).get("name", ""),
         "schema_version": header.get("schema_version")}})[:-1] + b',"traceEvents":[')
-
-    # Metadata: names and order of processes and threads.
-    def meta(pid: int, name: str, sort: int, tid: int | None = None) -> None:
-        if tid is None:
-            write({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}})
-            write({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": sort}})
+    trace = _Trace(header, write)
+    steps = samples = 0
+    last_t = 0.0
+    for event in reader.events():
+        kind = event["type"]
+        last_t = float(event["t"])
+        if kind == schema.SAMPLE:
+            samples += 1
+            trace.sample(event)
+        elif kind == schema.STEP:
+            steps += 1
+            trace.step(event)
         else:
-            write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
-            write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
-                   "args": {"sort_index": sort}})
+            trace.event(event)
+    trace.close(_us(last_t))
+    out.write(b"\n]}\n")
+    return {"trace_events": write.count, "steps": steps, "samples": samples, "sim_seconds": last_t}
 
-    meta(CLUSTER_PID, f"Cluster ({gpus:,} GPUs)", 0)
-    meta(CLUSTER_PID, "events", 0, CLUSTER_EVENTS_TID)
-    meta(STAGE_PID, "Utilization by stage", 1)
-    meta(POD_PID, "Utilization by pod", 2)
-    jobs = header.get("jobs", [])
-    job_pid = {}
-    for i, job in enumerate(jobs):
-        pid = JOB_PID0 + i
-        job_pid[job["name"]] = pid
-        meta(pid, f"job {job['name']} ({job.get('model', '')}, {int(job['gpus']):,} GPUs)", 10 + i)
-        for tid, name in ((STEPS_TID, "steps"), (STATE_TID, "state"), (EVENTS_TID, "events")):
-            meta(pid, name, tid, tid)
 
-    # GPU ranges of each (job, stage) and of each pod, for means computed from a sample's runs (not per GPU)
+class _Trace:
+    """The trace's processes and threads (written first, as metadata), then what each event adds to them."""
+
+    def __init__(self, header: dict[str, Any], write: _Writer) -> None:
+        self.write = write
+        self.counter = _Counters(write)
+        self.scope = link_scope(header)
+        self.open_slices: dict[tuple[int, int, str], float] = {}
+        self.last_util: Any = None
+        gpus = int(header["topology"]["gpus"])
+        self.meta(CLUSTER_PID, f"Cluster ({gpus:,} GPUs)", 0)
+        self.meta(CLUSTER_PID, "events", 0, CLUSTER_EVENTS_TID)
+        self.meta(STAGE_PID, "Utilization by stage", 1)
+        self.meta(POD_PID, "Utilization by pod", 2)
+        jobs = header.get("jobs", [])
+        self.job_pid = {}
+        for i, job in enumerate(jobs):
+            pid = JOB_PID0 + i
+            self.job_pid[job["name"]] = pid
+            self.meta(pid, f"job {job['name']} ({job.get('model', '')}, {int(job['gpus']):,} GPUs)", 10 + i)
+            for tid, name in ((STEPS_TID, "steps"), (STATE_TID, "state"), (EVENTS_TID, "events")):
+                self.meta(pid, name, tid, tid)
+        self.stages, self.stage_names = _stages(jobs)
+        per_pod = int(header["topology"].get("gpus_per_pod", gpus)) or gpus
+        pod_starts = np.arange(0, gpus, per_pod)
+        self.pods = _Groups([pod_starts], [np.minimum(pod_starts + per_pod, gpus)],
+                            [np.arange(len(pod_starts))], len(pod_starts))
+
+    def meta(self, pid: int, name: str, sort: int, tid: int | None = None) -> None:
+        """Names and order of processes and threads."""
+        if tid is None:
+            self.write({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}})
+            self.write({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": sort}})
+        else:
+            self.write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}})
+            self.write({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+                        "args": {"sort_index": sort}})
+
+    def sample(self, event: dict[str, Any]) -> None:
+        """Counters: utilization by stage and by pod (when the array changed), site power, link loads."""
+        ts = _us(float(event["t"]))
+        util = event.get("util")
+        if util is not None and util is not self.last_util:       # the means change only with the array
+            self.last_util = util
+            for name, value in zip(self.stage_names, self.stages.means(util).tolist()):
+                self.counter(STAGE_PID, name, ts, {"util %": round(value, 1)})
+            for p, value in enumerate(self.pods.means(util).tolist()):
+                self.counter(POD_PID, f"pod {p}", ts, {"util %": round(value, 1)})
+        if "site_mw" in event:
+            self.counter(CLUSTER_PID, "site power (MW)", ts, {"MW": event["site_mw"]})
+        for tier, load in event.get("links", {}).items():
+            if isinstance(load, list):
+                per = self.scope.get(tier, "pod")
+                args = {f"{per} {p}": round(100.0 * float(x), 1) for p, x in enumerate(load)}
+            else:
+                args = {"load %": round(100.0 * float(load), 1)}
+            self.counter(CLUSTER_PID, f"link {tier} (%)", ts, args)
+
+    def step(self, event: dict[str, Any]) -> None:
+        """A slice on its job's "steps" thread, from the step's start to its end."""
+        pid = self.job_pid.get(event.get("job", ""), CLUSTER_PID)
+        t = float(event["t"])
+        dur = float(event.get("step_time_s", 0.0))
+        self.write({"ph": "X", "pid": pid, "tid": STEPS_TID, "name": f"step {event.get('step')}",
+                    "ts": _us(t - dur), "dur": _us(dur),
+                    "args": {k: event[k] for k in ("tokens_per_s", "tflops_per_gpu", "mfu") if k in event}})
+
+    def event(self, event: dict[str, Any]) -> None:
+        """A discrete event: the job's running slice, an instant, or a slice from an X_start to its X_end."""
+        kind = event["type"]
+        pid = self.job_pid.get(event.get("job", ""), CLUSTER_PID)
+        ts = _us(float(event["t"]))
+        args = {k: v for k, v in event.items() if k not in ("t", "type")}
+        tid = EVENTS_TID if pid != CLUSTER_PID else CLUSTER_EVENTS_TID
+        if kind == schema.JOB_START:
+            _begin(self.write, self.open_slices, pid, STATE_TID, "running", ts, args)
+        elif kind == schema.JOB_STOP:
+            _end(self.write, self.open_slices, pid, STATE_TID, "running", ts)
+            self.write({"ph": "i", "s": "t", "pid": pid, "tid": STATE_TID,
+                        "name": f"stop: {event.get('reason', '')}", "ts": ts, "args": args})
+        elif kind.endswith("_start"):
+            _begin(self.write, self.open_slices, pid, tid, kind[:-6], ts, args)
+        elif kind.endswith("_end"):
+            _end(self.write, self.open_slices, pid, tid, kind[:-4], ts)
+        else:
+            self.write({"ph": "i", "s": "t", "pid": pid, "tid": tid, "name": kind, "ts": ts, "args": args})
+
+    def close(self, ts: float) -> None:
+        """End the slices still open at the last event."""
+        for (pid, tid, name) in list(self.open_slices):
+            _end(self.write, self.open_slices, pid, tid, name, ts)
+
+
+def _stages(jobs: list[dict[str, Any]]) -> tuple[_Groups, list[str]]:
+    """The GPU ranges of each (job, pipeline stage), for means computed from a sample's runs (not per GPU),
+    and the stages' counter names."""
     stage_starts, stage_ends, stage_of = [], [], []
     stage_names: list[str] = []
     for job in jobs:
@@ -127,67 +213,9 @@ def _export(reader: Reader, out: IO[bytes] | Output) -> dict[str, Any]:
         stage_starts.append(starts)
         stage_ends.append(np.minimum(starts + where.unit, where.first_gpu + where.gpus))
         stage_of.append(len(stage_names) + stage)
-        stage_names += [f"{job['name']} stage {s:02d}" if where.pp > 1 else f"{job['name']}" for s in range(where.pp)]
-    stages = _Groups(stage_starts, stage_ends, stage_of, len(stage_names))
-    per_pod = int(topo.get("gpus_per_pod", gpus)) or gpus
-    pod_starts = np.arange(0, gpus, per_pod)
-    pods = _Groups([pod_starts], [np.minimum(pod_starts + per_pod, gpus)], [np.arange(len(pod_starts))],
-                   len(pod_starts))
-
-    open_slices: dict[tuple[int, int, str], float] = {}
-    last_util: Any = None
-    steps = samples = 0
-    last_t = 0.0
-    for event in reader.applied(state):
-        kind = event["type"]
-        t = float(event["t"])
-        last_t = t
-        ts = _us(t)
-        if kind == schema.SAMPLE:
-            samples += 1
-            util = event.get("util")
-            if util is not None and util is not last_util:       # the means change only with the array
-                last_util = util
-                for name, value in zip(stage_names, stages.means(util).tolist()):
-                    counter(STAGE_PID, name, ts, {"util %": round(value, 1)})
-                for p, value in enumerate(pods.means(util).tolist()):
-                    counter(POD_PID, f"pod {p}", ts, {"util %": round(value, 1)})
-            if "site_mw" in event:
-                counter(CLUSTER_PID, "site power (MW)", ts, {"MW": event["site_mw"]})
-            for tier, load in event.get("links", {}).items():
-                if isinstance(load, list):
-                    per = state.link_scope.get(tier, "pod")
-                    args = {f"{per} {p}": round(100.0 * float(x), 1) for p, x in enumerate(load)}
-                else:
-                    args = {"load %": round(100.0 * float(load), 1)}
-                counter(CLUSTER_PID, f"link {tier} (%)", ts, args)
-            continue
-        pid = job_pid.get(event.get("job", ""), CLUSTER_PID)
-        if kind == schema.STEP:
-            steps += 1
-            dur = float(event.get("step_time_s", 0.0))
-            write({"ph": "X", "pid": pid, "tid": STEPS_TID, "name": f"step {event.get('step')}",
-                   "ts": _us(t - dur), "dur": _us(dur),
-                   "args": {k: event[k] for k in ("tokens_per_s", "tflops_per_gpu", "mfu") if k in event}})
-            continue
-        args = {k: v for k, v in event.items() if k not in ("t", "type")}
-        tid = EVENTS_TID if pid != CLUSTER_PID else CLUSTER_EVENTS_TID
-        if kind == schema.JOB_START:
-            _begin(write, open_slices, pid, STATE_TID, "running", ts, args)
-        elif kind == schema.JOB_STOP:
-            _end(write, open_slices, pid, STATE_TID, "running", ts)
-            write({"ph": "i", "s": "t", "pid": pid, "tid": STATE_TID,
-                   "name": f"stop: {event.get('reason', '')}", "ts": ts, "args": args})
-        elif kind.endswith("_start"):
-            _begin(write, open_slices, pid, tid, kind[:-6], ts, args)
-        elif kind.endswith("_end"):
-            _end(write, open_slices, pid, tid, kind[:-4], ts)
-        else:
-            write({"ph": "i", "s": "t", "pid": pid, "tid": tid, "name": kind, "ts": ts, "args": args})
-    for (pid, tid, name) in list(open_slices):
-        _end(write, open_slices, pid, tid, name, _us(last_t))
-    out.write(b"\n]}\n")
-    return {"trace_events": write.count, "steps": steps, "samples": samples, "sim_seconds": last_t}
+        stage_names += [f"{job['name']} stage {s:02d}" if where.pp > 1 else f"{job['name']}"
+                        for s in range(where.pp)]
+    return _Groups(stage_starts, stage_ends, stage_of, len(stage_names)), stage_names
 
 
 class _Groups:

@@ -2,13 +2,14 @@
 
 One reader for every source. Streaming, in constant memory: bytes are read in chunks (gzip inflated with zlib
 member by member, so concatenated members and a stream cut short both work), split into lines, parsed with
-orjson and folded into a ClusterState by the one reducer (ClusterState.apply).
+orjson once, checked (engine/stream/checks.py) and folded into a ClusterState by the one reducer
+(ClusterState.apply) or handed on as parsed events.
 
 Errors: a truncated last line (a recorder killed mid-write) is a warning and the complete prefix is used; so
 is a gzip stream that ends early. Any other bad line is a UserError naming the line; a header with a newer
 schema_version is a UserError saying so. Never a traceback.
 
-Seeking is engine/stream/index.py's EventIndex, which the dashboard and the benchmarks share.
+Seeking is the dashboard's (tui/index.py): its index keeps the events this reader parsed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 import io
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from itertools import takewhile
 from typing import IO, Any, BinaryIO, Self
 
 import orjson
@@ -24,7 +26,7 @@ import orjson
 from ..config.errors import UserError, escape
 from ..config.infile import open_input
 from . import schema
-from .checks import EventChecks, header_problem
+from .checks import MAX_SHAPE_BYTES, SHAPE, EventChecks, header_problem
 from .state import ClusterState
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -167,6 +169,10 @@ def _bad(name: str, number: int, message: str) -> UserError:
     return UserError(message, f"{name}:{number}")
 
 
+def _not_json(exc: orjson.JSONDecodeError) -> str:
+    return f"line is not valid JSON ({exc.msg}); the recording is corrupt"
+
+
 class Reader:
     """One recording or stream: its header, then its events or a folded ClusterState."""
 
@@ -179,7 +185,6 @@ class Reader:
         self.lines = Lines(raw, self.name)
         self._batches = self.lines.batches()
         self._first: list[bytes] = []
-        self.line = 1                    # line number of the event events() yielded last
         self.header = self._read_header()
 
     def close(self) -> None:
@@ -233,53 +238,58 @@ class Reader:
             yield first
         yield from self._batches
 
-    def _line_base(self, batch: list[bytes]) -> int:
-        """Line number of the line before the batch's first."""
-        return self.lines.count - len(batch)
+    def _bad_line(self, batch: list[bytes], line: bytes, message: str) -> UserError:
+        """The error of a line of `batch`, naming its number. Lines are found by identity: split makes a new
+        object of each, but for the empty line and those of one byte, whose first is the first to fail."""
+        number = self.lines.count - len(batch) + next(i for i, x in enumerate(batch) if x is line) + 1
+        return _bad(self.name, number, message)
 
-    def _check(self, line: bytes, last: float) -> tuple[dict[str, Any] | None, str | None]:
-        """A line parsed and checked against the schema (engine/stream/checks.py): (event, None), or (None, what is
-        wrong with it)."""
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            return None, f"line is not valid JSON ({exc.msg}); the recording is corrupt"
-        if type(event) is dict and event.get("type") == schema.STEP and self.checks.fine_step(event):
-            return (event, None) if event["t"] >= last else (None, f"time goes backwards ({event['t']} after {last})")
+    def _problem(self, event: Any, last: float) -> str | None:
+        """What is wrong with a parsed line as the next event (the full walk of engine/stream/checks.py, then
+        its time), or None."""
         why = self.checks.problem(event)
         if why is None and event["t"] < last:
             why = f"time goes backwards ({event['t']} after {last})"
-        return (None, why) if why else (event, None)
+        return why
 
-    def events(self) -> Iterator[dict[str, Any]]:
-        """Every event after the header, in order, checked against the schema (and t never decreases)."""
-        for event, _ in self.pairs():
-            yield event
-
-    def pairs(self) -> Iterator[tuple[dict[str, Any], bytes]]:
-        """Every event after the header with its line as read (for an index that keeps lines: a line of the file
-        is a tight bytes object, where one dumped again by orjson holds a 4 KB buffer)."""
+    def events(self) -> Generator[dict[str, Any], None, None]:
+        """Every event after the header, in order, parsed once and checked against the schema (and t never
+        decreases). A line of a shape already checked (checks.SHAPE) passes on its time alone."""
         last = float("-inf")
-        check = self._check
+        loads, checks, translate, table = orjson.loads, self.checks, bytes.translate, SHAPE
+        longest = MAX_SHAPE_BYTES
+        known, passed = checks.known, b"\0"
         try:
             for batch in self._all_batches():
-                base = self._line_base(batch)
-                for i, line in enumerate(batch):
-                    event, why = check(line, last)
-                    if event is None:
-                        raise _bad(self.name, base + i + 1, str(why))
-                    last = event["t"]
-                    self.line = base + i + 1
-                    yield event, line
+                for line in batch:
+                    try:
+                        event = loads(line)
+                    except orjson.JSONDecodeError as exc:
+                        raise self._bad_line(batch, line, _not_json(exc)) from None
+                    line_shape = translate(line, table) if len(line) <= longest else line
+                    if line_shape != passed:
+                        if line_shape is line or line_shape not in known:
+                            why = self._problem(event, last)
+                            if why:
+                                raise self._bad_line(batch, line, why)
+                            checks.remember(event, line, line_shape)
+                            last = event["t"]
+                            yield event
+                            continue
+                        passed = line_shape
+                    t = event["t"]
+                    if t < last:
+                        raise self._bad_line(batch, line, f"time goes backwards ({t} after {last})")
+                    last = t
+                    yield event
             event = self._tail(last)
             if event is not None:
-                self.line = self.lines.count + 1
-                yield event, self.lines.tail
+                yield event
         finally:
             self.close()
 
     def applied(self, state: ClusterState) -> Iterator[dict[str, Any]]:
-        """Fold every event into `state` and yield it afterwards (for consumers such as the exporter)."""
+        """Fold every event into `state` and yield it afterwards (for consumers that need both)."""
         apply = state.apply
         for event in self.events():
             apply(event)
@@ -288,16 +298,11 @@ class Reader:
     def fold(self, state: ClusterState | None = None, until: float | None = None) -> ClusterState:
         """Fold every event (or those with t <= until) into a ClusterState: the fast path of replay, seek."""
         state = state if state is not None else ClusterState(self.header)
-        apply = state.apply
-        limit = float("inf") if until is None else until
-        pairs = self.pairs()
+        events = self.events()
         try:
-            for event, _ in pairs:
-                if event["t"] > limit:
-                    break
-                apply(event)
+            state.fold(events if until is None else takewhile(lambda event: event["t"] <= until, events))
         finally:
-            pairs.close()
+            events.close()
         return state
 
     def _tail(self, last: float) -> dict[str, Any] | None:
@@ -310,10 +315,14 @@ class Reader:
                           f"{self.lines.count} complete lines")
             return None
         number = self.lines.count + 1
-        event, why = self._check(tail, last)
-        if event is not None:
-            return event
-        if why is not None and not why.startswith("line is not valid JSON"):
+        try:
+            event = orjson.loads(tail)
+        except orjson.JSONDecodeError:
+            pass                          # cut short
+        else:
+            why = self._problem(event, last)
+            if why is None:
+                return event
             raise _bad(self.name, number, why)
         cause = " (the compressed stream ends early: the writer was stopped?)" if self.lines.ended_early else ""
         self.warn(f"{self.name}:{number}: last line is truncated{cause}; using the {number - 1} complete lines")
@@ -329,14 +338,6 @@ def iter_events(source: str | BinaryIO, warn: Warn | None = None,
     reader = Reader(source, warn, name)
     yield reader.header
     yield from reader.events()
-
-
-def iter_pairs(source: str | BinaryIO, warn: Warn | None = None,
-               name: str | None = None) -> Iterator[dict[str, Any] | tuple[dict[str, Any], bytes]]:
-    """As iter_events, but every event after the header comes with its line: (event, line)."""
-    reader = Reader(source, warn, name)
-    yield reader.header
-    yield from reader.pairs()
 
 
 def fold(source: str | BinaryIO, until: float | None = None, warn: Warn | None = None) -> ClusterState:

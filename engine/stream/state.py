@@ -5,28 +5,27 @@ There is exactly one way from events to pixels: every event source (live engine,
 This module imports neither SimPy nor Textual.
 
 Per-GPU arrays (`util`, `power_w`, `phase`) are decoded lazily: `apply` keeps the sample's run-length
-encoded arrays and the first read of the attribute after a change decodes them, in place, into the same
-array object. A replay that folds hundreds of samples between two frames decodes once per frame, not once
-per sample. Read the attributes after `apply` (do not keep a reference across applies and expect it to be
-refreshed without reading the attribute again).
+encoded arrays (lists as parsed, or numpy arrays) and the first read of the attribute after a change decodes
+them, in place, into the same array object; the link loads likewise. A replay that folds hundreds of samples
+between two frames decodes once per frame, not once per sample. Read the attributes after `apply` (do not keep
+a reference across applies and expect it to be refreshed without reading the attribute again).
+
+The state is the cluster's now and nothing of its display: the dashboard's event log, sparkline history and
+energy so far are its view-model's (tui/display.py).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from ..config.geometry import JobGeometry, stage_of
 from ..config.phases import CODE, PHASES
-from ..config.scenario import Economics
 from . import schema
 
-HISTORY = 240        # samples kept for sparklines
 CONTENTION_KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
-EVENT_LOG = 500      # discrete events kept for the log
 
 
 def _kpi(key: str, doc: str) -> property:
@@ -105,7 +104,7 @@ class _Lazy:
         if rle is not None:
             self.pending = None
             last = self.decoded
-            if last is None or rle["n"] != last["n"] or rle["v"] != last["v"]:
+            if last is None or not (_same(rle["n"], last["n"]) and _same(rle["v"], last["v"])):
                 try:
                     schema.rle_decode(rle, out=self.array)
                 except (ValueError, TypeError, KeyError):
@@ -114,6 +113,17 @@ class _Lazy:
                     self.array *= self.array.dtype.type(self.scale)
                 self.decoded = rle
         return self.array
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two run-length halves (lists as parsed, or numpy arrays) hold the same values."""
+    if a is b:
+        return True
+    if type(a) is list and type(b) is list:
+        return bool(a == b)
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a.shape == b.shape and bool((a == b).all())
+    return False
 
 
 class PhaseMix:
@@ -187,33 +197,20 @@ class PhaseMix:
         return table[rows[gpu0:gpu1]]
 
 
-def energy_mwh(site_mw: Any, seconds: float) -> float:
-    """MWh of a sample: its mean site MW over the time since the previous sample."""
-    return float(site_mw) * seconds / 3600.0 if site_mw is not None and seconds > 0 else 0.0
-
-
-def tokens_kept(state: ClusterState) -> float:
-    """Tokens the jobs have trained and kept (restarts roll back to their checkpoint)."""
-    return float(sum(job.tokens for job in state.jobs.values()))
-
-
-def spent(state: ClusterState) -> tuple[float, float | None]:
-    """The site's energy (MWh) and cost (USD, None without [economics]) from the start to the latest sample."""
-    cost = state.economics.run_cost(state.gpus, state.energy_mwh, state.energy_t / 3600.0) \
-        if state.economics is not None else None
-    return state.energy_mwh, cost
+def link_scope(header: dict[str, Any]) -> dict[str, str]:
+    """Per tier, what a list of its loads in a sample is per: "pod" or "building" (older recordings: pods)."""
+    scope = header.get("link_scope")
+    return {str(k): str(v) for k, v in scope.items()} if isinstance(scope, dict) else {}
 
 
 class ClusterState:
-    """Everything the dashboard shows at simulated time `t`."""
+    """The cluster at simulated time `t`: per-GPU arrays, link loads and site power now, and its jobs."""
 
     def __init__(self, header: dict[str, Any]) -> None:
         self.header = header
         self.topology: dict[str, int] = header["topology"]
         self.gpus = int(self.topology["gpus"])
-        scope = header.get("link_scope")
-        # per tier, what a list of loads is per: "pod" or "building" (older recordings: pods)
-        self.link_scope: dict[str, str] = {str(k): str(v) for k, v in scope.items()} if isinstance(scope, dict) else {}
+        self.link_scope = link_scope(header)
         self.t = 0.0
         self.samples = 0
         self._util = _Lazy(np.zeros(self.gpus, dtype=np.float32), scale=0.01)   # 0..1 (percent on the wire)
@@ -224,21 +221,15 @@ class ClusterState:
         self._has_memory = False
         self._missing: dict[str, Any] = {}           # the latest sample's `missing`: key -> run-length 0/1
         self._missing_cache: dict[str, tuple[Any, np.ndarray]] = {}
-        self.links: dict[str, np.ndarray] = {}       # tier -> load 0..1 (one value, or one per pod)
+        self._links: dict[str, np.ndarray] = {}
+        self._loads: dict[str, Any] | None = None      # the latest sample's "links", until read
         self.site_mw = 0.0
-        self.energy_mwh = 0.0                # the site's energy over the samples so far
-        self.energy_t = 0.0                  # ... up to this sample's time
-        self.economics = Economics.of(header.get("scenario", {}).get("economics")
-                                      if isinstance(header.get("scenario"), dict) else None)
         self.budget_mw: float | None = header.get("power", {}).get("site_power_budget_mw")
         self.over_budget = False             # the latest sample's mean site power exceeds the budget
         self.jobs: dict[str, JobStatus] = {}
         for info in header.get("jobs", []):
             self.jobs[info["name"]] = JobStatus(info["name"], int(info["first_gpu"]), int(info["gpus"]),
                                                 info=info)
-        self.events: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG)
-        self.site_mw_history: deque[float] = deque(maxlen=HISTORY)
-        self.link_history: dict[str, deque[float]] = {}
         self.version = 0   # bumped on every change; widgets redraw when it moves
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             schema.SAMPLE: self._sample, schema.JOB_START: self._job_event,
@@ -260,6 +251,15 @@ class ClusterState:
     def phase(self) -> np.ndarray:
         """Per-GPU phase code (uint8, engine.config.phases.PHASES)."""
         return self._phase.get()
+
+    @property
+    def links(self) -> dict[str, np.ndarray]:
+        """Tier -> load 0..1 (float32: one value, or one per pod or building)."""
+        loads, self._loads = self._loads, None
+        if loads is not None:
+            for tier, load in loads.items():
+                self._links[tier] = np.atleast_1d(np.asarray(load, dtype=np.float32))
+        return self._links
 
     @property
     def memory_gb(self) -> np.ndarray | None:
@@ -292,20 +292,27 @@ class ClusterState:
 
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event into the state."""
-        self.t = event["t"]
-        self.version += 1
-        kind = event["type"]
-        if kind == "step":                 # the most frequent event: folded inline
-            job = self.jobs.get(event["job"])
-            if job is not None:
-                job._src = event
-                job.running = True
-            return
-        handler = self._handlers.get(kind)
-        if handler is not None:
-            handler(event)
-        if kind not in _UNLOGGED:
-            self.events.append(event)      # every discrete event goes to the log (steps are folded above)
+        self.fold((event,))
+
+    def fold(self, events: Iterable[dict[str, Any]]) -> None:
+        """Fold events into the state, in order. The step, the most frequent event, is folded inline (a 54-day
+        replay folds 640,000); the others by their handler."""
+        jobs, handlers = self.jobs, self._handlers
+        event = None
+        for event in events:
+            kind = event["type"]
+            if kind == "step":
+                job = jobs.get(event["job"])
+                if job is not None:
+                    job._src = event
+                    job.running = True
+            else:
+                handler = handlers.get(kind)
+                if handler is not None:
+                    handler(event)
+        if event is not None:
+            self.t = event["t"]
+            self.version += 1          # widgets redraw when it moves
 
     def _job_event(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job", ""))
@@ -378,19 +385,13 @@ class ClusterState:
             self.mix.pending = mix
         else:                        # an older sample: the dominant phase stands in for the shares
             self.mix.pending = self.mix.rows = None
-        for tier, load in event.get("links", {}).items():
-            arr = np.atleast_1d(np.asarray(load, dtype=np.float32))
-            self.links[tier] = arr
-            hist = self.link_history.get(tier)
-            if hist is None:
-                hist = self.link_history[tier] = deque(maxlen=HISTORY)
-            hist.append(float(arr.max()) if arr.size else 0.0)
+        loads = event.get("links")
+        if loads:
+            if self._loads is not None:           # not read since the last sample: keep its tiers too
+                loads = {**self._loads, **loads}
+            self._loads = loads
         if "site_mw" in event:
             self.site_mw = float(event["site_mw"])
-            self.site_mw_history.append(self.site_mw)
-            t = float(event["t"])
-            self.energy_mwh += energy_mwh(self.site_mw, t - self.energy_t)
-            self.energy_t = max(self.energy_t, t)
         self.over_budget = bool(event.get("over_budget", False))
         for name, status in event.get("jobs", {}).items():
             job = self.jobs.get(name)
@@ -401,9 +402,6 @@ class ClusterState:
                     job.interruptions = int(status["interruptions"])
                     job.tokens_lost = int(status.get("tokens_lost", job.tokens_lost))
                     job.effective_training_time = status.get("effective_training_time")
-
-
-_UNLOGGED = frozenset({schema.SAMPLE, schema.HEADER, schema.STEP})
 
 
 def _ignore(event: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Where the dashboard's events come from: a recording file, a pipe (stdin), or a live engine child process.
 
-Every source fills an EventIndex (engine/stream/index.py) and the app reads states from it: `state_at(t)` to seek
+Every source fills an EventIndex (tui/index.py) and the app reads states from it: `state_at(t)` to seek
 and `advance(state, cursor, t)` to play. Live and replay differ only in who fills the index and whether commands
 (speed, pause, inject a fault) can be sent back.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from clustertop.engine.stream.index import EventIndex
-from clustertop.engine.stream.state import ClusterState
+from ..display import DisplayState
+from ..index import EventIndex
 
 
 class Source:
@@ -51,13 +51,13 @@ class Source:
         """Send a control command; False when this source cannot take commands."""
         return False
 
-    def state_at(self, t: float) -> ClusterState:
+    def state_at(self, t: float) -> DisplayState:
         return self.index.state_at(t)
 
     def cursor_at(self, t: float) -> int:
         return self.index.cursor_at(t)
 
-    def advance(self, state: ClusterState, cursor: int, t1: float) -> tuple[ClusterState, int]:
+    def advance(self, state: DisplayState, cursor: int, t1: float) -> tuple[DisplayState, int]:
         return self.index.advance(state, cursor, t1)
 
 

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from clustertop.engine.config.errors import escape
-from clustertop.engine.stream.index import EventIndex
 
+from ..index import EventIndex
 from . import Source
 
 

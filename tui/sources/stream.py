@@ -12,24 +12,23 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from clustertop.engine.config.errors import UserError
-from clustertop.engine.stream.index import EventIndex
-from clustertop.engine.stream.reader import iter_pairs
+from clustertop.engine.stream.reader import iter_events
 
+from ..index import EventIndex
 from . import Source
 
 LIVE_KEYFRAMES = 2048   # keyframes kept by an endless stream (memory stays flat)
 
 
 def stream_events(stream: IO[bytes], name: str) -> Iterator[Any]:
-    """The header (checked), then each event of an open binary stream (plain or gzip) with its line, read by
+    """The header (checked), then each event of an open binary stream (plain or gzip), read and checked by
     engine/stream/reader.py as lines arrive. Warnings (a truncated last line when the writer stops) are not
     printed over the screen."""
-    return iter_pairs(stream, warn=lambda message: None, name=name)
+    return iter_events(stream, warn=lambda message: None, name=name)
 
 
 class StreamSource(Source):
-    """Events from an iterator whose first item is the header, read on a background thread. Later items are
-    events, or (event, line) pairs when the raw line is at hand."""
+    """Events from an iterator whose first item is the header, read on a background thread."""
 
     live = True
 
@@ -50,11 +49,8 @@ class StreamSource(Source):
         error: str | None = None
         try:
             add = self.index.add
-            for item in self._events:
-                if isinstance(item, tuple):
-                    add(*item)
-                else:
-                    add(item)
+            for event in self._events:
+                add(event)
         except UserError as exc:
             error = str(exc)
         except (OSError, ValueError) as exc:   # the pipe closed under us

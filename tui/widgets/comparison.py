@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clustertop.engine.stream.state import ClusterState, spent, tokens_kept
 from rich.table import Table
 from rich.text import Text
 
 from .. import format as fmt
+from ..display import DisplayState, spent, tokens_kept
 from .panel import Panel
 
-Figure = tuple[str, Callable[[ClusterState], float | None], Callable[[float], str], bool]
+Figure = tuple[str, Callable[[DisplayState], float | None], Callable[[float], str], bool]
 
 
-def _job(state: ClusterState, attr: str) -> float | None:
+def _job(state: DisplayState, attr: str) -> float | None:
     jobs = list(state.jobs.values())
     if not jobs:
         return None
@@ -24,7 +24,7 @@ def _job(state: ClusterState, attr: str) -> float | None:
     return float(value) or None
 
 
-def _per_token(state: ClusterState, dollars: bool) -> float | None:
+def _per_token(state: DisplayState, dollars: bool) -> float | None:
     """The site's energy (J) or cost (USD per million) per token kept, from the start to now."""
     mwh, usd = spent(state)
     tokens = tokens_kept(state)
@@ -54,7 +54,7 @@ class Comparison(Panel):
 
     TITLE = "A against B at the same simulated time"
 
-    def show(self, a: ClusterState, b: ClusterState, names: tuple[str, str],
+    def show(self, a: DisplayState, b: DisplayState, names: tuple[str, str],
              ended: tuple[str | None, str | None] = (None, None)) -> None:
         """`ended[i]`: when side i's recording ended before the clock ('ended 00:01:00.0'); its last sample is
         not the present, so its figures are not compared."""

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from clustertop.engine.config.errors import escape
-from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.message import Message
 
 from .. import format as fmt
+from ..display import DisplayState
 from ..playback import format_clock
 from .panel import Panel
 
@@ -243,7 +243,7 @@ class EventLog(Panel, can_focus=True):
     def on_blur(self) -> None:
         self.chosen = None
 
-    def show(self, state: ClusterState) -> None:
+    def show(self, state: DisplayState) -> None:
         self._entries = entries(state.events, self.mode, float(state.header.get("sample_interval_s") or 0.0),
                                 state.header)
         if self.chosen is not None and self.chosen >= len(self._entries):

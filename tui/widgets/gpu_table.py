@@ -9,13 +9,13 @@ from collections import deque
 
 import numpy as np
 from clustertop.engine.config.phases import PHASES
-from clustertop.engine.stream.index import EventIndex
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 from textual import events
 
 from .. import format as fmt
 from .. import jobinfo
+from ..index import EventIndex
 from ..palette import PHASE_COLORS
 from .jobs import abbreviate as jobs_abbr
 from .panel import Panel
@@ -85,10 +85,9 @@ class GpuTable(Panel):
         elif self._history_at is None or self._history_at != (k, key):
             self._history = {gpu: deque(maxlen=HISTORY) for gpu in gpus}
             back = times if state.gpus <= 200_000 else times[-6:]
-            for when in back:
-                util = index.state_at(when).util
-                for gpu in gpus:
-                    self._history[gpu].append(float(util[gpu]))
+            for values in index.utilization(back, gpus):
+                for gpu, value in zip(gpus, values):
+                    self._history[gpu].append(value)
         self._history_at = (k, key)
 
     def show(self, state: ClusterState, gpu0: int, gpu1: int, worst: bool, index: EventIndex | None,

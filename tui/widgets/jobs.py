@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
-from clustertop.engine.stream.state import ClusterState, JobStatus
+from clustertop.engine.stream.state import JobStatus
 from rich.text import Text
 from textual import events
 
 from .. import format as fmt
 from .. import jobinfo
+from ..display import DisplayState
 from .panel import Panel
 
 
@@ -25,7 +26,7 @@ def effective(job: JobStatus, t: float, started: float) -> float | None:
     return min(1.0, job.step * job.step_time_s / elapsed)
 
 
-def eta(job: JobStatus, state: ClusterState, t: float) -> tuple[str, float | None]:
+def eta(job: JobStatus, state: DisplayState, t: float) -> tuple[str, float | None]:
     """Time left: to the job's token target when the header has one, else to the end of the run."""
     target = job.info.get("tokens_target") or job.info.get("train_tokens")
     if target and job.tokens_per_s > 0:
@@ -34,7 +35,7 @@ def eta(job: JobStatus, state: ClusterState, t: float) -> tuple[str, float | Non
     return "run ends in", (max(0.0, float(duration) - t) if duration else None)
 
 
-def job_start_time(state: ClusterState, name: str) -> float:
+def job_start_time(state: DisplayState, name: str) -> float:
     for event in state.events:
         if event.get("type") == "job_start" and event.get("job") == name:
             return float(event.get("t", 0.0))
@@ -69,7 +70,7 @@ def _latency(job: JobStatus, name: str) -> str:
     return "—"
 
 
-def inference_figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
+def inference_figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
     """An inference job: throughput and latency instead of MFU (what the step events carry; "—" if absent)."""
     src = job._src
     label, left = eta(job, state, t)
@@ -110,7 +111,7 @@ def tokens_at(job: JobStatus, t: float) -> float:
     return float(job.tokens) + job.tokens_per_s * max(0.0, t - float(since))
 
 
-def figures(job: JobStatus, state: ClusterState, t: float) -> dict[str, str]:
+def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
     """The figures of one job as display strings (shared with compare mode); a stopped job's rates are '—'."""
     if is_inference(job):
         return inference_figures(job, state, t)
@@ -159,7 +160,7 @@ COLUMNS: tuple[tuple[str, int, str], ...] = (
 SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
 
 
-def sort_value(job: JobStatus, key: str, state: ClusterState, t: float) -> tuple[float, str]:
+def sort_value(job: JobStatus, key: str, state: DisplayState, t: float) -> tuple[float, str]:
     """Descending figures first (a stopped job's rates count as 0), names ascending."""
     if key == "name":
         return (0.0, job.name)
@@ -191,7 +192,7 @@ class JobsPanel(Panel):
         self.sort = "name"
         self._headers: list[tuple[int, int, str]] = []
 
-    def show(self, state: ClusterState, t: float, ended: str | None = None) -> None:
+    def show(self, state: DisplayState, t: float, ended: str | None = None) -> None:
         """`ended`: the recording ended before t (compare mode): the figures are its last, not live."""
         width = max(20, self.size.width or 46)    # the content width (inside border and padding)
         jobs = list(state.jobs.values())
@@ -220,7 +221,7 @@ class JobsPanel(Panel):
         self.show_if_changed(key, self._one(jobs[0], state, t, width) if len(jobs) == 1 else
                              self._many(state, t, width))
 
-    def _one(self, job: JobStatus, state: ClusterState, t: float, width: int) -> Text:
+    def _one(self, job: JobStatus, state: DisplayState, t: float, width: int) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         label, style = status(job, t)
         text.append(f"{job.name}  ", style="bold")
@@ -251,7 +252,7 @@ class JobsPanel(Panel):
             used += column[1] + 1
         return name_w, shown
 
-    def _many(self, state: ClusterState, t: float, width: int) -> Text:
+    def _many(self, state: DisplayState, t: float, width: int) -> Text:
         jobs = sorted(state.jobs.values(), key=lambda job: sort_value(job, self.sort, state, t))
         name_w, columns = self.columns(width, max(len(job.name) for job in jobs))
         text = Text(no_wrap=True, overflow="ellipsis")

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from .. import format as fmt
 from .. import jobinfo
+from ..display import DisplayState
 from .panel import Panel
 
 # the scale-up tier by the header's scale_up link (catalog fabric names)
@@ -111,7 +112,7 @@ class LinksPanel(Panel):
 
     TITLE = "links · saturation (max)"
 
-    def show(self, state: ClusterState) -> None:
+    def show(self, state: DisplayState) -> None:
         tiers = [t for t in TIERS if t in state.links] + sorted(set(state.links) - set(TIERS))
         content = self.size.width or 40    # inside border and padding
         room = max(4, content - 12 - 1 - 8 - 6)

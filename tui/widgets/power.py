@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from clustertop.engine.stream.state import ClusterState, spent, tokens_kept
 from rich.text import Text
 
 from .. import format as fmt
 from .. import jobinfo
+from ..display import DisplayState, spent, tokens_kept
 from .panel import Panel
 
 
@@ -15,12 +15,12 @@ class PowerPanel(Panel):
 
     TITLE = "power"
 
-    def show(self, state: ClusterState) -> None:
+    def show(self, state: DisplayState) -> None:
         text = power_text(state, max(8, self.size.width or 40))
         self.show_if_changed(text.plain, text)
 
 
-def power_text(state: ClusterState, width: int) -> Text:
+def power_text(state: DisplayState, width: int) -> Text:
     """Site MW, GPU share, sparkline, range and swing; the energy and cost so far, per token; the budget line
     when the cluster sets one."""
     history = list(state.site_mw_history)
