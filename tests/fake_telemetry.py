@@ -27,9 +27,8 @@ def simulate(directory: Path) -> tuple[str, list[tuple[float, np.ndarray, np.nda
     """A 64-GPU simulated run (fake_plan's SMALL: TP2 PP4 DP8, the fake cost model) sampled every second for 10 s:
     its scenario file and its frames."""
     import clustertop.engine.sim.run as engine_run
-    from fake_plan import QUIET, SMALL, fake_planner, write_scenario
-
     from clustertop.cli import main
+    from fake_plan import QUIET, SMALL, fake_planner, write_scenario
 
     engine_run.default_planner, saved = fake_planner, engine_run.default_planner
     try:

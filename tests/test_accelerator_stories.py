@@ -8,14 +8,13 @@ from functools import cache
 from typing import Any
 
 import pytest
+from clustertop.cli import main
+from clustertop.commands.compare import twin
 from clustertop.engine.config import scenario
 from clustertop.engine.config.fields import Context
 from clustertop.engine.config.tomlfile import read_toml
 from clustertop.engine.model import collectives as col
 from clustertop.engine.model.estimate import JobEstimate, estimate, estimate_job
-
-from clustertop.cli import main
-from clustertop.commands.compare import twin
 
 
 def _estimate(s: scenario.Scenario) -> JobEstimate:

@@ -10,17 +10,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.model import collectives as col
 from clustertop.engine.model.estimate import estimate, estimate_job, to_json
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import schema
-from clustertop.tui.index import EventIndex
 from clustertop.engine.stream.state import ClusterState
+from clustertop.tui.index import EventIndex
 from clustertop.tui.widgets import links
 from clustertop.tui.widgets.event_log import describe
-
-from clustertop.cli import main
 
 PAIRS = ("interleaved-a", "interleaved-b", "separate-a", "separate-b")
 

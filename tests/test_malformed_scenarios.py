@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from clustertop.cli import main
 
 CORPUS = Path(__file__).parent / "malformed"

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream.recorder import Recorder
 from fake_plan import MIXED, checkpoint_for, fake_planner, write_scenario
-
-from clustertop.cli import main
 
 
 @pytest.fixture

@@ -14,11 +14,10 @@ from typing import Any
 import clustertop.engine.sim.run as engine_run
 import orjson
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.stream import reader
 from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, QUIET, SMALL, fake_planner, write_scenario
-
-from clustertop.cli import main
 
 TESTS = str(Path(__file__).parent)
 

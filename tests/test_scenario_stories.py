@@ -10,12 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.model.estimate import estimate, estimate_job
 from clustertop.engine.stream.reader import iter_events
 from clustertop.engine.stream.schema import rle_decode
-
-from clustertop.cli import main
 
 
 def _job(name: str, index: int = 0):  # type: ignore[no-untyped-def]

@@ -10,10 +10,9 @@ import fake_telemetry as ft
 import numpy as np
 import orjson
 import pytest
+from clustertop.cli import main
 from clustertop.engine.stream.reader import Reader
 from clustertop.engine.telemetry import dcgm
-
-from clustertop.cli import main
 
 CLUSTER_ONLY = """\
 name = "site"

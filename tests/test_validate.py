@@ -7,10 +7,9 @@ import json
 import statistics
 
 import pytest
+from clustertop.cli import main
 from clustertop.engine.model import calibration as cal
 from clustertop.engine.model.validate import run
-
-from clustertop.cli import main
 
 
 @pytest.fixture(scope="module")
