@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from clustertop.engine.config import scenario
-
 from clustertop.cli import DEFAULT_SCENARIO, main
+from clustertop.engine.config import scenario
 
 
 def test_default_scenario_is_the_flagship() -> None:
