@@ -17,8 +17,10 @@ import benchmarks
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--json", action="store_true", help="print one JSON object (default: one line per key)")
-    parser.add_argument("--only", metavar="NAME", help="run only the bench_* modules whose name contains NAME")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (default: one line per key)")
+    parser.add_argument("--only", metavar="NAME",
+                        help="run only the bench_* modules whose name contains NAME")
     args = parser.parse_args()
     figures: dict[str, float] = {}
     for info in sorted(pkgutil.iter_modules(benchmarks.__path__), key=lambda m: m.name):

@@ -1,4 +1,5 @@
-"""Site-scale recording: `record_prometheus_1h_s` (1 GW, ~433K GPUs) and `peak_rss_hyperion_mb` (5 GW, ~2.2M GPUs).
+"""Site-scale recording: `record_prometheus_1h_s` (1 GW, ~433K GPUs) and
+`peak_rss_hyperion_mb` (5 GW, ~2.2M GPUs).
 
 Each runs `clustertop record` in a child process at the scenario's default sampling interval, so the peak RSS
 is the child's alone.
@@ -16,8 +17,8 @@ from pathlib import Path
 
 def _record(scenario: str, out: Path) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "clustertop", "record", scenario, "--duration", "1h", "-o", str(out)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "clustertop", "record", scenario, "--duration", "1h",
+                    "-o", str(out)], check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 

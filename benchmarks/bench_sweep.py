@@ -1,8 +1,8 @@
 """Sweep throughput: a 1,000-point sweep of the flagship's layouts (llama3-405b-16k), all cores.
 
 Keys:
-- sweep_points_per_s: points estimated per second with the performance model (engine.model.estimate), writing the
-  JSON Lines records to a file, pool start-up included; best of 3 runs, each with new workers whose caches
+- sweep_points_per_s: points estimated per second with the performance model (engine.model.estimate), writing
+  the JSON Lines records to a file, pool start-up included; best of 3 runs, each with new workers whose caches
   start empty (the parent process never estimates a point).
 - sweep_trivial_points_per_s: the same sweep with an estimator that does no work (a constant record of the
   real shape): the ceiling the sweep machinery itself allows.
@@ -27,16 +27,17 @@ from clustertop.engine.sweep.run import sweep_to
 from clustertop.engine.sweep.space import Estimator, plan
 
 BASE = "llama3-405b-16k"
-# 5 x 5 x 5 x 2 x 2 x 2 = 1,000 points; 484 of them invalid, as a real design-space search meets them: 224 with
-# too few sequences per replica for the micro_batch or the interleaving, 160 with dp*micro_batch beyond the global
-# batch of 2,048, 100 with pp*virtual_stages = 128 beyond the 126 layers
+# 5 x 5 x 5 x 2 x 2 x 2 = 1,000 points; 484 of them invalid, as a real design-space search meets them: 224
+# with too few sequences per replica for the micro_batch or the interleaving, 160 with dp*micro_batch beyond
+# the global batch of 2,048, 100 with pp*virtual_stages = 128 beyond the 126 layers
 AXES = ["jobs[0].tp=2,4,8,16,32", "jobs[0].pp=4,8,16,32,64", "jobs[0].micro_batch=1,2,4,8,16",
         "jobs[0].virtual_stages=1,2", "jobs[0].recompute=selective,full", "jobs[0].zero=1,3"]
 
 _JOB = {"step_time_s": 10.0, "tokens_per_s": 1.6e6, "model_tflops_per_gpu": 400.0, "mfu": 0.4,
         "hardware_tflops_per_gpu": 410.0, "memory_gb_per_gpu": 60.0, "fits": True,
         "breakdown_s": {"compute": 8.0, "tp": 0.5, "pp": 0.1, "dp": 0.4, "bubble": 1.0, "optimizer": 0.1},
-        "memory_gb": {"weights": 6.4, "gradients": 6.4, "optimizer": 0.3, "activations": 40.0, "buffers": 6.9},
+        "memory_gb": {"weights": 6.4, "gradients": 6.4, "optimizer": 0.3, "activations": 40.0,
+                      "buffers": 6.9},
         "chosen": {"micro_batch": 1, "virtual_stages": 1, "recompute": "none"}}
 
 

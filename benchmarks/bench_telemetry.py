@@ -1,19 +1,20 @@
 """Real telemetry: importing Prometheus dumps, and the dashboard watching thousands of exporters.
 
-- import_prometheus_16k_1h_s: `clustertop import prometheus` (run as a user runs it, a child process) of one hour
-  of 16,384 GPUs at 15 s, four metrics (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_POWER_USAGE, DCGM_FI_DEV_FB_USED,
-  DCGM_FI_PROF_NVLINK_TX_BYTES: one range-query dump each, 241 points per series, dcgm-exporter's full label set,
-  every GPU's value different) into a .jsonl.gz. import_prometheus_16k_1h_mb is the dumps' size,
-  import_prometheus_16k_1h_peak_mb the importer's peak RSS; import_prometheus_16k_2h_peak_mb the peak for two such
-  hours (eight dumps): memory follows the window (one hour here), not the files.
-- watch_2048_exporters_frame_ms: `clustertop watch --exporter @FILE --interval 5s` over 2,048 fake dcgm-exporters
-  (a child process serving each node's page from its own loopback address, 127.77.x.y:9400, 25 DCGM metrics per
-  GPU), headless at 200x60: the median time of a frame that folds a new 16,384-GPU sample and redraws (the app's
-  frame: reducer, panels, then the compositor's render of what changed, as bench_tui times it);
-  watch_2048_exporters_frame_max_ms the slowest such frame, watch_2048_exporters_idle_frame_ms the median of the
-  frames between samples; the budget is 1000/30 = 33 ms. watch_2048_exporters_round_s is the mean time between
-  samples (5 s when every round of 2,048 scrapes fits in the interval) and watch_2048_exporters_answered the share
-  of GPUs with data in the last sample.
+- import_prometheus_16k_1h_s: `clustertop import prometheus` (run as a user runs it, a child process) of one
+  hour of 16,384 GPUs at 15 s, four metrics (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_POWER_USAGE,
+  DCGM_FI_DEV_FB_USED, DCGM_FI_PROF_NVLINK_TX_BYTES: one range-query dump each, 241 points per series,
+  dcgm-exporter's full label set, every GPU's value different) into a .jsonl.gz. import_prometheus_16k_1h_mb
+  is the dumps' size, import_prometheus_16k_1h_peak_mb the importer's peak RSS;
+  import_prometheus_16k_2h_peak_mb the peak for two such hours (eight dumps): memory follows the window (one
+  hour here), not the files.
+- watch_2048_exporters_frame_ms: `clustertop watch --exporter @FILE --interval 5s` over 2,048 fake
+  dcgm-exporters (a child process serving each node's page from its own loopback address, 127.77.x.y:9400, 25
+  DCGM metrics per GPU), headless at 200x60: the median time of a frame that folds a new 16,384-GPU sample and
+  redraws (the app's frame: reducer, panels, then the compositor's render of what changed, as bench_tui times
+  it); watch_2048_exporters_frame_max_ms the slowest such frame, watch_2048_exporters_idle_frame_ms the median
+  of the frames between samples; the budget is 1000/30 = 33 ms. watch_2048_exporters_round_s is the mean time
+  between samples (5 s when every round of 2,048 scrapes fits in the interval) and
+  watch_2048_exporters_answered the share of GPUs with data in the last sample.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import orjson
 
 GPUS, PER_NODE, STEP, POINTS = 16384, 8, 15.0, 241
 T0 = 1_717_000_000.0
-METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_NVLINK_TX_BYTES")
+METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED",
+           "DCGM_FI_PROF_NVLINK_TX_BYTES")
 CLUSTER = """\
 name = "real-16k"
 [cluster]
@@ -103,8 +105,10 @@ def bench_import() -> dict[str, float]:
         for path, m in zip(hour2, METRICS):
             _dump(path, m, 1, rng)
         _, peak2 = _import(hour2 + hour1, cluster, directory / "real2.jsonl.gz")
-    return {"import_prometheus_16k_1h_s": round(seconds, 2), "import_prometheus_16k_1h_mb": round(size / 1e6, 1),
-            "import_prometheus_16k_1h_peak_mb": round(peak, 1), "import_prometheus_16k_2h_peak_mb": round(peak2, 1)}
+    return {"import_prometheus_16k_1h_s": round(seconds, 2),
+            "import_prometheus_16k_1h_mb": round(size / 1e6, 1),
+            "import_prometheus_16k_1h_peak_mb": round(peak, 1),
+            "import_prometheus_16k_2h_peak_mb": round(peak2, 1)}
 
 
 # -- watching 2,048 exporters --------------------------------------------------------------------------------
@@ -116,25 +120,25 @@ FAKE_EXPORTERS = textwrap.dedent("""\
     n, per_node = int(sys.argv[1]), 8
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    names = ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",
-             "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-             "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
-             "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
-             "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-             "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-             "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
-             "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES"]
+    names = ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
+             "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+             "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
+             "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE",
+             "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+             "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY",
+             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES",
+             "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES"]
     rng = np.random.default_rng(5)
     def page(node, variant):
         lines = []
         for m in names:
             lines.append(f"# HELP {m} {m}.\\n# TYPE {m} gauge")
             for g in range(per_node):
-                v = (0.0 if "XID" in m else rng.uniform(0, 1) if "PROF" in m else rng.uniform(0, 100) if "UTIL" in m
-                     else rng.uniform(90, 700))
+                v = (0.0 if "XID" in m else rng.uniform(0, 1) if "PROF" in m
+                     else rng.uniform(0, 100) if "UTIL" in m else rng.uniform(90, 700))
                 lines.append(f'{m}{{gpu="{g}",UUID="GPU-{node:04x}{g:04x}-5e2f-4b7a-9c1d-3f6a8e0b2d71",'
-                             f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-{node + 1:04d}",'
-                             f'DCGM_FI_DRIVER_VERSION="550.54.15"}} {v:.3f}')
+                             f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",'
+                             f'Hostname="dgx-{node + 1:04d}",DCGM_FI_DRIVER_VERSION="550.54.15"}} {v:.3f}')
         body = ("\\n".join(lines) + "\\n").encode()
         return (b"HTTP/1.1 200 OK\\r\\nContent-Type: text/plain; version=0.0.4\\r\\nConnection: close\\r\\n"
                 b"Content-Length: " + str(len(body)).encode() + b"\\r\\n\\r\\n" + body)
@@ -152,7 +156,8 @@ FAKE_EXPORTERS = textwrap.dedent("""\
                 writer.close()
         return handle
     async def main():
-        servers = [await asyncio.start_server(handler(k), f"127.77.{k // 250}.{k % 250 + 2}", 9400, backlog=64)
+        servers = [await asyncio.start_server(handler(k), f"127.77.{k // 250}.{k % 250 + 2}", 9400,
+                                              backlog=64)
                    for k in range(n)]
         print("ready", flush=True)
         await asyncio.Event().wait()
@@ -209,10 +214,12 @@ def bench_watch(seconds: float = 32.0) -> dict[str, float]:
     try:
         assert server.stdout is not None
         if server.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the fake exporters did not start: {server.stderr.read() if server.stderr else ''}")
+            raise RuntimeError("the fake exporters did not start: "
+                               f"{server.stderr.read() if server.stderr else ''}")
         with tempfile.TemporaryDirectory(prefix="clustertop-bench-") as tmp:
             urls = Path(tmp) / "exporters.txt"
-            urls.write_text("".join(f"http://127.77.{k // 250}.{k % 250 + 2}:9400/metrics\n" for k in range(EXPORTERS)))
+            urls.write_text("".join(f"http://127.77.{k // 250}.{k % 250 + 2}:9400/metrics\n"
+                                    for k in range(EXPORTERS)))
             cluster = Path(tmp) / "cluster.toml"
             cluster.write_text(CLUSTER)
             return asyncio.run(_watch_frames(urls, cluster, seconds))

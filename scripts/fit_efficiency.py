@@ -1,14 +1,15 @@
-"""Fit the kernel constants of the GPU catalog on the calibration set's fitting rows (docs/performance-model.md 9).
+"""Fit the kernel constants of the GPU catalog on the calibration set's fitting rows
+(docs/performance-model.md 9).
 
 The constants: H100 BF16 and FP8 `gemm_efficiency` / `fp8_gemm_efficiency` and A100 `gemm_efficiency` (the
-sustained fraction of peak in a GEMM's main loop), and `FLASH1_SHARE` (FlashAttention-1 / Triton attention's rate
-as a share of FlashAttention-2's, engine/config/catalog.py). Everything else is measured (kernel tables,
-datasheets) or structural. The fit is a grid search over the rows marked `fit` (every other row of each source,
-and the Llama 3 and BLOOM rows), keeping the Llama 3 rows within 5%: the efficiencies, then the share with them
-fixed, then the efficiencies again with the share. It minimises the mean over sources of each source's mean
-absolute error: each source is one measurement campaign, and one that publishes many rows (llm-foundry: 31)
-should not outweigh the others. It prints the best constants and the error over the fitting rows and the
-held-out rows. Run from the repository root:
+sustained fraction of peak in a GEMM's main loop), and `FLASH1_SHARE` (FlashAttention-1 / Triton attention's
+rate as a share of FlashAttention-2's, engine/config/catalog.py). Everything else is measured (kernel tables,
+datasheets) or structural. The fit is a grid search over the rows marked `fit` (every other row of each
+source, and the Llama 3 and BLOOM rows), keeping the Llama 3 rows within 5%: the efficiencies, then the share
+with them fixed, then the efficiencies again with the share. It minimises the mean over sources of each
+source's mean absolute error: each source is one measurement campaign, and one that publishes many rows
+(llm-foundry: 31) should not outweigh the others. It prints the best constants and the error over the fitting
+rows and the held-out rows. Run from the repository root:
 
     python scripts/fit_efficiency.py
 """
@@ -82,8 +83,8 @@ def main() -> None:
     h100, a100 = efficiencies(0.62)
     fits = [(per_source(errs := errors(h100, fp8, a100)), fp8, errs) for fp8 in GRID["fp8"]]
     _, fp8, errs = min(fits, key=lambda f: f[0])
-    print(f"h100 gemm_efficiency = {h100:.2f}, fp8_gemm_efficiency = {fp8:.2f}; a100 gemm_efficiency = {a100:.2f}; "
-          f"FLASH1_SHARE = {share:.2f}")
+    print(f"h100 gemm_efficiency = {h100:.2f}, fp8_gemm_efficiency = {fp8:.2f}; "
+          f"a100 gemm_efficiency = {a100:.2f}; FLASH1_SHARE = {share:.2f}")
     print(f"fitting rows {100 * mape(errs, True):.1f}%, held-out rows {100 * mape(errs, False):.1f}% "
           f"(rows on H100 and A100: {len(errs)})")
 

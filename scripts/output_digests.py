@@ -1,9 +1,10 @@
 """The SHA-256 of what clustertop writes, for showing that a change leaves every output byte-identical.
 
-Runs the `clustertop` on PATH (so the same script checks any installed version) over a fixed set of commands: the
-estimate of every built-in scenario (`estimate --json`), `validate --json`, recordings of several scenarios (a short stretch of each,
-and the flagship's 54 days), two sweep files, and the Perfetto export of every recording it made. Version strings
-("clustertop 0.1.0") are masked, so two versions that write the same bytes otherwise give the same digests.
+Runs the `clustertop` on PATH (so the same script checks any installed version) over a fixed set of commands:
+the estimate of every built-in scenario (`estimate --json`), `validate --json`, recordings of several
+scenarios (a short stretch of each, and the flagship's 54 days), two sweep files, and the Perfetto export of
+every recording it made. Version strings ("clustertop 0.1.0") are masked, so two versions that write the same
+bytes otherwise give the same digests.
 
     python scripts/output_digests.py > before.txt      # with one version installed
     python scripts/output_digests.py > after.txt       # with the other
@@ -41,7 +42,8 @@ RECORDINGS = {              # scenario -> the stretch recorded
 LONG = ("llama3-405b-16k", "54d")
 SWEEPS = {
     "flagship-layouts": ["llama3-405b-16k", "--vary", "jobs[0].tp=4,8", "--vary", "jobs[0].pp=8,16",
-                         "--vary", "jobs[0].micro_batch=1,2", "--vary", "jobs[0].recompute=none,selective,full"],
+                         "--vary", "jobs[0].micro_batch=1,2",
+                         "--vary", "jobs[0].recompute=none,selective,full"],
     "fabrics": ["llama3-405b-16k", "--vary", "cluster.scale_out=roce-400g,ib-ndr-400g,roce-800g",
                 "--vary", "cluster.pod_oversubscription=1,3,7", "--rank", "usd_per_mtoken"],
 }
@@ -58,7 +60,8 @@ def digest(data: bytes, gz: bool = False) -> str:
 def run(argv: list[str]) -> bytes:
     done = subprocess.run(["clustertop", *argv], capture_output=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"clustertop {' '.join(argv)}: exit {done.returncode}: {done.stderr.decode()[-500:]}")
+        raise SystemExit(f"clustertop {' '.join(argv)}: exit {done.returncode}: "
+                         f"{done.stderr.decode()[-500:]}")
     return done.stdout
 
 
@@ -68,7 +71,8 @@ def scenarios() -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     lines: list[str] = []

@@ -1,5 +1,5 @@
-"""The scenarios of other accelerators, scale-up domains and sites tell their story: mi300x-vs-h100 (with its twin
-h100-vs-mi300x), tpu-v5p-pod, gb200-nvl72, campus-10km."""
+"""The scenarios of other accelerators, scale-up domains and sites tell their story: mi300x-vs-h100 (with its
+twin h100-vs-mi300x), tpu-v5p-pod, gb200-nvl72, campus-10km."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def _builtin(name: str) -> JobEstimate:
     return _estimate(scenario.load(name))
 
 
-def _variant(name: str, cluster: dict[str, Any] | None = None, job: dict[str, Any] | None = None) -> scenario.Scenario:
+def _variant(name: str, cluster: dict[str, Any] | None = None,
+             job: dict[str, Any] | None = None) -> scenario.Scenario:
     """A built-in scenario with some of its raw keys changed."""
     path = scenario.resolve_path(name)
     data, _ = read_toml(path)
@@ -60,8 +61,8 @@ def test_mi300x_vs_h100_opens_its_twin_in_the_compare_view(tmp_path: Any) -> Non
     assert twin("mi300x-vs-h100") == "h100-vs-mi300x" and twin("h100-vs-mi300x") == "mi300x-vs-h100"
     assert main(["compare", "llama3-405b-16k"]) == 2                   # no twin: one line, exit 2
     mine = tmp_path / "a.toml"
-    mine.write_text('name = "a"\ncompare_with = "b.toml"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\n'
-                    'model = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\n')
+    mine.write_text('name = "a"\ncompare_with = "b.toml"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n'
+                    '[[jobs]]\nmodel = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\n')
     assert twin(str(mine)) == str(tmp_path / "b.toml")                # a path, beside the scenario
 
 
@@ -108,7 +109,8 @@ def test_campus_10km_pays_49_us_per_step_that_crosses_the_buildings() -> None:
     near_s = _variant("campus-10km", cluster={"building_distance_km": 0.0})
     near = _estimate(near_s)
     far = _estimate(_variant("campus-10km", cluster={"building_distance_km": 1000.0}))
-    assert col.net_latency(s.cluster, "campus") - col.net_latency(near_s.cluster, "campus") == pytest.approx(49e-6)
+    assert (col.net_latency(s.cluster, "campus") - col.net_latency(near_s.cluster, "campus")
+            == pytest.approx(49e-6))
     # light in 10 km of fibre: the gradient reduction waits a few ms more, the step not 1% more...
     assert 0.0 < e.breakdown_s["dp"] - near.breakdown_s["dp"] < 0.05
     assert 1.0 < e.step_time_s / near.step_time_s < 1.01                # type: ignore[operator]

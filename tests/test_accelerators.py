@@ -17,10 +17,11 @@ from clustertop.engine.model import collectives as col
 
 NEW = ("mi300x", "mi325x", "mi355x", "tpu-v5p", "tpu-v6e", "tpu-v7", "trn2", "gaudi3", "gb300")
 
-# shared/reference/hardware.toml's figures for each new entry (dense BF16 TFLOP/s, HBM GB, HBM TB/s, TDP W where
-# it gives one): the catalog must carry them as published
-REFERENCE = {"mi300x": (1307.4, 192, 5.3, 750), "mi325x": (1307.4, 256, 6.0, 1000), "mi355x": (2500, 288, 8.0, 1400),
-             "tpu-v5p": (459, 95, 2.765, None), "tpu-v6e": (918, 32, 1.64, None), "tpu-v7": (None, 192, 7.37, None),
+# shared/reference/hardware.toml's figures for each new entry (dense BF16 TFLOP/s, HBM GB, HBM TB/s, TDP W
+# where it gives one): the catalog must carry them as published
+REFERENCE = {"mi300x": (1307.4, 192, 5.3, 750), "mi325x": (1307.4, 256, 6.0, 1000),
+             "mi355x": (2500, 288, 8.0, 1400), "tpu-v5p": (459, 95, 2.765, None),
+             "tpu-v6e": (918, 32, 1.64, None), "tpu-v7": (None, 192, 7.37, None),
              "trn2": (667, 96, 2.9, None), "gaudi3": (1835, 128, 3.7, 900), "gb300": (2500, 288, 8.0, 1400)}
 
 
@@ -57,7 +58,8 @@ FLAGSHIPS = {
     "tpu-v7": ({"gpus": 9216, "scale_out": "dcn-200g"}, {**L405, "global_batch": 2304, "tp": 16, "pp": 8}),
     "tpu-v6e": ({"gpus": 256, "scale_out": "dcn-200g"}, {**L70, "global_batch": 256, "tp": 16, "pp": 4}),
     "trn2": ({"gpus": 1024, "scale_out": "efa-v3-200g"}, {**L70, "global_batch": 512, "tp": 8, "pp": 4}),
-    "gaudi3": ({"gpus": 1024, "scale_out": "gaudi3-roce-600g"}, {**L70, "global_batch": 512, "tp": 8, "pp": 4}),
+    "gaudi3": ({"gpus": 1024, "scale_out": "gaudi3-roce-600g"},
+               {**L70, "global_batch": 512, "tp": 8, "pp": 4}),
 }
 
 
@@ -81,7 +83,8 @@ def test_each_accelerator_runs_a_flagship_style_job_in_its_scale_up_domain(
     assert main(["estimate", str(path)]) == 0
     text = capsys.readouterr().out
     scale_up = next(line for line in text.splitlines() if line.startswith("scale-up"))
-    assert gpu.scale_up_link in scale_up and f"{PHASE_LABELS['tp']} " in text     # the TP wait in the breakdown
+    assert gpu.scale_up_link in scale_up and f"{PHASE_LABELS['tp']} " in text     # the TP wait
+                                                                                  # in the breakdown
 
 
 def test_scale_up_defaults_and_aliases() -> None:
@@ -98,11 +101,12 @@ def test_scale_up_defaults_and_aliases() -> None:
 
 
 @pytest.mark.parametrize(("cluster", "key", "words"), [
-    ({"gpu": "h100-sxm-80gb", "gpus": 8, "scale_up": "xgmi-mesh"}, "cluster.scale_up", '"nvswitch" or "pcie"'),
+    ({"gpu": "h100-sxm-80gb", "gpus": 8, "scale_up": "xgmi-mesh"}, "cluster.scale_up",
+     '"nvswitch" or "pcie"'),
     ({"gpu": "h100-sxm-80gb", "gpus": 72, "scale_up": "nvl72"}, "cluster.scale_up", "nvlink4"),
     ({"gpu": "mi300x", "gpus": 16, "gpus_per_node": 16}, "cluster.gpus_per_node", "at most 8"),
-    ({"gpu": "h100-sxm-80gb", "gpus": 16, "scale_up": "nvswitch", "node_fabric": "pcie"}, "cluster.node_fabric",
-     "older name"),
+    ({"gpu": "h100-sxm-80gb", "gpus": 16, "scale_up": "nvswitch", "node_fabric": "pcie"},
+     "cluster.node_fabric", "older name"),
     ({"gpu": "tpu-v5p", "gpus": 64, "gpus_per_node": 64, "torus": [4, 4, 3]}, "cluster.torus", "to be equal"),
     ({"gpu": "tpu-v5p", "gpus": 64, "torus": [8, 8]}, "cluster.torus", "3 positive integers"),
     ({"gpu": "h100-sxm-80gb", "gpus": 8, "torus": [2, 4]}, "cluster.torus", "torus-2d"),
@@ -147,8 +151,10 @@ def test_a_torus_ring_uses_both_directions_only_when_the_group_spans_it() -> Non
     assert (r_full.shape, r_half.shape) == ((16, 1, 1), (16, 1, 1))
     per_link = full.cluster.scale_up_link.link_busbw_gb_s * 1e9
     alpha = full.cluster.scale_up_link.latency_us * 1e-6
-    assert col.reduce_scatter(full.cluster, r_full, S).time_s == pytest.approx(15 / 16 * S / (2 * per_link) + 15 * alpha)
-    assert col.reduce_scatter(half.cluster, r_half, S).time_s == pytest.approx(15 / 16 * S / per_link + 15 * alpha)
+    assert col.reduce_scatter(full.cluster, r_full, S).time_s == pytest.approx(15 / 16 * S / (2 * per_link)
+                                                                               + 15 * alpha)
+    assert col.reduce_scatter(half.cluster, r_half, S).time_s == pytest.approx(15 / 16 * S / per_link
+                                                                               + 15 * alpha)
     # a group over two whole dimensions (16 x 4) reduces along both at once: 4 links
     dp = scenario({"gpu": "tpu-v5p", "gpus": 256, "torus": [16, 4, 4]},
                   {"model": "llama3.1-8b", "seq_len": 4096, "global_batch": 64, "tp": 4, "dp": 64})
@@ -172,7 +178,8 @@ def test_torus_distance_shares_the_links_of_a_transfer() -> None:
 
 
 def test_campus_steps_wait_for_the_fibre() -> None:
-    base = {"gpu": "h100-sxm-80gb", "gpus": 256, "gpus_per_rack": 16, "racks_per_pod": 4, "pods_per_building": 2}
+    base = {"gpu": "h100-sxm-80gb", "gpus": 256, "gpus_per_rack": 16, "racks_per_pod": 4,
+            "pods_per_building": 2}
     job = {"model": "llama3.1-8b", "seq_len": 4096, "global_batch": 256, "tp": 8}
     near, far = scenario(base, job), scenario({**base, "building_distance_km": 10.0}, job)
     r = col.route(near.cluster, near.jobs[0], ("dp",))

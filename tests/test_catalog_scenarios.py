@@ -52,7 +52,8 @@ def test_scaling_efficiency_falls_as_the_cluster_grows_and_the_breakdown_shows_w
     waits = [e.breakdown_s["stragglers"] for e in ests]
     assert all(b > a for a, b in itertools.pairwise(waits))                    # waiting for the slowest GPU
     dp = [e.breakdown_s.get("dp", 0.0) for e in ests]
-    assert dp[0] == 0.0 and all(b >= a for a, b in itertools.pairwise(dp[1:]))  # gradients leave the node, then the pod
+    assert dp[0] == 0.0 and all(b >= a for a, b in itertools.pairwise(dp[1:]))  # gradients leave the node,
+                                                                                # then the pod
     assert dp[1] > 0.05 * ests[1].step_time_s
 
 

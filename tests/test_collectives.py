@@ -1,4 +1,5 @@
-"""Collectives: alpha-beta costs on the tier a group crosses, hierarchy, oversubscription, algorithm choice."""
+"""Collectives: alpha-beta costs on the tier a group crosses, hierarchy, oversubscription,
+algorithm choice."""
 
 from __future__ import annotations
 
@@ -123,7 +124,8 @@ def test_degraded_links_and_plain_ecmp_slow_the_groups_that_cross_them() -> None
 @pytest.mark.parametrize("gpus", [1000, 4096, 16384, 20000])
 def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
     # against the pairwise definition: the largest tier between a group's first member and any other, for
-    # groups inside one node, rack, pod or building and across them, on clusters with partial pods and buildings
+    # groups inside one node, rack, pod or building and across them,
+    # on clusters with partial pods and buildings
     import numpy as np
     from clustertop.engine.config.geometry import Geometry
 

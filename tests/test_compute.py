@@ -80,7 +80,8 @@ def test_causal_attention_cost_grows_with_context() -> None:
 def test_a_faster_gpu_runs_the_same_layer_faster() -> None:
     sh = cm.Shard(4096, 2048, 4, 1, False, 1, "bf16")
     m = MODELS["bloom-176b"]
-    assert cm.layer_cost(H100, m, False, sh, "none").fwd.compute_s < cm.layer_cost(A100, m, False, sh, "none").fwd.compute_s
+    assert (cm.layer_cost(H100, m, False, sh, "none").fwd.compute_s
+            < cm.layer_cost(A100, m, False, sh, "none").fwd.compute_s)
 
 
 def test_moe_layer_counts_active_experts_only() -> None:

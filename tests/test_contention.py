@@ -46,8 +46,8 @@ def test_interleaved_pair_is_slower_than_separated_pair(tmp_path: Path) -> None:
     assert a.step_time_s > 1.02 * sa.step_time_s                       # straddling pods costs
     # part of it is the neighbour: the shared pod's uplinks carry both jobs' rings
     assert a.contention["contention_slowdown"] > 1.001
-    assert a.step_time_s == pytest.approx(a.contention["step_time_alone_s"] * a.contention["contention_slowdown"],
-                                          rel=1e-3)
+    assert a.step_time_s == pytest.approx(a.contention["step_time_alone_s"]
+                                          * a.contention["contention_slowdown"], rel=1e-3)
     assert a.contention["contention_tier"] == "core"
     assert 0.3 < a.contention["contention_shares"]["core"] < 0.7
     # the separated pair shares nothing: same step as alone, no tier, no shares
@@ -67,7 +67,8 @@ def test_slowdown_follows_the_oversubscription(tmp_path: Path) -> None:
     interleaved = [steps[r][0] for r in ratios]
     assert all(x <= y * (1 + 1e-9) for x, y in itertools.pairwise(interleaved))
     assert interleaved[-1] > 1.05 * interleaved[0]
-    assert len({steps[r][1] for r in ratios}) == 1                     # a pod each: the core tier is never used
+    assert len({steps[r][1] for r in ratios}) == 1                     # a pod each:
+                                                                       # the core tier is never used
     slowdowns = [steps[r][2] for r in ratios]
     assert slowdowns[-1] > slowdowns[0]
 
@@ -124,7 +125,8 @@ def test_a_neighbour_down_speeds_the_others_up(tmp_path: Path) -> None:
     run = Run(s, duration_s=1500.0, sample_s=30.0)
     events = [json.loads(line) for line in run.lines()]
     header = {j["name"]: j for j in events[0]["jobs"]}
-    assert header["interleaved-a"]["contention_slowdown"] > 1.0 and header["interleaved-a"]["contention_tier"] == "core"
+    assert (header["interleaved-a"]["contention_slowdown"] > 1.0
+            and header["interleaved-a"]["contention_tier"] == "core")
     assert header["separate-a"]["contention_slowdown"] == 1.0
     fault = next(e for e in events if e["type"] == schema.FAULT)
     restart = next(e for e in events if e["type"] == schema.RESTART)
@@ -144,18 +146,22 @@ def test_a_neighbour_down_speeds_the_others_up(tmp_path: Path) -> None:
     during = step_times("interleaved-a", fault["t"] + 2 * before.max(), restart["t"])
     after = step_times("interleaved-a", restart["t"] + 2 * before.max(), 1500.0)
     assert during.max() < before.min() and during.max() < after.min()
-    assert before.mean() / during.mean() == pytest.approx(header["interleaved-a"]["contention_slowdown"], rel=2e-3)
+    assert before.mean() / during.mean() == pytest.approx(header["interleaved-a"]["contention_slowdown"],
+                                                          rel=2e-3)
     separate = step_times("separate-a", 0, 1500.0)
     assert separate.max() == pytest.approx(separate.min(), rel=1e-3)   # the day's clocks only; no neighbour
     steps = [e["step"] for e in events if e["type"] == schema.STEP and e["job"] == "interleaved-a"]
     assert steps == list(range(1, len(steps) + 1))                      # no step lost or repeated at a switch
 
     # the shared pod's uplinks carry both jobs' rings: twice the load of the pods either job has alone
-    core = np.array([e["links"]["core"] for e in events if e["type"] == schema.SAMPLE and 0 < e["t"] <= fault["t"]])
+    core = np.array([e["links"]["core"] for e in events
+                     if e["type"] == schema.SAMPLE and 0 < e["t"] <= fault["t"]])
     assert core[:, 1].mean() == pytest.approx(2 * core[:, 0].mean(), rel=0.05)
-    assert core[:, 3:].max() == 0.0                                    # the separated pair never leaves its pods
+    assert core[:, 3:].max() == 0.0                                    # the separated pair never
+                                                                       # leaves its pods
 
-    # what the dashboard shows at any time it seeks to: the shared tier and each job's share, none while b is down
+    # what the dashboard shows at any time it seeks to: the shared tier and each job's share,
+    # none while b is down
     index = EventIndex(events[0])
     for event in events[1:]:
         index.add(event)
@@ -169,11 +175,13 @@ def test_a_neighbour_down_speeds_the_others_up(tmp_path: Path) -> None:
 
 def test_contention_events_from_untrusted_files_do_not_break_the_state() -> None:
     header = {"type": "header", "topology": {"gpus": 16}, "jobs": [
-        {"name": "a", "first_gpu": 0, "gpus": 8, "contention_slowdown": 1.1, "contention_shares": {"core": 0.5}},
+        {"name": "a", "first_gpu": 0, "gpus": 8, "contention_slowdown": 1.1,
+         "contention_shares": {"core": 0.5}},
         {"name": "b", "first_gpu": 8, "gpus": 8, "contention_shares": "not a dict"}]}
     state = ClusterState(header)
     assert links.sharing(state) == [("core", [("a", 0.5, 1.1)])]
-    for bad in ({"jobs": 3}, {"jobs": [1, {"nojob": 1}]}, {"jobs": [{"job": "zz", "contention_slowdown": "x"}]}):
+    for bad in ({"jobs": 3}, {"jobs": [1, {"nojob": 1}]},
+                {"jobs": [{"job": "zz", "contention_slowdown": "x"}]}):
         event = {"t": 1.0, "type": "contention", **bad}
         state.apply(event)
         describe(event)

@@ -25,7 +25,8 @@ def _ties(size: int) -> np.ndarray:
     return score
 
 
-@pytest.mark.parametrize("size,n", [(5000, 40), (5000, 1), (5000, 5000), (16384, 50), (37, 36), (1, 5), (10, 0)])
+@pytest.mark.parametrize("size,n", [(5000, 40), (5000, 1), (5000, 5000), (16384, 50), (37, 36), (1, 5),
+                                    (10, 0)])
 def test_lowest_orders_ties_by_index(size: int, n: int) -> None:
     score = _ties(size)
     assert lowest(score, n).tolist() == _reference(score, n)
@@ -59,7 +60,8 @@ def test_the_worst_gpus_are_the_same_through_every_numpy_code_path() -> None:
     outputs = set()
     for k in range(len(targets) + 1):
         env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(targets[k:])}
-        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                              check=True)
         outputs.add(done.stdout)
     assert len(outputs) == 1
     score = _ties(20000)

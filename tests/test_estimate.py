@@ -36,7 +36,8 @@ def test_plan_covers_the_step_on_every_stage(flagship) -> None:  # type: ignore[
     e = flagship
     plan = e.plan
     assert e.fits and plan is not None
-    # the plan is a nominal GPU's step: the engine run draws the GPUs' speeds and adds the straggler wait itself
+    # the plan is a nominal GPU's step:
+    # the engine run draws the GPUs' speeds and adds the straggler wait itself
     assert plan.step_time_s == pytest.approx(e.step_time_s - e.breakdown_s.get("stragglers", 0.0))
     assert len(plan.stages) == 16
     for stage in plan.stages:
@@ -83,8 +84,8 @@ def test_extending_a_step_stretches_the_simulated_one(v: int) -> None:
     assert np.allclose(same.end, run2.intervals.end, rtol=1e-12, atol=1e-12)
     assert ends == pytest.approx(run2.ends, rel=1e-12)
     assert np.allclose(last_b, run2.last_backward, rtol=1e-12, atol=1e-12)
-    # m = 4 m2: every stage ends on the line through the two runs, work scales by m / m2, and each chunk's last
-    # backward (in the drain) comes as much later as the stage's end, taking as long as in run2
+    # m = 4 m2: every stage ends on the line through the two runs, work scales by m / m2, and each chunk's
+    # last backward (in the drain) comes as much later as the stage's end, taking as long as in run2
     m = 4 * m2
     longer, ends, last_b = _extend(run1, run2, m1, m2, m)
     for r in range(p):
@@ -183,7 +184,8 @@ def test_interleaving_that_cannot_run_is_a_user_error() -> None:
 def test_moe_job_runs_with_expert_parallel_all_to_all(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "moe.toml"
     path.write_text('name = "moe"\n[cluster]\ngpu = "h800-sxm-80gb"\ngpus = 2048\nscale_out = "ib-ndr-400g"\n'
-                    '[[jobs]]\nmodel = "deepseek-v3"\nseq_len = 4096\nglobal_batch = 7680\npp = 16\ndp = 128\n'
+                    '[[jobs]]\nmodel = "deepseek-v3"\nseq_len = 4096\nglobal_batch = 7680\npp = 16\n'
+                    'dp = 128\n'
                     'ep = 64\nzero = 1\nrecompute = "auto"\nprecision = "fp8"\n')
     s = scenario.load(str(path))
     e = estimate_job(s, s.jobs[0])
@@ -209,10 +211,12 @@ def test_cluster_power() -> None:
     s = scenario.load("llama3-405b-16k")
     c = to_json(estimate(dataclasses.replace(s, jobs=())))["cluster"]
     assert c["gpus"] == 16384 and c["nodes"] == 2048 and c["pods"] == 6 and c["buildings"] == 1
-    # the transceivers of a 3-tier 400G Clos: every NIC's leaf has an uplink (1:1), each pod's uplinks carry 1/7 of
-    # its NICs (5 pods of 3,072 GPUs: 439 links each, the last of 1,024: 147), two 9 W transceivers per link
+    # the transceivers of a 3-tier 400G Clos: every NIC's leaf has an uplink (1:1), each pod's uplinks carry
+    # 1/7 of its NICs (5 pods of 3,072 GPUs: 439 links each, the last of 1,024: 147),
+    # two 9 W transceivers per link
     links = 16384 + 5 * 439 + 147
-    assert c["transceivers"] == 2 * links and c["transceivers_by_tier"] == {"spine": 2 * 16384, "core": 2 * 2342}
+    assert (c["transceivers"] == 2 * links
+            and c["transceivers_by_tier"] == {"spine": 2 * 16384, "core": 2 * 2342})
     assert c["optics_mw"] == pytest.approx(2 * links * 9.0 / 1e6)
     assert c["it_power_mw"] == pytest.approx(16384 * (700 + 575) * 1.10 / 1e6 + c["optics_mw"], rel=1e-4)
     assert c["facility_power_mw"] == pytest.approx(c["it_power_mw"] * 1.2, rel=1e-4)

@@ -1,6 +1,7 @@
-"""The hostile corpus (tests/hostile/): every case run as a user would, the `clustertop` command in a subprocess
-under a 2 GB address-space limit and a 20 s timeout. Each must end with exit 0 or 2, no traceback, no control
-character echoed raw, and, when refused, one line on stderr naming the file (or flag) and saying what is wrong.
+"""The hostile corpus (tests/hostile/): every case run as a user would, the `clustertop` command in a
+subprocess under a 2 GB address-space limit and a 20 s timeout. Each must end with exit 0 or 2, no traceback,
+no control character echoed raw, and, when refused, one line on stderr naming the file (or flag) and saying
+what is wrong.
 
 The static cases are tests/hostile/cases.tsv (written by tests/hostile/make.py); the ones that need a FIFO, a
 device, a symbolic link or tens of megabytes are made here, in a temporary folder (`{tmp}` in their command
@@ -54,12 +55,13 @@ def static_cases() -> list[Case]:
         if line.startswith("#"):
             continue
         file, command, code, fragment = line.split("\t")
-        argv = [file if a == "FILE" else f"{{tmp}}/out/out{i}.json" if a == "OUT" else a for a in command.split()]
+        argv = [file if a == "FILE" else f"{{tmp}}/out/out{i}.json" if a == "OUT" else a
+                for a in command.split()]
         cases.append(Case(f"{file} ({command.split()[0]})", argv, int(code), fragment, names=file))
     return cases
 
 
-# ---- inputs made in the temporary folder --------------------------------------------------------------------
+# ---- inputs made in the temporary folder -------------------------------------------------------------------
 
 def _big_scenarios() -> dict[str, str | bytes]:
     """Scenario files too big to keep in the repository (name -> text)."""
@@ -85,7 +87,8 @@ def _big_recordings() -> dict[str, bytes]:
     return {
         "line_100mb.jsonl": header + b"\n" + b"x" * 100_000_000 + b"\n",
         "line_100mb_unterminated.jsonl": header + b"\n" + b"[" * 100_000_000,
-        "gzip_bomb_zeros.jsonl.gz": gzip.compress(header + b"\n" + bytes(300_000_000), compresslevel=9, mtime=0),
+        "gzip_bomb_zeros.jsonl.gz": gzip.compress(header + b"\n" + bytes(300_000_000), compresslevel=9,
+                                                  mtime=0),
         "first_line_100mb.jsonl": b" " * 100_000_000,
     }
 
@@ -105,25 +108,29 @@ def prepare(tmp: Path) -> None:
     os.symlink(tmp / "target.json", tmp / "link.json")
 
 
-# ---- the made cases -------------------------------------------------------------------------------------------
+# ---- the made cases ----------------------------------------------------------------------------------------
 
 def _scenario_cases() -> list[Case]:
-    refused = {"issue_deep_array": "nested more than 16", "issue_dotted_key": "key path of more than 16 parts",
+    refused = {"issue_deep_array": "nested more than 16",
+               "issue_dotted_key": "key path of more than 16 parts",
                "issue_deep_header": "table header of more than 16 parts",
-               "issue_60000_jobs": "larger than 4,194,304 bytes", "too_big_file": "larger than 4,194,304 bytes",
+               "issue_60000_jobs": "larger than 4,194,304 bytes",
+               "too_big_file": "larger than 4,194,304 bytes",
                "huge_name": "", "huge_duration": "duration", "huge_unknown_key": "unknown key",
                "huge_array": "unknown key", "huge_inject_list": "injected faults"}
     cases = []
     for name, fragment in refused.items():
         path = f"{{tmp}}/{name}.toml"
-        command = ["record", path, "-o", f"{{tmp}}/{name}.out"] if name == "huge_inject_list" else ["estimate", path]
+        command = ["record", path, "-o", f"{{tmp}}/{name}.out"] if name == "huge_inject_list" else \
+            ["estimate", path]
         cases.append(Case(name, command, 2 if fragment else 0, fragment, names=path))
     cases.append(Case("scenario_fifo", ["estimate", "{tmp}/fifo.toml"], 2, "FIFO", names="{tmp}/fifo.toml"))
     for device in ("/dev/zero", "/dev/null", "/dev/urandom"):
         cases.append(Case(f"scenario {device}", ["estimate", device], 2, "character device", names=device))
         cases.append(Case(f"recording {device}", ["export", device, "-o", "{tmp}/x.json"], 2,
                           "character device", names=device))
-    cases += [Case("symlink_loop", ["estimate", "{tmp}/loop.toml"], 2, "symbolic links", names="{tmp}/loop.toml"),
+    cases += [Case("symlink_loop", ["estimate", "{tmp}/loop.toml"], 2, "symbolic links",
+                   names="{tmp}/loop.toml"),
               Case("dangling_symlink", ["estimate", "{tmp}/dangling.toml"], 2, "no such file",
                    names="{tmp}/dangling.toml"),
               Case("directory", ["estimate", "{tmp}/"], 2, "directory", names="{tmp}"),
@@ -134,7 +141,8 @@ def _scenario_cases() -> list[Case]:
 def _recording_cases() -> list[Case]:
     cases = []
     for command in ("export", "replay", "compare"):
-        extra = ["-o", "{tmp}/y.json"] if command == "export" else [str(RECORDING)] if command == "compare" else []
+        extra = ["-o", "{tmp}/y.json"] if command == "export" else \
+            [str(RECORDING)] if command == "compare" else []
         cases.append(Case(f"recording_fifo_{command}", [command, "{tmp}/fifo.jsonl", *extra], 2, "FIFO",
                           names="{tmp}/fifo.jsonl"))
     for name in _big_recordings():
@@ -167,9 +175,10 @@ def _output_cases() -> list[Case]:
             cases.append(Case(f"{command[0]}_to_{target}", [*command, "-o", target], 2,
                               "No space left" if target == "/dev/full" else "does not exist", names=target))
     for command in (recording, ["record", CRLF]):
-        cases += [Case(f"{command[0]}_to_directory", [*command, "-o", "{tmp}"], 2, "directory", names="{tmp}"),
-                  Case(f"{command[0]}_to_dangling_link", [*command, "-o", "{tmp}/dangling.toml"], 2, "missing file",
-                       names="{tmp}/dangling.toml"),
+        cases += [Case(f"{command[0]}_to_directory", [*command, "-o", "{tmp}"], 2, "directory",
+                       names="{tmp}"),
+                  Case(f"{command[0]}_to_dangling_link", [*command, "-o", "{tmp}/dangling.toml"], 2,
+                       "missing file", names="{tmp}/dangling.toml"),
                   Case(f"{command[0]}_to_link_loop", [*command, "-o", "{tmp}/loop.toml"], 2, "symbolic links",
                        names="{tmp}/loop.toml")]
     cases.append(Case("best_to_missing_directory", [*SWEEP, "--best-to", "/nonexistent/b.toml"], 2,
@@ -179,16 +188,17 @@ def _output_cases() -> list[Case]:
 
 def _flag_cases() -> list[Case]:
     return [
-        Case("vary_key_escape", [*SWEEP[:2], "--vary", "jobs[0].\x1b[2Jtp=4,8"], 2, r"\x1b[2J", names="--vary"),
-        Case("vary_value_escape", [*SWEEP[:2], "--vary", 'jobs[0].name="\x1b[2J"'], 2, "cannot read the value",
+        Case("vary_key_escape", [*SWEEP[:2], "--vary", "jobs[0].\x1b[2Jtp=4,8"], 2, r"\x1b[2J",
              names="--vary"),
+        Case("vary_value_escape", [*SWEEP[:2], "--vary", 'jobs[0].name="\x1b[2J"'], 2,
+             "cannot read the value", names="--vary"),
         Case("flag_newline", ["estimate", CRLF, "--x\nclustertop: ok"], 2, r"\n", names="--x"),
         Case("seed_2_70", ["record", CRLF, "-o", "{tmp}/s.jsonl", "--seed", str(2**70)], 2, "--seed",
              names="--seed"),
         Case("duration_inf", ["record", CRLF, "-o", "{tmp}/d.jsonl", "--duration", "1e400s"], 2, "--duration",
              names="--duration"),
-        Case("output_name_escape", [*SWEEP, "-o", "{tmp}/a\x1b[2J\nb.jsonl", "--best-to", "{tmp}/c\x1b]0;x\x07.toml"],
-             0),
+        Case("output_name_escape", [*SWEEP, "-o", "{tmp}/a\x1b[2J\nb.jsonl",
+                                    "--best-to", "{tmp}/c\x1b]0;x\x07.toml"], 0),
         Case("workers_fork_bomb", [*SWEEP, "--workers", "100000"], 2, "expected 1 to 256", names="--workers"),
         Case("dask_bad_scheme", [*SWEEP, "--dask", "notaproto://x"], 2, "not a Dask scheduler address",
              names="--dask"),
@@ -203,7 +213,7 @@ def test_the_corpus_is_whole() -> None:
     assert len({c.name for c in CASES}) == len(CASES), "two cases share a name"
 
 
-# ---- running -------------------------------------------------------------------------------------------------
+# ---- running -----------------------------------------------------------------------------------------------
 
 def run(case: Case, tmp: Path) -> dict[str, object]:
     argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
@@ -211,8 +221,8 @@ def run(case: Case, tmp: Path) -> dict[str, object]:
     start = time.monotonic()
     outcome: dict[str, object]
     try:
-        done = subprocess.run([sys.executable, "-m", "clustertop", *argv], cwd=CORPUS, stdin=stdin, check=False,
-                              capture_output=True, timeout=TIMEOUT_S, preexec_fn=_limits)
+        done = subprocess.run([sys.executable, "-m", "clustertop", *argv], cwd=CORPUS, stdin=stdin,
+                              check=False, capture_output=True, timeout=TIMEOUT_S, preexec_fn=_limits)
         outcome = {"code": done.returncode, "out": done.stdout, "err": done.stderr.decode(errors="replace")}
     except subprocess.TimeoutExpired:
         outcome = {"timeout": True}
@@ -234,7 +244,8 @@ def problems(case: Case, outcome: dict[str, object], tmp: Path) -> list[str]:
         found.append("a traceback")
     if any(has_unsafe(line) for line in err.splitlines()):
         found.append("a control character on stderr")
-    if any(has_unsafe(line.decode(errors="replace").replace("\t", " ")) for line in out[:1_000_000].splitlines()):
+    if any(has_unsafe(line.decode(errors="replace").replace("\t", " "))
+           for line in out[:1_000_000].splitlines()):
         found.append("a control character on stdout")
     lines = err.splitlines()
     if len(lines) > 1:
@@ -260,7 +271,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = dict(zip((c.name for c in CASES), pool.map(lambda c: run(c, tmp), CASES)))
     if os.environ.get("HOSTILE_TIMES"):
-        for name, o in sorted(done.items(), key=lambda item: -float(item[1]["seconds"]))[:25]:  # type: ignore[arg-type]
+        for name, o in sorted(done.items(),
+                              key=lambda item: -float(item[1]["seconds"]))[:25]:  # type: ignore[arg-type]
             print(f"{float(o['seconds']):6.2f} s  {name}")  # type: ignore[arg-type]
     return tmp, done
 

@@ -91,7 +91,8 @@ def test_a_recorded_inference_job_is_shown_as_one(base: scenario.Scenario) -> No
     job = header["jobs"][0]
     est = estimate_job(base, base.jobs[0])
     assert job["kind"] == "inference" and job["memory_gb"] == est.memory_gb_per_gpu
-    assert job["ttft_s"] == pytest.approx(est.ttft_s, abs=1e-6) and job["tpot_s"] == pytest.approx(est.tpot_s, abs=1e-6)
+    assert (job["ttft_s"] == pytest.approx(est.ttft_s, abs=1e-6)
+            and job["tpot_s"] == pytest.approx(est.tpot_s, abs=1e-6))
     state = ClusterState(header)
     for line in lines[1:]:
         state.apply(orjson.loads(line))

@@ -19,8 +19,8 @@ def _gemm_tflops(gpu, m: int, n: int, k: int) -> float:  # type: ignore[no-untyp
 
 
 def test_the_gemm_model_reproduces_the_measured_h100_table() -> None:
-    # the table was measured one kernel at a time, at burst clocks: the shape constants of the catalog with the
-    # fit's burst main-loop efficiency (0.88) and a lone kernel's latency (6 us)
+    # the table was measured one kernel at a time, at burst clocks: the shape constants of the catalog with
+    # the fit's burst main-loop efficiency (0.88) and a lone kernel's latency (6 us)
     burst = dataclasses.replace(H100, gemm_efficiency=0.88, kernel_overhead_us=6.0)
     kernels._gemm.cache_clear()
     table = TABLES["gemm_h100_bf16_tflops"]
@@ -83,18 +83,20 @@ def test_attention_kernels_and_context_parallel_chunks() -> None:
     long = kernels.attention_time(H100, "flash3", flops, 131072, 1, 128, backward=False)
     assert long < cp < 1.05 * fa3
     # smaller heads run slower
-    assert kernels.attention_rate(H100, "flash3", 8192, True, 64) < kernels.attention_rate(H100, "flash3", 8192, True, 128)
+    assert (kernels.attention_rate(H100, "flash3", 8192, True, 64)
+            < kernels.attention_rate(H100, "flash3", 8192, True, 128))
 
 
 def test_memory_bound_kernels_pay_their_fixed_cost() -> None:
     one = kernels.memory_time(H100, 0.0, 1)
     assert one == pytest.approx(H100.kernel_overhead_us * 1e-6)
-    assert kernels.memory_time(H100, 2.68e9, 0) == pytest.approx(2.68e9 / (H100.hbm_tb_s * 1e12 * H100.hbm_efficiency))
+    assert kernels.memory_time(H100, 2.68e9, 0) == pytest.approx(2.68e9 / (H100.hbm_tb_s * 1e12
+                                                                          * H100.hbm_efficiency))
 
 
 def test_a_batched_gemm_is_one_kernel_over_all_its_tiles() -> None:
-    # unfused attention's per-(sequence, head) products run as one strided-batched GEMM: one fixed cost, and the
-    # tiles of all the matrices fill the SMs together (no partial wave per matrix)
+    # unfused attention's per-(sequence, head) products run as one strided-batched GEMM: one fixed cost, and
+    # the tiles of all the matrices fill the SMs together (no partial wave per matrix)
     one = kernels.gemm_time(A100, "bf16", 2048, 2048, 128)
     assert kernels.batched_gemm_time(A100, "bf16", 2048, 2048, 128, 1) == pytest.approx(one)
     batched = kernels.batched_gemm_time(A100, "bf16", 2048, 2048, 96, 384)

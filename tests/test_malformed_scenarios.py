@@ -38,7 +38,8 @@ def test_malformed_scenario(path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 @pytest.mark.parametrize("subcommand", ["estimate", "record", "run"])
-def test_every_subcommand_validates(subcommand: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_every_subcommand_validates(subcommand: str, capsys: pytest.CaptureFixture[str],
+                                    tmp_path: Path) -> None:
     bad = CORPUS / "unknown_gpu.toml"
     extra = ["-o", str(tmp_path / "out.jsonl")] if subcommand == "record" else []
     code, _, err = run_cli(capsys, subcommand, str(bad), *extra)

@@ -56,7 +56,8 @@ def test_activations_match_korthikanti_for_gpt3() -> None:
 
 def test_recompute_modes_order_activation_memory() -> None:
     m = MODELS["llama3.1-405b"]
-    none, sel, full = (mem.activation_bytes_per_token(m, False, 8, True, r) for r in ("none", "selective", "full"))
+    none, sel, full = (mem.activation_bytes_per_token(m, False, 8, True, r)
+                       for r in ("none", "selective", "full"))
     assert none > sel > full
 
 
@@ -67,7 +68,8 @@ def test_flagship_stage_memory_and_oom_verdict() -> None:
     assert e.fits and e.memory_gb_per_gpu < e.capacity_gb
     # BF16 weights of the busiest stage: 8 of 126 layers over TP 8
     assert e.memory_gb["weights"] == pytest.approx(2 * 8 * 3.19e9 / 8 / 1e9, rel=0.02)
-    heavy = estimate_job(s, dataclasses.replace(s.jobs[0], micro_batch=16, virtual_stages=1, recompute="none"))
+    heavy = estimate_job(s, dataclasses.replace(s.jobs[0], micro_batch=16, virtual_stages=1,
+                                                recompute="none"))
     assert not heavy.fits and heavy.step_time_s is None
     assert heavy.memory_gb["activations"] > e.memory_gb["activations"]
 

@@ -1,5 +1,5 @@
-"""Optics (transceivers from the topology, their power by speed and kind) and economics (joules and dollars per
-token, [economics] overrides, record's energy, the header's figures, sweep --rank)."""
+"""Optics (transceivers from the topology, their power by speed and kind) and economics (joules and dollars
+per token, [economics] overrides, record's energy, the header's figures, sweep --rank)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from fake_plan import SMALL, write_scenario
 
 def parsed(cluster: dict[str, Any], economics: dict[str, Any] | None = None) -> Scenario:
     data: dict[str, Any] = {"name": "t", "cluster": cluster,
-                            "jobs": [{"model": "llama3.1-8b", "seq_len": 4096, "global_batch": 16, "gpus": 16}]}
+                            "jobs": [{"model": "llama3.1-8b", "seq_len": 4096, "global_batch": 16,
+                                      "gpus": 16}]}
     if economics:
         data["economics"] = economics
     return parse(data, Context("t.toml"))
@@ -87,8 +88,10 @@ def test_flagship_energy_per_token_within_20_percent_of_gpu_power_and_the_publis
     facility_j = ((700.0 + 575.0) * 16384 * 1.1 + optics_w) * 1.2 * published_step / tokens
     assert gpu_j < facility_j
     assert e.economics["energy_j_per_token"] == pytest.approx(facility_j, rel=0.20)
-    assert e.economics["energy_j_per_step"] == pytest.approx(e.economics["energy_j_per_token"] * tokens, rel=1e-6)
-    assert e.economics["tokens_per_s_per_mw"] == pytest.approx(1e6 / e.economics["energy_j_per_token"], rel=1e-6)
+    assert e.economics["energy_j_per_step"] == pytest.approx(e.economics["energy_j_per_token"] * tokens,
+                                                             rel=1e-6)
+    assert e.economics["tokens_per_s_per_mw"] == pytest.approx(1e6 / e.economics["energy_j_per_token"],
+                                                               rel=1e-6)
 
 
 def test_dollars_per_million_tokens_owned_and_rented() -> None:
@@ -97,16 +100,19 @@ def test_dollars_per_million_tokens_owned_and_rented() -> None:
     capex = 16384 * 30000 / (5 * 8760)                            # $ per hour, the defaults
     electricity = x["power_mw"] * 85
     assert x["usd_per_hour"] == pytest.approx(capex + electricity, rel=1e-6)
-    assert x["usd_per_mtoken"] == pytest.approx((capex + electricity) / (e.tokens_per_s * 3600) * 1e6, rel=1e-5)
+    assert x["usd_per_mtoken"] == pytest.approx((capex + electricity) / (e.tokens_per_s * 3600) * 1e6,
+                                                rel=1e-5)
     assert x["run_54d_mwh"] == pytest.approx(x["power_mw"] * 54 * 24, rel=1e-4)
-    rented = dataclasses.replace(s, economics=dataclasses.replace(s.economics, cloud_usd_per_accelerator_hour=2.5))
+    rented = dataclasses.replace(s, economics=dataclasses.replace(s.economics,
+                                                                  cloud_usd_per_accelerator_hour=2.5))
     r = estimate_job(rented, rented.jobs[0], plan=False, hints=False).economics
     assert r["usd_per_hour"] == pytest.approx(16384 * 2.5)
     assert r["run_54d_usd"] == pytest.approx(16384 * 2.5 * 54 * 24, rel=1e-6)
 
 
 def test_economics_table_overrides_the_defaults_and_is_checked(tmp_path: Path) -> None:
-    s = parsed({"gpu": "h100-sxm-80gb", "gpus": 16}, {"electricity_usd_per_mwh": 50.0, "depreciation_years": 4})
+    s = parsed({"gpu": "h100-sxm-80gb", "gpus": 16},
+               {"electricity_usd_per_mwh": 50.0, "depreciation_years": 4})
     assert (s.economics.electricity_usd_per_mwh, s.economics.depreciation_years) == (50.0, 4.0)
     assert s.economics.capex_usd_per_accelerator == 30000.0
     path = write_scenario(tmp_path, 'name = "e"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\n'
@@ -120,7 +126,8 @@ def test_record_header_carries_the_scale_up_optics_and_each_jobs_figures(tmp_pat
     out = tmp_path / "r.jsonl"
     assert main(["record", path, "-o", str(out), "--duration", "20s"]) == 0
     header = next(reader.iter_events(str(out)))
-    assert header["scale_up"]["kind"] == "nvswitch" and header["scenario"]["cluster"]["node_fabric"] == "nvswitch"
+    assert (header["scale_up"]["kind"] == "nvswitch"
+            and header["scenario"]["cluster"]["node_fabric"] == "nvswitch")
     assert header["optics"]["transceivers"] > 0 and header["power"]["optics_w"] > 0
     figures = header["jobs"][0]["economics"]
     assert figures["energy_j_per_token"] > 0 and figures["usd_per_mtoken"] > 0
@@ -128,7 +135,8 @@ def test_record_header_carries_the_scale_up_optics_and_each_jobs_figures(tmp_pat
     assert header["scenario"]["economics"]["capex_usd_per_accelerator"] == 30000.0
 
 
-def test_sweep_ranks_by_dollars_per_million_tokens(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_sweep_ranks_by_dollars_per_million_tokens(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     args = ["sweep", "nvswitch-8gpu", "--vary", "economics.capex_usd_per_accelerator=20000,40000",
             "--vary", "jobs[0].micro_batch=1,2", "-o", str(out), "--workers", "1"]

@@ -1,5 +1,6 @@
-"""The wheel installs one top-level package, `clustertop`, with every module and data file of the source tree, as
-pyproject.toml maps the repository's folders; and each part imports only what it may (engine/__init__.py)."""
+"""The wheel installs one top-level package, `clustertop`, with every module and data file of the source tree,
+as pyproject.toml maps the repository's folders; and each part imports only what it may
+(engine/__init__.py)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def test_every_folder_with_modules_is_a_listed_package() -> None:
     unlisted = sorted({package for package in folders.values() if package not in PACKAGES})
     assert not unlisted, f"folders with modules that pyproject.toml does not package: {unlisted}"
     assert len(folders) == len(PACKAGES), "a package in pyproject.toml has no folder of modules"
-    assert "clustertop" not in {p.name for p in ROOT.iterdir()}, "a folder named clustertop shadows the package"
+    assert "clustertop" not in {p.name for p in ROOT.iterdir()}, \
+        "a folder named clustertop shadows the package"
 
 
 def test_the_wheel_has_one_top_level_package_with_every_source_file() -> None:
@@ -71,20 +73,23 @@ def test_the_wheel_has_one_top_level_package_with_every_source_file() -> None:
             if path.suffix in (".py", ".toml"):
                 wanted.add(f"{package.replace('.', '/')}/{path.name}")
     missing = wanted - installed
-    assert not missing, f"not in the installed package (reinstall, or fix pyproject.toml): {sorted(missing)[:5]}"
+    assert not missing, \
+        f"not in the installed package (reinstall, or fix pyproject.toml): {sorted(missing)[:5]}"
 
 
 def test_the_checkout_never_shadows_the_installed_package(tmp_path: Path) -> None:
-    """From the checkout (where pytest and `python -m clustertop` run) and from anywhere else, `clustertop` is the
-    installed package, whole; outside the checkout none of its folders imports under its own name."""
+    """From the checkout (where pytest and `python -m clustertop` run) and from anywhere else, `clustertop` is
+    the installed package, whole; outside the checkout none of its folders imports under its own name."""
     code = ("import importlib.util as u, clustertop, clustertop.engine.stream, clustertop.tui.app;"
             "print(clustertop.__file__); print(clustertop.engine.__file__);"
             "print(all(u.find_spec(n) is None for n in ('engine', 'tui', 'cli')))")
     for cwd in (tmp_path, ROOT):
-        out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                             check=True)
         package, engine, alone = out.stdout.split()
         assert not package.startswith(str(ROOT)) and not engine.startswith(str(ROOT)), (cwd, out.stdout)
-        assert Path(engine).parent.parent == Path(package).parent, "clustertop.engine is not inside clustertop"
+        assert Path(engine).parent.parent == Path(package).parent, \
+            "clustertop.engine is not inside clustertop"
         if cwd == tmp_path:
             assert alone == "True"
 
@@ -110,7 +115,8 @@ ALLOWED = {
     "stream": {"config", "stream"},
     "telemetry": {"config", "stream", "telemetry", "model.power"},     # the model's site-power formula only
     "sweep": {"config", "model", "stream", "sweep"},
-    "tui": {"config", "stream", "tui", "sweep.results"},               # a sweep's results file and its ranking
+    "tui": {"config", "stream", "tui", "sweep.results"},               # a sweep's results file and its
+                                                                       # ranking
 }
 
 
@@ -139,7 +145,8 @@ def _imports(path: Path, package: str) -> set[str]:
             elif bits[1:2] == ["tui"]:
                 found.add(".".join(bits[1:]))
             else:
-                found.add(".".join(["cli", *bits[1:]]))  # `import clustertop`, `from clustertop import signals`
+                found.add(".".join(["cli", *bits[1:]]))  # `import clustertop`,
+                                                         # `from clustertop import signals`
     return found
 
 
@@ -161,7 +168,8 @@ def _part_files() -> list[tuple[Path, str]]:
 
 def test_every_module_belongs_to_a_part() -> None:
     covered = {path for path, _ in _part_files()}
-    everything = {p for d in PACKAGE_DIR.values() for p in (ROOT / d).rglob("*.py") if "__pycache__" not in p.parts}
+    everything = {p for d in PACKAGE_DIR.values() for p in (ROOT / d).rglob("*.py")
+                  if "__pycache__" not in p.parts}
     assert everything - covered == set(), sorted(str(p.relative_to(ROOT)) for p in everything - covered)
 
 
@@ -182,9 +190,11 @@ def test_the_dashboard_never_loads_the_model_or_simpy() -> None:
     code = ("import sys, clustertop.tui.app, clustertop.tui.sweep, clustertop.tui.sources.live, "
             "clustertop.tui.sources.recording, clustertop.tui.sources.stdin, clustertop.commands.run, "
             "clustertop.commands.replay, clustertop.commands.compare, clustertop.commands.watch, "
-            "clustertop.commands.import_telemetry, clustertop.engine.telemetry.watch, clustertop.tui.sources.watch;"
+            "clustertop.commands.import_telemetry, clustertop.engine.telemetry.watch, "
+            "clustertop.tui.sources.watch;"
             "print(sorted(m for m in sys.modules if m.startswith(('clustertop.engine.model', "
             "'clustertop.engine.sim', 'simpy'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = set(ast.literal_eval(out.stdout))
-    assert loaded <= {"clustertop.engine.model", "clustertop.engine.model.power"}, loaded   # telemetry's formula
+    # telemetry's formula
+    assert loaded <= {"clustertop.engine.model", "clustertop.engine.model.power"}, loaded

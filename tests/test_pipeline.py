@@ -95,18 +95,21 @@ def test_llama3_layers_per_stage() -> None:
         split_layers(10, 16)
 
 
-@pytest.mark.parametrize("schedule,p,v,m,seed", [("1f1b", 4, 1, 8, 0), ("1f1b", 8, 1, 3, 1), ("1f1b", 1, 1, 5, 2),
-                                                 ("gpipe", 4, 1, 6, 3), ("1f1b", 4, 2, 8, 4),
-                                                 ("1f1b", 8, 3, 16, 5), ("1f1b", 16, 4, 32, 6)])
+@pytest.mark.parametrize("schedule,p,v,m,seed", [("1f1b", 4, 1, 8, 0), ("1f1b", 8, 1, 3, 1),
+                                                 ("1f1b", 1, 1, 5, 2), ("gpipe", 4, 1, 6, 3),
+                                                 ("1f1b", 4, 2, 8, 4), ("1f1b", 8, 3, 16, 5),
+                                                 ("1f1b", 16, 4, 32, 6)])
 @pytest.mark.parametrize("per_wave_min", [0, 10**9])      # numpy over the waves; Python over the operations
 def test_evaluate_gives_the_simulated_times_bit_for_bit(schedule: str, p: int, v: int, m: int, seed: int,
-                                                        per_wave_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        per_wave_min: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline, "PER_WAVE_MIN", per_wave_min)
     # uneven stages and chunks, several segments (some empty), uneven transfers, some of them zero
     rng = np.random.default_rng(seed)
 
     def segments():  # type: ignore[no-untyped-def]
-        return [[[("compute", float(rng.uniform(0.5, 2.0))), ("tp", float(rng.choice([0.0, rng.uniform(0, 0.3)]))),
+        return [[[("compute", float(rng.uniform(0.5, 2.0))),
+                  ("tp", float(rng.choice([0.0, rng.uniform(0, 0.3)]))),
                   ("compute", float(rng.uniform(0, 0.1)))] for _ in range(v)] for _ in range(p)]
 
     fwd, bwd = segments(), segments()
@@ -127,7 +130,8 @@ def test_evaluate_gives_the_simulated_times_bit_for_bit(schedule: str, p: int, v
 @pytest.mark.parametrize("schedule,p,v,m", [("gpipe", 1, 1, 4), ("1f1b", 1, 1, 3), ("1f1b", 4, 2, 8)])
 @pytest.mark.parametrize("per_wave_min", [0, 10**9])
 def test_evaluate_matches_with_operations_that_take_no_time(schedule: str, p: int, v: int, m: int,
-                                                            per_wave_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                            per_wave_min: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline, "PER_WAVE_MIN", per_wave_min)
     fwd = [[[("compute", 0.0)] for _ in range(v)] for _ in range(p)]           # forwards take no time
     bwd = [[[("compute", 1.0), ("tp", 0.0)] for _ in range(v)] for _ in range(p)]

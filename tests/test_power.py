@@ -49,7 +49,8 @@ def test_site_formula_and_swing_threshold(tmp_path: Any) -> None:
     model = PowerModel.of(cluster(tmp_path=tmp_path))
     # 16,384 H100s computing: ((700 + 575) W x 1.1 (storage, switches) + the optics) x 1.2 (PUE) = 28.0 MW.
     assert model.optics_w > 0
-    assert model.site_mw(16384 * 700.0, 16384) == pytest.approx((16384 * 1275 * 1.1 + model.optics_w) * 1.2 / 1e6)
+    assert model.site_mw(16384 * 700.0, 16384) == pytest.approx((16384 * 1275 * 1.1 + model.optics_w) * 1.2
+                                                                / 1e6)
     assert model.swing_threshold_mw(22.0) == pytest.approx(1.1)      # 5% of a 22 MW site
     assert model.swing_threshold_mw(500.0) == 2.0                    # 2 MW at a large site
     assert model.describe()["phase_w"]["failed"] == 0.0 and model.describe()["site_power_budget_mw"] is None
@@ -65,7 +66,8 @@ def run(tmp_path: Any, text: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]
 
 def test_checkpoints_swing_the_site_and_the_extremes_bracket_it(tmp_path: Any) -> None:
     text = SMALL + QUIET + '\n[checkpoint]\ninterval = "5s"\nstorage_tb_s = 0.05\n'
-    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, duration_s=40.0, sample_s=0.5)
+    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, duration_s=40.0,
+            sample_s=0.5)
     instants: list[float] = []
 
     def probe(run: Run) -> Any:                 # the site's power at 4,000 instants, read as the run goes
@@ -85,7 +87,8 @@ def test_checkpoints_swing_the_site_and_the_extremes_bracket_it(tmp_path: Any) -
     for start, end in zip(starts, ends):
         down = next(e for e in swings if e["t"] == start["t"])
         up = next(e for e in swings if e["t"] == end["t"])
-        assert down["from_mw"] == pytest.approx(running, abs=1e-3) and down["to_mw"] == pytest.approx(idle, abs=1e-3)
+        assert (down["from_mw"] == pytest.approx(running, abs=1e-3)
+                and down["to_mw"] == pytest.approx(idle, abs=1e-3))
         assert up["from_mw"] == down["to_mw"] and up["to_mw"] == down["from_mw"]
         assert down["delta_mw"] == pytest.approx(idle - running, abs=2e-3)
     # The instantaneous extremes bracket every sample's mean and the site at any instant.
@@ -132,4 +135,5 @@ def test_failed_gpus_draw_nothing_but_their_host_does(tmp_path: Any) -> None:
     last = samples[-1]
     watts = schema.rle_decode(last["power_w"])
     assert set(watts[8:16]) == {0}
-    assert last["site_mw"] == pytest.approx(r.power.site_mw(watts.sum(), 64), abs=64 * 0.5 * 1.32 / 1e6 + 1e-4)
+    assert last["site_mw"] == pytest.approx(r.power.site_mw(watts.sum(), 64),
+                                            abs=64 * 0.5 * 1.32 / 1e6 + 1e-4)

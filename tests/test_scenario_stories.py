@@ -1,7 +1,7 @@
 """Each built-in scenario exists to show one thing; these tests check that it shows it.
 
-(The model-side stories, DeepSeek-V3, Llama 4 Behemoth, the scaling series, inference and the congested fabric,
-are checked in tests/test_catalog_scenarios.py.)
+(The model-side stories, DeepSeek-V3, Llama 4 Behemoth, the scaling series, inference and the congested
+fabric, are checked in tests/test_catalog_scenarios.py.)
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def _job(name: str, index: int = 0):  # type: ignore[no-untyped-def]
 
 def _mean_util(path: Path) -> float:
     """Mean GPU utilization over every sample of a recording (percent)."""
-    means = [rle_decode(e["util"]).mean() for e in iter_events(str(path)) if e["type"] == "sample" and e["t"] > 0]
+    means = [rle_decode(e["util"]).mean() for e in iter_events(str(path))
+             if e["type"] == "sample" and e["t"] > 0]
     return float(np.mean(means))
 
 
@@ -35,7 +36,8 @@ def test_single_gpu_405b_does_not_fit() -> None:
     assert e.memory_gb_per_gpu > 10 * e.capacity_gb     # more than ten times an H100's 80 GB
 
 
-def test_pcie_node_keeps_gpus_less_than_half_as_busy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pcie_node_keeps_gpus_less_than_half_as_busy(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     util = {}
     for name in ("pcie-8gpu", "nvswitch-8gpu"):
         out = tmp_path / f"{name}.jsonl"
@@ -49,7 +51,8 @@ def test_pcie_node_keeps_gpus_less_than_half_as_busy(tmp_path: Path, capsys: pyt
 
 
 def test_llama3_rows_in_published_order() -> None:
-    tflops = [_job(n)[1].model_tflops_per_gpu for n in ("llama3-405b-8k", "llama3-405b-16k", "llama3-405b-16k-128k")]
+    tflops = [_job(n)[1].model_tflops_per_gpu
+              for n in ("llama3-405b-8k", "llama3-405b-16k", "llama3-405b-16k-128k")]
     assert tflops[0] > tflops[1] > tflops[2]
 
 
@@ -78,7 +81,8 @@ def test_prometheus_is_sized_from_its_gigawatt(tmp_path: Path, capsys: pytest.Ca
     kinds = {j.kind for j in s.jobs}
     assert kinds == {"training", "inference"} and len(s.jobs) >= 4
     out = tmp_path / "p.jsonl.gz"
-    assert main(["record", "prometheus-1gw", "--duration", "30s", "--sample", "10s", "--json", "-o", str(out)]) == 0
+    assert main(["record", "prometheus-1gw", "--duration", "30s", "--sample", "10s", "--json",
+                 "-o", str(out)]) == 0
     capsys.readouterr()
     header = next(iter_events(str(out)))
     assert header["scenario"]["cluster"]["site_power_budget_mw"] == 1000.0

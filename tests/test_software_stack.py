@@ -69,7 +69,8 @@ def test_attention_kernels() -> None:
     assert fa1.breakdown_s["compute"] > fa2.breakdown_s["compute"]
     # the older kernel costs more where attention is more of the work: long sequences
     loss = {seq: estimate(attention_kernel="flash1", seq_len=seq, recompute="full").step_time_s /
-            estimate(attention_kernel="flash2", seq_len=seq, recompute="full").step_time_s for seq in (1024, 8192)}
+            estimate(attention_kernel="flash2", seq_len=seq, recompute="full").step_time_s
+            for seq in (1024, 8192)}
     assert 1.0 < loss[1024] < loss[8192]
     assert estimate(attention_kernel="auto").step_time_s == fa3.step_time_s          # Hopper: FA3 / cuDNN
     with pytest.raises(UserError, match="attention_kernel"):
@@ -80,7 +81,8 @@ def test_unfused_attention_stores_and_moves_the_scores() -> None:
     short = {"gpu": "a100-sxm-80gb", "seq_len": 2048}
     fused = estimate(attention_kernel="flash2", **short)
     unfused = estimate(attention_kernel="unfused", **short)
-    assert unfused.step_time_s > 1.05 * fused.step_time_s    # the scores written and read back (at seq 2048: +8%)
+    assert unfused.step_time_s > 1.05 * fused.step_time_s    # the scores written and read back
+                                                             # (at seq 2048: +8%)
     assert unfused.memory_gb["activations"] > fused.memory_gb["activations"] + 1
     selective = estimate(attention_kernel="unfused", recompute="selective", **short)
     assert selective.memory_gb["activations"] < unfused.memory_gb["activations"]    # scores recomputed

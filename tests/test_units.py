@@ -1,5 +1,5 @@
-"""One set of unit formatters for the command line and the dashboard (engine/config/units.py): a figure reads the
-same wherever it shows, with thousands separators, and GB and GiB said plainly."""
+"""One set of unit formatters for the command line and the dashboard (engine/config/units.py): a figure reads
+the same wherever it shows, with thousands separators, and GB and GiB said plainly."""
 
 from __future__ import annotations
 

@@ -37,8 +37,8 @@ def test_llama3_rows_within_5_percent_and_in_order(report) -> None:  # type: ign
 
 
 def test_accuracy_targets_hold_on_fitting_and_held_out_rows(report) -> None:  # type: ignore[no-untyped-def]
-    # issue 13's targets: MAPE <= 8% over the whole set, no source above 12%, no row beyond 25%; and the rows the
-    # constants were not fitted on come out as well as those they were (within 2 points)
+    # issue 13's targets: MAPE <= 8% over the whole set, no source above 12%, no row beyond 25%; and the rows
+    # the constants were not fitted on come out as well as those they were (within 2 points)
     assert report.mape() <= 0.08
     for source in report.sources:
         assert report.mape(source=source) <= 0.12, source
@@ -47,16 +47,18 @@ def test_accuracy_targets_hold_on_fitting_and_held_out_rows(report) -> None:  # 
     assert abs(report.mape("held out") - report.mape("fit")) <= 0.02
 
 
-def test_the_fitted_constants_are_where_the_fit_puts_them(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """scripts/fit_efficiency.py's constants as the catalog holds them: one step either way on the fit's grid makes
-    its objective (the mean over sources of the fitting rows' error) worse, or takes a Llama 3 row beyond 5%."""
+def test_the_fitted_constants_are_where_the_fit_puts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/fit_efficiency.py's constants as the catalog holds them: one step either way on the fit's grid
+    makes its objective (the mean over sources of the fitting rows' error) worse, or takes a Llama 3 row
+    beyond 5%."""
     import importlib.util
     from pathlib import Path
 
     from clustertop.engine.config import catalog
     from clustertop.engine.model.estimate import clear_caches
 
-    spec = importlib.util.spec_from_file_location("fit", Path(__file__).parent.parent / "scripts" / "fit_efficiency.py")
+    spec = importlib.util.spec_from_file_location("fit", Path(__file__).parent.parent / "scripts"
+                                                  / "fit_efficiency.py")
     assert spec is not None and spec.loader is not None
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
@@ -97,7 +99,8 @@ def test_the_sources_own_conventions() -> None:
     # 16,934 tokens/s per GPU is its 780 TFLOP/s
     from clustertop.engine.config import catalog
 
-    assert cal.nemo_flops_per_token(catalog.models()["llama2-7b"], 4096) * 16934 / 1e12 == pytest.approx(780, rel=0.002)
+    assert cal.nemo_flops_per_token(catalog.models()["llama2-7b"], 4096) * 16934 / 1e12 == pytest.approx(
+        780, rel=0.002)
     job = next(p for p in cal.rows() if p.source == "bloom")
     from clustertop.engine.config.fields import Context
     from clustertop.engine.config.scenario import parse

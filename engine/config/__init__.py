@@ -1,1 +1,2 @@
-"""Scenario files and catalogs: loading, checks with one-line errors, and the typed objects downstream uses."""
+"""Scenario files and catalogs: loading, checks with one-line errors,
+and the typed objects downstream uses."""

@@ -1,5 +1,5 @@
-"""The catalogs: TOML data in engine/config/catalogs/ (GPUs, fabrics, models, fault causes), loaded once into typed
-objects."""
+"""The catalogs: TOML data in engine/config/catalogs/ (GPUs, fabrics, models, fault causes), loaded once into
+typed objects."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import tomllib
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from .fields import Context, Field, check_table, optional
 
-# FlashAttention-1 and the Triton FlashAttention kernel (2022-2023 stacks: MPT's attn_impl "flash" and "triton")
-# run fwd + bwd at this share of FlashAttention-2's rate on the same GPU. FITTED once on the calibration set's
-# fitting rows (scripts/fit_efficiency.py, docs/performance-model.md 9); the FA2 paper (Dao 2023, section 4.1)
-# measures FA2 1.7-3.0x faster than FA1 and 1.3-2.5x faster than Triton's: a share of 0.33-0.77.
+# FlashAttention-1 and the Triton FlashAttention kernel (2022-2023 stacks: MPT's attn_impl "flash" and
+# "triton") run fwd + bwd at this share of FlashAttention-2's rate on the same GPU. FITTED once on the
+# calibration set's fitting rows (scripts/fit_efficiency.py, docs/performance-model.md 9); the FA2 paper (Dao
+# 2023, section 4.1) measures FA2 1.7-3.0x faster than FA1 and 1.3-2.5x faster than Triton's:
+# a share of 0.33-0.77.
 FLASH1_SHARE = 0.45
 
 
@@ -24,7 +25,8 @@ class GPU:
     bf16_tflops: float
     hbm_gb: float
     hbm_tb_s: float
-    scale_up_link: str           # fabric name of its scale-up links (NVLink generation, xGMI, ICI, NeuronLink...)
+    scale_up_link: str           # fabric name of its scale-up links (NVLink generation, xGMI, ICI,
+                                 # NeuronLink...)
     tdp_w: float
     idle_w: float
     memory_bound_w: float
@@ -40,16 +42,19 @@ class GPU:
     gemm_tile: tuple[int, int] = (64, 128)   # output tile of one SM (fitted to the measured H100 GEMM table)
     gemm_k0: float = 128.0                # a tile's fixed prologue/epilogue, in units of k
     gemm_split_k_min: int = 512           # split-K parts are at least this long
-    flash2_tflops: float = 333.0          # FlashAttention-2 plateau, causal (fwd + bwd, FA2's FLOPs convention)
+    flash2_tflops: float = 333.0          # FlashAttention-2 plateau, causal (fwd + bwd,
+                                          # FA2's FLOPs convention)
     flash2_full_tflops: float = 331.0     # the same without the causal mask
     flash3_tflops: float = 490.0          # FA3 / cuDNN fused attention (Hopper and newer); 0: not available
     flash3_full_tflops: float = 490.0
     hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
     kernel_overhead_us: float = 4.0       # a kernel's fixed cost in a stream of kernels (ramp-up, tail)
-    server_overhead_w: float | None = None   # host, NICs, fans and PSU losses per GPU (None: scaled from H100)
+    server_overhead_w: float | None = None   # host, NICs, fans and PSU losses per GPU (None:
+                                             # scaled from H100)
 
     def server_overhead(self) -> float:
-        """Watts of server overhead per GPU: the catalog value, or 575 W scaled by TDP from the H100 figure."""
+        """Watts of server overhead per GPU: the catalog value,
+        or 575 W scaled by TDP from the H100 figure."""
         return self.server_overhead_w if self.server_overhead_w is not None else 575.0 * self.tdp_w / 700.0
 
     def gemm_peak_tflops(self, precision: str) -> float:
@@ -85,13 +90,15 @@ class GPU:
 class Fabric:
     name: str
     kind: str                    # SCALE_UP_KINDS (inside a scale-up domain) or SCALE_OUT_KINDS (NICs)
-    gb_s: float                  # line rate per direction, per GPU (scale-up, all its links) or per NIC (scale-out)
+    gb_s: float                  # line rate per direction, per GPU (scale-up, all its links) or per NIC
+                                 # (scale-out)
     busbw_gb_s: float            # all-reduce bus bandwidth over all those links (NCCL's where measured)
     latency_us: float            # a collective step's latency (alpha)
     nvls_busbw_gb_s: float | None = None
     source: str = ""
     alltoall_efficiency: float = 1.0   # all-to-all bus bandwidth as a fraction of busbw_gb_s
-    links: int = 1               # links the GPU's gb_s is spread over (mesh: one per peer; torus: one per neighbour)
+    links: int = 1               # links the GPU's gb_s is spread over (mesh: one per peer; torus:
+                                 # one per neighbour)
     hop_latency_us: float = 0.0  # a torus: latency of each hop beyond the first
 
     @property
@@ -149,8 +156,8 @@ GPU_SPEC: dict[str, Field] = {
     "tdp_w": Field("float", positive=True, high=1e5),
     "idle_w": Field("float", positive=True, high=1e5),
     "memory_bound_w": Field("float", positive=True, high=1e5),
-    "scale_up": optional("str", "nvswitch", choices=("nvswitch", "nvl72", "xgmi-mesh", "roce-mesh", "torus-2d",
-                                                     "torus-3d")),
+    "scale_up": optional("str", "nvswitch", choices=("nvswitch", "nvl72", "xgmi-mesh", "roce-mesh",
+                                                     "torus-2d", "torus-3d")),
     "scale_up_domain": optional("int", 8, positive=True, high=1e5),
     "source": optional("str", ""),
     "sms": optional("int", None, positive=True, high=10_000),
@@ -210,7 +217,10 @@ def _read(name: str) -> dict[str, Any]:
         return tomllib.load(f)
 
 
-def _build(cls: type, name: str, values: dict[str, Any]) -> Any:
+_Entry = TypeVar("_Entry", GPU, Fabric, Model)    # a catalog's entry
+
+
+def _build(cls: type[_Entry], name: str, values: dict[str, Any]) -> _Entry:
     allowed = {f.name for f in fields(cls)}
     return cls(name=name, **{k: v for k, v in values.items() if k in allowed and v is not None})
 
@@ -223,7 +233,8 @@ def gpus() -> dict[str, GPU]:
         values = check_table(ctx, name, table, GPU_SPEC)
         tile = values["gemm_tile"]
         if tile is not None:
-            if not (isinstance(tile, list) and len(tile) == 2 and all(isinstance(x, int) and x > 0 for x in tile)):
+            if not (isinstance(tile, list) and len(tile) == 2
+                    and all(isinstance(x, int) and x > 0 for x in tile)):
                 raise ctx.error(f"{name}.gemm_tile", "expected two positive integers, as [64, 128]")
             values["gemm_tile"] = tuple(tile)
         out[name] = _build(GPU, name, values)
@@ -335,7 +346,8 @@ class Cause:
     count: int            # interruptions in the reference snapshot
     component: str        # "gpu" | "host" | "link": what the rate scales with
     category: str
-    scope: str            # "node": the node is out until replaced; "link": a network link; "job": software only
+    scope: str            # "node": the node is out until replaced; "link": a network link; "job":
+                          # software only
     rate_per_s: float     # per component
 
 

@@ -2,8 +2,8 @@
 
 Which GPU and fabrics (catalog entries), how GPUs are grouped (scale-up domain, rack, pod, building), the
 fabric's oversubscription and degraded links, the site's PUE and power budget (`gpus = "auto"` sizes the site
-from it) and the host names real telemetry is placed by. Checked once, at load time: a mistake is one line naming
-the key.
+from it) and the host names real telemetry is placed by. Checked once, at load time: a mistake is one line
+naming the key.
 """
 
 from __future__ import annotations
@@ -59,10 +59,13 @@ class Cluster:
     site_power_budget_mw: float | None
     ecmp_flows: int = 16                          # flows each connection is split over across ECMP paths
     degraded: tuple[DegradedLinks, ...] = ()      # links running below capacity (failed optics, bad cables)
-    torus: tuple[int, ...] = ()                   # a torus scale-up: the domain's extent per dimension, x first
+    torus: tuple[int, ...] = ()                   # a torus scale-up: the domain's extent per dimension,
+                                                  # x first
     optics: str = "pluggable"                     # OPTICS: the transceivers of the optical links
-    building_distance_km: float = 0.0             # fibre between buildings: 4.9 us per km on collectives crossing
-    hosts: tuple[str, ...] = ()   # node i's host name (real telemetry: docs/telemetry.md); empty: hostname order
+    building_distance_km: float = 0.0             # fibre between buildings:
+                                                  # 4.9 us per km on collectives crossing
+    hosts: tuple[str, ...] = ()   # node i's host name (real telemetry: docs/telemetry.md); empty:
+                                  # hostname order
 
     @property
     def nodes(self) -> int:
@@ -75,13 +78,15 @@ class Cluster:
 
     @property
     def node_link(self) -> Fabric:
-        """The fabric GPUs of one scale-up domain talk over: the GPU's scale-up links, or PCIe through the host."""
+        """The fabric GPUs of one scale-up domain talk over: the GPU's scale-up links,
+        or PCIe through the host."""
         return self.pcie if self.scale_up == "pcie" else self.scale_up_link
 
 
 CLUSTER_SPEC: dict[str, Field] = {
     "gpu": Field("str"),
-    "gpus": Field("int", positive=True, high=MAX_GPUS, auto=True),   # "auto": as many as the power budget holds
+    "gpus": Field("int", positive=True, high=MAX_GPUS, auto=True),   # "auto": as many as the power
+                                                                     # budget holds
     "gpus_per_node": optional("int", None, positive=True, high=100_000),   # default: by scale_up
     "scale_up": optional("str", None, choices=SCALE_UPS),                  # default: the GPU's, as built
     "node_fabric": optional("str", None, choices=("nvswitch", "pcie")),    # the older name of scale_up
@@ -89,7 +94,8 @@ CLUSTER_SPEC: dict[str, Field] = {
     "pcie": optional("str", "pcie-gen5", choices=("pcie-gen4", "pcie-gen5")),
     "scale_out": optional("str", "ib-ndr-400g"),
     "nics_per_node": optional("int", None, positive=True, high=1024),   # default: one per GPU
-    "gpus_per_rack": optional("int", None, positive=True, high=100_000),   # default 16, or one scale-up domain
+    "gpus_per_rack": optional("int", None, positive=True, high=100_000),   # default 16,
+                                                                           # or one scale-up domain
     "optics": optional("str", "pluggable", choices=OPTICS),
     "building_distance_km": optional("float", 0.0, low=0.0, high=20_000.0),
     "racks_per_pod": optional("int", 192, positive=True, high=1_000_000),
@@ -105,7 +111,8 @@ CLUSTER_SPEC: dict[str, Field] = {
 }
 
 def check_cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
-    """The [cluster] table checked: catalog entries resolved, defaults by scale-up, the size from the budget."""
+    """The [cluster] table checked: catalog entries resolved, defaults by scale-up,
+    the size from the budget."""
     c = check_table(ctx, "cluster", table, CLUSTER_SPEC)
     gpu = catalog_entry(ctx, "cluster.gpu", c.pop("gpu"), catalog.gpus())
     fabrics = catalog.fabrics()
@@ -134,7 +141,8 @@ def check_cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
 
 
 def _size_from_budget(ctx: Context, c: dict[str, Any], gpu: GPU, scale_out: Fabric, link: Fabric) -> int:
-    """gpus = "auto": the most GPUs, in whole racks, the site's budget powers at full load, optics included."""
+    """gpus = "auto": the most GPUs, in whole racks, the site's budget powers at full load,
+    optics included."""
     budget = c["site_power_budget_mw"]
     if budget is None:
         raise ctx.error("cluster.gpus", '"auto" sizes the cluster from site_power_budget_mw; set that budget '
@@ -156,17 +164,19 @@ def _scale_up(ctx: Context, c: dict[str, Any], gpu: GPU, link: Fabric) -> None:
     """Resolve cluster.scale_up (or its older name node_fabric), gpus_per_node, torus and gpus_per_rack."""
     if c["node_fabric"] is not None:
         if c["scale_up"] is not None:
-            raise ctx.error("cluster.node_fabric", "node_fabric is the older name of scale_up; expected one of them")
+            raise ctx.error("cluster.node_fabric",
+                            "node_fabric is the older name of scale_up; expected one of them")
         c["scale_up"] = c["node_fabric"]
     allowed = scale_ups(gpu, link)
     scale_up = c["scale_up"] or gpu.scale_up
     if scale_up not in allowed:
-        raise ctx.error("cluster.scale_up", f"{gpu.name} cannot have a {scale_up!r} scale-up domain (its links "
-                        f"are {link.name}); expected " + " or ".join(f'"{a}"' for a in allowed))
+        raise ctx.error("cluster.scale_up", f"{gpu.name} cannot have a {scale_up!r} scale-up domain "
+                        f"(its links are {link.name}); expected " + " or ".join(f'"{a}"' for a in allowed))
     c["scale_up"] = scale_up
     dims = TORUS_DIMS.get(scale_up)
     if c["torus"] is not None and dims is None:
-        raise ctx.error("cluster.torus", f'a torus shape needs scale_up = "torus-2d" or "torus-3d", not {scale_up!r}')
+        raise ctx.error("cluster.torus",
+                        f'a torus shape needs scale_up = "torus-2d" or "torus-3d", not {scale_up!r}')
     if dims is not None:
         c["torus"] = _torus(ctx, c, dims, gpu.scale_up_domain)
         c["gpus_per_node"] = math.prod(c["torus"])
@@ -194,8 +204,8 @@ def scale_ups(gpu: GPU, link: Fabric) -> tuple[str, ...]:
 
 
 def _torus(ctx: Context, c: dict[str, Any], dims: int, domain: int) -> tuple[int, ...]:
-    """The torus shape: as given, else the most balanced one of gpus_per_node (default: the cluster, at most the
-    GPU's domain) chips."""
+    """The torus shape: as given, else the most balanced one of gpus_per_node (default: the cluster, at most
+    the GPU's domain) chips."""
     raw = c["torus"]
     if raw is None:
         n = c["gpus_per_node"] or min(c["gpus"] if isinstance(c["gpus"], int) else domain, domain)
@@ -211,7 +221,8 @@ def _torus(ctx: Context, c: dict[str, Any], dims: int, domain: int) -> tuple[int
 
 
 def balanced_shape(n: int, dims: int) -> tuple[int, ...]:
-    """The factorisation of n in `dims` factors closest to a cube (smallest largest/smallest ratio), ascending."""
+    """The factorisation of n in `dims` factors closest to a cube (smallest largest/smallest ratio),
+    ascending."""
     def shapes(m: int, k: int, low: int) -> list[tuple[int, ...]]:
         if k == 1:
             return [(m,)] if m >= low else []
@@ -228,8 +239,9 @@ DEGRADED_SPEC: dict[str, Field] = {
 
 
 def _pod_count(c: dict[str, Any]) -> int:
-    per_pod = c["gpus_per_rack"] * c["racks_per_pod"]
-    return -(-c["gpus"] // per_pod)
+    per_pod: int = c["gpus_per_rack"] * c["racks_per_pod"]
+    gpus: int = c["gpus"]
+    return -(-gpus // per_pod)
 
 
 def _hosts(ctx: Context, raw: Any, nodes: int) -> tuple[str, ...]:
@@ -241,11 +253,13 @@ def _hosts(ctx: Context, raw: Any, nodes: int) -> tuple[str, ...]:
         raise ctx.error("cluster.hosts", "expected an array of host names (non-empty strings of at most 256 "
                         "characters), node 0 first")
     if len(raw) > nodes:
-        raise ctx.error("cluster.hosts", f"{len(raw):,} hosts for {nodes:,} nodes; expected at most one per node")
+        raise ctx.error("cluster.hosts",
+                        f"{len(raw):,} hosts for {nodes:,} nodes; expected at most one per node")
     seen: set[str] = set()
     for i, host in enumerate(raw):
         if host in seen:
-            raise ctx.error("cluster.hosts", f"{quote(host)} is listed twice (hosts[{i}]); expected each host once")
+            raise ctx.error("cluster.hosts",
+                            f"{quote(host)} is listed twice (hosts[{i}]); expected each host once")
         seen.add(host)
     return tuple(raw)
 

@@ -1,12 +1,12 @@
-"""The one exception type for errors a user can cause (bad scenario, bad recording, bad flag), and the one escaping
-of user text that messages echo."""
+"""The one exception type for errors a user can cause (bad scenario, bad recording, bad flag), and the one
+escaping of user text that messages echo."""
 
 from __future__ import annotations
 
 import re
 
-# What a terminal would act on rather than show: C0 and C1 controls (newline, escape), DEL, the line and paragraph
-# separators and the invisible format characters (bidirectional overrides).
+# What a terminal would act on rather than show: C0 and C1 controls (newline, escape), DEL, the line and
+# paragraph separators and the invisible format characters (bidirectional overrides).
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
                      r"\ufff9-\ufffb]")
 

@@ -1,11 +1,12 @@
 """Facility power: what one GPU costs the site at full load, and how many GPUs a power budget holds.
 
 Per GPU: its TDP plus the server overhead (host CPUs, NICs, fans, PSU losses: 575 W per H100, scaled by TDP
-for other GPUs unless the catalog gives a figure), plus 10% of IT power for storage and network switches, times
-the PUE for cooling (shared/reference/hardware.toml [facility], from SemiAnalysis' "100,000 H100 Clusters").
-The site's optical transceivers add their own power (engine/config/optics.py), counted from the topology: the
-10% is kept for storage and switches (hardware.toml's derived 1.5 kW of critical IT per H100 is above the
-1,402 W the 10% gives: the transceivers, ~20 W per GPU on a 3-tier 400G fabric, close part of that gap).
+for other GPUs unless the catalog gives a figure), plus 10% of IT power for storage and network switches,
+times the PUE for cooling (shared/reference/hardware.toml [facility], from SemiAnalysis' "100,000 H100
+Clusters"). The site's optical transceivers add their own power (engine/config/optics.py), counted from the
+topology: the 10% is kept for storage and switches (hardware.toml's derived 1.5 kW of critical IT per H100 is
+above the 1,402 W the 10% gives: the transceivers, ~20 W per GPU on a 3-tier 400G fabric, close part of
+that gap).
 """
 
 from __future__ import annotations

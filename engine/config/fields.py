@@ -11,12 +11,13 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import UserError, has_unsafe, quote
 from .tomlfile import locate
 
 _MISSING = object()
+_E = TypeVar("_E")            # a catalog's entry type
 MAX_INT = 2**63 - 1           # the largest integer any key takes (a 64-bit seed)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -133,7 +134,8 @@ def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field],
     for key in table:
         if key not in spec:
             hint = did_you_mean(key, spec)
-            raise ctx.error(_join(path, _key_text(key)), f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
+            raise ctx.error(_join(path, _key_text(key)),
+                            f"unknown key{hint}; valid keys: {', '.join(sorted(spec))}")
     seen, done = known if known is not None else ({}, {})
     out: dict[str, Any] = {}
     for key, field in spec.items():
@@ -187,7 +189,7 @@ def _num(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
 
 
-def catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, Any]) -> Any:
+def catalog_entry(ctx: Context, key: str, name: str, entries: dict[str, _E]) -> _E:
     """The catalog entry `name` of `entries` (GPUs, fabrics, models), or the one-line error naming `key`."""
     if name not in entries:
         hint = did_you_mean(name, entries)
@@ -201,7 +203,8 @@ Sections = dict[str, tuple[tuple[Any, ...], Any]]
 
 
 def memo_section(sections: Sections | None, key: str, raws: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-    """`build()`, or what it gave for the very same raw tables (identity, not equality) when `sections` has it.
+    """`build()`, or what it gave for the very same raw tables (identity, not equality) when `sections`
+    has it.
 
     A sweep parses thousands of points that share every table but the ones it varies (overrides.apply copies
     only what it sets): the tables a point shares with the base were validated by the first point that met
@@ -220,12 +223,13 @@ def memo_section(sections: Sections | None, key: str, raws: tuple[Any, ...], bui
 
 def check_table_memo(sections: Sections | None, ctx: Context, path: str, table: Any,
                      spec: dict[str, Field]) -> dict[str, Any]:
-    """check_table, given the last table checked at `path` and its result when `sections` keeps them: the values
-    a sweep's point shares with it (the same objects) are not checked again, the others are."""
+    """check_table, given the last table checked at `path` and its result when `sections` keeps them: the
+    values a sweep's point shares with it (the same objects) are not checked again, the others are."""
     if sections is None:
         return check_table(ctx, path, table, spec)
     memo = f"keys of {path}"
     hit = sections.get(memo)
     out = check_table(ctx, path, table, spec, (hit[0][0], hit[1]) if hit is not None else None)
-    sections[memo] = ((table,), dict(out))       # a copy: the caller may fill in derived values (inference defaults)
+    sections[memo] = ((table,), dict(out))       # a copy: the caller may fill in derived values
+                                                 # (inference defaults)
     return out

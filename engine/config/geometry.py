@@ -1,11 +1,12 @@
-"""Cluster geometry: where a GPU sits (node, rack, pod, building) and where a job's ranks and pipeline stages are.
+"""Cluster geometry: where a GPU sits (node, rack, pod, building)
+and where a job's ranks and pipeline stages are.
 
-GPUs are numbered 0..N-1 in physical order: consecutive GPUs share a node, consecutive nodes a rack, and so on; the
-last pod (and building) may be partial. A job takes consecutive GPUs from its first one, and its parallel ranks
-follow the Llama 3 order (section 3.3.2): TP innermost, then CP, PP, DP outermost, so that TP stays inside the
-scale-up domain and DP, whose traffic overlaps with compute, takes the outer tiers; EP shards experts across
-consecutive DP ranks. Everything here is arithmetic on indices, vectorized with numpy; the model, the simulation,
-the stream, the Perfetto export and the dashboard all place GPUs through this module.
+GPUs are numbered 0..N-1 in physical order: consecutive GPUs share a node, consecutive nodes a rack, and so
+on; the last pod (and building) may be partial. A job takes consecutive GPUs from its first one, and its
+parallel ranks follow the Llama 3 order (section 3.3.2): TP innermost, then CP, PP, DP outermost, so that TP
+stays inside the scale-up domain and DP, whose traffic overlaps with compute, takes the outer tiers; EP shards
+experts across consecutive DP ranks. Everything here is arithmetic on indices, vectorized with numpy; the
+model, the simulation, the stream, the Perfetto export and the dashboard all place GPUs through this module.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-# Link tiers, innermost first. "node" is the scale-up domain (NVLink/NVSwitch, or PCIe through the host); "leaf"
-# is a NIC to its rack switch (ToR) and back; "spine" joins the racks of a pod; "core" joins pods (oversubscribed
-# by pod_oversubscription); "campus" joins buildings.
+# Link tiers, innermost first. "node" is the scale-up domain (NVLink/NVSwitch, or PCIe through the host);
+# "leaf" is a NIC to its rack switch (ToR) and back; "spine" joins the racks of a pod; "core" joins pods
+# (oversubscribed by pod_oversubscription); "campus" joins buildings.
 TIERS = ("node", "leaf", "spine", "core", "campus")
 # Containers of the hierarchy, outermost first (what the dashboard zooms through).
 LEVELS = ("site", "building", "pod", "rack", "node")
@@ -30,11 +31,20 @@ DIMS = ("tp", "cp", "pp", "dp", "ep")
 class ClusterShape(Protocol):
     """What geometry needs of a scenario's [cluster] (engine/config/scenario.py's Cluster)."""
 
-    gpus: int
-    gpus_per_node: int
-    gpus_per_rack: int
-    racks_per_pod: int
-    pods_per_building: int
+    @property
+    def gpus(self) -> int: ...
+
+    @property
+    def gpus_per_node(self) -> int: ...
+
+    @property
+    def gpus_per_rack(self) -> int: ...
+
+    @property
+    def racks_per_pod(self) -> int: ...
+
+    @property
+    def pods_per_building(self) -> int: ...
 
 
 def _count(total: int, per: int) -> int:
@@ -53,16 +63,19 @@ class Geometry:
 
     @classmethod
     def of(cls, cluster: ClusterShape) -> Geometry:
-        """A scenario's cluster: pods of `racks_per_pod` racks; buildings of `pods_per_building` pods (0: one)."""
+        """A scenario's cluster: pods of `racks_per_pod` racks;
+        buildings of `pods_per_building` pods (0: one)."""
         per_pod = cluster.gpus_per_rack * cluster.racks_per_pod
-        per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else max(cluster.gpus, per_pod)
-        return cls(gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, gpus_per_rack=cluster.gpus_per_rack,
-                   gpus_per_pod=per_pod, gpus_per_building=per_building)
+        per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else \
+            max(cluster.gpus, per_pod)
+        return cls(gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node,
+                   gpus_per_rack=cluster.gpus_per_rack, gpus_per_pod=per_pod, gpus_per_building=per_building)
 
     @classmethod
     def from_summary(cls, topology: dict[str, Any]) -> Geometry:
-        """A stream header's `topology` (summary()), read defensively: a missing or zero size falls back to the
-        level inside it (a recording is untrusted; engine/stream/checks.py checks the sizes are integers)."""
+        """A stream header's `topology` (summary()), read defensively: a missing or zero size falls back to
+        the level inside it (a recording is untrusted; engine/stream/checks.py checks the sizes are
+        integers)."""
         gpus = int(topology["gpus"])
         per_node = int(topology.get("gpus_per_node", 8)) or 1
         per_rack = int(topology.get("gpus_per_rack", per_node)) or per_node
@@ -141,7 +154,8 @@ class JobGeometry:
         def size(dim: str) -> int:
             return max(1, int(entry.get(dim, 1) or 1))
 
-        return cls(int(entry["first_gpu"]), int(entry["gpus"]), size("tp"), size("cp"), size("pp"), size("ep"))
+        return cls(int(entry["first_gpu"]), int(entry["gpus"]), size("tp"), size("cp"), size("pp"),
+                   size("ep"))
 
     @property
     def dp(self) -> int:
@@ -154,7 +168,8 @@ class JobGeometry:
 
     def stride(self, dim: str) -> int:
         """GPUs between consecutive ranks of a dimension (EP runs along DP)."""
-        return {"tp": 1, "cp": self.tp, "pp": self.unit, "dp": self.unit * self.pp, "ep": self.unit * self.pp}[dim]
+        return {"tp": 1, "cp": self.tp, "pp": self.unit, "dp": self.unit * self.pp,
+                "ep": self.unit * self.pp}[dim]
 
     def stage_of(self) -> np.ndarray:
         """The pipeline stage of each of the job's GPUs, in job-local order (read-only, shared)."""
@@ -175,8 +190,8 @@ class JobGeometry:
 
 @lru_cache(maxsize=32)
 def stage_of(gpus: int, unit: int, pp: int) -> np.ndarray:
-    """The pipeline stage of each of `gpus` GPUs of a job whose stages alternate every `unit` (tp * cp) GPUs, in the
-    smallest integer type that holds it (a site's jobs hold millions of GPUs)."""
+    """The pipeline stage of each of `gpus` GPUs of a job whose stages alternate every `unit` (tp * cp) GPUs,
+    in the smallest integer type that holds it (a site's jobs hold millions of GPUs)."""
     dtype = np.int16 if pp <= np.iinfo(np.int16).max else np.int32
     stage = ((np.arange(gpus, dtype=np.int64) // max(1, unit)) % max(1, pp)).astype(dtype)
     stage.flags.writeable = False

@@ -1,9 +1,9 @@
-"""Untrusted input files (scenarios, recordings, sweep results): opened only when they are regular files, or '-'
-for stdin, and read with a cap on what is read.
+"""Untrusted input files (scenarios, recordings, sweep results): opened only when they are regular files, or
+'-' for stdin, and read with a cap on what is read.
 
-stat's size is no guide: a FIFO blocks the open and a device (/dev/zero) never ends, and both say 0 bytes. So the
-file is opened without blocking, refused unless it is a regular file, and readers bound what they read themselves
-(`read_capped` here; the recording reader bounds each line).
+stat's size is no guide: a FIFO blocks the open and a device (/dev/zero) never ends, and both say 0 bytes. So
+the file is opened without blocking, refused unless it is a regular file, and readers bound what they read
+themselves (`read_capped` here; the recording reader bounds each line).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import BinaryIO
 
 from .errors import UserError
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 def kind_of(mode: int) -> str:
@@ -25,8 +25,8 @@ def kind_of(mode: int) -> str:
 
 
 def open_input(path: str, expected: str) -> BinaryIO:
-    """A binary stream of `path` ('-': stdin). UserError naming the path when it is missing, unreadable or not a
-    regular file; `expected` says what it should be ("a .toml scenario file")."""
+    """A binary stream of `path` ('-': stdin). UserError naming the path when it is missing, unreadable or not
+    a regular file; `expected` says what it should be ("a .toml scenario file")."""
     if path == "-":
         return sys.stdin.buffer
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -52,12 +52,14 @@ def open_input(path: str, expected: str) -> BinaryIO:
 
 
 def read_capped(path: str, limit: int, expected: str) -> bytes:
-    """Every byte of a regular file of at most `limit` bytes; UserError when it holds more (whatever stat says)."""
+    """Every byte of a regular file of at most `limit` bytes; UserError when it holds more
+    (whatever stat says)."""
     with open_input(path, expected) as stream:
         try:
             data = stream.read(limit + 1)
         except OSError as exc:
             raise UserError(f"cannot read: {exc.strerror}", path) from None
     if len(data) > limit:
-        raise UserError(f"is larger than {limit:,} bytes; expected {expected} of at most {limit:,} bytes", path)
+        raise UserError(f"is larger than {limit:,} bytes; expected {expected} of at most {limit:,} bytes",
+                        path)
     return data

@@ -41,12 +41,16 @@ class Job:
     prompt_tokens: int = 0       # inference: mean prompt length
     output_tokens: int = 0       # inference: mean generated tokens per request
     max_batch: int = 0           # inference: sequences one replica decodes at once (continuous batching)
-    # The software stack (docs/performance-model.md "Software stack"); the defaults are Megatron-LM's current ones
-    attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" | "unfused" | "auto"
+    # The software stack (docs/performance-model.md "Software stack");
+    # the defaults are Megatron-LM's current ones
+    attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" |
+                                         # "unfused" | "auto"
     dropout: float = 0.0                 # hidden and attention dropout probability (0: none, as Llama trains)
-    fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile); else eager
+    fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile);
+                                         # else eager
     overlap_p2p_comm: bool = True        # pipeline sends run behind compute (else the sender waits for them)
-    overlap_grad_reduce: bool = True     # DP gradient reduction in buckets behind the backward (else after it)
+    overlap_grad_reduce: bool = True     # DP gradient reduction in buckets behind the backward
+                                         # (else after it)
     overlap_param_gather: bool = True    # parameter all-gather (ZeRO) ahead of the forward (else exposed)
     tp_comm_overlap: bool = False        # TP collectives overlapped with the GEMMs (Transformer Engine)
     grad_reduce_dtype: str = "fp32"      # the data type gradients are reduced in: "fp32" | "bf16"
@@ -64,7 +68,8 @@ JOB_SPEC: dict[str, Field] = {
     "name": optional("str", None),
     "model": Field("any", doc="a catalog model name or an inline [jobs.model] table"),
     "kind": optional("str", "training", choices=("training", "inference")),
-    "seq_len": optional("int", None, positive=True, high=10_000_000, doc="an integer (required for training)"),
+    "seq_len": optional("int", None, positive=True, high=10_000_000,
+                        doc="an integer (required for training)"),
     "global_batch": optional("int", None, positive=True, high=100_000_000,
                              doc="an integer (required for training)"),
     "request_rate": optional("float", None, positive=True, high=1e9),
@@ -109,17 +114,19 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
             if j[key] is None:
                 raise ctx.error(f"{path}.{key}", "missing required key for a training job (an integer)")
         if j["request_rate"] is not None:
-            raise ctx.error(f"{path}.request_rate", 'only inference jobs take requests; set kind = "inference"')
+            raise ctx.error(f"{path}.request_rate",
+                            'only inference jobs take requests; set kind = "inference"')
     first, dp, gpus = _placement(ctx, path, j, cluster, next_gpu)
     _check_layout(ctx, path, j, model, dp)
     _check_hardware(ctx, path, j, cluster)
     return Job(name=name, model=model, seq_len=j["seq_len"], global_batch=j["global_batch"],
                micro_batch=j["micro_batch"], tp=j["tp"], cp=j["cp"], pp=j["pp"], dp=dp, ep=j["ep"],
                virtual_stages=j["virtual_stages"], recompute=j["recompute"], precision=j["precision"],
-               zero=j["zero"], schedule=j["schedule"], sequence_parallel=j["sequence_parallel"], first_gpu=first,
-               gpus=gpus, kind=j["kind"], request_rate=j["request_rate"] or 0.0, prompt_tokens=j["prompt_tokens"],
-               output_tokens=j["output_tokens"], max_batch=j["max_batch"], attention_kernel=j["attention_kernel"],
-               dropout=j["dropout"], overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
+               zero=j["zero"], schedule=j["schedule"], sequence_parallel=j["sequence_parallel"],
+               first_gpu=first, gpus=gpus, kind=j["kind"], request_rate=j["request_rate"] or 0.0,
+               prompt_tokens=j["prompt_tokens"], output_tokens=j["output_tokens"], max_batch=j["max_batch"],
+               attention_kernel=j["attention_kernel"], dropout=j["dropout"],
+               overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
                overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],
                tp_comm_overlap=j["tp_comm_overlap"], grad_reduce_dtype=j["grad_reduce_dtype"])
 
@@ -133,7 +140,8 @@ def _model(ctx: Context, path: str, raw: Any, name: str) -> Model:
     raise ctx.error(f"{path}.model", "expected a catalog model name or an inline table of the model")
 
 
-def _placement(ctx: Context, path: str, j: dict[str, Any], cluster: Cluster, next_gpu: int) -> tuple[int, int, int]:
+def _placement(ctx: Context, path: str, j: dict[str, Any], cluster: Cluster,
+               next_gpu: int) -> tuple[int, int, int]:
     """(first GPU, dp, GPUs) of the job: dp derived from its GPUs or its GPUs from dp, inside the cluster."""
     tp, cp, pp = j["tp"], j["cp"], j["pp"]
     first = next_gpu if j["first_gpu"] is None else j["first_gpu"]
@@ -154,8 +162,8 @@ def _placement(ctx: Context, path: str, j: dict[str, Any], cluster: Cluster, nex
         raise ctx.error(f"{path}.first_gpu", f"starts at GPU {first}: no GPU of the cluster is left for it")
     if first + gpus > cluster.gpus:
         raise ctx.error(f"{path}.dp" if j["dp"] else f"{path}.gpus",
-                        f"the job needs {gpus:,} GPUs from GPU {first:,} but the cluster has {cluster.gpus:,}; "
-                        "expected a job that fits in the cluster")
+                        f"the job needs {gpus:,} GPUs from GPU {first:,} but the cluster has "
+                        f"{cluster.gpus:,}; expected a job that fits in the cluster")
     return first, dp, gpus
 
 
@@ -163,20 +171,23 @@ def _check_layout(ctx: Context, path: str, j: dict[str, Any], model: Model, dp: 
     """The parallel layout against the model (heads, layers, experts) and the batch."""
     tp, cp, pp, ep = j["tp"], j["cp"], j["pp"], j["ep"]
     if model.heads % tp:
-        raise ctx.error(f"{path}.tp", f"the model's {model.heads} attention heads are not divisible by tp = {tp}; "
-                        "expected tp to divide heads")
+        raise ctx.error(f"{path}.tp", f"the model's {model.heads} attention heads are not divisible by "
+                        f"tp = {tp}; expected tp to divide heads")
     if model.layers < pp:
-        raise ctx.error(f"{path}.pp", f"pp = {pp} exceeds the model's {model.layers} layers; expected pp <= layers")
+        raise ctx.error(f"{path}.pp",
+                        f"pp = {pp} exceeds the model's {model.layers} layers; expected pp <= layers")
     if j["seq_len"] % cp:
         raise ctx.error(f"{path}.cp", f"seq_len {j['seq_len']} is not divisible by cp = {cp}")
     if ep > 1:
         if not model.is_moe:
-            raise ctx.error(f"{path}.ep", f"ep = {ep} but {model.name} is dense; expected ep = 1 (or an MoE model)")
+            raise ctx.error(f"{path}.ep",
+                            f"ep = {ep} but {model.name} is dense; expected ep = 1 (or an MoE model)")
         if model.experts % ep:
-            raise ctx.error(f"{path}.ep", f"the model's {model.experts} experts are not divisible by ep = {ep}")
+            raise ctx.error(f"{path}.ep",
+                            f"the model's {model.experts} experts are not divisible by ep = {ep}")
         if (dp * cp) % ep:
-            raise ctx.error(f"{path}.ep", f"ep = {ep} must divide dp*cp = {dp * cp} (experts are sharded across "
-                            "data-parallel ranks)")
+            raise ctx.error(f"{path}.ep", f"ep = {ep} must divide dp*cp = {dp * cp} (experts are sharded "
+                            "across data-parallel ranks)")
     mb = j["micro_batch"]
     if j["global_batch"] % dp:
         raise ctx.error(f"{path}.global_batch", f"{j['global_batch']} sequences do not split evenly over "
@@ -187,7 +198,8 @@ def _check_layout(ctx: Context, path: str, j: dict[str, Any], model: Model, dp: 
     v = j["virtual_stages"]
     if v != "auto" and v > 1:
         if pp == 1:
-            raise ctx.error(f"{path}.virtual_stages", "interleaving needs pp > 1; expected virtual_stages = 1")
+            raise ctx.error(f"{path}.virtual_stages",
+                            "interleaving needs pp > 1; expected virtual_stages = 1")
         if model.layers < pp * v:
             raise ctx.error(f"{path}.virtual_stages", f"pp*virtual_stages = {pp * v} exceeds the model's "
                             f"{model.layers} layers")
@@ -198,8 +210,8 @@ def _check_layout(ctx: Context, path: str, j: dict[str, Any], model: Model, dp: 
 def _check_hardware(ctx: Context, path: str, j: dict[str, Any], cluster: Cluster) -> None:
     """Kernels and number formats the cluster's GPU has."""
     if j["attention_kernel"] == "flash3" and not cluster.gpu.flash3_tflops:
-        raise ctx.error(f"{path}.attention_kernel", f"{cluster.gpu.name} has no FlashAttention-3 / cuDNN fused "
-                        "attention figure (Hopper and newer); expected \"flash2\" or \"auto\"")
+        raise ctx.error(f"{path}.attention_kernel", f"{cluster.gpu.name} has no FlashAttention-3 / cuDNN "
+                        "fused attention figure (Hopper and newer); expected \"flash2\" or \"auto\"")
     if j["precision"] == "fp8" and not cluster.gpu.fp8_tflops:
         raise ctx.error(f"{path}.precision", f"{cluster.gpu.name} has no FP8 tensor cores; expected \"bf16\"")
 
@@ -229,5 +241,7 @@ def check_disjoint(ctx: Context, jobs: list[Job]) -> None:
         first, other = sorted((a, b))
         if jobs[a].first_gpu + jobs[a].gpus > jobs[b].first_gpu:
             job, prev = jobs[other], jobs[first]
-            raise ctx.error(f"jobs[{other}].first_gpu", f"job {quote(job.name)} overlaps job {quote(prev.name)} "
-                            f"(GPUs {prev.first_gpu}-{prev.first_gpu + prev.gpus - 1}); expected disjoint GPU ranges")
+            raise ctx.error(f"jobs[{other}].first_gpu",
+                            f"job {quote(job.name)} overlaps job {quote(prev.name)} "
+                            f"(GPUs {prev.first_gpu}-{prev.first_gpu + prev.gpus - 1}); "
+                            "expected disjoint GPU ranges")

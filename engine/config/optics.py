@@ -1,15 +1,16 @@
-"""Optics: how many transceivers each tier of a cluster's fabric needs (from its topology), and what they draw.
+"""Optics: how many transceivers each tier of a cluster's fabric needs (from its topology),
+and what they draw.
 
 Every optical link has a transceiver at each end (catalogs/site.toml `transceivers_per_link`). Which links are
 optical:
 - "leaf": a NIC to its rack's leaf (ToR) switch: in the rack, on copper (no transceivers);
-- "spine": the leaf switches' uplinks, one link per NIC of the rack's worth of bandwidth / rack_oversubscription
-  (racks > 1);
+- "spine": the leaf switches' uplinks, one link per NIC of the rack's worth of bandwidth /
+  rack_oversubscription (racks > 1);
 - "core": the pods' uplinks, a pod's NIC bandwidth / pod_oversubscription (pods > 1);
 - "campus": the buildings' uplinks, a building's NIC bandwidth / building_oversubscription (buildings > 1);
 - "node" (the scale-up domain): NVLink, NVL72, Infinity Fabric, Gaudi's mesh and a 2D torus are copper; a 3D
-  torus (TPU v4, v5p, v7) is built of 4 x 4 x 4 cubes joined by optical links: along a dimension longer than 4,
-  one link per cube face per ring.
+  torus (TPU v4, v5p, v7) is built of 4 x 4 x 4 cubes joined by optical links: along a dimension longer
+  than 4, one link per cube face per ring.
 Scale-out links run at the NIC's rate, torus links at one link's rate. A transceiver draws the pluggable
 figure for its speed (interpolated per bit between 400G, 800G and 1.6T; below 400G at 400G's energy per bit),
 times `lpo_share` for linear-drive optics or `cpo_share` for co-packaged optics (cluster.optics).
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 from . import catalog
 
 if TYPE_CHECKING:
-    from .scenario import Cluster
+    from .cluster import Cluster
 
 CUBE = 4                  # a TPU torus is built of 4 x 4 x 4 cubes
 
@@ -62,8 +63,8 @@ def transceiver_w(gbps: float, kind: str = "pluggable") -> float:
 
 
 def _uplinks(gpus: int, per: int, nic_share: float, over: float) -> int:
-    """Uplinks of the blocks of `per` GPUs (the last may be partial): NICs of each / oversubscription, rounded up;
-    none when one block holds them all."""
+    """Uplinks of the blocks of `per` GPUs (the last may be partial): NICs of each / oversubscription, rounded
+    up; none when one block holds them all."""
     full, rest = divmod(gpus, per)
     if full + (rest > 0) <= 1:
         return 0
@@ -77,7 +78,8 @@ def site_optics(cluster: Cluster) -> SiteOptics:
     nic_share = cluster.nics_per_node / cluster.gpus_per_node
     nic_gbps = cluster.scale_out.gb_s * 8
     per_pod = cluster.gpus_per_rack * cluster.racks_per_pod
-    per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else max(cluster.gpus, per_pod)
+    per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else \
+        max(cluster.gpus, per_pod)
     links: list[tuple[str, int, float]] = []
     for tier, per, over in (("spine", cluster.gpus_per_rack, cluster.rack_oversubscription),
                             ("core", per_pod, cluster.pod_oversubscription),

@@ -1,11 +1,11 @@
 """Output paths a user names (record -o, export -o, sweep -o, --best-to): checked up front, written safely.
 
-One opener for every output: '-' is stdout; a FIFO or a character device (/dev/null, /dev/stdout, a terminal) is
-written through, never replaced; a directory, a block device, a socket or a dangling symbolic link is refused; a
-regular file (or a new one) is created or truncated, or, for an atomic output, written to a temporary file beside
-it and renamed over it at the end (a failed export leaves nothing behind). A symbolic link to a regular file is
-written through too: renaming over it would replace the link. Write errors (a full disk, an I/O error, a closed
-pipe other than stdout's) end in one UserError naming the path.
+One opener for every output: '-' is stdout; a FIFO or a character device (/dev/null, /dev/stdout, a terminal)
+is written through, never replaced; a directory, a block device, a socket or a dangling symbolic link is
+refused; a regular file (or a new one) is created or truncated, or, for an atomic output, written to a
+temporary file beside it and renamed over it at the end (a failed export leaves nothing behind). A symbolic
+link to a regular file is written through too: renaming over it would replace the link. Write errors (a full
+disk, an I/O error, a closed pipe other than stdout's) end in one UserError naming the path.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def check_output(path: str, flag: str = "-o") -> None:
         mode = os.stat(path).st_mode           # follows symbolic links
     except FileNotFoundError:
         mode = None
-    except OSError as exc:                     # a symbolic link loop, a name too long, a file used as a directory
+    except OSError as exc:                     # a symbolic link loop, a name too long,
+                                               # a file used as a directory
         raise UserError(f"{lead}cannot write: {exc.strerror}", path) from None
     except ValueError:
         raise UserError(f"{lead}not a valid file name", path) from None
@@ -49,7 +50,8 @@ def check_output(path: str, flag: str = "-o") -> None:
     if stat.S_ISDIR(mode):
         raise UserError(f"{lead}is a directory; expected a file name such as run.jsonl.gz", path)
     if not stat.S_ISREG(mode) and not any(test(mode) for test in _WRITE_THROUGH):
-        raise UserError(f"{lead}is {kind_of(mode)}; expected a regular file, a FIFO or a character device", path)
+        raise UserError(f"{lead}is {kind_of(mode)}; expected a regular file, a FIFO or a character device",
+                        path)
     if not os.access(path, os.W_OK):
         raise UserError(f"{lead}is not writable", path)
 
@@ -119,8 +121,8 @@ class Output:
 
 
 def open_output(path: str, flag: str = "-o", atomic: bool = False) -> Output:
-    """An Output for `path` ('-': stdout), checked first (check_output). `atomic`: a regular file is written to a
-    temporary file in its directory and renamed over it on close()."""
+    """An Output for `path` ('-': stdout), checked first (check_output). `atomic`: a regular file is written
+    to a temporary file in its directory and renamed over it on close()."""
     if path == "-":
         return Output(sys.stdout.buffer, "<stdout>", owned=False)
     check_output(path, flag)

@@ -81,7 +81,8 @@ def check_key(key: str, data: dict[str, Any]) -> tuple[Path, Field, str]:
     segments = key.split(".")
     parsed = [_SEGMENT.match(s) for s in segments]
     if not all(parsed):
-        raise UserError(f"--vary {key!r}: not a scenario key; expected a key such as cluster.gpus or jobs[0].tp")
+        raise UserError(f"--vary {key!r}: not a scenario key; expected a key such as cluster.gpus or "
+                        "jobs[0].tp")
     names = [(m.group(1), None if m.group(2) is None else int(m.group(2))) for m in parsed if m]
     head, index = names[0]
     rest = [n for n, i in names[1:]]
@@ -90,17 +91,19 @@ def check_key(key: str, data: dict[str, Any]) -> tuple[Path, Field, str]:
     if head == "jobs":
         jobs = _jobs(data)
         if index is None:
-            raise UserError(f"--vary {key}: jobs is an array of tables; expected jobs[N].{'.'.join(rest) or 'tp'}")
+            raise UserError(f"--vary {key}: jobs is an array of tables; "
+                            f"expected jobs[N].{'.'.join(rest) or 'tp'}")
         if index >= len(jobs):
-            raise UserError(f"--vary {key}: the scenario has {len(jobs)} job(s); expected an index below {len(jobs)}")
+            raise UserError(f"--vary {key}: the scenario has {len(jobs)} job(s); "
+                            f"expected an index below {len(jobs)}")
         canon = f"jobs[{index}]." + ".".join(rest)
         if len(rest) == 1 and rest[0] in job.JOB_SPEC:
             return ("jobs", index, rest[0]), job.JOB_SPEC[rest[0]], canon
         if len(rest) == 2 and rest[0] == "model":
             model = jobs[index].get("model") if isinstance(jobs[index], dict) else None
             if not isinstance(model, dict):
-                raise UserError(f"--vary {key}: jobs[{index}].model is the catalog model {model!r}, not an inline "
-                                f"table; expected jobs[{index}].model=NAME1,NAME2,...")
+                raise UserError(f"--vary {key}: jobs[{index}].model is the catalog model {model!r}, "
+                                f"not an inline table; expected jobs[{index}].model=NAME1,NAME2,...")
             if rest[1] in catalog.MODEL_SPEC:
                 return ("jobs", index, "model", rest[1]), catalog.MODEL_SPEC[rest[1]], canon
         raise _unknown(key, data)
@@ -115,8 +118,9 @@ def check_key(key: str, data: dict[str, Any]) -> tuple[Path, Field, str]:
 
 
 def _unknown(key: str, data: dict[str, Any]) -> UserError:
-    return UserError(f"--vary {key}: unknown scenario key{did_you_mean(key, every_key(data))}; expected a key "
-                     "such as cluster.gpus, cluster.scale_out, jobs[0].tp or jobs[0].micro_batch")
+    return UserError(f"--vary {key}: unknown scenario key{did_you_mean(key, every_key(data))}; "
+                     "expected a key such as cluster.gpus, cluster.scale_out, jobs[0].tp or "
+                     "jobs[0].micro_batch")
 
 
 def _check_catalog(key: str, path: Path, value: Any) -> None:
@@ -168,8 +172,8 @@ def parse_value(token: str) -> Any:
     except tomllib.TOMLDecodeError:
         if _BARE.match(token):
             return token
-        raise UserError(f"--vary: cannot read the value {token!r}; expected a number, true/false, a bare word "
-                        "or a quoted string") from None
+        raise UserError(f"--vary: cannot read the value {token!r}; expected a number, true/false, "
+                        "a bare word or a quoted string") from None
     if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, dict)):

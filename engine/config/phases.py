@@ -25,11 +25,11 @@ CODE = {name: code for code, name in enumerate(PHASES)}
 # How a person reads a phase: the dashboard's legend, inspector and help, and `estimate`'s time breakdown.
 PHASE_LABELS = {
     "idle": "idle", "compute": "computing", "tp": "wait TP", "pp": "wait PP", "dp": "wait DP",
-    "cp": "wait CP", "ep": "wait EP", "bubble": "bubble", "optimizer": "optimizer", "checkpoint": "checkpoint",
-    "failed": "failed", "memory": "memory-bound",
+    "cp": "wait CP", "ep": "wait EP", "bubble": "bubble", "optimizer": "optimizer",
+    "checkpoint": "checkpoint", "failed": "failed", "memory": "memory-bound",
 }
 # The same in a few letters, for narrow table cells.
 PHASE_SHORT = {
-    "idle": "idle", "compute": "cmp", "tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "bubble": "bub",
-    "optimizer": "opt", "checkpoint": "ckpt", "failed": "FAIL", "memory": "mem",
+    "idle": "idle", "compute": "cmp", "tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP",
+    "bubble": "bub", "optimizer": "opt", "checkpoint": "ckpt", "failed": "FAIL", "memory": "mem",
 }

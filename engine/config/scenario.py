@@ -61,7 +61,8 @@ class Faults:
 @dataclass(frozen=True)
 class Checkpoint:
     interval_s: float | str      # seconds between checkpoints, or "auto" (Young/Daly optimum)
-    mode: str                    # "sync": all GPUs wait while writing | "async": snapshot to host, write behind
+    mode: str                    # "sync": all GPUs wait while writing | "async": snapshot to host,
+                                 # write behind
     storage_tb_s: float          # aggregate storage write bandwidth
 
 
@@ -80,10 +81,12 @@ class Economics:
     capex_usd_per_accelerator: float     # an accelerator with its share of server, network and storage
     depreciation_years: float            # written off over this many years
     electricity_usd_per_mwh: float
-    cloud_usd_per_accelerator_hour: float = 0.0   # > 0: rented at this price (power included) instead of owned
+    cloud_usd_per_accelerator_hour: float = 0.0   # > 0: rented at this price
+                                                  # (power included) instead of owned
 
     def usd_per_hour(self, gpus: int, facility_w: float) -> float:
-        """What `gpus` accelerators drawing `facility_w` cost per hour: rented, or owned plus their electricity."""
+        """What `gpus` accelerators drawing `facility_w` cost per hour: rented,
+        or owned plus their electricity."""
         if self.cloud_usd_per_accelerator_hour > 0:
             return gpus * self.cloud_usd_per_accelerator_hour
         return gpus * self._capex_per_hour() + facility_w / 1e6 * self.electricity_usd_per_mwh
@@ -132,7 +135,8 @@ class Scenario:
     checkpoint: Checkpoint
     variability: Variability
     path: str = ""
-    compare_with: str = ""       # the twin `clustertop compare` shows beside it (a built-in name or a .toml path)
+    compare_with: str = ""       # the twin `clustertop compare` shows beside it
+                                 # (a built-in name or a .toml path)
     economics: Economics = dataclasses.field(default_factory=lambda: default_economics())
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,8 +211,8 @@ def resolve_path(arg: str) -> Path:
             return path
         if not Path(arg).exists():
             hint = did_you_mean(arg, builtin_names())
-            raise UserError(f"unknown scenario{hint}; expected a built-in name ({', '.join(builtin_names())}) "
-                            "or a path to a .toml file", arg)
+            raise UserError(f"unknown scenario{hint}; expected a built-in name "
+                            f"({', '.join(builtin_names())}) or a path to a .toml file", arg)
     return Path(arg)
 
 
@@ -220,7 +224,8 @@ def load(arg: str) -> Scenario:
 
 
 def parse(data: dict[str, Any], ctx: Context, path: str = "", sections: Sections | None = None) -> Scenario:
-    """Validate a scenario's raw table. `sections`: a sweep's memo of the tables its points share (see _section)."""
+    """Validate a scenario's raw table. `sections`: a sweep's memo of the tables its points share
+    (see _section)."""
     top = check_table_memo(sections, ctx, "", data, TOP_SPEC)
     cluster = memo_section(sections, "cluster", (top["cluster"],), lambda: check_cluster(ctx, top["cluster"]))
     raw_jobs = top["jobs"]
@@ -229,8 +234,8 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "", sections: Sections
     if not isinstance(raw_jobs, list) or not raw_jobs:
         raise ctx.error("jobs", "expected at least one [[jobs]] table")
     if len(raw_jobs) > MAX_JOBS:
-        raise ctx.error("jobs", f"{len(raw_jobs):,} jobs; expected at most {MAX_JOBS:,} (each job is estimated and "
-                        "simulated on its own, and every sample carries each job's status)")
+        raise ctx.error("jobs", f"{len(raw_jobs):,} jobs; expected at most {MAX_JOBS:,} (each job is "
+                        "estimated and simulated on its own, and every sample carries each job's status)")
     jobs: list[Job] = []
     next_gpu = 0
     for i, raw in enumerate(raw_jobs):
@@ -241,15 +246,18 @@ def parse(data: dict[str, Any], ctx: Context, path: str = "", sections: Sections
     seen: dict[str, int] = {}
     for i, job in enumerate(jobs):
         if seen.setdefault(job.name, i) != i:
-            raise ctx.error(f"jobs[{i}].name", f"job name {quote(job.name)} is also jobs[{seen[job.name]}]'s; "
+            raise ctx.error(f"jobs[{i}].name",
+                            f"job name {quote(job.name)} is also jobs[{seen[job.name]}]'s; "
                             "expected unique job names")
     faults = memo_section(sections, "faults", (top["faults"], top["cluster"]),
                       lambda: _faults(ctx, top["faults"], cluster))
-    checkpoint = memo_section(sections, "checkpoint", (top["checkpoint"],), lambda: _checkpoint(ctx, top["checkpoint"]))
+    checkpoint = memo_section(sections, "checkpoint", (top["checkpoint"],),
+                              lambda: _checkpoint(ctx, top["checkpoint"]))
     variability = memo_section(sections, "variability", (top["variability"],),
                            lambda: Variability(**check_table(ctx, "variability", top["variability"] or {},
                                                              VARIABILITY_SPEC)))
-    economics = memo_section(sections, "economics", (top["economics"],), lambda: _economics(ctx, top["economics"]))
+    economics = memo_section(sections, "economics", (top["economics"],),
+                             lambda: _economics(ctx, top["economics"]))
     return Scenario(name=top["name"], description=top["description"], seed=top["seed"],
                     duration_s=top["duration"], cluster=cluster, jobs=tuple(jobs), faults=faults,
                     checkpoint=checkpoint, variability=variability, path=path, economics=economics,
@@ -296,15 +304,16 @@ def _injections(ctx: Context, raw: Any, cluster: Cluster) -> tuple[Injection, ..
             raise ctx.error(f"{path}.gpu", f"GPU {e['gpu']:,} is not in the cluster; expected 0 to "
                             f"{cluster.gpus - 1:,}")
         if e["cause"] not in names:
-            raise ctx.error(f"{path}.cause", f"unknown cause {e['cause']!r}{did_you_mean(e['cause'], names)}; "
+            raise ctx.error(f"{path}.cause",
+                            f"unknown cause {e['cause']!r}{did_you_mean(e['cause'], names)}; "
                             f"expected a Llama 3 Table 5 cause such as \"Faulty GPU\" or \"Software bug\"")
         out.append(Injection(at_s=e["at"], gpu=e["gpu"], cause=e["cause"]))
     return tuple(sorted(out, key=lambda x: (x.at_s, x.gpu)))
 
 
 def load_cluster(arg: str) -> tuple[str, Cluster, tuple[Job, ...]]:
-    """(name, cluster, jobs) of a scenario file, or of a file with only a [cluster] table (and an optional name):
-    where real telemetry is placed. Jobs, when the file has them, say which GPUs run what."""
+    """(name, cluster, jobs) of a scenario file, or of a file with only a [cluster] table (and an optional
+    name): where real telemetry is placed. Jobs, when the file has them, say which GPUs run what."""
     path = resolve_path(arg)
     data, text = read_toml(path)
     ctx = Context(str(path), text)

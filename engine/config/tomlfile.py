@@ -12,8 +12,10 @@ import tomli_w
 from .errors import UserError
 from .infile import read_capped
 
-MAX_FILE_BYTES = 4 * 1024 * 1024      # a scenario of 1,000 jobs is ~300 KB; the standard parser reads 4 MB in ~2 s
-MAX_NESTING = 16        # arrays and inline tables inside each other; a scenario needs 2 (jobs = [{model = {...}}])
+MAX_FILE_BYTES = 4 * 1024 * 1024      # a scenario of 1,000 jobs is ~300 KB;
+                                      # the standard parser reads 4 MB in ~2 s
+MAX_NESTING = 16        # arrays and inline tables inside each other; a scenario needs 2
+                        # (jobs = [{model = {...}}])
 MAX_KEY_PARTS = 16      # parts of a key path (table header, dotted key, inline tables); a scenario needs 3
 MAX_DIGITS = 40         # digits of a number: the largest any key takes (a 64-bit seed) has 19
 EXPECTED = "a .toml scenario file"
@@ -51,15 +53,17 @@ def read_toml(path: Path) -> tuple[dict[str, Any], str]:
         raise UserError(f"cannot parse: {type(exc).__name__}; expected {EXPECTED}", where) from None
 
 
-# The tokens that matter for structure: strings and comments (skipped whole), brackets, '=', ',', '.', newlines.
-_TOKEN = re.compile(r'''"""(?:[^"\\]|\\.|"(?!""))*+"""|\'\'\'(?:[^\']|\'(?!\'\'))*+\'\'\'|"(?:[^"\\\n]|\\.)*+"|\'[^\'\n]*+\''''
+# The tokens that matter for structure: strings and comments (skipped whole), brackets, '=', ',', '.',
+# newlines.
+_TOKEN = re.compile(r'''"""(?:[^"\\]|\\.|"(?!""))*+"""|\'\'\'(?:[^\']|\'(?!\'\'))*+\'\'\'|'''
+                    r'''"(?:[^"\\\n]|\\.)*+"|\'[^\'\n]*+\''''
                     rf"|#[^\n]*+|[-+]?[0-9][0-9_]{{{MAX_DIGITS},}}|[\[\]{{}}=,.\n]", re.DOTALL)
 
 
 def check_structure(text: str, where: str) -> None:
-    """UserError (with the line) when TOML `text` nests arrays or inline tables deeper than MAX_NESTING, has a key
-    path longer than MAX_KEY_PARTS or a number longer than MAX_DIGITS: a scan of its brackets, dots and '='
-    outside strings and comments, before the recursive parser sees it."""
+    """UserError (with the line) when TOML `text` nests arrays or inline tables deeper than MAX_NESTING, has a
+    key path longer than MAX_KEY_PARTS or a number longer than MAX_DIGITS: a scan of its brackets, dots and
+    '=' outside strings and comments, before the recursive parser sees it."""
     stack: list[tuple[str, int]] = []   # open '[' or '{' of values, with the key path length outside them
     table = 0                           # parts of the current [table] header
     outer = 0                           # key path length the key being read adds to
@@ -71,8 +75,8 @@ def check_structure(text: str, where: str) -> None:
             continue
         if c.isdigit() or c in "+-":
             if context == "value":
-                raise _refuse(text, m.start(), where, f"a number of {len(m.group()):,} digits; expected at most "
-                              f"{MAX_DIGITS}")
+                raise _refuse(text, m.start(), where,
+                              f"a number of {len(m.group()):,} digits; expected at most {MAX_DIGITS}")
         elif c == "\n":
             if not stack:
                 context, dots, outer = "key", 0, table
@@ -80,7 +84,8 @@ def check_structure(text: str, where: str) -> None:
             if c == ".":
                 dots += 1
                 if dots >= MAX_KEY_PARTS:
-                    raise _refuse(text, m.start(), where, f"a table header of more than {MAX_KEY_PARTS} parts; "
+                    raise _refuse(text, m.start(), where,
+                                  f"a table header of more than {MAX_KEY_PARTS} parts; "
                                   f"expected at most {MAX_KEY_PARTS}")
             elif c == "]":
                 table, context = dots + 1, "done"
@@ -90,14 +95,16 @@ def check_structure(text: str, where: str) -> None:
             elif c == ".":
                 dots += 1
                 if outer + dots >= MAX_KEY_PARTS:
-                    raise _refuse(text, m.start(), where, f"a key path of more than {MAX_KEY_PARTS} parts; expected "
+                    raise _refuse(text, m.start(), where,
+                                  f"a key path of more than {MAX_KEY_PARTS} parts; expected "
                                   f"at most {MAX_KEY_PARTS}")
             elif c == "=":
                 context, outer = "value", outer + dots + 1
         elif c in "[{":                 # a value, or what follows one
             stack.append((c, outer))
             if len(stack) > MAX_NESTING:
-                raise _refuse(text, m.start(), where, f"arrays or inline tables nested more than {MAX_NESTING} deep; "
+                raise _refuse(text, m.start(), where,
+                              f"arrays or inline tables nested more than {MAX_NESTING} deep; "
                               f"expected at most {MAX_NESTING}")
             context, dots = ("key" if c == "{" else "value"), 0
         elif c in "]}" and stack:

@@ -1,10 +1,10 @@
 """Units: durations parsed from scenarios and flags, and every figure formatted for people, in one place.
 
-The command line and the dashboard print through these functions, so a figure reads the same wherever it shows:
-thousands separators everywhere ("16,384 GPUs", "1,193 s"), power in kW below 1 MW and MW above, energy in kWh,
-MWh or GWh, dollars with K, M and B, and memory in GB (10^9 bytes). A GPU's memory is sold in GiB (an "80 GB"
-H100 holds 80 GiB, 85.9 GB: nvidia-smi reports 81,559 MiB), so a capacity in GiB is converted before it is shown
-beside a figure in GB, and says so: "70.6 GB of 85.9 GB (80 GiB)".
+The command line and the dashboard print through these functions, so a figure reads the same wherever it
+shows: thousands separators everywhere ("16,384 GPUs", "1,193 s"), power in kW below 1 MW and MW above, energy
+in kWh, MWh or GWh, dollars with K, M and B, and memory in GB (10^9 bytes). A GPU's memory is sold in GiB (an
+"80 GB" H100 holds 80 GiB, 85.9 GB: nvidia-smi reports 81,559 MiB), so a capacity in GiB is converted before
+it is shown beside a figure in GB, and says so: "70.6 GB of 85.9 GB (80 GiB)".
 """
 
 from __future__ import annotations

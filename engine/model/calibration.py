@@ -1,12 +1,13 @@
-"""The public calibration set: published training runs, small to large, as scenarios with their published figure.
+"""The public calibration set: published training runs, small to large,
+as scenarios with their published figure.
 
-`engine/config/catalogs/calibration_runs.toml` holds the sources' tables as published (llm-foundry, NeMo, DGX Cloud
-recipes, torchtitan, FlashAttention's GPT-3 runs, Megatron-Bridge). Each source's rows become scenarios here, with
-the source's own setup (its cluster, its software stack: FSDP or Megatron's distributed optimizer, FP8, overlap)
-written out once per source, and the figure the source publishes: tokens/s per GPU where it gives them, else its
-TFLOP/s per GPU in its own FLOPs convention. `engine/config/catalogs/reference_runs.toml` adds the Llama 3 and BLOOM
-runs. `clustertop validate` estimates every row and reports the error per row and the mean absolute percentage
-error per source and overall.
+`engine/config/catalogs/calibration_runs.toml` holds the sources' tables as published (llm-foundry, NeMo, DGX
+Cloud recipes, torchtitan, FlashAttention's GPT-3 runs, Megatron-Bridge). Each source's rows become scenarios
+here, with the source's own setup (its cluster, its software stack: FSDP or Megatron's distributed optimizer,
+FP8, overlap) written out once per source, and the figure the source publishes: tokens/s per GPU where it
+gives them, else its TFLOP/s per GPU in its own FLOPs convention. `engine/config/catalogs/reference_runs.toml`
+adds the Llama 3 and BLOOM runs. `clustertop validate` estimates every row and reports the error per row and
+the mean absolute percentage error per source and overall.
 
 A row the scenario format cannot express is left out with the reason (`SKIPPED`).
 """
@@ -19,11 +20,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.catalog import GPU, Model
 from ..config.fields import Context
+from ..config.job import Job
 from ..config.scenario import Scenario, parse
+
+if TYPE_CHECKING:
+    from .estimate import JobEstimate
 
 CALIBRATION_FILE = "calibration_runs.toml"
 REFERENCE_FILE = "reference_runs.toml"
@@ -32,20 +37,25 @@ REFERENCE_FILE = "reference_runs.toml"
 TOKENS = "tokens_per_s_per_gpu"
 TFLOPS_MODEL = "tflops_per_gpu_model"           # clustertop's model FLOPs: 6 N + causal attention
 TFLOPS_MEGATRON = "tflops_per_gpu_megatron"     # Narayanan et al. SC21 eq. 3 (96 ... with full recomputation)
-TFLOPS_NEMO = "tflops_per_gpu_nemo"             # NeMo's formulas: matmuls + full (non-causal) attention 12 s h
+TFLOPS_NEMO = "tflops_per_gpu_nemo"             # NeMo's formulas: matmuls + full
+                                                # (non-causal) attention 12 s h
 ROW_TOLERANCE = 0.25        # a row further off than this is a miss (the issue's target: no row beyond 25%)
 
 SKIPPED = {
-    "torchtitan_h100_500w_llama3_8b": "H100s with 96 GB HBM2e capped at 500 W: not a catalog GPU, and a power cap "
-                                      "would need a figure no measurement here gives; fsdp_compile needs torch.compile",
+    "torchtitan_h100_500w_llama3_8b": "H100s with 96 GB HBM2e capped at 500 W: not a catalog GPU, and a "
+                                      "power cap would need a figure no measurement here gives; fsdp_compile "
+                                      "needs torch.compile",
     "torchtitan Llama3-8B 64 x A100": "torchtitan's op-level selective AC recomputes every other matmul: no "
                                       "recompute setting of ours says that",
-    "megatron_bridge_2511 gb300": "GB300's catalog entry is not calibrated (GB200's kernel figures): its rows stay out "
-                                  "of the set the constants were fitted on (as a check they come out -6%, +8%, -16%)",
+    "megatron_bridge_2511 gb300": "GB300's catalog entry is not calibrated (GB200's kernel figures): its "
+                                  "rows stay out of the set the constants were fitted on (as a check they "
+                                  "come out -6%, +8%, -16%)",
     "megatron_bridge_2511 deepseek-v3": "Megatron-Core places expert parallelism next to TP (rank order "
-                                        "tp-cp-ep-dp-pp); a scenario's ranks follow Llama 3's order (TP, CP, PP, DP, "
-                                        "EP within DP), so EP 8-64 with PP > 1 cannot be placed as it ran",
-    "gemm_h100_bf16_tflops": "a kernel table: it fits the GEMM model (engine/model/kernels.py), it is not a run",
+                                        "tp-cp-ep-dp-pp); a scenario's ranks follow Llama 3's order (TP, CP, "
+                                        "PP, DP, EP within DP), so EP 8-64 with PP > 1 cannot be placed as "
+                                        "it ran",
+    "gemm_h100_bf16_tflops": "a kernel table: it fits the GEMM model (engine/model/kernels.py), "
+                             "it is not a run",
     "flash_attention2_tflops": "a kernel table: it fits the attention model (engine/model/kernels.py)",
 }
 
@@ -74,7 +84,7 @@ def _records(table: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield dict(zip(table["columns"], row))
 
 
-# ---- clusters and software stacks, one per source ------------------------------------------------------------
+# ---- clusters and software stacks, one per source ----------------------------------------------------------
 
 def _cluster(gpu: str, n: int, scale_out: str) -> dict[str, Any]:
     """Nodes of 8 GPUs on NVSwitch (fewer: part of one), one NIC per GPU, no oversubscription."""
@@ -96,10 +106,10 @@ DGX_A100 = ("a100-sxm-80gb", "ib-hdr-200g")
 
 def _llm_foundry() -> Iterator[Row]:
     """MosaicML llm-foundry benchmarks: PyTorch FSDP (FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2), no TP/PP,
-    eager kernels; FSDP reduces gradients in BF16 (mixed_precision PURE) behind the backward and prefetches the
-    parameters' all-gather. Attention: MPT's 2023 kernels (`attn_impl` "triton", the Triton FlashAttention that
-    also takes ALiBi, or "flash", FlashAttention-1: the tables predate llm-foundry's FlashAttention-2 support),
-    both of the FA1 class ("flash1"). MosaicML's H100 nodes have 8 x 400G InfiniBand."""
+    eager kernels; FSDP reduces gradients in BF16 (mixed_precision PURE) behind the backward and prefetches
+    the parameters' all-gather. Attention: MPT's 2023 kernels (`attn_impl` "triton", the Triton FlashAttention
+    that also takes ALiBi, or "flash", FlashAttention-1: the tables predate llm-foundry's FlashAttention-2
+    support), both of the FA1 class ("flash1"). MosaicML's H100 nodes have 8 x 400G InfiniBand."""
     for r in _records(tables()["llm_foundry"]):
         gpu, net = DGX_H100 if r["gpu"] == "h100" else DGX_A100
         zero = 2 if r["note"] == "SHARD_GRAD_OP" else 3
@@ -123,7 +133,8 @@ def _megatron_job(model: str, r: dict[str, Any], precision: str, attention: str)
     gpus = r["gpus"]
     tp, pp, cp = r.get("tp", 1), r.get("pp", 1), r.get("cp", 1)
     return {"model": _NEMO_MODELS.get(model, model), "seq_len": r["seq"], "global_batch": r["global_batch"],
-            "micro_batch": r.get("micro_batch", 1), "tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp),
+            "micro_batch": r.get("micro_batch", 1), "tp": tp, "pp": pp, "cp": cp,
+            "dp": gpus // (tp * pp * cp),
             "virtual_stages": r.get("vp", 1), "zero": 1, "recompute": "none", "precision": precision,
             "sequence_parallel": tp > 1, "grad_reduce_dtype": "bf16", "tp_comm_overlap": tp > 1,
             "attention_kernel": attention}
@@ -145,14 +156,15 @@ def _nemo() -> Iterator[Row]:
     for r in _records(tables()["megatron_bridge_2511"]):
         if r["system"] not in BRIDGE_GPUS or r["ep"] > 1:
             continue                      # SKIPPED: GB300 (not calibrated) and the MoE rows (rank order)
-        name = f"{r['model']} {r['precision']} {r['system']} {r['gpus']} GPUs tp{r['tp']} pp{r['pp']} cp{r['cp']} (25.11)"
+        name = (f"{r['model']} {r['precision']} {r['system']} {r['gpus']} GPUs tp{r['tp']} pp{r['pp']} "
+                f"cp{r['cp']} (25.11)")
         job = _megatron_job(r["model"], r, "fp8" if r["precision"].startswith("fp8") else "bf16", "flash3")
         if r["fsdp"]:
             job["zero"] = 3
         cluster = _cluster(BRIDGE_GPUS[r["system"]], r["gpus"], DGX_H100[1])
         if r["system"] == "gb200":       # one NVLink domain per rack: 64 of an NVL72's GPUs in use
-            cluster.update(scale_up="nvl72", gpus_per_node=min(r["gpus"], 64), nics_per_node=min(r["gpus"], 64),
-                           gpus_per_rack=min(r["gpus"], 64))
+            cluster.update(scale_up="nvl72", gpus_per_node=min(r["gpus"], 64),
+                           nics_per_node=min(r["gpus"], 64), gpus_per_rack=min(r["gpus"], 64))
         yield Row("nemo", name, _scenario(name, cluster, job), r["tok_s_gpu"], TOKENS)
 
 
@@ -165,8 +177,8 @@ def _dgxc() -> Iterator[Row]:
 
 
 # torchtitan docs/performance.md, 64 x A100 80GB (the table's comment): FSDP (gradients reduced in FP32),
-# PyTorch's SDPA (FlashAttention-2), eager (not compiled: the norms, rotary and SwiGLU run op by op), local batch
-# per GPU, default seq 8192 (Llama 3) and 4096 (Llama 2). The
+# PyTorch's SDPA (FlashAttention-2), eager (not compiled: the norms, rotary and SwiGLU run op by op), local
+# batch per GPU, default seq 8192 (Llama 3) and 4096 (Llama 2). The
 # Llama3-8B row's "selective" AC recomputes every other matmul: no recompute setting says that (SKIPPED).
 _TORCHTITAN_A100 = (("llama2-13b", 4096, 2, "none", 2162.0), ("llama3.1-70b", 8192, 1, "full", 331.0))
 
@@ -175,9 +187,10 @@ def _torchtitan() -> Iterator[Row]:
     for model, seq, local, ac, tok in _TORCHTITAN_A100:
         name = f"{model} a100 64 GPUs seq {seq} AC {ac}"
         job = {"model": model, "seq_len": seq, "global_batch": 64 * local, "micro_batch": local, "tp": 1,
-               "pp": 1, "dp": 64, "zero": 3, "recompute": ac, "precision": "bf16", "grad_reduce_dtype": "fp32",
-               "attention_kernel": "flash2", "fused_kernels": False}
-        yield Row("torchtitan", name, _scenario(name, _cluster(DGX_A100[0], 64, DGX_A100[1]), job), tok, TOKENS)
+               "pp": 1, "dp": 64, "zero": 3, "recompute": ac, "precision": "bf16",
+               "grad_reduce_dtype": "fp32", "attention_kernel": "flash2", "fused_kernels": False}
+        yield Row("torchtitan", name, _scenario(name, _cluster(DGX_A100[0], 64, DGX_A100[1]), job), tok,
+                  TOKENS)
 
 
 def _flash_attention() -> Iterator[Row]:
@@ -186,8 +199,8 @@ def _flash_attention() -> Iterator[Row]:
                        "rows": tables()["flash_attention_gpt3_a100"]["rows"]}):
         sequences = 256 if r["batch_tokens"] < 750_000 else 512
         name = f"{r['model']} a100 8 GPUs"
-        job = {"model": r["model"], "seq_len": 2048, "global_batch": sequences, "micro_batch": "auto", "tp": 1,
-               "pp": 1, "dp": 8, "zero": 1, "recompute": "none", "precision": "bf16"}
+        job = {"model": r["model"], "seq_len": 2048, "global_batch": sequences, "micro_batch": "auto",
+               "tp": 1, "pp": 1, "dp": 8, "zero": 1, "recompute": "none", "precision": "bf16"}
         yield Row("flash_attention", name, _scenario(name, _cluster(DGX_A100[0], 8, DGX_A100[1]), job),
                   r["tok_s_8gpu"] / 8, TOKENS)
 
@@ -199,8 +212,8 @@ def _references() -> Iterator[Row]:
     measures = {"model": TFLOPS_MODEL, "megatron": TFLOPS_MEGATRON}
     for run in runs:
         source = run["name"].split("-")[0]
-        yield Row(source, run["name"], run["scenario"], float(run["published"]), measures[run["metric"]], True,
-                  float(run["tolerance"]))
+        yield Row(source, run["name"], run["scenario"], float(run["published"]), measures[run["metric"]],
+                  True, float(run["tolerance"]))
 
 
 SOURCES: dict[str, Callable[[], Iterator[Row]]] = {
@@ -222,8 +235,9 @@ def rows() -> tuple[Row, ...]:
 
 # ---- FLOPs conventions -------------------------------------------------------------------------------------
 
-def megatron_flops_per_step(job: Any, recompute: str) -> float:
-    """Narayanan et al. (SC21) eq. 3: 72 (or 96 with full recomputation) B s l h^2 (1 + s/6h + V/(12|16) l h)."""
+def megatron_flops_per_step(job: Job, recompute: str) -> float:
+    """Narayanan et al. (SC21) eq. 3: 72 (or 96 with full recomputation) B s l h^2
+    (1 + s/6h + V/(12|16) l h)."""
     m = job.model
     b, s, l, h, v = job.global_batch, job.seq_len, m.layers, m.hidden, m.vocab
     if recompute == "full":
@@ -246,7 +260,7 @@ def nemo_flops_per_token(model: Model, seq: int) -> float:
 class Prediction:
     row: Row
     predicted: float | None
-    estimate: Any                  # JobEstimate
+    estimate: JobEstimate
     memory_note: str = ""          # the model's memory verdict when it differs from the run's (which ran)
 
     @property
@@ -267,7 +281,8 @@ def predict(row: Row, gpu_overrides: dict[str, GPU] | None = None) -> Prediction
 
     s = scenario(row)
     if gpu_overrides and s.cluster.gpu.name in gpu_overrides:
-        s = dataclasses.replace(s, cluster=dataclasses.replace(s.cluster, gpu=gpu_overrides[s.cluster.gpu.name]))
+        s = dataclasses.replace(s, cluster=dataclasses.replace(s.cluster,
+                                                               gpu=gpu_overrides[s.cluster.gpu.name]))
     job = s.jobs[0]
     est = estimate_job(s, job, plan=False, hints=False)
     note = ""
@@ -279,7 +294,7 @@ def predict(row: Row, gpu_overrides: dict[str, GPU] | None = None) -> Prediction
     return Prediction(row, measure_of(row.measure, est), est, note)
 
 
-def measure_of(measure: str, est: Any) -> float | None:
+def measure_of(measure: str, est: JobEstimate) -> float | None:
     """The estimate in a row's measure."""
     if not est.fits or est.tokens_per_s is None:
         return None
@@ -291,5 +306,6 @@ def measure_of(measure: str, est: Any) -> float | None:
     if measure == TFLOPS_MODEL:
         return est.model_tflops_per_gpu
     if measure == TFLOPS_MEGATRON:
+        assert est.step_time_s is not None           # an estimate that fits has a step time
         return megatron_flops_per_step(job, str(job.recompute)) / est.step_time_s / job.gpus / 1e12
     raise ValueError(f"unknown measure {measure!r}")

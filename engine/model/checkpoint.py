@@ -1,8 +1,8 @@
 """Checkpoints: what a job writes, how long training stops for it, and how often ("auto": Young/Daly).
 
-The interval that minimises lost time depends on how often the job is interrupted: each cause of Llama 3 Table 5
-(engine/config/catalogs/faults.toml) is a Poisson process per component (GPUs, hosts, links), so a job on more
-GPUs expects proportionally more interruptions, plus the planned maintenance of the scenario.
+The interval that minimises lost time depends on how often the job is interrupted: each cause of Llama 3 Table
+5 (engine/config/catalogs/faults.toml) is a Poisson process per component (GPUs, hosts, links), so a job on
+more GPUs expects proportionally more interruptions, plus the planned maintenance of the scenario.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.catalog import DAY, causes
-from ..config.scenario import Job, Scenario
-from .compute import BF16, total_params
+from ..config.job import Job
+from ..config.scenario import Scenario
+from .compute import total_params
+from .kernels import BF16
 
 
 def expected_count(gpus: int, gpus_per_node: int, seconds: float, rate_scale: float = 1.0) -> float:
@@ -22,7 +24,8 @@ def expected_count(gpus: int, gpus_per_node: int, seconds: float, rate_scale: fl
     return rate_scale * seconds * sum(c.rate_per_s * n[c.component] for c in causes())
 
 
-def expected_rate(gpus: int, gpus_per_node: int, rate_scale: float = 1.0, planned_per_day: float = 0.0) -> float:
+def expected_rate(gpus: int, gpus_per_node: int, rate_scale: float = 1.0,
+                  planned_per_day: float = 0.0) -> float:
     """Interruptions per second a job on `gpus` GPUs expects: unexpected ones plus planned maintenance."""
     return expected_count(gpus, gpus_per_node, 1.0, rate_scale) + planned_per_day / DAY
 
@@ -34,8 +37,9 @@ def young_daly_interval(checkpoint_s: float, interruptions_per_s: float) -> floa
     return float(np.sqrt(2.0 * checkpoint_s / interruptions_per_s))
 
 
-# What a checkpoint holds per parameter: BF16 weights (2 bytes) and the FP32 master weights and two Adam moments
-# (12 bytes), as engine/model/memory.py counts them. Gradients are not saved (they are recomputed after a restart).
+# What a checkpoint holds per parameter: BF16 weights (2 bytes) and the FP32 master weights and two Adam
+# moments (12 bytes), as engine/model/memory.py counts them. Gradients are not saved
+# (they are recomputed after a restart).
 CHECKPOINT_BYTES_PER_PARAM = BF16 + 12.0
 
 
@@ -46,7 +50,8 @@ class CheckpointPlan:
     mode: str                 # "sync" | "async"
     state_bytes: float        # model + optimizer state, one copy (every shard written once)
     write_s: float            # writing it at the storage bandwidth
-    stall_s: float            # training stops this long: the write (sync) or the snapshot to host memory (async)
+    stall_s: float            # training stops this long: the write (sync) or the snapshot to host memory
+                              # (async)
     interval_s: float         # from the end of one checkpoint (or a restart) to the next; inf: never
 
 
@@ -58,9 +63,10 @@ def checkpoint_plan(scenario: Scenario, job: Job) -> CheckpointPlan:
     state = CHECKPOINT_BYTES_PER_PARAM * params
     write = state / (ck.storage_tb_s * 1e12)
     if ck.mode == "async":
-        # Each GPU copies its own shard to host memory over PCIe: its weights (sharded by TP, PP and EP) and its
-        # optimizer shard (ZeRO shards it over the data-parallel ranks too). EP also divides dense weights here:
-        # a small overestimate of the snapshot speed for MoE models, whose parameters are mostly experts.
+        # Each GPU copies its own shard to host memory over PCIe: its weights (sharded by TP, PP and EP) and
+        # its optimizer shard (ZeRO shards it over the data-parallel ranks too). EP also divides dense weights
+        # here: a small overestimate of the snapshot speed for MoE models,
+        # whose parameters are mostly experts.
         model_shards = job.tp * job.pp * job.ep
         dp_shards = job.dp * job.cp if job.zero >= 1 else 1
         local = BF16 * params / model_shards + 12.0 * params / (model_shards * dp_shards)

@@ -1,9 +1,10 @@
-"""Collective communication costs on the link tiers a group really crosses (alpha-beta, nccl-tests conventions).
+"""Collective communication costs on the link tiers a group really crosses
+(alpha-beta, nccl-tests conventions).
 
-A group's members are placed by the job's layout (engine/model/layout.py order: TP, CP, PP, DP). From the placement
-follow: how many members share a node (q), how many nodes the group spans (k), the outermost tier it crosses,
-and how much an oversubscribed tier slows it down when every group of the dimension communicates at once
-(they do: all replicas run in lockstep). Times use the measured bus bandwidth of each fabric (busbw: the
+A group's members are placed by the job's layout (engine/model/layout.py order: TP, CP, PP, DP). From the
+placement follow: how many members share a node (q), how many nodes the group spans (k), the outermost tier it
+crosses, and how much an oversubscribed tier slows it down when every group of the dimension communicates at
+once (they do: all replicas run in lockstep). Times use the measured bus bandwidth of each fabric (busbw: the
 nccl-tests figure, already net of protocol efficiency), per-step latency alpha, and:
 
 - ring all-reduce 2 (n-1)/n S / busbw + 2 (n-1) alpha; reduce-scatter and all-gather (n-1)/n S / busbw;
@@ -28,8 +29,9 @@ from functools import lru_cache
 import numpy as np
 
 from ..config import catalog
+from ..config.cluster import Cluster
 from ..config.geometry import TIERS, Geometry
-from ..config.scenario import Cluster, Job
+from ..config.job import Job
 from . import scaleup
 
 GB = 1e9
@@ -46,16 +48,17 @@ class Route:
     tier: str | None               # outermost tier crossed (None: group of one)
     slowdown: float                # >= 1: sharing of oversubscribed tiers by all groups at once
     crossing: dict[str, float]     # fraction of the network traffic that crosses each tier above the leaf
-    # per tier above the leaf: the connections (NICs' worth of traffic) the groups send out of each block while
-    # they communicate, indexed by block number (engine/model/contention.py adds up the jobs sharing a tier),
-    # and the tier's own slowdown
+    # per tier above the leaf: the connections (NICs' worth of traffic) the groups send out of each block
+    # while they communicate, indexed by block number (engine/model/contention.py adds up the jobs sharing a
+    # tier), and the tier's own slowdown
     demand: dict[str, np.ndarray] = field(default_factory=dict)
     tier_slowdown: dict[str, float] = field(default_factory=dict)
     shape: tuple[int, ...] = ()    # extent of a group in its scale-up domain per torus dimension (else (q,))
     hops: tuple[int, ...] = ()     # torus hops from a member to the next one (point-to-point)
 
 
-# Other jobs' traffic on the blocks of each shared tier: (tier, connections per block) pairs, hashable for caches.
+# Other jobs' traffic on the blocks of each shared tier: (tier, connections per block) pairs,
+# hashable for caches.
 Background = tuple[tuple[str, tuple[float, ...]], ...]
 
 
@@ -153,17 +156,19 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             if pattern == "all2all":
                 same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
                 frac = (size - same) / size            # share of each GPU's traffic leaving its block
-                demand = np.bincount(src_block.ravel(), weights=frac.ravel())
+                demand: np.ndarray = np.bincount(src_block.ravel(), weights=frac.ravel())
             else:
                 # q connections per ring edge that leaves its block: whole numbers, so counting the edges and
                 # multiplying gives the very sums that adding q per edge did
-                demand = np.bincount(src_block[_leaves(src_block)], minlength=int(src_block.max()) + 1) * float(q)
+                demand = np.bincount(src_block[_leaves(src_block)],
+                                     minlength=int(src_block.max()) + 1) * float(q)
             total = float(demand.sum())
             if total <= 0:
                 continue
             demands[t] = demand
             theirs = others.get(t)
-            if theirs:                              # other jobs' connections on the same blocks at the same time
+            if theirs:                              # other jobs' connections on the same blocks
+                                                    # at the same time
                 n = max(demand.size, len(theirs))
                 demand = np.pad(demand, (0, n - demand.size))
                 demand = demand + np.pad(np.asarray(theirs), (0, n - len(theirs))) * (demand > 0)
@@ -171,8 +176,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             health = _block_health(cluster, topo, t, block, demand.size)
             # uplink paths of each block (links still up) and the connections leaving it
             paths = np.maximum(1.0, np.floor(capacity / oversub[t] * health))
-            # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an all-to-all
-            # sends to every member outside the node, one connection each
+            # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an
+            # all-to-all sends to every member outside the node, one connection each
             flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
             # blocks alike (demand, paths) share one answer: unique over the pair as one complex number
             pairs, where = np.unique(np.round(demand, 3) + 1j * paths, return_inverse=True)
@@ -182,13 +187,15 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             slowdown = max(slowdown, tier_slowdown[t])
             crossing[t] = total / max(net_share * groups.size, 1e-9)
     return Route(size, q, k, tier, max(1.0, slowdown), crossing, demands, tier_slowdown,
-                 scaleup.group_shape(cluster, groups[0], q), scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
+                 scaleup.group_shape(cluster, groups[0], q),
+                 scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
 
 
 def _leaves(units: np.ndarray) -> np.ndarray:
-    """Per member of each group (rows, in ring order): whether its ring edge to the next member (the last to the
-    first) leaves its unit (`units`: each member's node, block, ...)."""
-    flat, size = units.ravel(), units.shape[1]         # compared as one run (contiguous: fast for short rows),
+    """Per member of each group (rows, in ring order): whether its ring edge to the next member (the last to
+    the first) leaves its unit (`units`: each member's node, block, ...)."""
+    flat, size = units.ravel(), units.shape[1]         # compared as one run
+                                                       # (contiguous: fast for short rows),
     out = np.empty(units.size, dtype=bool)            # then each row's last member against its first
     np.not_equal(flat[:-1], flat[1:], out=out[:-1])
     out[size - 1::size] = units[:, -1] != units[:, 0]

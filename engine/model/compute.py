@@ -35,7 +35,8 @@ class Shard:
     sp: bool             # sequence parallelism: norms and residual adds split over TP
     ep: int
     precision: str       # "bf16" | "fp8" (GEMMs only)
-    attention: str = "auto"   # "auto" | "flash1" | "flash2" | "flash3" (fused kernels) | "unfused" (scores materialized)
+    attention: str = "auto"   # "auto" | "flash1" | "flash2" | "flash3" (fused kernels) | "unfused"
+                              # (scores materialized)
     dropout: float = 0.0      # hidden and attention dropout probability (masks stored and applied when > 0)
     fused: bool = True        # memory-bound ops fused into single kernels (else eager PyTorch, op by op)
 
@@ -181,19 +182,20 @@ def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float
 
 
 # Bytes per element the memory-bound ops of a layer's forward move (reads + writes, BF16 tensors), fused (one
-# kernel per op: Megatron-LM / Transformer Engine / torch.compile) and eager (PyTorch op by op, as written in the
-# Llama reference code: RMSNorm in FP32 is x.float(), pow, mean, rsqrt, mul, type_as, mul by the weight; rotary
-# embedding in FP32 complex arithmetic; SiLU then a separate multiply). LayerNorm and GELU are single kernels in
-# either. The backward moves about twice as much. (fused, eager) bytes and (fused, eager) kernels:
+# kernel per op: Megatron-LM / Transformer Engine / torch.compile) and eager (PyTorch op by op, as written in
+# the Llama reference code: RMSNorm in FP32 is x.float(), pow, mean, rsqrt, mul, type_as, mul by the weight;
+# rotary embedding in FP32 complex arithmetic; SiLU then a separate multiply). LayerNorm and GELU are single
+# kernels in either. The backward moves about twice as much. (fused, eager) bytes and (fused, eager) kernels:
 NORM_BYTES = {"rmsnorm": (4.0, 36.0), "layernorm": (4.0, 4.0)}
 NORM_KERNELS = {"rmsnorm": (1, 7), "layernorm": (1, 1)}
 ACTIVATION_BYTES = {"swiglu": (6.0, 10.0), "gelu": (4.0, 4.0), "relu2": (4.0, 8.0)}   # per FFN element
 ROTARY_BYTES = (4.0, 28.0)       # per element of Q and K
 ADD_BYTES = 6.0                  # a residual add: two reads, one write
-# Cross-entropy, bytes per logit (forward, backward). Fused (Megatron's vocab-parallel cross-entropy): read the
-# BF16 logits, write FP32 max/sum and softmax (10); backward softmax minus one-hot into BF16 gradients (6). Eager
-# (F.cross_entropy under autocast): the logits upcast to FP32 (2 + 4), log_softmax (4 + 4), the loss gathered;
-# backward a dense FP32 gradient (4), log_softmax's backward (4 + 4 + 4), the cast back (4 + 2).
+# Cross-entropy, bytes per logit (forward, backward). Fused (Megatron's vocab-parallel cross-entropy): read
+# the BF16 logits, write FP32 max/sum and softmax (10); backward softmax minus one-hot into BF16 gradients
+# (6). Eager (F.cross_entropy under autocast): the logits upcast to FP32 (2 + 4), log_softmax (4 + 4), the
+# loss gathered; backward a dense FP32 gradient (4), log_softmax's backward (4 + 4 + 4), the cast back
+# (4 + 2).
 CROSS_ENTROPY_BYTES = ((10.0, 6.0), (14.0, 22.0))
 
 
@@ -212,7 +214,7 @@ def _elementwise(model: Model, moe: bool, sh: Shard) -> tuple[float, float, int]
         rotary = ROTARY_BYTES[k] * (model.heads * d_qk / t + kv_width_per_rank(model, t) / 2) * T
     if moe:
         ffn = model.moe_ffn * (model.experts_per_token + model.shared_experts)
-        dispatch = 4 * T * model.experts_per_token * h * BF16           # permute + unpermute (r + w)
+        dispatch: float = 4 * T * model.experts_per_token * h * BF16    # permute + unpermute (r + w)
     else:
         ffn, dispatch = model.ffn, 0.0
     act = ACTIVATION_BYTES[model.ffn_activation][k] * ffn * T / t + rotary + dispatch
@@ -244,7 +246,8 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
 
     d_qk, d_v, _ = attention_dims(model)
     heads = model.heads / t
-    done_attn = T * sh.seq_len * heads * (d_qk + d_v)      # forward, causal: each query sees s/2 keys on average
+    done_attn = T * sh.seq_len * heads * (d_qk + d_v)      # forward, causal:
+                                                           # each query sees s/2 keys on average
     head_dim = (d_qk + d_v) / 2
     if sh.attention == "unfused":
         a_fwd, a_bwd = unfused_attention(gpu, model, sh)
@@ -280,8 +283,8 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     if recompute == "full":
         rec = fwd
     elif recompute == "selective":
-        # norms and the MLP activation are recomputed from their inputs: memory-bound, no GEMM FLOPs; without a
-        # fused attention kernel the attention core (scores, softmax, dropout, values) is recomputed as well
+        # norms and the MLP activation are recomputed from their inputs: memory-bound, no GEMM FLOPs; without
+        # a fused attention kernel the attention core (scores, softmax, dropout, values) is recomputed as well
         # (Korthikanti et al.'s selective recomputation)
         core = a_fwd if sh.attention == "unfused" else 0.0
         rec = PassCost(memory_time(gpu, nr / 2 + act / 2, kernels // 2) + core, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
@@ -301,10 +304,13 @@ def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
     rows = s / sh.cp
     elements = batch * rows * s
     drop = sh.dropout > 0
-    fwd = (batched_gemm_time(gpu, "bf16", rows, s, d_qk, batch) + batched_gemm_time(gpu, "bf16", rows, d_v, s, batch)
+    fwd = (batched_gemm_time(gpu, "bf16", rows, s, d_qk, batch)
+           + batched_gemm_time(gpu, "bf16", rows, d_v, s, batch)
            + memory_time(gpu, elements * (4 + (5 if drop else 0)), 2 if drop else 1))
-    bwd = (batched_gemm_time(gpu, "bf16", rows, s, d_v, batch) + batched_gemm_time(gpu, "bf16", s, d_v, rows, batch)
-           + batched_gemm_time(gpu, "bf16", rows, d_qk, s, batch) + batched_gemm_time(gpu, "bf16", s, d_qk, rows, batch)
+    bwd = (batched_gemm_time(gpu, "bf16", rows, s, d_v, batch)
+           + batched_gemm_time(gpu, "bf16", s, d_v, rows, batch)
+           + batched_gemm_time(gpu, "bf16", rows, d_qk, s, batch)
+           + batched_gemm_time(gpu, "bf16", s, d_qk, rows, batch)
            + memory_time(gpu, elements * (6 + (5 if drop else 0)), 2 if drop else 1))
     return fwd, bwd
 
@@ -335,8 +341,10 @@ def output_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
     logits = T * v
     # cross-entropy in FP32 over the logits (bytes per logit: CROSS_ENTROPY_BYTES) and the final norm
     fwd_bytes, bwd_bytes = CROSS_ENTROPY_BYTES[0 if sh.fused else 1]
-    ce_fwd = memory_time(gpu, logits * fwd_bytes + 4 * h * T * BF16 / (t if sh.sp else 1), 4 if sh.fused else 6)
-    ce_bwd = memory_time(gpu, logits * bwd_bytes + 8 * h * T * BF16 / (t if sh.sp else 1), 3 if sh.fused else 6)
+    ce_fwd = memory_time(gpu, logits * fwd_bytes + 4 * h * T * BF16 / (t if sh.sp else 1),
+                         4 if sh.fused else 6)
+    ce_bwd = memory_time(gpu, logits * bwd_bytes + 8 * h * T * BF16 / (t if sh.sp else 1),
+                         3 if sh.fused else 6)
     flops = 2.0 * T * v * h
     tp_bytes = T * h * BF16 if t > 1 else 0.0
     fwd = PassCost(g_fwd + ce_fwd, flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_fwd)

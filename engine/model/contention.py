@@ -1,17 +1,19 @@
-"""Jobs that share a fabric slow each other: each job's collectives meet the others' traffic on the tiers they share.
+"""Jobs that share a fabric slow each other: each job's collectives meet the others' traffic on the tiers they
+share.
 
-Alone, a job's routes (engine/model/collectives.py) already share each oversubscribed block's uplinks among the
-job's own groups. On a site, the racks, pods and buildings a job's traffic leaves may also carry other jobs'
-traffic. Each job's *footprint* is, for every block of every tier above the leaf, the connections (NICs' worth of
-traffic) its dimensions send out of the block while they communicate, times the share of its step each one
-communicates. Phases of different jobs are independent, so that is the load a job's collective meets from the
-others on average: it is added to the job's own connections on the blocks it uses (ECMP then hashes all of them
-onto the uplinks), the job is estimated again, and since a slower step sends less per second, the footprints are
-recomputed from the new steps until no step moves by more than 0.1% (damped: each round moves halfway).
+Alone, a job's routes (engine/model/collectives.py) already share each oversubscribed block's uplinks among
+the job's own groups. On a site, the racks, pods and buildings a job's traffic leaves may also carry other
+jobs' traffic. Each job's *footprint* is, for every block of every tier above the leaf, the connections (NICs'
+worth of traffic) its dimensions send out of the block while they communicate, times the share of its step
+each one communicates. Phases of different jobs are independent, so that is the load a job's collective meets
+from the others on average: it is added to the job's own connections on the blocks it uses (ECMP then hashes
+all of them onto the uplinks), the job is estimated again, and since a slower step sends less per second, the
+footprints are recomputed from the new steps until no step moves by more than 0.1%
+(damped: each round moves halfway).
 
-A job that shares nothing (its own pods, or tiers at full bisection with room to spare) keeps its step. Each job
-reports its step alone, the slowdown its neighbours cause, the tier where it loses the most, and its share of
-that tier's busiest shared block.
+A job that shares nothing (its own pods, or tiers at full bisection with room to spare) keeps its step. Each
+job reports its step alone, the slowdown its neighbours cause, the tier where it loses the most, and its share
+of that tier's busiest shared block.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config.cluster import Cluster
 from ..config.geometry import Geometry
-from ..config.scenario import Cluster, Job, Scenario
+from ..config.job import Job
+from ..config.scenario import Scenario
 from . import collectives as col
 from .step import route_dims
 
@@ -65,8 +69,8 @@ def _background(prints: dict[int, dict[str, np.ndarray]], me: int) -> col.Backgr
             continue
         for tier, load in tiers.items():
             total[tier] = total.get(tier, 0.0) + load
-    return tuple((tier, tuple((np.round(load * QUANTUM) / QUANTUM).tolist())) for tier, load in sorted(total.items())
-                 if np.any(load > 0))
+    return tuple((tier, tuple((np.round(load * QUANTUM) / QUANTUM).tolist()))
+                 for tier, load in sorted(total.items()) if np.any(load > 0))
 
 
 def _shares(own: dict[str, np.ndarray], background: col.Background) -> dict[str, float]:
@@ -104,8 +108,9 @@ def solve(scenario: Scenario, estimates: list[JobEstimate],
           running: frozenset[int] | None = None) -> list[JobEstimate]:
     """The estimates of a scenario's jobs with their neighbours' traffic (unchanged for a single job).
 
-    again(job, background, plan) estimates a job again with others' traffic (plan: with its StepPlan). Only the
-    jobs in `running` (indices; default all) send traffic: the others are down and keep their estimate alone.
+    again(job, background, plan) estimates a job again with others' traffic (plan: with its StepPlan). Only
+    the jobs in `running` (indices; default all) send traffic:
+    the others are down and keep their estimate alone.
     """
     if len(scenario.jobs) < 2:
         return estimates
@@ -148,8 +153,8 @@ def solve(scenario: Scenario, estimates: list[JobEstimate],
 
 
 class Sharing:
-    """A scenario's jobs estimated with each other's traffic, for any set of jobs running (a run re-solves when a
-    job stops or restarts): one solution per set, cached."""
+    """A scenario's jobs estimated with each other's traffic, for any set of jobs running (a run re-solves
+    when a job stops or restarts): one solution per set, cached."""
 
     def __init__(self, scenario: Scenario, alone: list[JobEstimate],
                  again: Callable[[Job, col.Background, bool], JobEstimate]) -> None:

@@ -1,13 +1,14 @@
 """What a job's tokens cost in joules and dollars, from the power model and the scenario's [economics].
 
-A job's facility power while it trains is its GPUs' mean draw over a step (each phase of the step's breakdown at
-its phase's watts: engine/model/power.py), plus their servers, storage and switches (x 1.1), plus its share of the
-site's optics (its share of the GPUs), times the PUE. Then, per job:
+A job's facility power while it trains is its GPUs' mean draw over a step (each phase of the step's breakdown
+at its phase's watts: engine/model/power.py), plus their servers, storage and switches (x 1.1), plus its share
+of the site's optics (its share of the GPUs), times the PUE. Then, per job:
 
 - energy per step = facility power x step time; joules per token = facility power / tokens per second;
 - tokens per second per MW of facility power;
-- dollars per hour: owned accelerators cost capex / (depreciation years x 8,760 h) each, plus the electricity of
-  the facility power; rented ones (`cloud_usd_per_accelerator_hour` > 0) cost that price each, power included;
+- dollars per hour: owned accelerators cost capex / (depreciation years x 8,760 h) each, plus the electricity
+  of the facility power; rented ones (`cloud_usd_per_accelerator_hour` > 0) cost that price each,
+  power included;
 - dollars per million tokens = dollars per hour / (tokens per second x 3,600) x 1e6;
 - a 54-day run (Llama 3's snapshot) at that steady state: MWh and dollars, no interruptions counted (`record`
   simulates them: its `energy_mwh` and `cost_usd` are of the run as it went).
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.scenario import Cluster, Economics
+from ..config.cluster import Cluster
+from ..config.scenario import Economics
 from .power import job_facility_w, phase_watts
 
 RUN_DAYS = 54                     # Llama 3's 54-day training snapshot
@@ -33,11 +35,14 @@ def facility_w(cluster: Cluster, breakdown: dict[str, float], step_s: float, gpu
     gpu = cluster.gpu
     energy = sum(seconds * phase_watts(gpu, PHASE_OF.get(name, name)) for name, seconds in breakdown.items())
     gpu_w = energy / step_s * gpus if step_s > 0 else 0.0
-    return job_facility_w(gpu_w, gpus, cluster.gpus, gpu.server_overhead(), cluster.transceivers.watts, cluster.pue)
+    return job_facility_w(gpu_w, gpus, cluster.gpus, gpu.server_overhead(), cluster.transceivers.watts,
+                          cluster.pue)
 
 
-def figures(econ: Economics, facility_w: float, gpus: int, step_s: float, tokens_per_s: float) -> dict[str, float]:
-    """A job's energy and cost figures (the `estimate --json` keys), from its facility power and throughput."""
+def figures(econ: Economics, facility_w: float, gpus: int, step_s: float,
+            tokens_per_s: float) -> dict[str, float]:
+    """A job's energy and cost figures (the `estimate --json` keys),
+    from its facility power and throughput."""
     per_hour = econ.usd_per_hour(gpus, facility_w)
     hours = RUN_DAYS * 24
     run_mwh = facility_w / 1e6 * hours

@@ -5,9 +5,9 @@ sequences per replica, every virtual_stages count the schedule allows, every rec
 step that fits in memory; each configuration is one step of engine/model/step.py. Inference jobs are served
 (engine/model/inference.py).
 
-A sweep estimates thousands of jobs: `estimate(s, plan=False, hints=False)` skips the StepPlan and the fit hint
-(the figures are the same), and what depends only on a job's placement or layout (routes, tiers, what each
-stage holds) is cached for the next job that shares it.
+A sweep estimates thousands of jobs: `estimate(s, plan=False, hints=False)` skips the StepPlan and the fit
+hint (the figures are the same), and what depends only on a job's placement or layout (routes, tiers, what
+each stage holds) is cached for the next job that shares it.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 
 from ..config import facility
+from ..config.cluster import Cluster
 from ..config.errors import UserError, quote
 from ..config.geometry import DIMS, Geometry
-from ..config.scenario import Cluster, Job, Scenario
+from ..config.job import Job
+from ..config.scenario import Scenario
 from . import chunks, contention, pipeline, scaleup, step
 from . import collectives as col
 from . import compute as cm
@@ -63,7 +65,8 @@ class JobEstimate:
     serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
     stack: dict[str, Any] = field(default_factory=dict)       # the software stack (software_stack)
     economics: dict[str, Any] = field(default_factory=lambda: dict(econ.NO_FIGURES))   # economics.figures
-    busy_s: dict[str, float] = field(default_factory=dict)    # seconds per step each dimension is on the links
+    busy_s: dict[str, float] = field(default_factory=dict)    # seconds per step each dimension
+                                                              # is on the links
     contention: dict[str, Any] = field(default_factory=dict)  # several jobs: alone vs with neighbours
 
 
@@ -84,7 +87,7 @@ MAX_AUTO_VIRTUAL_STAGES = 64    # the most chunks per stage "auto" tries (Megatr
 def candidates(job: Job) -> list[Config]:
     """Every configuration the "auto" settings may take (fixed settings stay as given)."""
     per_replica = job.global_batch // job.dp
-    mbs = [job.micro_batch] if job.micro_batch != "auto" else \
+    mbs = [int(job.micro_batch)] if job.micro_batch != "auto" else \
         [d for d in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % d == 0]
     if job.virtual_stages != "auto":
         vs = [int(job.virtual_stages)]
@@ -103,7 +106,8 @@ def candidates(job: Job) -> list[Config]:
 def schedule_ops(job: Job, cfg: Config) -> int:
     """Operations of the largest pipeline schedule estimating `cfg` simulates."""
     m = job.global_batch // job.dp // cfg.micro_batch
-    return pipeline.operations(job.pp, cfg.virtual_stages, max(step.simulated_sizes(job.pp, cfg.virtual_stages, m)))
+    return pipeline.operations(job.pp, cfg.virtual_stages,
+                               max(step.simulated_sizes(job.pp, cfg.virtual_stages, m)))
 
 
 def _simulable(job: Job, configs: list[Config]) -> list[Config]:
@@ -117,10 +121,11 @@ def _too_big(scenario: Scenario, job: Job, configs: list[Config]) -> UserError:
     ops = schedule_ops(job, smallest)
     m = job.global_batch // job.dp // smallest.micro_batch
     i = next((k for k, other in enumerate(scenario.jobs) if other.name == job.name), 0)
-    return UserError(f"jobs[{i}].pp: the pipeline of job {quote(job.name)} (pp = {job.pp:,}, virtual_stages = "
-                     f"{smallest.virtual_stages:,}, {m:,} microbatches per replica) needs {ops:,} operations "
-                     f"simulated, {_size(ops * pipeline.SCHEDULE_BYTES_PER_OP)} of schedule arrays; expected at most "
-                     f"{pipeline.MAX_SCHEDULE_OPS:,} ({_size(pipeline.MAX_SCHEDULE_OPS * pipeline.SCHEDULE_BYTES_PER_OP)})"
+    return UserError(f"jobs[{i}].pp: the pipeline of job {quote(job.name)} (pp = {job.pp:,}, "
+                     f"virtual_stages = {smallest.virtual_stages:,}, {m:,} microbatches per replica) needs "
+                     f"{ops:,} operations simulated, {_size(ops * pipeline.SCHEDULE_BYTES_PER_OP)} of "
+                     f"schedule arrays; expected at most {pipeline.MAX_SCHEDULE_OPS:,} "
+                     f"({_size(pipeline.MAX_SCHEDULE_OPS * pipeline.SCHEDULE_BYTES_PER_OP)})"
                      ": lower pp or virtual_stages", scenario.path or None)
 
 
@@ -234,7 +239,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     hw_flops = model_flops + recompute_flops_per_token(job, cfg.recompute) * tokens
     model_tf = model_flops / step / job.gpus / 1e12
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=tokens / step,
-                       model_tflops_per_gpu=model_tf, hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
+                       model_tflops_per_gpu=model_tf,
+                       hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
                        plan=best.plan, busy_s=best.busy,
                        economics=_economics(scenario, job, breakdown, step, tokens / step), **common)
@@ -264,7 +270,8 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
     if not r.fits:
         return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
                            hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None,
-                           note="the weights leave no room for one sequence's K/V cache: add GPUs to tp or pp",
+                           note="the weights leave no room for one sequence's K/V cache: add GPUs to tp or "
+                                "pp",
                            **common)
     step = r.plan.step_time_s if r.plan is not None else r.decode_s
     busy = r.busy
@@ -276,8 +283,10 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
                "prefill_share": round(r.prefill_share, 4), "prefill_s": round(r.prefill_s, 6),
                "decode_step_s": round(r.decode_s, 6)}
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=r.tokens_per_s,
-                       model_tflops_per_gpu=r.model_tflops_per_gpu, hardware_tflops_per_gpu=r.model_tflops_per_gpu,
-                       mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
+                       model_tflops_per_gpu=r.model_tflops_per_gpu,
+                       hardware_tflops_per_gpu=r.model_tflops_per_gpu,
+                       mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision),
+                       breakdown_s=breakdown,
                        plan=r.plan if plan else None, ttft_s=r.ttft_s, tpot_s=r.tpot_s, serving=serving,
                        economics=_economics(scenario, job, breakdown, step, r.tokens_per_s) if r.tokens_per_s
                        else dict(econ.NO_FIGURES), **common)
@@ -301,12 +310,13 @@ def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
 
 def _fit_hint(model: JobModel, job: Job) -> str:
     """When fixed settings do not fit: the settings that would, with every auto setting searched."""
-    autos = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
+    autos: dict[str, Any] = {k: "auto" for k in ("micro_batch", "virtual_stages", "recompute")}
     configs = _simulable(job, candidates(dataclasses.replace(job, **autos)))
     best, fits = _search(model, configs, plan=False) if configs else (None, False)
     if not fits or best is None:
         return "no micro_batch, virtual_stages or recompute setting fits: add GPUs to tp, pp or zero sharding"
-    changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos if getattr(best.config, k) != getattr(job, k)]
+    changed = [f"{k} = {getattr(best.config, k)!r}" for k in autos
+               if getattr(best.config, k) != getattr(job, k)]
     return "fits with " + ", ".join(changed) + " (or set them to \"auto\")"
 
 
@@ -317,8 +327,8 @@ def straggler_factor(sigma: float, slow_fraction: float, slow_factor: float, n: 
     Each GPU's speed is lognormal around 1 (sigma) and, for a fraction of GPUs, times slow_factor, as the
     engine run draws them (engine/sim/run.py). 1/speed = exp(-sigma Z) / s has the CDF
     F(x) = (1 - f) Phi(ln x / sigma) + f Phi((ln x + ln s) / sigma); the slowest of n has CDF F^n, and
-    E[max] = x0 + integral from x0 of (1 - F(x)^n) dx (order statistics; for the lognormal part alone this grows
-    like exp(sigma sqrt(2 ln n))).
+    E[max] = x0 + integral from x0 of (1 - F(x)^n) dx (order statistics; for the lognormal part alone this
+    grows like exp(sigma sqrt(2 ln n))).
     """
     if n <= 1 or (sigma <= 0 and slow_fraction <= 0):
         return 1.0
@@ -355,7 +365,8 @@ def cluster_summary(cluster: Cluster) -> dict[str, Any]:
         if len(_SUMMARIES) >= 64:
             _SUMMARIES.clear()
         summary = _SUMMARIES[cluster] = _summary(cluster)
-    return _copied(summary)
+    copy: dict[str, Any] = _copied(summary)
+    return copy
 
 
 def _copied(value: Any) -> Any:
@@ -379,8 +390,8 @@ def _summary(cluster: Cluster) -> dict[str, Any]:
 
 
 def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
-    """Every job of the scenario, in scenario order (plan, hints: as for estimate_job), each with the traffic of
-    the jobs that share its tiers (engine/model/contention.py)."""
+    """Every job of the scenario, in scenario order (plan, hints: as for estimate_job), each with the traffic
+    of the jobs that share its tiers (engine/model/contention.py)."""
     out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
     alone = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
     out.jobs = contention.solve(scenario, alone, _again(scenario, hints))
@@ -388,7 +399,8 @@ def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> Scena
 
 
 def sharing(scenario: Scenario) -> contention.Sharing:
-    """The scenario's jobs with their plans, solved again with their neighbours for any set of running jobs."""
+    """The scenario's jobs with their plans, solved again with their neighbours
+    for any set of running jobs."""
     return contention.Sharing(scenario, [estimate_job(scenario, job, True, False) for job in scenario.jobs],
                               _again(scenario, False))
 
@@ -400,7 +412,8 @@ def _again(scenario: Scenario, hints: bool) -> Any:
 
 def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
     """The job's software stack as the model runs it (the attention kernel resolved for the GPU)."""
-    kernel = job.attention_kernel if job.attention_kernel == "unfused" else gpu.attention_kernel(job.attention_kernel)
+    kernel = job.attention_kernel if job.attention_kernel == "unfused" else \
+        gpu.attention_kernel(job.attention_kernel)
     return {"attention_kernel": kernel, "fused_kernels": job.fused_kernels,
             "overlap_grad_reduce": job.overlap_grad_reduce, "overlap_param_gather": job.overlap_param_gather,
             "tp_comm_overlap": job.tp_comm_overlap, "overlap_p2p_comm": job.overlap_p2p_comm,
@@ -417,7 +430,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
     for j in est.jobs:
         jobs.append({
             "name": j.name, "gpus": j.gpus, "step_time_s": _round(j.step_time_s),
-            "tokens_per_s": _round(j.tokens_per_s, 1), "model_tflops_per_gpu": _round(j.model_tflops_per_gpu, 2),
+            "tokens_per_s": _round(j.tokens_per_s, 1),
+            "model_tflops_per_gpu": _round(j.model_tflops_per_gpu, 2),
             "mfu": _round(j.mfu, 6), "hardware_tflops_per_gpu": _round(j.hardware_tflops_per_gpu, 2),
             "memory_gb_per_gpu": j.memory_gb_per_gpu, "fits": j.fits, "breakdown_s": j.breakdown_s,
             "memory_gb": j.memory_gb, "chosen": j.chosen,
@@ -435,8 +449,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
     for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
-                   chunks.chunks, chunks.stage_facts, chunks.stage_columns, step._simulate_cached, pipeline._program,
-                   pipeline._waves, pipeline.order):
+                   chunks.chunks, chunks.stage_facts, chunks.stage_columns, step._simulate_cached,
+                   pipeline._program, pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()
     _SUMMARIES.clear()

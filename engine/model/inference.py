@@ -1,28 +1,36 @@
 """Inference serving: requests arrive, a replica batches them continuously, prefill then decode.
 
 One representative replica (TP x PP GPUs) is simulated with SimPy: requests arrive as a Poisson process at the
-job's rate divided over its DP replicas, wait for a free batch slot, are prefilled (compute-bound: the prompt's
-GEMMs run at the shape's throughput) and then decoded one token per iteration together with every running
-request (bound by HBM bandwidth: each iteration reads all weights and every running request's K/V cache).
-Iteration costs come from the same per-layer model as training (engine/model/compute.py) and the same collectives.
+job's rate divided over its DP replicas, wait for a free batch slot, are prefilled (compute-bound: the
+prompt's GEMMs run at the shape's throughput) and then decoded one token per iteration together with every
+running request (bound by HBM bandwidth: each iteration reads all weights and every running request's K/V
+cache). Iteration costs come from the same per-layer model as training
+(engine/model/compute.py) and the same collectives.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config.cluster import Cluster
+from ..config.job import Job
 from ..config.phases import CODE
-from ..config.scenario import Cluster, Job, Scenario
+from ..config.scenario import Scenario
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
-from .kernels import attention_rate, hbm_rate
+from .kernels import BF16, attention_rate, hbm_rate
 from .plan import Interval, StepPlan
+
+if TYPE_CHECKING:
+    import simpy
 
 WINDOW_REQUESTS = 2000       # completed requests measured after warm-up
 WARMUP_REQUESTS = 200
@@ -38,7 +46,8 @@ class ServingResult:
     kv_cache_gb: float
     reserve_gb: float
     capacity_gb: float
-    batch_limit: int             # concurrent sequences a replica can hold (max_batch, or what the KV cache allows)
+    batch_limit: int             # concurrent sequences a replica can hold
+                                 # (max_batch, or what the KV cache allows)
     tokens_per_s: float          # output tokens per second, whole job
     requests_per_s: float        # completed requests per second, whole job
     ttft_s: float                # median time to first token
@@ -71,7 +80,7 @@ def _layers(job: Job) -> tuple[int, int]:
 def kv_bytes_per_token(job: Job) -> float:
     """K/V cache bytes one token adds on one GPU of the replica (all its layers)."""
     layers = job.model.layers / job.pp
-    return cm.kv_width_per_rank(job.model, job.tp) * cm.BF16 * layers
+    return cm.kv_width_per_rank(job.model, job.tp) * BF16 * layers
 
 
 @lru_cache(maxsize=4096)
@@ -86,22 +95,23 @@ def _forward_s(cluster: Cluster, job: Job, tokens: int, seq_len: int, decode: bo
             t += n * cm.layer_cost(gpu, model, is_moe, sh, "none").fwd.compute_s
     if decode:
         # Each new token attends to its whole context: read every running request's K/V cache once.
-        kv = tokens * seq_len * cm.kv_width_per_rank(model, job.tp) * cm.BF16 * model.layers
+        kv = tokens * seq_len * cm.kv_width_per_rank(model, job.tp) * BF16 * model.layers
         flops = 4.0 * tokens * seq_len * model.heads / job.tp * model.dim_head * model.layers
         rate = attention_rate(gpu, "auto", seq_len, False, model.dim_head)
         t += max(kv / hbm_rate(gpu), flops / rate)
     t += cm.output_cost(gpu, model, _shard(job, tokens, 1)).fwd.compute_s
     if job.tp > 1:
         route = col.route(cluster, job, ("tp",))
-        t += 2 * model.layers * col.allreduce(cluster, route, tokens * model.hidden * cm.BF16).time_s
+        t += 2 * model.layers * col.allreduce(cluster, route, tokens * model.hidden * BF16).time_s
     if job.pp > 1:
         route = col.route(cluster, job, ("pp",))
-        t += (job.pp - 1) * col.p2p(cluster, route, tokens * model.hidden * cm.BF16).time_s
+        t += (job.pp - 1) * col.p2p(cluster, route, tokens * model.hidden * BF16).time_s
     return t
 
 
 def _bucket(x: float) -> int:
-    """Round a size to 2 significant bits so iteration costs can be cached (within ~25%, then interpolated)."""
+    """Round a size to 2 significant bits so iteration costs can be cached
+    (within ~25%, then interpolated)."""
     if x <= 8:
         return max(1, round(x))
     e = 2 ** int(math.log2(x) - 2)
@@ -114,7 +124,7 @@ class _Costs:
     def __init__(self, cluster: Cluster, job: Job) -> None:
         self.cluster, self.job = cluster, job
 
-    def _interp(self, x: float, f) -> float:  # type: ignore[no-untyped-def]
+    def _interp(self, x: float, f: Callable[[int], float]) -> float:
         lo = _bucket(x)
         if lo >= x or lo <= 1:
             return f(max(1, lo))
@@ -141,7 +151,8 @@ def _memory(cluster: Cluster, job: Job) -> tuple[float, float, float, int]:
         _, n_moe = _layers(job)
         per_expert = cm._mlp_params(job.model.hidden, job.model.moe_ffn, job.model.ffn_activation)
         experts = n_moe * job.model.experts * per_expert
-    weights = ((total - experts) / (job.tp * job.pp) + experts / (job.tp * job.pp * job.ep)) * _bytes_per_param(job)
+    weights = ((total - experts) / (job.tp * job.pp)
+               + experts / (job.tp * job.pp * job.ep)) * _bytes_per_param(job)
     capacity = mem.capacity_bytes(cluster.gpu)
     per_seq = kv_bytes_per_token(job) * (job.prompt_tokens + job.output_tokens)
     room = (capacity - mem.FRAMEWORK_RESERVE_BYTES) / (1 + mem.FRAGMENTATION) - weights
@@ -157,8 +168,6 @@ def _lengths(rng: np.random.Generator, mean: int, n: int) -> np.ndarray:
 
 def serve(scenario: Scenario, job: Job) -> ServingResult:
     """Simulate one replica serving its share of the requests and scale to the job."""
-    import simpy
-
     cluster = scenario.cluster
     weights, kv, reserve, limit = _memory(cluster, job)
     capacity = mem.capacity_bytes(cluster.gpu)
@@ -174,37 +183,79 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
     gaps = rng.exponential(1.0 / rate, total)
     prompts = _lengths(rng, job.prompt_tokens, total)
     outputs = _lengths(rng, job.output_tokens, total)
+    replica = _Replica(costs, limit, gaps, prompts, outputs)
+    replica.run()
 
-    env = simpy.Environment()
-    waiting: deque[int] = deque()
-    wake = [env.event()]
-    arrival = np.zeros(total)
-    first = np.full(total, np.nan)
-    done = np.full(total, np.nan)
-    timeline: list[tuple[float, float, str, int]] = []   # (start, end, phase, output tokens)
-    batches: list[int] = []
+    w = _window(replica)
+    span, ttft, tpot, busy = w.span, w.ttft_s, w.tpot_s, w.busy_s
+    _, active = cm.total_params(job.model)
+    flops = 2.0 * active * (w.out_tokens + w.in_tokens)
+    mean_prompt, mean_out = job.prompt_tokens, job.output_tokens
+    batches = replica.batches
+    mean_batch = float(np.mean(batches)) if batches else 0.0
+    memory_gb = round((weights + kv + reserve) / gb, 2)
+    plan = _plan(replica.timeline, w.t0, job, cluster, w.out_tokens / span, flops / span, memory_gb,
+                 {"ttft_s": round(ttft, 6), "tpot_s": round(tpot, 6)})
+    return ServingResult(
+        fits=True, weights_gb=weights / gb, kv_cache_gb=kv / gb, reserve_gb=reserve / gb,
+        capacity_gb=capacity / gb, batch_limit=limit, tokens_per_s=float(w.out_tokens / span * replicas),
+        requests_per_s=float(w.completed.sum() / span * replicas), ttft_s=ttft, tpot_s=tpot,
+        busy=float(busy / span), prefill_share=float(w.prefill_s / busy) if busy else 0.0,
+        mean_batch=mean_batch, prefill_s=costs.prefill(mean_prompt, mean_prompt),
+        decode_s=costs.decode(max(1, round(mean_batch)), mean_prompt + mean_out / 2),
+        model_tflops_per_gpu=float(flops / span / (job.tp * job.pp) / 1e12), plan=plan)
 
-    def arrivals():  # type: ignore[no-untyped-def]
-        for i in range(total):
-            yield env.timeout(float(gaps[i]))
-            arrival[i] = env.now
-            waiting.append(i)
-            if not wake[0].triggered:
-                wake[0].succeed()
 
-    def server():  # type: ignore[no-untyped-def]
+class _Replica:
+    """One replica serving requests (SimPy): they arrive, wait for a batch slot, are prefilled, then decoded
+    together. Records when each request arrived, got its first token and completed, and the replica's
+    timeline of iterations."""
+
+    def __init__(self, costs: _Costs, limit: int, gaps: np.ndarray, prompts: np.ndarray,
+                 outputs: np.ndarray) -> None:
+        import simpy
+
+        self.costs, self.limit = costs, limit
+        self.gaps, self.prompts, self.outputs = gaps, prompts, outputs
+        self.total = total = len(gaps)
+        self.env = simpy.Environment()
+        self.waiting: deque[int] = deque()
+        self.wake = self.env.event()
+        self.arrival = np.zeros(total)
+        self.first = np.full(total, np.nan)
+        self.done = np.full(total, np.nan)
+        self.timeline: list[tuple[float, float, str, int]] = []   # (start, end, phase, output tokens)
+        self.batches: list[int] = []
+
+    def run(self) -> None:
+        self.env.process(self._arrivals())
+        self.env.process(self._server())
+        self.env.run(until=MAX_SIM_S * 2)
+
+    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        for i in range(self.total):
+            yield env.timeout(float(self.gaps[i]))
+            self.arrival[i] = env.now
+            self.waiting.append(i)
+            if not self.wake.triggered:
+                self.wake.succeed()
+
+    def _server(self) -> Generator[simpy.Event, Any, None]:
+        env, waiting, timeline, limit, costs = self.env, self.waiting, self.timeline, self.limit, self.costs
+        prompts, outputs, first, done = self.prompts, self.outputs, self.first, self.done
         running: dict[int, int] = {}       # request -> tokens still to generate
         context: dict[int, int] = {}
         finished = 0
-        while finished < total and env.now < MAX_SIM_S:
+        while finished < self.total and env.now < MAX_SIM_S:
             if not waiting and not running:
-                wake[0] = env.event()
+                self.wake = env.event()
                 start = env.now
-                yield wake[0]
+                yield self.wake
                 if env.now > start:
                     timeline.append((start, env.now, "idle", 0))
                 continue
-            admit = []
+            admit: list[int] = []
             while waiting and len(running) + len(admit) < limit:
                 admit.append(waiting.popleft())
             start = env.now
@@ -222,7 +273,7 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
                 timeline.append((start, env.now, "compute", len(admit)))
                 continue
             batch = len(running)
-            batches.append(batch)
+            self.batches.append(batch)
             ctx = sum(context.values()) / batch
             yield env.timeout(costs.decode(batch, ctx))
             for i in list(running):
@@ -234,37 +285,41 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
                     del running[i], context[i]
             timeline.append((start, env.now, "memory", batch))
 
-    env.process(arrivals())
-    env.process(server())
-    env.run(until=MAX_SIM_S * 2)
 
+@dataclass(frozen=True)
+class _Window:
+    """What a replica did over the measured window: from the first measured request's arrival (t0) to the
+    last measured completion (t0 + span)."""
+
+    t0: float
+    span: float
+    completed: np.ndarray        # the requests measured: after the warm-up, and completed
+    ttft_s: float                # median time to first token
+    tpot_s: float                # median time per output token (after the first)
+    busy_s: float                # prefilling or decoding
+    prefill_s: float             # prefilling
+    out_tokens: float
+    in_tokens: float
+
+
+def _window(replica: _Replica) -> _Window:
+    """The measured window of a replica's run: the requests after the warm-up that completed."""
+    total, arrival, first, done = replica.total, replica.arrival, replica.first, replica.done
+    outputs = replica.outputs
     measured = np.arange(total) >= WARMUP_REQUESTS
     ok = measured & ~np.isnan(done)
     t0 = arrival[WARMUP_REQUESTS] if total > WARMUP_REQUESTS else 0.0
-    t1 = float(np.nanmax(done[ok])) if ok.any() else env.now
+    t1 = float(np.nanmax(done[ok])) if ok.any() else replica.env.now
     span = max(t1 - t0, 1e-9)
     ttft = float(np.median((first - arrival)[ok])) if ok.any() else math.nan
     per_token = (done - first) / np.maximum(outputs - 1, 1)
     tpot = float(np.median(per_token[ok & (outputs > 1)])) if (ok & (outputs > 1)).any() else math.nan
-    window = [seg for seg in timeline if seg[1] > t0 and seg[0] < t1]
+    window = [seg for seg in replica.timeline if seg[1] > t0 and seg[0] < t1]
     busy = sum(min(b, t1) - max(a, t0) for a, b, ph, _ in window if ph != "idle")
     prefill = sum(min(b, t1) - max(a, t0) for a, b, ph, _ in window if ph == "compute")
     out_tokens = float(outputs[ok].sum())
-    in_tokens = float(prompts[ok].sum())
-    _, active = cm.total_params(job.model)
-    flops = 2.0 * active * (out_tokens + in_tokens)
-    mean_prompt, mean_out = job.prompt_tokens, job.output_tokens
-    mean_batch = float(np.mean(batches)) if batches else 0.0
-    memory_gb = round((weights + kv + reserve) / gb, 2)
-    plan = _plan(timeline, t0, job, cluster, out_tokens / span, flops / span, memory_gb,
-                 {"ttft_s": round(ttft, 6), "tpot_s": round(tpot, 6)})
-    return ServingResult(
-        fits=True, weights_gb=weights / gb, kv_cache_gb=kv / gb, reserve_gb=reserve / gb, capacity_gb=capacity / gb,
-        batch_limit=limit, tokens_per_s=float(out_tokens / span * replicas), requests_per_s=float(ok.sum() / span * replicas),
-        ttft_s=ttft, tpot_s=tpot, busy=float(busy / span), prefill_share=float(prefill / busy) if busy else 0.0,
-        mean_batch=mean_batch, prefill_s=costs.prefill(mean_prompt, mean_prompt),
-        decode_s=costs.decode(max(1, round(mean_batch)), mean_prompt + mean_out / 2),
-        model_tflops_per_gpu=float(flops / span / (job.tp * job.pp) / 1e12), plan=plan)
+    in_tokens = float(replica.prompts[ok].sum())
+    return _Window(t0, span, ok, ttft, tpot, busy, prefill, out_tokens, in_tokens)
 
 
 def _plan(timeline: list[tuple[float, float, str, int]], t0: float, job: Job, cluster: Cluster,

@@ -2,30 +2,31 @@
 
 GEMM (fitted to the measured H100 BF16 table of calibration_runs.toml `gemm_h100_bf16_tflops`, 25 shapes):
 cuBLAS covers the m x n output with tiles of `gemm_tile` and runs them on the GPU's SMs in waves; each tile's
-main loop walks k, plus a fixed prologue/epilogue worth `gemm_k0` of k; when the tiles cannot fill the SMs, k is
-split over several (split-K, at least `gemm_split_k_min` per part) and the partial sums are reduced through
+main loop walks k, plus a fixed prologue/epilogue worth `gemm_k0` of k; when the tiles cannot fill the SMs, k
+is split over several (split-K, at least `gemm_split_k_min` per part) and the partial sums are reduced through
 HBM. So
 
-    t = t0 + waves * 2 tm tn (k / split + k0) / (peak / SMs * efficiency)      waves = ceil(tiles * split / SMs)
+    t = t0 + waves * 2 tm tn (k / split + k0) / (peak / SMs * efficiency)
+    waves = ceil(tiles * split / SMs)
 
-with t0 the kernel's fixed cost. Fitted on H100 (log RMS 6% over the table, within 3% for every shape from 2048
-up): tile 64 x 128, k0 = 128, split parts of >= 512, t0 = 6 us for a kernel timed alone (its launch latency
-included); in a stream of kernels the next one's launch overlaps the current one and t0 is the catalog's
-`kernel_overhead_us` (4 us). Other GPUs use the same shape
+with t0 the kernel's fixed cost. Fitted on H100 (log RMS 6% over the table, within 3% for every shape from
+2048 up): tile 64 x 128, k0 = 128, split parts of >= 512, t0 = 6 us for a kernel timed alone (its launch
+latency included); in a stream of kernels the next one's launch overlaps the current one and t0 is the
+catalog's `kernel_overhead_us` (4 us). Other GPUs use the same shape
 constants with their own SM count and peak (A100: 108 SMs at 312 TF/s), and their own sustained main-loop
 efficiency (gpus.toml). The GEMM is also never faster than moving its operands through HBM.
 
 Fused attention (FlashAttention-style: scores never stored) by sequence length, fitted to the FA2 table of
-calibration_runs.toml `flash_attention2_tflops` (fwd + bwd TF/s, head dim 128, FLOPs counted as FA2's benchmark
-does: the backward is 2.5 forwards because it recomputes the scores; causal counts half):
+calibration_runs.toml `flash_attention2_tflops` (fwd + bwd TF/s, head dim 128, FLOPs counted as FA2's
+benchmark does: the backward is 2.5 forwards because it recomputes the scores; causal counts half):
 
     R(s) = R_max s / (s + s_half)      causal s_half = 525, non-causal s_half = 205 (A100 and H100 fits agree)
 
 R_max per GPU and kernel is in gpus.toml (`flash2_tflops`: the FA2 table's plateau; `flash3_tflops`: FA3 or
-cuDNN's fused attention on Hopper and newer); FlashAttention-1 and Triton's kernel ("flash1") run at the fitted
-`FLASH1_SHARE` of FA2's (engine/config/catalog.py). A forward takes F / R and a backward 2.5 F / R, where F is the
-forward's FLOPs as the kernel does them (causal: half the square). Head dimensions other than 128 run at
-d / (d + 16) of it, relative to 128 (FA2 paper: head 64 about 10% slower).
+cuDNN's fused attention on Hopper and newer); FlashAttention-1 and Triton's kernel ("flash1") run at the
+fitted `FLASH1_SHARE` of FA2's (engine/config/catalog.py). A forward takes F / R and a backward 2.5 F / R,
+where F is the forward's FLOPs as the kernel does them (causal: half the square). Head dimensions other than
+128 run at d / (d + 16) of it, relative to 128 (FA2 paper: head 64 about 10% slower).
 
 Memory-bound kernels (norms, residual adds, activation functions, casts, the optimizer, the loss) move their
 bytes at `hbm_tb_s * hbm_efficiency` and each costs t0 on top.
@@ -56,8 +57,8 @@ def memory_time(gpu: GPU, traffic: float, kernels: float) -> float:
 
 
 def _tiled(gpu: GPU, precision: str, m: float, n: float, k: float, batch: float, split: int) -> float:
-    """Seconds of one GEMM kernel over `batch` products of (m x k) @ (k x n), k split in `split` parts: its tiles
-    in waves over the SMs, never faster than its operands through HBM, plus the kernel's fixed cost."""
+    """Seconds of one GEMM kernel over `batch` products of (m x k) @ (k x n), k split in `split` parts: its
+    tiles in waves over the SMs, never faster than its operands through HBM, plus the kernel's fixed cost."""
     tm, tn = gpu.gemm_tile
     tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
     waves = math.ceil(tiles * split / gpu.sms)
@@ -86,9 +87,9 @@ def gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, count: flo
 
 
 def batched_gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, batch: float) -> float:
-    """Seconds for one strided-batched GEMM (cuBLAS gemmStridedBatched, PyTorch's bmm/baddbmm): `batch` products
-    of (m x k) @ (k x n) in one kernel, their tiles spread over the SMs together (waves over all of them), one
-    kernel's fixed cost."""
+    """Seconds for one strided-batched GEMM (cuBLAS gemmStridedBatched, PyTorch's bmm/baddbmm): `batch`
+    products of (m x k) @ (k x n) in one kernel, their tiles spread over the SMs together (waves over all of
+    them), one kernel's fixed cost."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     return _tiled(gpu, precision, m, n, k, batch, 1)

@@ -1,5 +1,6 @@
-"""Which link tier each parallel dimension of a job crosses, from where its ranks sit (engine/config/geometry.py:
-the Llama 3 order, TP innermost, then CP, PP, DP outermost; EP across consecutive DP ranks)."""
+"""Which link tier each parallel dimension of a job crosses, from where its ranks sit
+(engine/config/geometry.py: the Llama 3 order, TP innermost, then CP, PP, DP outermost; EP across consecutive
+DP ranks)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config.geometry import DIMS, TIERS, Geometry, JobGeometry
-from ..config.scenario import Job
+from ..config.job import Job
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,13 @@ all split over TP, the norm terms only with sequence parallelism. For MHA with a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
 
 from ..config.catalog import GPU, Model
-from .compute import BF16, attention_dims, kv_width_per_rank
+from .compute import attention_dims, kv_width_per_rank
+from .kernels import BF16
 
 GiB = 2**30
 GB = 1e9
@@ -30,6 +34,9 @@ FRAMEWORK_RESERVE_BYTES = 1.5 * GB
 FRAGMENTATION = 0.05
 # Megatron's DDP gradient buckets and the distributed optimizer's all-gather staging (40M elements each).
 COMM_BUCKET_BYTES = 2 * 40e6 * 4
+
+Bytes = TypeVar("Bytes", float, np.ndarray)      # one GPU's bytes,
+                                                 # or an array of them over the pipeline stages
 
 
 def capacity_bytes(gpu: GPU) -> float:
@@ -48,8 +55,8 @@ def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recom
 
     Without a fused attention kernel, `scores` are the keys each query's score row holds (heads x keys on this
     GPU): the softmax output (2 bytes each) is kept for the backward, and with dropout its mask and output
-    (1 + 2 bytes): Korthikanti's 5 a s / h term. Selective recomputation recomputes them instead. `dropout` also
-    keeps the 1-byte masks of the two hidden dropouts.
+    (1 + 2 bytes): Korthikanti's 5 a s / h term. Selective recomputation recomputes them instead. `dropout`
+    also keeps the 1-byte masks of the two hidden dropouts.
     """
     g = 1.0 if fp8 else BF16                             # bytes of a cached GEMM input
     h = model.hidden
@@ -57,7 +64,8 @@ def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recom
     kv_width = kv_width_per_rank(model, tp) * tp          # replicated KV heads count on every rank
     q = model.heads * d_qk
     attn_out = model.heads * d_v
-    norm_in, norm_out = 2 * h * BF16, 2 * h * BF16
+    norm_in = 2 * h * BF16
+    norm_out: float = 2 * h * BF16
     if recompute == "full":
         return h * BF16 / (tp if sp else 1)            # the layer input only
     if model.attention == "mla":
@@ -74,7 +82,7 @@ def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recom
     else:
         f, dispatch = model.ffn, 0.0
     inner = 2 * f * g if model.ffn_activation == "swiglu" else f * g
-    act_out = f * BF16
+    act_out: float = f * BF16
     if recompute == "selective":
         norm_out = 0.0       # recomputed from the norm inputs
         act_out = 0.0        # recomputed from the FFN inputs
@@ -85,37 +93,40 @@ def activation_bytes_per_token(model: Model, moe: bool, tp: int, sp: bool, recom
 
 
 @dataclass(frozen=True)
-class StageMemory:
+class StageMemory(Generic[Bytes]):
     """What one GPU of a pipeline stage holds, in bytes (or, each field an array over the stages, what one GPU
     of each stage holds: stage_memory takes and gives either)."""
 
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float
-    buffers: float
-    reserve: float
+    weights: Bytes
+    gradients: Bytes
+    optimizer: Bytes
+    activations: Bytes
+    buffers: Bytes
+    reserve: Bytes
 
     @property
-    def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.buffers + self.reserve
+    def total(self) -> Bytes:
+        total: Bytes = (self.weights + self.gradients + self.optimizer + self.activations + self.buffers
+                        + self.reserve)
+        return total
 
-    def stage(self, i: int) -> StageMemory:
+    def stage(self: StageMemory[np.ndarray], i: int) -> StageMemory[float]:
         """Stage i's memory, of a StageMemory of arrays over the stages."""
         return StageMemory(float(self.weights[i]), float(self.gradients[i]), float(self.optimizer[i]),
                            float(self.activations[i]), float(self.buffers[i]), float(self.reserve[i]))
 
-    def parts_gb(self) -> dict[str, float]:
+    def parts_gb(self: StageMemory[float]) -> dict[str, float]:
         return {k: round(v / GB, 2) for k, v in (("weights", self.weights), ("gradients", self.gradients),
                                                  ("optimizer", self.optimizer),
                                                  ("activations", self.activations), ("buffers", self.buffers),
                                                  ("reserve", self.reserve))}
 
 
-def stage_memory(*, params: float, expert_params: float, largest_layer_params: float, zero: int,
-                 dp_shards: int, expert_shards: int, activations: float, transient: float,
-                 logits: float, grad_bytes: float = 4.0) -> StageMemory:
-    """Memory of one GPU: `params` are its (TP/PP/EP-sharded) parameters, of which `expert_params` are experts.
+def stage_memory(*, params: Bytes, expert_params: Bytes, largest_layer_params: Bytes, zero: int,
+                 dp_shards: int, expert_shards: int, activations: Bytes, transient: float | Bytes,
+                 logits: Bytes, grad_bytes: float = 4.0) -> StageMemory[Bytes]:
+    """Memory of one GPU: `params` are its (TP/PP/EP-sharded) parameters,
+    of which `expert_params` are experts.
 
     dp_shards is the data-parallel (x CP) group the optimizer state is sharded over; expert parameters are
     sharded over their own, smaller group (expert_shards). `activations` are the bytes in flight under the
@@ -125,12 +136,13 @@ def stage_memory(*, params: float, expert_params: float, largest_layer_params: f
     """
     dense = params - expert_params
 
-    def shard(n: float, stage_min: int) -> float:
+    def shard(n: Bytes, stage_min: int) -> Bytes:
         return dense / dp_shards + expert_params / expert_shards if zero >= stage_min else n
 
     weights = BF16 * (shard(params, 3))
     if zero >= 3:
-        weights += 2 * BF16 * largest_layer_params      # gathered copies: current layer and the prefetched one
+        weights += 2 * BF16 * largest_layer_params      # gathered copies:
+                                                        # current layer and the prefetched one
     grads = grad_bytes * shard(params, 2)
     if zero >= 2:
         grads += COMM_BUCKET_BYTES

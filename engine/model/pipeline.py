@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
@@ -37,7 +37,8 @@ Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segmen
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
 # evaluate: below this many operations per wave on average, one Python loop over the operations beats numpy
-# over the waves (measured over the schedules of the flagship sweep: a numpy wave ~3 us, a Python operation ~0.2 us)
+# over the waves (measured over the schedules of the flagship sweep: a numpy wave ~3 us, a Python operation
+# ~0.2 us)
 PER_WAVE_MIN = 16
 STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
@@ -98,7 +99,8 @@ class PipelineRun:
     @property
     def ends(self) -> list[float]:
         """When each stage finished its last operation."""
-        return self.end[:, -1].tolist()
+        ends: list[float] = self.end[:, -1].tolist()
+        return ends
 
     @property
     def last_backward(self) -> list[list[tuple[float, float]]]:
@@ -119,7 +121,8 @@ class PipelineRun:
         the intervals add up to, without building them (every chunk runs m forwards and m backwards)."""
         seg = self.segments
         m = self.end.shape[1] // (2 * seg.duration.shape[2])
-        out = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(), minlength=len(PHASES))
+        out: np.ndarray = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(),
+                                          minlength=len(PHASES))
         prev, waited, split = self._waits()
         out[CODE["bubble"]] += np.where(waited, split - prev, 0.0).sum()
         out[CODE["pp"]] += np.where(waited, self.start - split, 0.0).sum()
@@ -237,12 +240,14 @@ def peak_inflight(schedule: str, p: int, v: int, m: int,
     per_chunk = np.asarray(chunk_bytes, dtype=float)
     if m > STEADY_MIN:
         if schedule == "gpipe":
-            return np.maximum(m * per_chunk[:, 0], 0.0).tolist()
+            gpipe: list[float] = np.maximum(m * per_chunk[:, 0], 0.0).tolist()
+            return gpipe
         m = min(m, steady_microbatches(p))
     if operations(p, v, m) <= MAX_SCHEDULE_OPS:            # the whole program at once (cached)
         program = _program(schedule, p, v, m)
         held = per_chunk.ravel()[program.chunk_at] * program.sign      # x * -1.0 is -x: freed exactly
-        return np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
+        peaks: list[float] = np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
+        return peaks
     out = []
     for r in range(p):                  # one stage at a time: 2 m v operations each, however many stages
         kind, chunk, _ = _operations(schedule, p, v, m, r)
@@ -252,8 +257,9 @@ def peak_inflight(schedule: str, p: int, v: int, m: int,
 
 
 def steady_microbatches(p: int) -> int:
-    """Microbatches after which 1F1B (interleaved or not) on p stages is in its steady state on every stage: the
-    warm-up (under v + 1 rounds of p) and a whole round (v p operations) fit in 4 p; a multiple of p (rounds)."""
+    """Microbatches after which 1F1B (interleaved or not) on p stages is in its steady state on every stage:
+    the warm-up (under v + 1 rounds of p) and a whole round (v p operations) fit in 4 p; a multiple of p
+    (rounds)."""
     return -(-max(STEADY_MIN, 4 * p) // p) * p
 
 
@@ -278,11 +284,13 @@ class _Program:
     @cached_property
     def chunk_at(self) -> np.ndarray:
         """[stage, operation]: the flat index (stage * v + chunk) of the chunk it runs."""
-        return np.arange(self.chunk.shape[0])[:, None] * self.last_backward.shape[1] + self.chunk
+        flat: np.ndarray = np.arange(self.chunk.shape[0])[:, None] * self.last_backward.shape[1] + self.chunk
+        return flat
 
     @cached_property
     def sign(self) -> np.ndarray:
-        """[stage, operation]: 1.0 for a forward (it allocates its activations), -1.0 for a backward (frees them)."""
+        """[stage, operation]: 1.0 for a forward (it allocates its activations), -1.0 for a backward
+        (frees them)."""
         return np.where(self.kind == 1, -1.0, 1.0)
 
     @cached_property
@@ -298,7 +306,8 @@ def _program(schedule: str, p: int, v: int, m: int) -> _Program:
     kind, chunk, micro = _operations(schedule, p, v, m, stage)
 
     def op_id(backward: Any, r: Any, c: Any) -> np.ndarray:
-        return ((backward * p + r) * v + c) * m + micro
+        ids: np.ndarray = ((backward * p + r) * v + c) * m + micro
+        return ids
 
     # a forward waits for the previous stage (stage 0: the last stage's previous chunk); a backward for the
     # next stage (the last stage: stage 0's next chunk)
@@ -341,7 +350,7 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     records: list[tuple[list[float], list[float], list[float]] | None] = [None] * p
     nan = float("nan")
 
-    def stage(r: int):  # type: ignore[no-untyped-def]
+    def stage(r: int) -> Generator[simpy.Event, Any, None]:
         produced_at: list[float] = []
         started: list[float] = []
         ended: list[float] = []
@@ -349,6 +358,7 @@ def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
         delays = (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])
         now = env.now           # this stage's clock
         for backward, c, op, dep in program.ops[r]:
+            produced: float | None
             if dep < 0:
                 produced = nan
             else:
@@ -402,8 +412,8 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
             np.fmax(end[prev], end[dep] + delay[a:b], out=s)
             np.add(s, takes[a:b], out=end[a:b])
     shape = (p, n // p)
-    return PipelineRun(program, segments, end[waves.input_of].reshape(shape), start[waves.position].reshape(shape),
-                       end[waves.position].reshape(shape))
+    return PipelineRun(program, segments, end[waves.input_of].reshape(shape),
+                       start[waves.position].reshape(shape), end[waves.position].reshape(shape))
 
 
 def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -423,7 +433,8 @@ def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.nda
     return np.array(start), np.array(end)
 
 
-def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments) -> tuple[_Program, _Segments]:
+def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments,
+             bwd: Segments) -> tuple[_Program, _Segments]:
     why = check(schedule, p, v, m)
     if why:
         raise UserError(why)
@@ -455,11 +466,13 @@ class _Waves:
 
     @cached_property
     def prev_list(self) -> list[int]:
-        return self.prev.tolist()
+        prev: list[int] = self.prev.tolist()
+        return prev
 
     @cached_property
     def dep_list(self) -> list[int]:
-        return self.dep.tolist()
+        dep: list[int] = self.dep.tolist()
+        return dep
 
 
 @lru_cache(maxsize=256)
@@ -502,7 +515,8 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     input_of = position[program.source.ravel()]
     stage_kind = (order // k_max) * 2 + program.kind.ravel()[order]
     return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
-                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n], input_of)
+                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n],
+                  input_of)
 
 
 def split_layers(layers: int, stages: int) -> list[int]:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..config.phases import CODE, PHASES
-from .pipeline import Intervals
+from .pipeline import Intervals, PipelineRun
 
 BUBBLE = CODE["bubble"]
 # Where a stage's intervals tie on start and end, they sort by their phase's name (NAME_RANK[code]).
@@ -24,8 +24,9 @@ NAME_RANK = np.array([sorted(PHASES).index(name) for name in PHASES], dtype=np.i
 
 
 class Interval(NamedTuple):
-    """A stretch of one stage's step in one phase. A named tuple, not a dataclass: a plan holds thousands (the
-    flagship's 16 stages 5,175), and their frozen-dataclass inits were a quarter of the flagship's estimate."""
+    """A stretch of one stage's step in one phase. A named tuple, not a dataclass: a plan holds thousands
+    (the flagship's 16 stages 5,175), and their frozen-dataclass inits were a quarter of the
+    flagship's estimate."""
 
     start_s: float     # from the start of the step
     end_s: float
@@ -46,7 +47,8 @@ class StepPlan:
     serving: dict[str, float] = field(default_factory=dict)   # inference: ttft_s, tpot_s (medians)
 
 
-def extend_run(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Intervals, list, list]:
+def extend_run(run1: PipelineRun, run2: PipelineRun, m1: int, m2: int,
+               m: int) -> tuple[Intervals, list[float], list[list[tuple[float, float]]]]:
     """A step of m microbatches from simulations of m1 < m2: every stage's end grows linearly in m.
 
     The extra microbatches are extra rounds of the steady state: the drain, where each chunk's last backward
@@ -69,7 +71,8 @@ def extend_run(run1: Any, run2: Any, m1: int, m2: int, m: int) -> tuple[Interval
     stretched = length * np.where(bubble, np.array(k_wait)[iv.stage], k_work)
     start, finish = np.empty_like(stretched), np.empty_like(stretched)
     bounds = np.searchsorted(iv.stage, np.arange(p + 1)).tolist()
-    ends, last_b = [], []
+    ends: list[float] = []
+    last_b: list[list[tuple[float, float]]] = []
     for r, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         finish[lo:hi] = np.cumsum(stretched[lo:hi])         # the running time, added one interval at a time
         start[lo:hi] = np.concatenate([[0.0], finish[lo:hi - 1]])

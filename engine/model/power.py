@@ -7,11 +7,11 @@ Per GPU, by phase and GPU type (engine/config/catalogs/gpus.toml):
   figure (the catalog's `idle_w`, measured on idle and waiting boards);
 - failed: off (0 W): the GPU has fallen off the bus or its node is being drained.
 
-Every GPU brings its server overhead (host CPUs, NICs, fans, PSU losses; `server_overhead_w` in the GPU catalog,
-575 W per H100 from shared/reference/hardware.toml [facility]), storage and network switches add 10% of IT
-power, the optical transceivers of the fabric draw their own constant power (engine/config/optics.py: counted from
-the topology, by link speed and kind), and cooling multiplies the lot by the PUE. A failed GPU's host stays
-powered while it is drained and diagnosed.
+Every GPU brings its server overhead (host CPUs, NICs, fans, PSU losses; `server_overhead_w` in the GPU
+catalog, 575 W per H100 from shared/reference/hardware.toml [facility]), storage and network switches add 10%
+of IT power, the optical transceivers of the fabric draw their own constant power (engine/config/optics.py:
+counted from the topology, by link speed and kind), and cooling multiplies the lot by the PUE. A failed GPU's
+host stays powered while it is drained and diagnosed.
 
 A `power_swing` event is written when the site's load level changes at once by more than `swing_threshold_mw`:
 5% of the site's power or 2 MW, whichever is smaller (the engine/sim/run.py docstring says what a level is).
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from ..config.catalog import GPU
+from ..config.cluster import Cluster
 from ..config.facility import IT_OVERHEAD
 from ..config.phases import CODE, PHASES
-from ..config.scenario import Cluster
 
 SWING_SHARE = 0.05               # a power swing: a sudden change of more than 5% of the site's power...
 SWING_MW = 2.0                   # ...or of more than 2 MW (a large site), whichever is smaller
@@ -68,14 +68,16 @@ class PowerModel:
         gpu = cluster.gpu
         watts = np.array([phase_watts(gpu, name) for name in PHASES], dtype=np.float64)
         return cls(phase_w=watts, overhead_w_per_gpu=gpu.server_overhead(), it_overhead=IT_OVERHEAD,
-                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw, optics_w=cluster.transceivers.watts)
+                   pue=cluster.pue, budget_mw=cluster.site_power_budget_mw,
+                   optics_w=cluster.transceivers.watts)
 
     @property
     def idle_w(self) -> float:
         return float(self.phase_w[CODE["idle"]])
 
     def site_mw(self, gpu_watts: float, gpus: int) -> float:
-        """Site power in MW for a total GPU draw: plus server overhead, storage and switches, optics, times PUE."""
+        """Site power in MW for a total GPU draw: plus server overhead, storage and switches, optics,
+        times PUE."""
         it = (gpu_watts + gpus * self.overhead_w_per_gpu) * (1.0 + self.it_overhead) + self.optics_w
         return it * self.pue / 1e6
 

@@ -1,4 +1,5 @@
-"""Collectives inside one scale-up domain (the topology's "node"), by how its GPUs are joined (cluster.scale_up).
+"""Collectives inside one scale-up domain (the topology's "node"), by how its GPUs are joined
+(cluster.scale_up).
 
 - switched ("nvswitch", "nvl72"; "pcie" through the host): every GPU reaches every other at its full bus
   bandwidth, whatever the group: ring or tree costs (NVLS for all-reduce where the fabric has it), as
@@ -7,15 +8,17 @@
   has its own link(s). A ring would use 2 of the 7 links of a GPU; RCCL/HCCL run all-reduce, reduce-scatter,
   all-gather and all-to-all directly (each GPU sends each peer its share at once), over the q - 1 links to the
   group's other members: `busbw x (q - 1) / 7`, one latency per phase. A group of 8 gets the whole node's
-  bandwidth; a TP group of 4 gets 3/7 of it and a pair 1/7, where NVSwitch gives any group all of it. A point-to-
+  bandwidth; a TP group of 4 gets 3/7 of it and a pair 1/7,
+  where NVSwitch gives any group all of it. A point-to-
   point transfer (pipeline stages, the CP ring) has one link.
-- torus ("torus-2d", "torus-3d": TPU ICI, Trainium NeuronLink): each chip links to its neighbours only. A group
-  spanning a box of the torus reduces along each dimension it spans, concurrently: each dimension gives 2 links
-  per chip when the group spans its whole ring (wrap-around) and 1 when it spans a segment (a ring over a line
-  comes back along it); latency: one step per member along each dimension. All-to-all traffic travels the mean
-  torus distance (a ring of n: n/4 hops; a segment: n/3) over the same links. A point-to-point transfer crosses
-  the hops between the pair; in lockstep every chip of the group sends as far, so each link on the way carries
-  as many transfers as there are hops (half as many when the way round is as long in both directions).
+- torus ("torus-2d", "torus-3d": TPU ICI, Trainium NeuronLink): each chip links to its neighbours only. A
+  group spanning a box of the torus reduces along each dimension it spans, concurrently: each dimension gives
+  2 links per chip when the group spans its whole ring (wrap-around) and 1 when it spans a segment (a ring
+  over a line comes back along it); latency: one step per member along each dimension. All-to-all traffic
+  travels the mean torus distance (a ring of n: n/4 hops; a segment: n/3) over the same links. A
+  point-to-point transfer crosses the hops between the pair; in lockstep every chip of the group sends as far,
+  so each link on the way carries as many transfers as there are hops
+  (half as many when the way round is as long in both directions).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ def coordinates(cluster: Cluster, gpus: np.ndarray) -> np.ndarray:
 
 
 def group_shape(cluster: Cluster, members: np.ndarray, q: int) -> tuple[int, ...]:
-    """A group's extent along each torus dimension, from its q members in its first member's domain (a mesh or a
-    switch: q)."""
+    """A group's extent along each torus dimension, from its q members in its first member's domain (a mesh or
+    a switch: q)."""
     if cluster.scale_up not in TORUS_DIMS:
         return (q,)
     node = members // cluster.gpus_per_node
@@ -55,7 +58,8 @@ def hops(cluster: Cluster, a: int, b: int) -> tuple[int, ...]:
     if cluster.scale_up not in TORUS_DIMS:
         return ()
     ca, cb = coordinates(cluster, np.array([a, b]))
-    return tuple(int(min(abs(x - y), n - abs(x - y))) for x, y, n in zip(ca.tolist(), cb.tolist(), cluster.torus))
+    return tuple(int(min(abs(x - y), n - abs(x - y)))
+                 for x, y, n in zip(ca.tolist(), cb.tolist(), cluster.torus))
 
 
 def _torus_links(cluster: Cluster, shape: tuple[int, ...]) -> tuple[float, float]:

@@ -24,16 +24,18 @@ from typing import Any
 
 import numpy as np
 
+from ..config.cluster import Cluster
 from ..config.geometry import TIERS, Geometry
+from ..config.job import Job
 from ..config.phases import CODE, PHASES
-from ..config.scenario import Cluster, Job
 from . import chunks as chunking
 from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from . import scaleup
 from .chunks import Chunk, StageFacts, chunk_params
-from .pipeline import Intervals, evaluate, peak_inflight, simulate
+from .kernels import BF16
+from .pipeline import Intervals, PipelineRun, Segment, evaluate, peak_inflight, simulate
 from .plan import Interval, StepPlan, extend_run, merge_runs
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
@@ -72,7 +74,8 @@ class _Net:
     pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
 
 
-ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"), "pp": (("pp",), "ring")}
+ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"),
+              "pp": (("pp",), "ring")}
 
 
 def route_dims(job: col.Placement | Job, dim: str) -> tuple[tuple[str, ...], str]:
@@ -124,7 +127,7 @@ def _p2p_time(cluster: Cluster, net: _Net, nbytes: float, boundary: int) -> floa
 class Eval:
     config: Config
     fits: bool
-    memory: mem.StageMemory
+    memory: mem.StageMemory[float]
     step_s: float = 0.0
     plan: StepPlan | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
@@ -133,6 +136,8 @@ class Eval:
 
 
 Passes = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]   # (forward, backward) segments
+StageSegments = tuple[tuple[tuple[Segment, ...], ...], ...]   # [stage][chunk]: a microbatch's segments
+Sends = tuple[float, ...]      # per stage r: seconds of its transfer to the next stage (or the previous one)
 
 
 class JobModel:
@@ -142,7 +147,8 @@ class JobModel:
     model and reused by every stage, configuration and evaluation with the same blocks.
     """
 
-    def __init__(self, cluster: Cluster, job: Job, background: col.Background = (), busy: bool = False) -> None:
+    def __init__(self, cluster: Cluster, job: Job, background: col.Background = (),
+                 busy: bool = False) -> None:
         self.cluster, self.job = cluster, job
         self.gpu = cluster.gpu
         self.background = background
@@ -209,12 +215,12 @@ class JobModel:
                 acc["compute"] /= DUALPIPE_COMPUTE_SHARE
             f["ep"], b["ep"] = max(0.0, f["ep"] - b["compute"]), max(0.0, b["ep"] - f["compute"])
         if job.zero >= 3:
-            # ZeRO-3 (FSDP) gathers each layer's weights before its forward and its backward and reduce-scatters
-            # its gradients after, every microbatch: prefetched behind the other layers' compute when
-            # overlapped, but for the first layer's gather and the last layer's reduction
+            # ZeRO-3 (FSDP) gathers each layer's weights before its forward and its backward and
+            # reduce-scatters its gradients after, every microbatch: prefetched behind the other layers'
+            # compute when overlapped, but for the first layer's gather and the last layer's reduction
             params = self._chunk_params(st)
             layers = max(1, st.layers)
-            ag = col.all_gather(cl, net.dp, cm.BF16 * params).time_s
+            ag = col.all_gather(cl, net.dp, BF16 * params).time_s
             rs = col.reduce_scatter(cl, net.dp, self._grad_bytes * params).time_s
             f["dp"] = max(ag / layers, ag - f["compute"]) if job.overlap_param_gather else ag
             hidden = b["compute"] if job.overlap_grad_reduce else 0.0
@@ -223,7 +229,8 @@ class JobModel:
         return tuple(f.items()), tuple(b.items())
 
     def _tp_seconds(self, nbytes: float, sp: bool) -> float:
-        """One TP exchange (_tp_time), kept per size: a job's chunks and passes exchange a few sizes many times."""
+        """One TP exchange (_tp_time), kept per size:
+        a job's chunks and passes exchange a few sizes many times."""
         key = (nbytes, sp)
         seconds = self._tp_s.get(key)
         if seconds is None:
@@ -231,8 +238,8 @@ class JobModel:
         return seconds
 
     def _sends(self, nbytes: float) -> tuple[float, ...]:
-        """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed only,
-        so once per tier (a deep pipeline has 64 boundaries and two or three tiers)."""
+        """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed
+        only, so once per tier (a deep pipeline has 64 boundaries and two or three tiers)."""
         by_tier: dict[int, float] = {}
         out = []
         for r, tier in enumerate(self.net.pp_tiers):
@@ -249,9 +256,10 @@ class JobModel:
         return self._params[key]
 
     # -- memory ----------------------------------------------------------------------------------------
-    def memory(self, cfg: Config) -> mem.StageMemory:
-        """What one GPU of each pipeline stage holds under `cfg`: a StageMemory whose fields are arrays over the
-        stages, computed together (elementwise, the same operations as for one stage: a deep pipeline has 64)."""
+    def memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
+        """What one GPU of each pipeline stage holds under `cfg`: a StageMemory whose fields are arrays over
+        the stages, computed together (elementwise, the same operations as for one stage: a deep pipeline has
+        64)."""
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
@@ -264,7 +272,7 @@ class JobModel:
                       for moe in kinds}
         chunks = self.chunks(cfg.virtual_stages)
         by_blocks: dict[tuple[int, int, bool], float] = {}      # stages mostly share their chunks' blocks
-        chunk_bytes = []
+        chunk_bytes: list[list[float]] = []
         for stage in chunks:
             chunk_bytes.append([])
             for st in stage:
@@ -274,20 +282,20 @@ class JobModel:
                     if st.moe:
                         per_tok += st.moe * per_token[True]
                     if st.embedding:
-                        per_tok += job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+                        per_tok += job.model.hidden * BF16 / (job.tp if sh.sp else 1)
                     by_blocks[key] = per_tok * sh.tokens
                 chunk_bytes[-1].append(by_blocks[key])
         held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
         stages = chunking.stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
-        transient = 0.0
+        transient: float | np.ndarray = 0.0
         if cfg.recompute == "full":
             transient = np.where(stages.moe, full_layer[True], full_layer[False]) if job.model.is_moe else \
                 np.full(job.pp, full_layer[False])
         # one layer's gradient working set (input/output grads, the largest intermediate) during backward
-        transient = transient + 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * cm.BF16 * 2 / job.tp
-        # the output layer's BF16 logits and the loss's FP32 working copy (its gradient is written in place by a
-        # fused cross-entropy)
-        logits = np.where(stages.output, sh.tokens * job.model.vocab / job.tp * (cm.BF16 + 4.0), 0.0)
+        transient = transient + 2 * sh.tokens * max(job.model.ffn, job.model.hidden) * BF16 * 2 / job.tp
+        # the output layer's BF16 logits and the loss's FP32 working copy (its gradient is written in place by
+        # a fused cross-entropy)
+        logits = np.where(stages.output, sh.tokens * job.model.vocab / job.tp * (BF16 + 4.0), 0.0)
         out = mem.stage_memory(params=stages.params, expert_params=stages.expert_params,
                                largest_layer_params=stages.largest_layer_params, zero=job.zero,
                                dp_shards=self.dp_shards, expert_shards=self.expert_shards,
@@ -320,7 +328,7 @@ class JobModel:
                   for stage in chunks]
         fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
         bwd = tuple(tuple(b for _, b in stage) for stage in passes)
-        act = sh.tokens * job.model.hidden * cm.BF16 / (job.tp if sh.sp else 1)
+        act = sh.tokens * job.model.hidden * BF16 / (job.tp if sh.sp else 1)
         send = self._sends(act) if p > 1 else (0.0,)
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
@@ -339,12 +347,12 @@ class JobModel:
             run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
-        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, chunks, phase_s, intervals, ends, last_b,
-                                                                 fwd, bwd, m, plan)
+        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, chunks, phase_s, intervals, ends,
+                                                                 last_b, fwd, bwd, m, plan)
         if job.schedule == "dualpipe" and p > 2 and v == 1:
             self._dualpipe_bubble(ev, fwd, bwd)
 
-    def _dualpipe_bubble(self, ev: Eval, fwd: tuple, bwd: tuple) -> None:
+    def _dualpipe_bubble(self, ev: Eval, fwd: StageSegments, bwd: StageSegments) -> None:
         """DualPipe feeds microbatches from both ends of the pipeline: its bubble is (PP/2 - 1)(F&B + B - 3W)
         against 1F1B's (PP - 1)(F + B) (DeepSeek-V3 report, Table 2). F, B: a stage's forward and backward
         of one microbatch; W: the weight-gradient part of B (the forward's GEMMs again, W = min(F, B/2));
@@ -361,8 +369,8 @@ class JobModel:
 
     def _finish(self, cfg: Config, chunks: Sequence[Sequence[Chunk]], phase_s: np.ndarray,
                 intervals: Callable[[], Intervals], ends: list[float],
-                last_b: Sequence[Sequence[tuple[float, float]]], fwd: tuple, bwd: tuple, m: int,
-                plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
+                last_b: Sequence[Sequence[tuple[float, float]]], fwd: StageSegments, bwd: StageSegments,
+                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
         per phase summed over the stages, and its intervals when a plan is asked for); the breakdown, and the
         StepPlan when `plan`."""
@@ -418,7 +426,8 @@ class JobModel:
                 iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
             after.append(iv)
         # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
-        # lengths, as a mean over the stages (the tail's summed in their order, as Intervals.phase_seconds would)
+        # lengths, as a mean over the stages
+        # (the tail's summed in their order, as Intervals.phase_seconds would)
         tail_s = [0.0] * len(PHASES)
         for iv in after:
             for a, b, phase in iv:
@@ -444,7 +453,7 @@ class JobModel:
             shards = self.dp_shards if self.job.zero >= 1 else 1
             ag = 0.0
             if self.job.zero in (1, 2):
-                ag = col.all_gather(self.cluster, self.net.dp, cm.BF16 * params).time_s
+                ag = col.all_gather(self.cluster, self.net.dp, BF16 * params).time_s
             self._updates[params] = (cm.optimizer_time(self.gpu, params, shards), ag)
         return self._updates[params]
 
@@ -462,7 +471,8 @@ class JobModel:
             self._grad_comm[params] = comm.time_s
         return self._grad_comm[params]
 
-    def _busy(self, cfg: Config, fwd: tuple, bwd: tuple, m: int, dp_busy: float) -> dict[str, float]:
+    def _busy(self, cfg: Config, fwd: StageSegments, bwd: StageSegments, m: int,
+              dp_busy: float) -> dict[str, float]:
         """Seconds per step each parallel dimension's traffic is on the links (per stage, averaged)."""
         job = self.job
         v = cfg.virtual_stages
@@ -475,7 +485,7 @@ class JobModel:
         if dp_busy > 0:
             busy["dp"] = dp_busy
         if job.pp > 1:
-            act = shard(job, cfg.micro_batch).tokens * job.model.hidden * cm.BF16 / \
+            act = shard(job, cfg.micro_batch).tokens * job.model.hidden * BF16 / \
                 (job.tp if job.sequence_parallel and job.tp > 1 else 1)
             busy["pp"] = 2 * m * v * sum(self._sends(act)) / job.pp
         return busy
@@ -484,7 +494,7 @@ class JobModel:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
         job, cl, net = self.job, self.cluster, self.net
         sh = shard(job, cfg.micro_batch)
-        act = sh.tokens * job.model.hidden * cm.BF16
+        act = sh.tokens * job.model.hidden * BF16
         comms = {"tp": lambda: _tp_time(cl, net, act, sh.sp), "cp": lambda: col.p2p(cl, net.cp, act),
                  "ep": lambda: col.all_to_all(cl, net.ep, act),
                  "dp": lambda: col.reduce_scatter(cl, net.dp, 1e9),
@@ -506,7 +516,8 @@ def _stage_intervals(runs: Intervals, p: int) -> tuple[tuple[Interval, ...], ...
     return tuple(tuple(map(make, rows[lo:hi])) for lo, hi in itertools.pairwise(bounds))
 
 
-def _blocking_sends(fwd: tuple, bwd: tuple, send: tuple, send_b: tuple) -> tuple[tuple, tuple, tuple, tuple]:
+def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
+                    send_b: Sends) -> tuple[StageSegments, StageSegments, Sends, Sends]:
     """Blocking point-to-point (older pipeline engines): the sender waits while its activations (gradients)
     travel, so each operation that sends ends with the transfer ("pp") and its output arrives as it ends. The
     last stage's last chunk sends no forward output, the first stage's first chunk no gradient."""
@@ -520,8 +531,8 @@ def _blocking_sends(fwd: tuple, bwd: tuple, send: tuple, send_b: tuple) -> tuple
 
 
 @lru_cache(maxsize=64)
-def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: tuple, bwd: tuple, send: tuple,
-                     send_b: tuple):  # type: ignore[no-untyped-def]
+def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: StageSegments,
+                     bwd: StageSegments, send: Sends, send_b: Sends) -> PipelineRun:
     """The pipeline's times, kept for the same exact inputs: the SimPy simulation for a step plan, the same
     times evaluated without processes for a search or a sweep (pipeline.evaluate)."""
     return (simulate if plan else evaluate)(schedule, p, v, m, fwd, bwd, send, send_b)

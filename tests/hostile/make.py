@@ -1,9 +1,11 @@
-"""Writes the hostile corpus: scenario files, recordings and sweep results an attacker would try, and cases.tsv,
-what each case runs and how it must end. Run from the repository root: `python tests/hostile/make.py`.
+"""Writes the hostile corpus: scenario files, recordings and sweep results an attacker would try, and
+cases.tsv, what each case runs and how it must end. Run from the repository root:
+`python tests/hostile/make.py`.
 
-cases.tsv has one case per line: name, command (FILE is the case's file, OUT a fresh output path), the exit code
-(0 or 2) and a fragment of the one line a refused case prints (after the file's name). tests/test_hostile.py runs
-every case as a user would, plus the cases that need a FIFO, a device or tens of megabytes, made at test time.
+cases.tsv has one case per line: name, command (FILE is the case's file, OUT a fresh output path), the exit
+code (0 or 2) and a fragment of the one line a refused case prints (after the file's name).
+tests/test_hostile.py runs every case as a user would, plus the cases that need a FIFO, a device or tens of
+megabytes, made at test time.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def _nesting_and_sizes() -> None:
     toml("dotted_key", "a" + ".a" * 5_000 + " = 1\n", fragment="key path of more than 16 parts")
     toml("deep_header", "[" + "a." * 5_000 + "a]\n", fragment="table header of more than 16 parts")
     toml("deep_array_table", "[[" + "a." * 5_000 + "a]]\n", fragment="table header of more than 16 parts")
-    toml("long_key_in_inline", "a = {" + ".".join(["b"] * 20) + " = 1}\n", fragment="key path of more than 16")
+    toml("long_key_in_inline", "a = {" + ".".join(["b"] * 20) + " = 1}\n",
+         fragment="key path of more than 16")
     toml("tp_1e400", with_job("pp = 1" + "0" * 400), fragment="a number of 401 digits")
     toml("int_5000_digits", with_job("pp = " + "9" * 5000), fragment="a number of 5,000 digits")
     toml("int_hex_huge", with_job("pp = 0x" + "f" * 300), fragment="is too large")
@@ -81,36 +84,43 @@ def _nesting_and_sizes() -> None:
     toml("pp_above_max", with_job("pp = 20000"), fragment="supported maximum of 16,384")
     toml("many_jobs", 'name = "many"\n' + "jobs = [" + ",".join(
         '{model = "llama3.1-8b", seq_len = 8, global_batch = 1, gpus = 8}' for _ in range(1001))
-         + ']\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8008\n', fragment="1,001 jobs; expected at most 1,000")
-    toml("rate_scale_max", BASE.replace('duration = "2s"', 'duration = "1h"').replace("gpus = 16", "gpus = 16384")
+         + ']\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8008\n',
+         fragment="1,001 jobs; expected at most 1,000")
+    toml("rate_scale_max", BASE.replace('duration = "2s"', 'duration = "1h"')
+         .replace("gpus = 16", "gpus = 16384")
          .replace("global_batch = 16", "global_batch = 2048") + "[faults]\nrate_scale = 1000000.0\n",
          command=RECORD, fragment="interruptions")
-    toml("inject_many", BASE + "[faults]\n" + "".join(f'[[faults.inject]]\nat = "{1 + i % 100}s"\ngpu = {i % 16}\n'
-                                                      for i in range(5001)), command=RECORD,
-         fragment="5,001 injected faults")
+    toml("inject_many", BASE + "[faults]\n" + "".join(f'[[faults.inject]]\nat = "{1 + i % 100}s"\n'
+                                                      f'gpu = {i % 16}\n' for i in range(5001)),
+         command=RECORD, fragment="5,001 injected faults")
     toml("batch_1e8", with_job("global_batch = 100000000").replace("global_batch = 16\n", ""), code=0)
-    toml("batch_1e8_pp2", with_job("global_batch = 100000000\npp = 2").replace("global_batch = 16\n", ""), code=0)
+    toml("batch_1e8_pp2", with_job("global_batch = 100000000\npp = 2").replace("global_batch = 16\n", ""),
+         code=0)
     toml("batch_1e8_auto", with_job('global_batch = 100000000\nmicro_batch = "auto"\nrecompute = "auto"')
          .replace("global_batch = 16\n", ""), code=0)
     toml("batch_1e8_gpipe", with_job('global_batch = 100000000\npp = 2\nschedule = "gpipe"')
          .replace("global_batch = 16\n", ""), code=0)
-    toml("huge_pipeline", 'name = "x"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 16384\n[[jobs]]\nseq_len = 4096\n'
+    toml("huge_pipeline", 'name = "x"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 16384\n'
+         "[[jobs]]\nseq_len = 4096\n"
          "pp = 16384\nglobal_batch = 256\n[jobs.model]\nlayers = 100000\nhidden = 1000000\nheads = 1\n"
          "ffn = 10000000\nvocab = 100000000\n", fragment="of schedule arrays; expected at most")
-    toml("huge_model_oom", 'name = "x"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\nseq_len = 10000000\n'
+    toml("huge_model_oom", 'name = "x"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n'
+         "[[jobs]]\nseq_len = 10000000\n"
          "global_batch = 8\n[jobs.model]\nlayers = 100000\nhidden = 1000000\nheads = 1\nffn = 10000000\n"
          "vocab = 100000000\n", code=0)
 
 
 def _nan_and_infinity() -> None:
     """NaN and infinities in every number a scenario takes."""
-    numbers = {"cluster": ["pod_oversubscription", "rack_oversubscription", "building_oversubscription", "pue",
-                           "site_power_budget_mw", "gpus_per_node", "gpus_per_rack", "racks_per_pod", "ecmp_flows",
-                           "nics_per_node", "pods_per_building"],
-               "jobs": ["seq_len", "global_batch", "request_rate", "prompt_tokens", "output_tokens", "max_batch",
-                        "micro_batch", "tp", "cp", "pp", "dp", "ep", "virtual_stages", "zero", "first_gpu", "gpus"],
+    numbers = {"cluster": ["pod_oversubscription", "rack_oversubscription", "building_oversubscription",
+                           "pue", "site_power_budget_mw", "gpus_per_node", "gpus_per_rack", "racks_per_pod",
+                           "ecmp_flows", "nics_per_node", "pods_per_building"],
+               "jobs": ["seq_len", "global_batch", "request_rate", "prompt_tokens", "output_tokens",
+                        "max_batch", "micro_batch", "tp", "cp", "pp", "dp", "ep", "virtual_stages", "zero",
+                        "first_gpu", "gpus"],
                "faults": ["rate_scale", "spare_nodes", "planned_per_day"], "checkpoint": ["storage_tb_s"],
-               "variability": ["straggler_sigma", "slow_gpu_fraction", "slow_gpu_factor", "diurnal_amplitude"]}
+               "variability": ["straggler_sigma", "slow_gpu_fraction", "slow_gpu_factor",
+                               "diurnal_amplitude"]}
     specials = ["nan", "inf", "-inf", "+nan"]
     k = 0
     for section, keys in numbers.items():
@@ -142,15 +152,18 @@ def _text_that_drives_a_terminal() -> None:
     toml("key_carriage_return", BASE + '"all good\\r" = 1\n', fragment=r"\r")
     toml("key_emoji", BASE + '"\U0001f680" = 1\n', fragment="unknown key")
     toml("name_escape", BASE.replace('name = "tiny"', 'name = "\\u001b]0;pwned\\u0007"'), fragment=r"\x1b]0;")
-    toml("name_newline", BASE.replace('name = "tiny"', 'name = "a\\nclustertop: fine"'), fragment="plain text")
+    toml("name_newline", BASE.replace('name = "tiny"', 'name = "a\\nclustertop: fine"'),
+         fragment="plain text")
     toml("job_name_escape", with_job('name = "\\u001b[2Jjob"'), fragment="jobs[0].name")
     toml("job_name_traversal", with_job('name = "../../../../tmp/x"'), code=0)
-    toml("model_source_escape", BASE.replace('model = "llama3.1-8b"\n', "") + '[jobs.model]\nsource = "\\u009b2J"\n'
+    toml("model_source_escape", BASE.replace('model = "llama3.1-8b"\n', "")
+         + '[jobs.model]\nsource = "\\u009b2J"\n'
          "layers = 32\nhidden = 4096\nheads = 32\nffn = 14336\nvocab = 128000\n", fragment=r"\x9b")
     toml("description_escape", 'description = "x\\u001b[2J"\n' + BASE, fragment="description")
     toml("description_lines", 'description = """two\nlines\tand a tab"""\n' + BASE, code=0)
     toml("unknown_value_escape", with_job('precision = "\\u001b[31mfp8"'), fragment="precision")
-    toml("gpu_name_escape", BASE.replace('gpu = "h100-sxm-80gb"', 'gpu = "h100\\u001b[2J"'), fragment="cluster.gpu")
+    toml("gpu_name_escape", BASE.replace('gpu = "h100-sxm-80gb"', 'gpu = "h100\\u001b[2J"'),
+         fragment="cluster.gpu")
     toml("duration_escape", BASE.replace('duration = "2s"', 'duration = "2s\\u001b[2J"'), fragment="duration")
 
 
@@ -197,15 +210,18 @@ def _wrong_types_and_huge_runs() -> None:
         ("format_future", "format = 2\n" + BASE, "format"),
         ("first_gpu_beyond", with_job("first_gpu = 9999999\ngpus = 8"), "jobs[0]"),
         ("inject_gpu_beyond", BASE + '[[faults.inject]]\nat = "1s"\ngpu = 10000000\n', "gpu"),
-        ("inject_cause_escape", BASE + '[[faults.inject]]\nat = "1s"\ngpu = 1\ncause = "\\u001b[2J"\n', "cause"),
+        ("inject_cause_escape", BASE + '[[faults.inject]]\nat = "1s"\ngpu = 1\ncause = "\\u001b[2J"\n',
+         "cause"),
         ("duplicate_job_names", BASE.replace("gpus = 16", "gpus = 32").replace("tp = 8", "tp = 8\ngpus = 16")
-         + '[[jobs]]\nname = "job0"\nmodel = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 16\ntp = 8\n', "unique"),
+         + '[[jobs]]\nname = "job0"\nmodel = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 16\ntp = 8\n',
+         "unique"),
     ]:
         toml(f"type_{name}", text, fragment=fragment)
     toml("sample_too_big", BASE.replace("gpus = 16", "gpus = 4000000").replace("tp = 8", "tp = 1\npp = 2")
          .replace("global_batch = 16", "global_batch = 2000000"), command=RECORD, fragment="MiB per line")
     toml("million_pods", BASE.replace("gpus = 16", "gpus = 4000000\ngpus_per_node = 1\ngpus_per_rack = 1\n"
-                                      "racks_per_pod = 1").replace("global_batch = 16", "global_batch = 4000000")
+                                      "racks_per_pod = 1")
+         .replace("global_batch = 16", "global_batch = 4000000")
          .replace("tp = 8", "tp = 1"), command=RECORD, fragment="pods")
     toml("record_duration_huge", BASE.replace('duration = "2s"', 'duration = "3650d"'), command=RECORD,
          fragment="")
@@ -289,7 +305,8 @@ def _bad_events(header: dict[str, Any], events: list[dict[str, Any]], small: lis
         "step_time_null": {**step, "t": 9.0, "step_time_s": None},
         "util_int": {**sample, "t": 9.0, "util": 5},
         "util_short": {**sample, "t": 9.0, "util": {"v": [1], "n": [3]}},
-        "util_negative_count": {**sample, "t": 9.0, "util": {"v": [1, 2], "n": [-8, header["topology"]["gpus"] + 8]}},
+        "util_negative_count": {**sample, "t": 9.0,
+                                "util": {"v": [1, 2], "n": [-8, header["topology"]["gpus"] + 8]}},
         "util_strings": {**sample, "t": 9.0, "util": {"v": ["x"], "n": [header["topology"]["gpus"]]}},
         "util_lengths": {**sample, "t": 9.0, "util": {"v": [1, 2], "n": [header["topology"]["gpus"]]}},
         "phase_300": {**sample, "t": 9.0, "phase": {"v": [300], "n": [header["topology"]["gpus"]]}},
@@ -312,14 +329,15 @@ def _bad_events(header: dict[str, Any], events: list[dict[str, Any]], small: lis
     }
     for name, event in bad_events.items():
         write(f"event_{name}", small + [json.dumps(event).encode()], 2, "")
-    write("event_unknown_type", small + [json.dumps({"t": 9.0, "type": "future_thing", "x": "\x1b[2J"}).encode()],
-          0, "")
+    write("event_unknown_type",
+          small + [json.dumps({"t": 9.0, "type": "future_thing", "x": "\x1b[2J"}).encode()], 0, "")
     write("event_extra_keys", small + [json.dumps({**sample, "t": 9.0, "phase_share": [[0.5]] * 3}).encode()],
           0, "")
     write("event_phase_mix_garbage", small + [json.dumps({**sample, "t": 9.0, "phase_mix": {
         "phases": ["nope"], "shares": [["x"]], "jobs": {"pretrain": [7]}, "other": -1,
         "gpus": {"at": [10 ** 9], "n": [1], "v": [0]}}}).encode()], 0, "")
-    write("event_bad_json", small + [b'{"t": 9.0, "type": '] + [b'{"t": 9.1, "type": "x"}'], 2, "not valid JSON")
+    write("event_bad_json", small + [b'{"t": 9.0, "type": '] + [b'{"t": 9.1, "type": "x"}'], 2,
+          "not valid JSON")
     write("last_line_truncated", small + [b'{"t": 9.0, "type": "st'], 0, "", tail=b"")
     write("last_line_bad_types", small + [json.dumps({"t": 9.0, "type": 3}).encode()], 2, "", tail=b"")
     write("empty_line_inside", small[:3] + [b""] + small[3:], 2, "not valid JSON")
@@ -331,7 +349,8 @@ def _cut_and_compressed(small: list[bytes]) -> None:
     raw("recordings", "empty.jsonl", b"", 2, "is empty", EXPORT, REPLAY)
     raw("recordings", "bom.jsonl", b"\xef\xbb\xbf" + b"\n".join(small) + b"\n", 2, "not JSON", EXPORT, REPLAY)
     gz = gzip.compress(b"\n".join(small) + b"\n", mtime=0)
-    z = zlib.compressobj(6, zlib.DEFLATED, 31)          # as the recorder writes: a sync flush after every line
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)          # as the recorder writes:
+                                                        # a sync flush after every line
     pieces = [z.compress(line + b"\n") + z.flush(zlib.Z_SYNC_FLUSH) for line in small]
     cut = sum(map(len, pieces[:6])) + len(pieces[6]) // 2            # inside line 7
     raw("recordings", "gzip_cut_in_first_line.jsonl.gz", gz[:200], 2, "line 1", EXPORT, REPLAY)
@@ -361,7 +380,8 @@ def sweeps() -> None:
     changed("index_string", lambda r: r.update(index="0"), "index")
     changed("index_negative", lambda r: r.update(index=-1), "index")
     changed("point_list", lambda r: r.update(point=[]), "point")
-    changed("point_key_traversal", lambda r: r["point"].update({"../../../../tmp/x": 1}), "not a scenario key")
+    changed("point_key_traversal", lambda r: r["point"].update({"../../../../tmp/x": 1}),
+            "not a scenario key")
     changed("point_value_escape", lambda r: r["point"].update({"jobs[0].tp": "\x1b[2J"}), "point")
     changed("point_value_list", lambda r: r["point"].update({"jobs[0].tp": [1]}), "point")
     changed("scenario_escape", lambda r: r.update(scenario="\x1b[2Jx"), "scenario")
@@ -382,7 +402,8 @@ def main() -> None:
     recordings()
     sweeps()
     with open(HERE / "cases.tsv", "w", encoding="utf-8") as f:
-        f.write("# file\tcommand\texit code\tfragment of the one line a refused case prints (written by make.py)\n")
+        f.write("# file\tcommand\texit code\tfragment of the one line a refused case prints "
+                "(written by make.py)\n")
         f.writelines("\t".join(str(x) for x in case) + "\n" for case in cases)
     print(f"{len(cases)} cases")
 
