@@ -29,7 +29,7 @@ DIMS = ("tp", "cp", "pp", "dp", "ep")
 
 
 class ClusterShape(Protocol):
-    """What geometry needs of a scenario's [cluster] (engine/config/scenario.py's Cluster)."""
+    """What geometry needs of a scenario's [cluster] (engine/config/cluster.py's Cluster)."""
 
     @property
     def gpus(self) -> int: ...
@@ -144,7 +144,7 @@ class JobGeometry:
 
     @classmethod
     def of(cls, job: Any) -> JobGeometry:
-        """A scenario's job (engine/config/scenario.py's Job)."""
+        """A scenario's job (engine/config/job.py's Job)."""
         return cls(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.ep)
 
     @classmethod

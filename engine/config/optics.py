@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from . import catalog
+from .geometry import Geometry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -77,13 +78,11 @@ def site_optics(cluster: Cluster) -> SiteOptics:
     per_link = table.transceivers_per_link
     nic_share = cluster.nics_per_node / cluster.gpus_per_node
     nic_gbps = cluster.scale_out.gb_s * 8
-    per_pod = cluster.gpus_per_rack * cluster.racks_per_pod
-    per_building = per_pod * cluster.pods_per_building if cluster.pods_per_building else \
-        max(cluster.gpus, per_pod)
+    where = Geometry.of(cluster)
     links: list[tuple[str, int, float]] = []
-    for tier, per, over in (("spine", cluster.gpus_per_rack, cluster.rack_oversubscription),
-                            ("core", per_pod, cluster.pod_oversubscription),
-                            ("campus", per_building, cluster.building_oversubscription)):
+    for tier, per, over in (("spine", where.gpus_per_rack, cluster.rack_oversubscription),
+                            ("core", where.gpus_per_pod, cluster.pod_oversubscription),
+                            ("campus", where.gpus_per_building, cluster.building_oversubscription)):
         n = _uplinks(cluster.gpus, per, nic_share, over)
         if n:
             links.append((tier, n, nic_gbps))
