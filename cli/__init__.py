@@ -1,9 +1,9 @@
 """clustertop: see how a large AI cluster really behaves. The command line lives in clustertop.cli.
 
-The wheel installs one package, `clustertop`: this folder (cli/ in the repository) is the package itself, with the
-engine as `clustertop.engine` and the dashboard as `clustertop.tui` (the folders engine/ and tui/, mapped in
-pyproject.toml). No folder of the checkout is named `clustertop`, so Python run from the checkout imports the
-installed package, never a half of it.
+The wheel installs one package, `clustertop`: this folder (cli/ in the repository) is the package itself, with
+the engine as `clustertop.engine` and the dashboard as `clustertop.tui` (the folders engine/ and tui/, mapped
+in pyproject.toml). No folder of the checkout is named `clustertop`, so Python run from the checkout imports
+the installed package, never a half of it.
 """
 
 from __future__ import annotations

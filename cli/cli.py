@@ -9,6 +9,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 import clustertop
 from clustertop import signals
@@ -44,7 +45,8 @@ def _dispatch(name: str) -> Callable[[argparse.Namespace], int]:
 
     def run(args: argparse.Namespace) -> int:
         module = importlib.import_module(f"clustertop.commands.{MODULES.get(name, name)}")
-        return module.main(args)
+        command: Callable[[argparse.Namespace], int] = module.main
+        return command(args)
 
     return run
 
@@ -55,7 +57,7 @@ MODULES = {"import": "import_telemetry"}     # subcommands whose name is not a m
 class _Parser(argparse.ArgumentParser):
     """argparse that reports bad flags as one line with exit code 2 (its default) and no usage dump."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {escape(message)} (see `{self.prog} --help`)\n")
 
 
@@ -110,13 +112,16 @@ def _record_flags(p: argparse.ArgumentParser) -> None:
     _scenario_arg(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output file (.jsonl, or .jsonl.gz for gzip), or - for stdout")
-    p.add_argument("--duration", metavar="D", help='simulated time, e.g. "90s", "6h", "54d" (default: the scenario\'s)')
+    p.add_argument("--duration", metavar="D",
+                   help='simulated time, e.g. "90s", "6h", "54d" (default: the scenario\'s)')
     p.add_argument("--seed", type=int, metavar="N", help="random seed (default: the scenario's)")
-    p.add_argument("--sample", metavar="D", help="sampling interval, e.g. \"1s\" (default: suits the duration)")
-    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout when writing to a file")
+    p.add_argument("--sample", metavar="D",
+                   help="sampling interval, e.g. \"1s\" (default: suits the duration)")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON summary on stdout when writing to a file")
     p.add_argument("--control", action="store_true",
-                   help="live mode: pace the output and read commands (speed, pause, resume, inject_fault) as "
-                        "JSON lines on stdin")
+                   help="live mode: pace the output and read commands (speed, pause, resume, inject_fault) "
+                        "as JSON lines on stdin")
 
 
 def _estimate_flags(p: argparse.ArgumentParser) -> None:
@@ -133,20 +138,23 @@ def _compare_flags(p: argparse.ArgumentParser) -> None:
 
 def _export_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="a .jsonl or .jsonl.gz recording, or - for stdin")
-    p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (default: perfetto)")
+    p.add_argument("--format", choices=["perfetto"], default="perfetto",
+                   help="output format (default: perfetto)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="output file")
 
 
 def _sweep_flags(p: argparse.ArgumentParser) -> None:
     _scenario_arg(p)
     p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
-                   help="a scenario key (jobs[0].tp, cluster.gpus, ...) and its values; repeat for a cross product")
-    p.add_argument("-o", "--output", metavar="FILE", help="stream one JSON object per point to FILE (JSON Lines)")
+                   help="a scenario key (jobs[0].tp, cluster.gpus, ...) and its values; "
+                        "repeat for a cross product")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="stream one JSON object per point to FILE (JSON Lines)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="print the best N points (default 10)")
-    p.add_argument("--rank", choices=["step_time", "tokens_per_s_per_gpu", "usd_per_mtoken", "energy_j_per_token",
-                                      "tokens_per_s_per_mw"],
-                   help="rank the points that fit by this objective (default: step time, or tokens/s per GPU once "
-                        "the points differ in GPUs or tokens per step)")
+    p.add_argument("--rank", choices=["step_time", "tokens_per_s_per_gpu", "usd_per_mtoken",
+                                      "energy_j_per_token", "tokens_per_s_per_mw"],
+                   help="rank the points that fit by this objective (default: step time, or tokens/s per GPU "
+                        "once the points differ in GPUs or tokens per step)")
     p.add_argument("--best-to", metavar="FILE.toml", help="write the best point as a ready scenario file")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask distributed scheduler")
@@ -154,27 +162,34 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
 
 def _import_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("format", choices=["prometheus"], help="the dumps' format: prometheus (query_range JSON)")
-    p.add_argument("dumps", nargs="+", metavar="DUMP.json", help="range-query results, any order, one or more")
+    p.add_argument("dumps", nargs="+", metavar="DUMP.json",
+                   help="range-query results, any order, one or more")
     p.add_argument("--cluster", required=True, metavar="CLUSTER.toml",
-                   help="a scenario file (or a file with only [cluster]) whose cluster the GPUs are placed on")
+                   help="a scenario file (or a file with only [cluster]) "
+                        "whose cluster the GPUs are placed on")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output recording (.jsonl, or .jsonl.gz for gzip), or - for stdout")
     p.add_argument("--json", action="store_true", help="print a JSON summary when writing to a file")
 
 
 def _watch_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prometheus", metavar="URL", help="a Prometheus server (its HTTP API) that scrapes dcgm-exporter")
+    p.add_argument("--prometheus", metavar="URL",
+                   help="a Prometheus server (its HTTP API) that scrapes dcgm-exporter")
     p.add_argument("--exporter", action="append", metavar="URL[,URL...]",
-                   help="dcgm-exporter (and node_exporter) /metrics URLs, comma-separated or @FILE (one a line); "
-                        "repeatable")
+                   help="dcgm-exporter (and node_exporter) /metrics URLs, comma-separated or @FILE (one a "
+                        "line); repeatable")
     p.add_argument("--cluster", metavar="CLUSTER.toml",
-                   help="a scenario file (or [cluster] alone) to place the GPUs on (default: the hosts that answer)")
+                   help="a scenario file (or [cluster] alone) to place the GPUs on "
+                        "(default: the hosts that answer)")
     p.add_argument("--interval", metavar="D", help='time between rounds, e.g. "5s" (default: 5s)')
-    p.add_argument("--timeout", metavar="D", help="deadline of one request (default: 0.8 x the interval, at most 10s)")
-    p.add_argument("--record", metavar="FILE", help="also write what is watched to FILE (.jsonl or .jsonl.gz)")
+    p.add_argument("--timeout", metavar="D",
+                   help="deadline of one request (default: 0.8 x the interval, at most 10s)")
+    p.add_argument("--record", metavar="FILE",
+                   help="also write what is watched to FILE (.jsonl or .jsonl.gz)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="headless: write the stream to FILE (or - for stdout) instead of showing it")
-    p.add_argument("--duration", metavar="D", help='stop after this long, e.g. "1h" (default: until interrupted)')
+    p.add_argument("--duration", metavar="D",
+                   help='stop after this long, e.g. "1h" (default: until interrupted)')
     _metric_flag(p)
 
 
@@ -186,14 +201,17 @@ def _validate_flags(p: argparse.ArgumentParser) -> None:
 SUBCOMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None] | None], ...] = (
     ("run", "run a scenario live in the dashboard", "example: clustertop run llama3-405b-16k", _run_flags),
     ("replay", "replay a recording in the dashboard",
-     "examples:\n  clustertop replay run.jsonl.gz\n  clustertop record X -o - | clustertop replay -", _replay_flags),
+     "examples:\n  clustertop replay run.jsonl.gz\n  clustertop record X -o - | clustertop replay -",
+     _replay_flags),
     ("record", "simulate a scenario headless and write its event stream",
      "example: clustertop record llama3-405b-16k -o run.jsonl.gz --duration 6h --json", _record_flags),
     ("estimate", "what one training step costs: time, throughput, MFU, memory",
-     "examples:\n  clustertop estimate llama3-405b-16k\n  clustertop estimate my.toml --json", _estimate_flags),
+     "examples:\n  clustertop estimate llama3-405b-16k\n  clustertop estimate my.toml --json",
+     _estimate_flags),
     ("compare", "two scenarios or recordings side by side, in sync",
      ("examples:\n  clustertop compare pcie-8gpu nvswitch-8gpu\n"
-     "  clustertop compare mi300x-vs-h100          the scenario beside its twin (compare_with)"), _compare_flags),
+     "  clustertop compare mi300x-vs-h100          the scenario beside its twin (compare_with)"),
+     _compare_flags),
     ("export", "convert a recording to another format (Perfetto / Chrome trace)",
      "example: clustertop export run.jsonl.gz --format perfetto -o trace.json", _export_flags),
     ("scenarios", "list the built-in scenarios", "example: clustertop scenarios", None),
@@ -242,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             args = parser.parse_args(["run", *(argv or sys.argv[1:])])
-        return args.func(args)
+        func: Callable[[argparse.Namespace], int] = args.func
+        return func(args)
     except UserError as exc:
         print(f"clustertop: {exc}", file=sys.stderr)
         return 2

@@ -31,7 +31,8 @@ class Bar:
         self._progress: Progress | None = None
         if enabled:
             self._progress = Progress(BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[note]}"),
-                                      TimeRemainingColumn(), console=Console(file=file or sys.stderr, force_terminal=True),
+                                      TimeRemainingColumn(),
+                                      console=Console(file=file or sys.stderr, force_terminal=True),
                                       transient=True)
             self._task = self._progress.add_task("", total=max(total, 1e-9), note="")
             self._progress.start()
@@ -62,4 +63,5 @@ class RunBar(Bar):
     """A recording: simulated time against the target, and how many times faster than real time it runs."""
 
     def __call__(self, sim_t: float) -> None:
-        self.update(sim_t, f"{format_duration(sim_t)} / {format_duration(self.total)}  {self.rate(sim_t):,.0f}x")
+        self.update(sim_t,
+                    f"{format_duration(sim_t)} / {format_duration(self.total)}  {self.rate(sim_t):,.0f}x")

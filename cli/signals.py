@@ -10,7 +10,7 @@ from __future__ import annotations
 import _signal  # the C module: `signal` imports enum, operator, collections (10 ms of imports)
 import sys
 
-INTERRUPTED = 128 + _signal.SIGINT
+INTERRUPTED: int = 128 + _signal.SIGINT
 
 
 def _exit(signum: int, frame: object) -> None:
@@ -18,8 +18,8 @@ def _exit(signum: int, frame: object) -> None:
 
 
 def quiet_until_main() -> None:
-    """Ctrl-C during the imports before main() runs exits with 130 instead of a KeyboardInterrupt traceback from
-    whichever module was loading (main() puts Python's own handler back)."""
+    """Ctrl-C during the imports before main() runs exits with 130 instead of a KeyboardInterrupt traceback
+    from whichever module was loading (main() puts Python's own handler back)."""
     if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
         _signal.signal(_signal.SIGINT, _exit)
 

@@ -1,4 +1,5 @@
-"""A stand-in for engine.model.estimate while the performance model is written: roofline-ish arithmetic, same JSON shape.
+"""A stand-in for engine.model.estimate while the performance model is written:
+roofline-ish arithmetic, same JSON shape.
 
 `estimate(scenario)` and `to_json(result)` mirror the real API; `estimate_json` chains them (the sweep's
 estimator signature). Step time: 6N FLOPs per token at a shape-dependent fraction of peak, a pipeline bubble

@@ -1,5 +1,5 @@
-"""A synthetic but realistic planner for the stream's tests: fast, and independent of the performance model, so a
-change to the model does not move what these tests expect.
+"""A synthetic but realistic planner for the stream's tests: fast, and independent of the performance model,
+so a change to the model does not move what these tests expect.
 
 It builds a StepPlan the way the real cost model does: a list schedule of 1F1B over `pp` stages with
 `v * m` chunk-microbatches (interleaving approximated by v chunks per microbatch, so the bubble is about
@@ -59,7 +59,8 @@ def chunks(job: Job, m: int) -> int:
 
 
 def schedule(p: int, n: int, f: float, b: float, c: float) -> list[list[tuple[str, float, float, float]]]:
-    """1F1B list schedule: per stage, its ops in order as (kind, start, end, ready) with ready = input arrival."""
+    """1F1B list schedule: per stage, its ops in order as (kind, start, end, ready)
+    with ready = input arrival."""
     order: list[list[tuple[str, int]]] = []
     for s in range(p):
         warm = min(p - s - 1, n)
@@ -243,7 +244,8 @@ def write_scenario(directory: object, text: str = SMALL, name: str = "small.toml
     return str(path)
 
 
-# A script that runs the clustertop CLI with the fake planner, for subprocess tests (argv: tests dir, args...).
+# A script that runs the clustertop CLI with the fake planner, for subprocess tests
+# (argv: tests dir, args...).
 CLI_WITH_FAKE_PLANNER = """\
 import sys
 sys.path.insert(0, sys.argv[1])

@@ -1,7 +1,7 @@
-"""Real telemetry made from a simulated run, for the telemetry tests and benchmarks: Prometheus range-query dumps
-and dcgm-exporter pages built from a recording's samples (utilization as DCGM_FI_DEV_GPU_UTIL percent, power as
-DCGM_FI_DEV_POWER_USAGE watts), and standard-library HTTP servers on 127.0.0.1 that serve them (a fake
-Prometheus and fake exporters), each in a thread of its own."""
+"""Real telemetry made from a simulated run, for the telemetry tests and benchmarks: Prometheus range-query
+dumps and dcgm-exporter pages built from a recording's samples (utilization as DCGM_FI_DEV_GPU_UTIL percent,
+power as DCGM_FI_DEV_POWER_USAGE watts), and standard-library HTTP servers on 127.0.0.1 that serve them (a
+fake Prometheus and fake exporters), each in a thread of its own."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ T0 = 1_717_000_000.0            # unix time of the simulated run's t = 0 in the 
 
 
 def simulate(directory: Path) -> tuple[str, list[tuple[float, np.ndarray, np.ndarray]]]:
-    """A 64-GPU simulated run (fake_plan's SMALL: TP2 PP4 DP8, the fake cost model) sampled every second for 10 s:
-    its scenario file and its frames."""
+    """A 64-GPU simulated run (fake_plan's SMALL: TP2 PP4 DP8, the fake cost model) sampled every second for
+    10 s: its scenario file and its frames."""
     import clustertop.engine.sim.run as engine_run
     from clustertop.cli import main
     from fake_plan import QUIET, SMALL, fake_planner, write_scenario
@@ -72,8 +72,8 @@ def value_text(metric: str, value: float) -> str:
 def range_dump(path: Path, metric: str, data: list[tuple[float, np.ndarray, np.ndarray]], names: list[str],
                per_node: int, *, gaps: Callable[[int, float], bool] | None = None, shuffle: int = 0,
                t0: float = T0) -> Path:
-    """The JSON of /api/v1/query_range for one metric over `data`; `gaps(gpu, t)` drops points, series are in a
-    shuffled order (seeded) so placement cannot rely on the file's order."""
+    """The JSON of /api/v1/query_range for one metric over `data`; `gaps(gpu, t)` drops points, series are in
+    a shuffled order (seeded) so placement cannot rely on the file's order."""
     column = 1 if metric == UTIL else 2
     order = list(range(len(names) * per_node))
     random.Random(shuffle).shuffle(order)
@@ -151,7 +151,8 @@ class FakeServer:
 class Replay:
     """A simulated run's frames played back: `frame()` is the one to show now, advanced by `advance()`."""
 
-    def __init__(self, data: list[tuple[float, np.ndarray, np.ndarray]], names: list[str], per_node: int) -> None:
+    def __init__(self, data: list[tuple[float, np.ndarray, np.ndarray]], names: list[str],
+                 per_node: int) -> None:
         self.data = data
         self.names = names
         self.per_node = per_node
@@ -166,14 +167,15 @@ class Replay:
 
 
 class Exporters:
-    """One fake dcgm-exporter per node of the replay, each on a loopback address of its own (127.0.0.2, ...: every
-    node a host, as in a cluster), serving that node's page of the replay's current frame at /metrics;
+    """One fake dcgm-exporter per node of the replay, each on a loopback address of its own (127.0.0.2, ...:
+    every node a host, as in a cluster), serving that node's page of the replay's current frame at /metrics;
     `broken[node]` = (status, body) answers instead."""
 
     def __init__(self, replay: Replay) -> None:
         self.replay = replay
         self.broken: dict[int, tuple[int, bytes]] = {}
-        self.servers = [FakeServer(self._route(node), f"127.0.0.{node + 2}") for node in range(len(replay.names))]
+        self.servers = [FakeServer(self._route(node), f"127.0.0.{node + 2}")
+                        for node in range(len(replay.names))]
         self.urls = [f"{server.url}/metrics" for server in self.servers]
 
     def _route(self, node: int) -> Route:

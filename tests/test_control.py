@@ -1,4 +1,5 @@
-"""Live control, engine side: the protocol, pacing, pause and resume, injected faults, and `record --control`."""
+"""Live control, engine side: the protocol, pacing, pause and resume, injected faults,
+and `record --control`."""
 
 from __future__ import annotations
 
@@ -36,12 +37,13 @@ def test_protocol_round_trip_and_the_engine_decodes_with_it() -> None:
         line = protocol.encode(command)
         assert line.endswith(b"\n") and protocol.decode(line) == command
     assert protocol.decode(b'{"cmd": "speed", "value": 2}') == {"cmd": "speed", "value": 2}
-    for bad in (b"not json", b"[1]", b'{"cmd": "reboot"}', b'{"cmd": "speed"}', b'{"cmd": "speed", "value": true}',
+    for bad in (b"not json", b"[1]", b'{"cmd": "reboot"}', b'{"cmd": "speed"}',
+                b'{"cmd": "speed", "value": true}',
                 b'{"cmd": "inject_fault", "gpu": "7"}', b'{"cmd": "inject_fault", "gpu": false}'):
         assert protocol.decode(bad) is None
     with pytest.raises(ValueError):
         protocol.encode({"cmd": "reboot"})
-    assert control.decode is protocol.decode        # the engine reads what the dashboard writes, one definition
+    assert control.decode is protocol.decode  # the engine reads what the dashboard writes, one definition
 
 
 class Script:
@@ -169,12 +171,13 @@ def test_a_pause_is_not_simulated_time(tmp_path: Any) -> None:
     """Defect: after space, 10 s, space at 100x the engine's clock jumped 1,000 simulated seconds."""
     r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=600.0,
             sample_s=1.0)
-    script = SlowWhenBlocked({2: [protocol.speed(100)], 4: [protocol.pause()], 6: [protocol.resume()]}, eof_at=10)
+    script = SlowWhenBlocked({2: [protocol.speed(100)], 4: [protocol.pause()], 6: [protocol.resume()]},
+                             eof_at=10)
     script.run = r
     control.Pacer(r, script, clock=script.clock).drive(Lines())  # type: ignore[arg-type]
     sim = script.sim
-    assert sim[5] == sim[4] and sim[6] == sim[4]                 # paused
-    assert sim[7] - sim[6] <= 5.0 + 1e-9                          # one tick at 100x after the resume, not 1,000 s
+    assert sim[5] == sim[4] and sim[6] == sim[4]      # paused
+    assert sim[7] - sim[6] <= 5.0 + 1e-9              # one tick at 100x after the resume, not 1,000 s
 
 
 def test_run_to_drives_the_clock_and_faults_land_at_the_time_given(tmp_path: Any) -> None:
@@ -186,8 +189,8 @@ def test_run_to_drives_the_clock_and_faults_land_at_the_time_given(tmp_path: Any
     sink = Lines()
     control.Pacer(r, script, clock=script.clock).drive(sink)  # type: ignore[arg-type]
     sim = script.sim
-    assert sim[3] == sim[4] == sim[5] == 7.0                      # no further than the dashboard's clock
-    assert sim[7] == 9.5 and sim[9] == sim[10] == 12.25           # the injection moved it to its time, not back
+    assert sim[3] == sim[4] == sim[5] == 7.0                # no further than the dashboard's clock
+    assert sim[7] == 9.5 and sim[9] == sim[10] == 12.25     # the injection moved it to its time, not back
     events = [orjson.loads(line) for line in sink.lines]
     (fault,) = [e for e in events if e["type"] == "fault"]
     assert fault["t"] == 12.25 and fault["gpu"] == 13

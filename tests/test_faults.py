@@ -113,7 +113,8 @@ def test_flagship_checkpoint_cost_and_interval() -> None:
     params = total_params(job.model)[0]
     assert 400e9 < params < 410e9
     plan = checkpoint.checkpoint_plan(s, job)
-    # 14 bytes per parameter (BF16 weights, FP32 master weights and Adam moments) at 2 TB/s (Tectonic sustained).
+    # 14 bytes per parameter (BF16 weights, FP32 master weights and Adam moments)
+    # at 2 TB/s (Tectonic sustained).
     assert plan.state_bytes == 14 * params and plan.write_s == pytest.approx(14 * params / 2e12)
     assert plan.mode == "sync" and plan.stall_s == plan.write_s
     rate = (419 + 47) / DAYS54

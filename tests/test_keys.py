@@ -15,7 +15,8 @@ def test_every_binding_has_help_and_a_section() -> None:
     sections = {a for _, actions in keys.SECTIONS for a in actions}
     for cls in CLASSES:
         for binding in cls.BINDINGS:
-            assert isinstance(binding, Binding) and binding.tooltip, f"{cls.__name__} {binding.key}: no tooltip"
+            assert isinstance(binding, Binding) and binding.tooltip, \
+                f"{cls.__name__} {binding.key}: no tooltip"
             assert binding.action.split("(")[0] in sections, binding.action
 
 

@@ -83,8 +83,8 @@ def test_json_summary_has_the_run_figures(tmp_path: Path, capsys: pytest.Capture
     out = tmp_path / "r.jsonl"
     assert record(path, "-o", str(out), "--duration", "1d", "--json") == 0
     summary = orjson.loads(capsys.readouterr().out)
-    before = {"scenario", "output", "seed", "steps", "tokens", "sim_seconds", "wall_seconds", "events", "samples",
-              "sample_interval_s", "bytes", "jobs"}
+    before = {"scenario", "output", "seed", "steps", "tokens", "sim_seconds", "wall_seconds", "events",
+              "samples", "sample_interval_s", "bytes", "jobs"}
     assert set(summary) == before | RUN_KEYS
     events = list(reader.iter_events(str(out)))[1:]
     kinds = [e["type"] for e in events]
@@ -104,12 +104,13 @@ def test_json_summary_has_the_run_figures(tmp_path: Path, capsys: pytest.Capture
     assert summary["energy_mwh"] == pytest.approx(energy, rel=1e-3)
     hours = 24.0
     assert summary["cost_usd"] == pytest.approx(energy * 85 + 64 * 30000 / (5 * 8760) * hours, rel=1e-3)
-    kept = summary["jobs"]["train"]["tokens"]            # what the job has at the end: work lost to faults is not
+    kept = summary["jobs"]["train"]["tokens"]  # what the job has at the end: work lost to faults is not
     assert kept < summary["tokens"]
     assert summary["usd_per_mtoken"] == pytest.approx(summary["cost_usd"] / kept * 1e6, rel=1e-4)
     assert summary["energy_j_per_token"] == pytest.approx(summary["energy_mwh"] * 3.6e9 / kept, rel=1e-4)
     state = reader.fold(str(out))
-    assert state.jobs["train"].interruptions == summary["interruptions_unexpected"] + summary["interruptions_planned"]
+    assert state.jobs["train"].interruptions == (summary["interruptions_unexpected"]
+                                                 + summary["interruptions_planned"])
 
 
 def test_record_to_stdout_pipes_into_the_reader(small: str) -> None:
@@ -164,8 +165,8 @@ def test_unwritable_output(small: str, tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_bad_scenario_subprocess_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text('name = "bad"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\nmodel = "llama3.1-8b"\n'
-                   'seq_len = 4096\nglobal_batch = 8\ntp = 3\n')
+    bad.write_text('name = "bad"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\n'
+                   'model = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\ntp = 3\n')
     done = cli("record", str(bad), "-o", str(tmp_path / "r.jsonl"))
     assert done.returncode == 2 and done.stderr.count(b"\n") == 1 and b"Traceback" not in done.stderr
     assert not (tmp_path / "r.jsonl").exists()
@@ -183,8 +184,8 @@ def test_job_that_does_not_fit_is_recorded(tmp_path: Path) -> None:
 def test_killed_recorder_leaves_a_readable_prefix(suffix: str, small: str, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / f"killed{suffix}"
-    proc = subprocess.Popen([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, "record", small, "-o", str(out),
-                             "--duration", "30d", "--sample", "1s"], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, "record", small, "-o",
+                             str(out), "--duration", "30d", "--sample", "1s"], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while (not out.exists() or out.stat().st_size < 200_000) and time.monotonic() < deadline:

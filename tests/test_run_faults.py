@@ -1,7 +1,8 @@
-"""Faults, checkpoints, restarts and maintenance in the engine run (engine/sim/faults.py JobDriver, engine/sim/run.py).
+"""Faults, checkpoints, restarts and maintenance in the engine run
+(engine/sim/faults.py JobDriver, engine/sim/run.py).
 
-On the 64-GPU `small` cluster of tests/fake_plan.py (steps of ~0.75 s): scheduled faults ([[faults.inject]]), exact
-restart times, the work lost, the hardware shown failed, spares, and the counts in the summary.
+On the 64-GPU `small` cluster of tests/fake_plan.py (steps of ~0.75 s): scheduled faults ([[faults.inject]]),
+exact restart times, the work lost, the hardware shown failed, spares, and the counts in the summary.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ diurnal_amplitude = 0.0
 
 def scenario_text(faults_table: str = "", checkpoint: str = "", extra: str = "", base: str = SMALL) -> str:
     """The small scenario with no random faults or stragglers, plus the given tables."""
-    return (base + STILL + "\n[faults]\nenabled = false\ndetection = \"5s\"\nrestart = \"20s\"\n" + faults_table
-            + "\n[checkpoint]\n" + checkpoint + "\n" + extra)
+    return (base + STILL + "\n[faults]\nenabled = false\ndetection = \"5s\"\nrestart = \"20s\"\n"
+            + faults_table + "\n[checkpoint]\n" + checkpoint + "\n" + extra)
 
 
 def run(tmp_path: Any, text: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
@@ -61,7 +62,7 @@ def period(r: Run) -> float:
     return r.tracks[0].plan.step_time_s
 
 
-# ----- a fault: detection, restart from the checkpoint, the work lost -------------------------------------------
+# ----- a fault: detection, restart from the checkpoint, the work lost ---------------------------------------
 
 
 def test_fault_restarts_from_the_last_checkpoint(tmp_path: Any) -> None:
@@ -69,9 +70,10 @@ def test_fault_restarts_from_the_last_checkpoint(tmp_path: Any) -> None:
     r, events = run(tmp_path, text, duration_s=80.0, sample_s=1.0)
     p = period(r)
     write = checkpoint.checkpoint_plan(r.scenario, r.scenario.jobs[0]).write_s
-    assert write == pytest.approx(14 * 8.03e9 / 0.1e12, rel=0.01)          # 14 bytes per parameter at 0.1 TB/s
+    assert write == pytest.approx(14 * 8.03e9 / 0.1e12, rel=0.01)  # 14 bytes per parameter at 0.1 TB/s
     starts, ends = of(events, "checkpoint_start"), of(events, "checkpoint_end")
-    # The first checkpoint is written at the first step boundary after 10 s; training stops while it is written.
+    # The first checkpoint is written at the first step boundary after 10 s;
+    # training stops while it is written.
     first = math.ceil(10.0 / p) * p
     assert starts[0]["t"] == pytest.approx(first, abs=1e-6) and starts[0]["step"] == round(first / p)
     assert ends[0]["t"] == pytest.approx(first + write, abs=1e-6) and ends[0]["ok"] is True
@@ -145,7 +147,7 @@ def test_no_spare_left_waits_for_the_repair(tmp_path: Any) -> None:
                          'interval = "10s"')
     _, events = run(tmp_path, text, duration_s=200.0, sample_s=5.0)
     (restart,) = of(events, "restart")
-    assert restart["t"] == pytest.approx(133.0)           # one spare; the second node is the first one repaired
+    assert restart["t"] == pytest.approx(133.0)  # one spare; the second node is the first one repaired
     text = scenario_text('spare_nodes = 0\nrepair = "100s"\n' + inject(("33s", 13)), 'interval = "10s"')
     _, events = run(tmp_path, text, duration_s=200.0, sample_s=5.0)
     (restart,) = of(events, "restart")
@@ -179,7 +181,8 @@ def test_asynchronous_checkpoints_write_behind_training(tmp_path: Any) -> None:
     plan = checkpoint.checkpoint_plan(r.scenario, r.scenario.jobs[0])
     # The snapshot to host memory: each GPU's weights (sharded over TP 2 x PP 4) and ZeRO-1 optimizer shard.
     local = 2 * 8.03e9 / 8 + 12 * 8.03e9 / 64
-    assert plan.stall_s == pytest.approx(local / 64e9, rel=0.01) and plan.write_s == pytest.approx(5.0, rel=0.01)
+    assert (plan.stall_s == pytest.approx(local / 64e9, rel=0.01)
+            and plan.write_s == pytest.approx(5.0, rel=0.01))
     start = of(events, "checkpoint_start")[0]
     assert start["mode"] == "async"
     steps = of(events, "step")
@@ -200,7 +203,8 @@ def test_asynchronous_checkpoints_write_behind_training(tmp_path: Any) -> None:
 
 def test_maintenance_checkpoints_then_stops_for_its_window(tmp_path: Any) -> None:
     text = scenario_text('planned = "30s"\n', 'interval = "1h"\nstorage_tb_s = 0.1')
-    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, duration_s=70.0, sample_s=1.0)
+    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, duration_s=70.0,
+            sample_s=1.0)
 
     def calendar(run: Run) -> Any:
         yield run.env.timeout(20.0)
@@ -232,7 +236,8 @@ def test_a_fault_on_gpus_without_a_job(tmp_path: Any) -> None:
 
 def test_injections_are_checked_when_the_scenario_loads(tmp_path: Any) -> None:
     for entry, message in ((inject(("5s", 64)), "GPU 64 is not in the cluster"),
-                           ('\n[[faults.inject]]\nat = "5s"\ngpu = 3\ncause = "Faulty GPUs"\n', "did you mean"),
+                           ('\n[[faults.inject]]\nat = "5s"\ngpu = 3\ncause = "Faulty GPUs"\n',
+                            "did you mean"),
                            ('\n[[faults.inject]]\ngpu = 3\n', r"faults\.inject\[0\]\.at: missing"),
                            ('\n[[faults.inject]]\nat = "soon"\ngpu = 3\n', "expected a duration")):
         with pytest.raises(UserError, match=message) as info:
@@ -240,7 +245,7 @@ def test_injections_are_checked_when_the_scenario_loads(tmp_path: Any) -> None:
         assert "\n" not in str(info.value)
 
 
-# ----- random faults and maintenance over a run ---------------------------------------------------------------
+# ----- random faults and maintenance over a run -------------------------------------------------------------
 
 
 def test_random_interruptions_are_the_scheduled_ones(tmp_path: Any) -> None:

@@ -1,8 +1,8 @@
 """The flagship over Llama 3's 54-day snapshot (one run with the cost model): interruptions, causes, effective
 training time and the site's power swing, against ../shared/reference/published_runs.toml.
 
-Statistics over many seeds are tested on engine/faults directly (tests/test_faults.py); this run checks that the
-engine turns those draws into the published picture.
+Statistics over many seeds are tested on engine/faults directly (tests/test_faults.py); this run checks that
+the engine turns those draws into the published picture.
 """
 
 from __future__ import annotations

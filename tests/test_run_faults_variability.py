@@ -1,4 +1,5 @@
-"""Stragglers and the day's clocks in the engine run: the job waits for its slowest GPU, which the stream shows."""
+"""Stragglers and the day's clocks in the engine run:
+the job waits for its slowest GPU, which the stream shows."""
 
 from __future__ import annotations
 
@@ -74,11 +75,13 @@ def test_site_power_includes_the_stragglers(tmp_path: Any) -> None:
 
 def test_day_and_night(tmp_path: Any) -> None:
     amplitude = 0.02
-    r, events = run(tmp_path, f"straggler_sigma = 0.0\nslow_gpu_fraction = 0.0\ndiurnal_amplitude = {amplitude}\n",
+    r, events = run(tmp_path,
+                    f"straggler_sigma = 0.0\nslow_gpu_fraction = 0.0\ndiurnal_amplitude = {amplitude}\n",
                     duration_s=86400.0, sample_s=3600.0)
     nominal = r.tracks[0].plan
     assert nominal is not None
-    times = {e["t"]: e["jobs"]["train"]["step_time_s"] for e in events if e["type"] == "sample" and e["t"] > 0}
+    times = {e["t"]: e["jobs"]["train"]["step_time_s"] for e in events
+             if e["type"] == "sample" and e["t"] > 0}
     slowest, fastest = max(times, key=times.__getitem__), min(times, key=times.__getitem__)
     assert 13 * 3600 <= slowest <= 15 * 3600 and (fastest <= 3 * 3600 or fastest >= 23 * 3600)
     assert times[fastest] == pytest.approx(nominal.step_time_s, rel=1e-4)

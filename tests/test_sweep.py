@@ -1,4 +1,5 @@
-"""The sweep engine: --vary parsing, the cross product, dp derivation, invalid points, ranking, records, --best-to."""
+"""The sweep engine: --vary parsing, the cross product, dp derivation, invalid points,
+ranking, records, --best-to."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def records(sw: Sweep, **kw: Any) -> tuple[list[dict[str, Any]], Ranking, bytes]
     return [orjson.loads(line) for line in data.splitlines()], ranking, data
 
 
-# ---- --vary ----------------------------------------------------------------------------------------------------
+# ---- --vary ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("token, value", [
     ("8", 8), ("7.0", 7.0), ("1e3", 1000.0), ("1_000", 1000), ("true", True), ("false", False),
@@ -147,7 +148,7 @@ def test_apply_copies_only_what_changes() -> None:
     assert out["cluster"] is data["cluster"], "untouched tables are shared"
 
 
-# ---- the cross product and dp ------------------------------------------------------------------------------------
+# ---- the cross product and dp ------------------------------------------------------------------------------
 
 def test_cross_product_in_order(tmp_path: Path) -> None:
     sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
@@ -191,15 +192,16 @@ def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
     best.write_text(best_scenario(sw, ranking.best(1)[0].index, ranking.objective))
     raw = tomllib.loads(best.read_text())
     job = scenario.load(str(best)).jobs[0]
-    assert (raw["jobs"][0]["dp"], raw["jobs"][0]["gpus"]) == (job.dp, job.gpus) == (jobs[ranking.best(1)[0].index].dp,
-                                                                                  jobs[ranking.best(1)[0].index].gpus)
+    assert (raw["jobs"][0]["dp"], raw["jobs"][0]["gpus"]) == (job.dp, job.gpus) == (
+        jobs[ranking.best(1)[0].index].dp, jobs[ranking.best(1)[0].index].gpus)
 
 
 def test_dp_is_kept_when_varied_or_when_nothing_changes_the_gpus(tmp_path: Path) -> None:
     sw = plan(write(tmp_path), ["jobs[0].tp=4,8", "jobs[0].dp=4,8"], fake_estimate.estimate_json)
     assert sw.derived == ()
     recs, _, _ = records(sw, workers=1)
-    assert [r["jobs"][0]["gpus"] if "jobs" in r else r["error"][:12] for r in recs] == [32, 64, 64, "jobs[0].dp: "]
+    assert [r["jobs"][0]["gpus"] if "jobs" in r else r["error"][:12]
+            for r in recs] == [32, 64, 64, "jobs[0].dp: "]
     assert plan(write(tmp_path), ["jobs[0].zero=0,1"], fake_estimate.estimate_json).derived == ()
 
 
@@ -222,8 +224,8 @@ def test_records_carry_the_estimate_json(tmp_path: Path) -> None:
         data = overrides.apply(tomllib.loads(SMALL), [(("cluster", "scale_out"), fabric)])
         expected = fake_estimate.estimate_json(scenario.parse(data, scenario.Context("x")))
         assert rec == {"index": rec["index"], "point": {"cluster.scale_out": fabric}, **expected}
-        assert set(rec["jobs"][0]) >= {"name", "gpus", "step_time_s", "tokens_per_s", "mfu", "memory_gb_per_gpu",
-                                       "fits", "breakdown_s", "memory_gb", "chosen"}
+        assert set(rec["jobs"][0]) >= {"name", "gpus", "step_time_s", "tokens_per_s", "mfu",
+                                       "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen"}
 
 
 def _raising(s: Scenario) -> dict[str, Any]:
@@ -249,7 +251,7 @@ def test_estimator_errors_do_not_stop_the_sweep(tmp_path: Path) -> None:
     assert ranking.invalid == 1 and recs[1]["error"] == "jobs[0].tp: the model cannot run this layout"
 
 
-# ---- ranking ------------------------------------------------------------------------------------------------------
+# ---- ranking -----------------------------------------------------------------------------------------------
 
 def _by_tp(s: Scenario) -> dict[str, Any]:
     """Step time 1/tp except tp = 2 (slowest, ties with tp = 1 broken by order) and tp = 8 (out of memory)."""
@@ -269,14 +271,16 @@ def test_best_by_step_time_and_out_of_memory_last(tmp_path: Path) -> None:
     assert [o.fits for o in ranking.best()] == [True, True, True, True, False]
     assert [sw.point(o.index)["jobs[0].tp"] for o in ranking.best(2)] == [4, 16]
     _, small, _ = records(sw, workers=1, top=2)
-    assert [o.index for o in small.best()] == [o.index for o in ranking.best(2)], "bounded heaps keep the best"
+    assert [o.index for o in small.best()] == [o.index for o in ranking.best(2)], \
+        "bounded heaps keep the best"
 
 
 def test_tokens_per_gpu_when_the_gpu_counts_differ(tmp_path: Path) -> None:
     sw = plan(write(tmp_path), ["cluster.gpus=64,128,256", "jobs[0].tp=4,8"], fake_estimate.estimate_json)
     recs, ranking, _ = records(sw, workers=1, top=6)
     assert ranking.objective == RATE_PER_GPU
-    rate = {r["index"]: r["jobs"][0]["tokens_per_s"] / r["jobs"][0]["gpus"] for r in recs if r["jobs"][0]["fits"]}
+    rate = {r["index"]: r["jobs"][0]["tokens_per_s"] / r["jobs"][0]["gpus"]
+            for r in recs if r["jobs"][0]["fits"]}
     best = [o.index for o in ranking.best() if o.fits]
     assert best == sorted(rate, key=lambda i: (-rate[i], i)) and len(best) >= 3
     gpus = {r["jobs"][0]["gpus"] for r in recs}
@@ -297,7 +301,7 @@ def test_the_dashboard_table_ranks_as_the_sweep_does(tmp_path: Path, axes: list[
     assert all("error" in r for r in table[len(best):]) and len(table) == len(recs)
 
 
-# ---- workers ------------------------------------------------------------------------------------------------------
+# ---- workers -----------------------------------------------------------------------------------------------
 
 def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:
     sw = plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
@@ -371,7 +375,7 @@ def test_a_worker_that_dies_ends_the_sweep_in_one_line(tmp_path: Path) -> None:
     assert written == list(range(len(written))) and len(written) <= 6     # complete records, before tp = 4
 
 
-# ---- --best-to ----------------------------------------------------------------------------------------------------
+# ---- --best-to ---------------------------------------------------------------------------------------------
 
 def test_best_point_round_trips_through_the_loader(tmp_path: Path) -> None:
     sw = plan(write(tmp_path), ["jobs[0].tp=2,4,8", "jobs[0].pp=1,2", "jobs[0].recompute=none,full"],
@@ -383,12 +387,14 @@ def test_best_point_round_trips_through_the_loader(tmp_path: Path) -> None:
     loaded = scenario.load(str(path))
     job = loaded.jobs[0]
     point = sw.point(best.index)
-    assert (job.tp, job.pp, job.recompute) == (point["jobs[0].tp"], point["jobs[0].pp"], point["jobs[0].recompute"])
+    assert (job.tp, job.pp, job.recompute) == (point["jobs[0].tp"], point["jobs[0].pp"],
+                                               point["jobs[0].recompute"])
     assert job.dp == 64 // (job.tp * job.pp) and job.gpus == 64
     assert loaded.name == "small-sweep-best" and "sweep" in loaded.description
     assert "a small base for sweeps" in loaded.description
     raw = tomllib.loads(path.read_text())
-    assert set(raw["jobs"][0]) == {*tomllib.loads(SMALL)["jobs"][0], "recompute"}, "the base's keys and the point's"
+    assert set(raw["jobs"][0]) == {*tomllib.loads(SMALL)["jobs"][0], "recompute"}, \
+        "the base's keys and the point's"
     assert raw["jobs"][0]["dp"] == job.dp
     assert fake_estimate.estimate_json(loaded)["jobs"] == recs[best.index]["jobs"], "the same estimate"
 

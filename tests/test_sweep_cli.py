@@ -1,4 +1,5 @@
-"""`clustertop sweep` on the command line: output, records, --best-to, and one-line errors with exit code 2."""
+"""`clustertop sweep` on the command line: output, records, --best-to,
+and one-line errors with exit code 2."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from test_sweep import SMALL, write
 
 @pytest.fixture(autouse=True)
 def stand_in_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in estimator instead of the performance model: these tests are about the command, not the model."""
+    """A stand-in estimator instead of the performance model:
+    these tests are about the command, not the model."""
     monkeypatch.setattr(sweep_command, "ESTIMATOR", fake_estimate.estimate_json)
 
 
@@ -42,7 +44,8 @@ def test_sweep_prints_the_best_and_writes_records(tmp_path: Path, capsys: pytest
     lines = out.read_bytes().splitlines()
     assert len(lines) == 8
     recs = [orjson.loads(line) for line in lines]
-    assert [r["point"] for r in recs][:3] == [{"jobs[0].tp": 1, "jobs[0].pp": 1}, {"jobs[0].tp": 1, "jobs[0].pp": 2},
+    assert [r["point"] for r in recs][:3] == [{"jobs[0].tp": 1, "jobs[0].pp": 1},
+                                              {"jobs[0].tp": 1, "jobs[0].pp": 2},
                                               {"jobs[0].tp": 3, "jobs[0].pp": 1}]
     assert sum("error" in r for r in recs) == 2
     text = stdout.splitlines()
@@ -54,14 +57,14 @@ def test_sweep_prints_the_best_and_writes_records(tmp_path: Path, capsys: pytest
     assert "dp derived as GPUs / (tp*cp*pp): the base's jobs[0].dp left out" in stdout
     title = "best 3 by step time:"
     table = text[text.index(title) + 1:]
-    assert table[0].split() == ["#", "tp", "pp", "GPUs", "step", "s", "tokens/s", "tok/s/GPU", "MFU", "$/Mtok", "mem",
-                                "GB/GPU"]
+    assert table[0].split() == ["#", "tp", "pp", "GPUs", "step", "s", "tokens/s", "tok/s/GPU", "MFU",
+                                "$/Mtok", "mem", "GB/GPU"]
     steps = {r["index"]: r["jobs"][0]["step_time_s"] for r in recs if "jobs" in r and r["jobs"][0]["fits"]}
     ranked = sorted(steps, key=lambda i: (steps[i], i))[:3]
     for row, index in zip(table[1:4], ranked):
         point = recs[index]["point"]
-        assert row.split()[:4] == [str(ranked.index(index) + 1), str(point["jobs[0].tp"]), str(point["jobs[0].pp"]),
-                                   "64"]
+        assert row.split()[:4] == [str(ranked.index(index) + 1), str(point["jobs[0].tp"]),
+                                   str(point["jobs[0].pp"]), "64"]
         assert row.split()[4] == f"{steps[index]:.3f}"
     assert f"wrote the best point (jobs[0].tp={recs[ranked[0]]['point']['jobs[0].tp']}" in stdout
     loaded = scenario.load(str(best))
@@ -69,7 +72,8 @@ def test_sweep_prints_the_best_and_writes_records(tmp_path: Path, capsys: pytest
     assert loaded.name == "small-sweep-best"
 
 
-def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_records_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
     buffer = io.BytesIO()
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(buffer))
     code = main(["sweep", write(tmp_path), "--vary", "jobs[0].pp=1,2,4", "-o", "-", "--top", "1"])
@@ -171,7 +175,8 @@ def test_bad_flags_end_in_one_line(flags: list[str], needle: str, tmp_path: Path
 
 def test_bad_base_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = write(tmp_path, SMALL.replace('gpu = "h100-sxm-80gb"', 'gpu = "h100"'))
-    assert_one_line_error(*run_cli(capsys, "sweep", base, "--vary", "jobs[0].tp=1,2"), "cluster.gpu: unknown name")
+    assert_one_line_error(*run_cli(capsys, "sweep", base, "--vary", "jobs[0].tp=1,2"),
+                          "cluster.gpu: unknown name")
 
 
 def test_best_to_when_nothing_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,6 @@
-"""`clustertop import prometheus`: a simulated run exported as Prometheus range-query dumps and imported back gives
-the same per-GPU utilization and power; placement, gaps, XID faults, links, and bad dumps as one line."""
+"""`clustertop import prometheus`: a simulated run exported as Prometheus range-query dumps and imported back
+gives the same per-GPU utilization and power; placement, gaps, XID faults, links, and bad dumps
+as one line."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_a_simulated_run_exported_and_imported_back_is_the_same(sim, tmp_path: P
     assert header["sampling"] == "instant" and header["sample_interval_s"] == 1.0
     assert header["telemetry"]["start_unix"] == ft.T0 and header["duration_s"] == 10.0
     assert header["telemetry"]["hosts"] == names       # natural order: gpu-node-2 before gpu-node-10
-    assert [j["name"] for j in header["jobs"]] == ["train"]          # the scenario's jobs say which GPUs run what
+    assert [j["name"] for j in header["jobs"]] == ["train"]  # the scenario's jobs say which GPUs run what
     assert all("missing" not in e for e in events(out)[1:])
 
 
@@ -78,9 +79,10 @@ def test_missing_series_and_gaps_are_missing_not_zero(sim, tmp_path: Path) -> No
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER_ONLY)
     out = tmp_path / "real.jsonl"
-    assert main(["import", "prometheus", str(util), str(power), "--cluster", str(cluster), "-o", str(out)]) == 0
+    assert main(["import", "prometheus", str(util), str(power), "--cluster", str(cluster),
+                 "-o", str(out)]) == 0
     samples = {e["t"]: e for e in events(out)[1:] if e["type"] == "sample"}
-    assert sorted(samples) == [float(t) for t in range(11)]          # a time nobody reported is still a sample
+    assert sorted(samples) == [float(t) for t in range(11)]  # a time nobody reported is still a sample
     def missing(t: float) -> np.ndarray:
         flags = samples[t]["missing"]["util"]
         return np.repeat(flags["v"], flags["n"]).astype(bool)
@@ -97,7 +99,8 @@ def test_hosts_list_places_nodes_and_leaves_out_the_others(sim, tmp_path: Path, 
     util = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, names, 8)
     order = list(reversed(names[:6]))     # 6 hosts mapped (reversed); gpu-node-7 and -8 are not in the list
     cluster = tmp_path / "site.toml"
-    cluster.write_text(CLUSTER_ONLY.replace("racks_per_pod = 2", f"racks_per_pod = 2\nhosts = {orjson.dumps(order).decode()}"))
+    cluster.write_text(CLUSTER_ONLY.replace("racks_per_pod = 2",
+                                            f"racks_per_pod = 2\nhosts = {orjson.dumps(order).decode()}"))
     out = tmp_path / "real.jsonl"
     assert main(["import", "prometheus", str(util), "--cluster", str(cluster), "-o", str(out)]) == 0
     assert "skipped 16 series from hosts not in cluster.hosts" in capsys.readouterr().err
@@ -120,15 +123,16 @@ def _dump(path: Path, series: list[dict]) -> Path:
     return path
 
 
-def test_xid_errors_are_faults_with_the_code_named_and_links_come_from_nvlink_and_nic_counters(tmp_path: Path) -> None:
+def test_xid_errors_are_faults_with_the_code_named_and_links_come_from_nvlink_and_nic_counters(
+        tmp_path: Path) -> None:
     gpu = {"Hostname": "n1", "gpu": "3", "instance": "10.0.0.1:9400"}
     ticks = [float(t) for t in range(0, 60, 15)]
     series = [
         _series(dcgm.GPU_UTIL, gpu, [(t, 90.0) for t in ticks]),
         _series(dcgm.XID, gpu, [(0.0, 13.0), (15.0, 13.0), (30.0, 79.0), (45.0, 79.0)]),   # 13 was before
-        _series(dcgm.NVLINK_TX, gpu, [(t, 225e9) for t in ticks]),                     # half of NVLink 4's 450
+        _series(dcgm.NVLINK_TX, gpu, [(t, 225e9) for t in ticks]),                    # half of NVLink 4's 450
         _series(dcgm.NVLINK_RX, gpu, [(t, 45e9) for t in ticks]),
-        _series(dcgm.FB_USED, gpu, [(t, 40960.0) for t in ticks]),                      # 40 GiB in MiB
+        _series(dcgm.FB_USED, gpu, [(t, 40960.0) for t in ticks]),                     # 40 GiB in MiB
         # the node's NIC (node_exporter on port 9100): 12.5 GB/s of 50 GB/s after the first reading
         _series(dcgm.IB_TX, {"instance": "10.0.0.1:9100", "device": "mlx5_0", "port": "1"},
                 [(t, 12.5e9 * t) for t in ticks]),
@@ -145,7 +149,7 @@ def test_xid_errors_are_faults_with_the_code_named_and_links_come_from_nvlink_an
     assert faults[0]["cause"] == "XID 79: GPU has fallen off the bus" and faults[0]["xid"] == 79
     assert faults[0]["scope"] == "node"
     samples = [e for e in lines if e["type"] == "sample"]
-    assert samples[2]["links"]["node"][0] == pytest.approx(0.5)     # the GPUs that report: the busier direction
+    assert samples[2]["links"]["node"][0] == pytest.approx(0.5)  # the GPUs that report: the busier direction
     assert "leaf" not in samples[0]["links"] and samples[1]["links"]["leaf"][0] == pytest.approx(0.25)
     assert np.repeat(samples[2]["phase"]["v"], samples[2]["phase"]["n"])[3] == 10 - 0  # failed (code 10)
     state = Reader(str(out)).fold()
@@ -155,7 +159,8 @@ def test_xid_errors_are_faults_with_the_code_named_and_links_come_from_nvlink_an
 
 @pytest.mark.parametrize(("content", "message"), [
     (b'{"status":"success","data":{"resultType":"vector","result":[]}}', "resultType is 'vector'; expected"),
-    (b'{"status":"error","errorType":"bad_data","error":"parse error"}', "Prometheus error (bad_data): parse error"),
+    (b'{"status":"error","errorType":"bad_data","error":"parse error"}',
+     "Prometheus error (bad_data): parse error"),
     (b"<html>nope</html>", "does not start with a JSON object"),
     (b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"2"],[2,"x"]]}]}}',
      "has a point that is not [timestamp, \"value\"]"),
@@ -164,11 +169,13 @@ def test_xid_errors_are_faults_with_the_code_named_and_links_come_from_nvlink_an
     ((b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"up","instance":"a"},'
       b'"values":[[1,"1"],[2,"1"]]}]}}'), "no DCGM GPU metric in the dumps"),
     ((b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL",'
-      b'"gpu":"9","Hostname":"a"},"values":[[1,"2"],[2,"3"]]}]}}'), "gpu label '9' is not a slot of a node of 8"),
+      b'"gpu":"9","Hostname":"a"},"values":[[1,"2"],[2,"3"]]}]}}'),
+     "gpu label '9' is not a slot of a node of 8"),
     ((b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL",'
       b'"gpu":"1","Hostname":"a"},"values":[[1,"2"],[2,"3"]]},{"metric": {"gpu": '), "is not valid JSON"),
 ])
-def test_bad_dumps_are_one_line_and_write_nothing(tmp_path: Path, capsys, content: bytes, message: str) -> None:
+def test_bad_dumps_are_one_line_and_write_nothing(tmp_path: Path, capsys, content: bytes,
+                                                  message: str) -> None:
     dump = tmp_path / "dump.json"
     dump.write_bytes(content)
     cluster = tmp_path / "site.toml"
@@ -185,7 +192,8 @@ def test_more_hosts_than_nodes_is_refused(sim, tmp_path: Path, capsys) -> None:
     util = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, ft.hosts(8), 8)
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 48"))
-    assert main(["import", "prometheus", str(util), "--cluster", str(cluster), "-o", str(tmp_path / "o.jsonl")]) == 2
+    assert main(["import", "prometheus", str(util), "--cluster", str(cluster),
+                 "-o", str(tmp_path / "o.jsonl")]) == 2
     assert "more than the cluster's 6 nodes report GPUs" in capsys.readouterr().err
 
 
@@ -222,7 +230,8 @@ def test_dumps_the_fast_path_does_not_take_read_the_same(tmp_path: Path) -> None
     from clustertop.engine.telemetry import promjson
 
     gpu = {"Hostname": "n1", "gpu": "0"}
-    series = [_series(dcgm.GPU_UTIL, {**gpu, "gpu": str(k)}, [(0.0, 10.0 + k), (15.0, 20.0 + k)]) for k in range(3)]
+    series = [_series(dcgm.GPU_UTIL, {**gpu, "gpu": str(k)}, [(0.0, 10.0 + k), (15.0, 20.0 + k)])
+              for k in range(3)]
     series[1]["metric"]["note"] = 'odd "]]}" value'
     series[2]["values"][1][1] = "NaN"
     series.insert(2, {"metric": {"__name__": dcgm.GPU_UTIL, **gpu, "gpu": "5"}, "values": []})
@@ -236,6 +245,7 @@ def test_dumps_the_fast_path_does_not_take_read_the_same(tmp_path: Path) -> None
         assert np.array_equal(got[0].v, [10.0, 20.0]) and got[3].v[0] == 12.0 and np.isnan(got[3].v[1])
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER_ONLY)
-    assert main(["import", "prometheus", str(pretty), "--cluster", str(cluster), "-o", str(tmp_path / "o.jsonl")]) == 0
+    assert main(["import", "prometheus", str(pretty), "--cluster", str(cluster),
+                 "-o", str(tmp_path / "o.jsonl")]) == 0
     state = Reader(str(tmp_path / "o.jsonl")).fold()
     assert state.util[:3].tolist() == pytest.approx([0.2, 0.21, 0.0]) and state.missing("util")[2]

@@ -1,6 +1,6 @@
-"""`clustertop watch`: fake dcgm-exporters (one per loopback address) and a fake Prometheus serving a simulated run,
-watched headless and in the dashboard (Textual's run_test); what fails is one line, or an event while watching.
-Exporter pages are read the same by the fast path and prometheus-client's parser."""
+"""`clustertop watch`: fake dcgm-exporters (one per loopback address) and a fake Prometheus serving a
+simulated run, watched headless and in the dashboard (Textual's run_test); what fails is one line, or an event
+while watching. Exporter pages are read the same by the fast path and prometheus-client's parser."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
 
 
 def watch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clustertop", "watch", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run([sys.executable, "-m", "clustertop", "watch", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False)
 
 
 def samples(path: Path) -> list[dict]:
@@ -56,7 +56,8 @@ def test_exporters_watched_headless_give_the_run_and_a_target_down_event(sim, tm
     assert np.array_equal(util[~missing], data[5][1][~missing])
     assert np.array_equal(decode(got[0]["power_w"])[~missing], np.rint(data[5][2][~missing]))
     down = [e for e in Reader(str(out)).events() if e["type"] == "target_down"]
-    assert len(down) == 1 and down[0]["target"] == farm.urls[2] and down[0]["error"] == "HTTP 500 Internal Server Error"
+    assert (len(down) == 1 and down[0]["target"] == farm.urls[2]
+            and down[0]["error"] == "HTTP 500 Internal Server Error")
     assert Reader(str(record)).header["telemetry"]["source"] == "exporter"
     assert [s["t"] for s in samples(record)] == [0.0, 0.5, 1.0]      # --record got the same stream
 
@@ -78,7 +79,8 @@ def test_prometheus_watched_headless_without_a_cluster_file(sim, tmp_path: Path)
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda url: ["--exporter", "http://127.0.0.1:9/metrics"], "http://127.0.0.1:9/metrics: connection refused"),
+    (lambda url: ["--exporter", "http://127.0.0.1:9/metrics"],
+     "http://127.0.0.1:9/metrics: connection refused"),
     (lambda url: ["--exporter", f"{url}/nothing"], "HTTP 404 Not Found"),
     (lambda url: ["--exporter", f"{url}/html"], "answered HTML; expected a Prometheus metrics page"),
     (lambda url: ["--exporter", f"{url}/other"], "answered no DCGM GPU metric"),
@@ -104,13 +106,15 @@ def test_what_does_not_answer_right_is_one_line(tmp_path: Path, make, message: s
     with ft.FakeServer(route) as server:
         done = watch("--interval", "1s", *make(server.url), "-o", str(out), timeout=30)
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert (done.stderr.count("\n") == 1 and message in done.stderr
+            and "Traceback" not in done.stderr), done.stderr
     assert not out.exists()
 
 
 def test_the_dashboard_watches_exporters(sim, tmp_path: Path) -> None:
-    """The app over a WatchSource (the child `clustertop watch ... -o -`): the heatmap shows the node that does not
-    answer as no data, the legend counts it, the inspector names the host, the event log the dead exporter."""
+    """The app over a WatchSource (the child `clustertop watch ... -o -`): the heatmap shows the node that
+    does not answer as no data, the legend counts it, the inspector names the host, the event log the dead
+    exporter."""
     from clustertop.tui.app import ClusterTopApp
     from clustertop.tui.sources.watch import WatchSource
     from clustertop.tui.widgets.event_log import EventLog

@@ -1,7 +1,7 @@
 """`clustertop compare A B`: two scenarios or recordings side by side, in sync on simulated time.
 
-`clustertop compare A` alone shows scenario A beside the twin its `compare_with` key names (a built-in name, or a
-.toml path relative to A's file).
+`clustertop compare A` alone shows scenario A beside the twin its `compare_with` key names (a built-in name,
+or a .toml path relative to A's file).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def twin(arg: str) -> str:
         raise UserError("a recording names no twin; expected two scenarios or recordings (compare A B)", arg)
     s = scenario.load(arg)
     if not s.compare_with:
-        raise UserError("names no twin (compare_with); expected two scenarios or recordings (compare A B)", arg)
+        raise UserError("names no twin (compare_with); expected two scenarios or recordings (compare A B)",
+                        arg)
     other = s.compare_with
     if ("/" in other or other.endswith(".toml")) and not Path(other).is_absolute():
         other = str(Path(s.path).parent / other)

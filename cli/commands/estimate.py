@@ -36,27 +36,30 @@ SCALE_UP_NAMES = {"nvswitch": "NVSwitch", "nvl72": "an NVL72 NVLink domain (a ra
 def render(est: ScenarioEstimate, description: str = "") -> str:
     """The human-readable table: the cluster, its scale-up domain and optics, then one block per job."""
     c = est.cluster
-    where = (f"cluster     {units.count(c['gpus'], 'GPU')}, {units.count(c['nodes'], 'node')}, {units.count(c['pods'], 'pod')}, "
+    where = (f"cluster     {units.count(c['gpus'], 'GPU')}, {units.count(c['nodes'], 'node')}, "
+             f"{units.count(c['pods'], 'pod')}, "
              f"{units.count(c['buildings'], 'building')}; IT power {units.power(c['it_power_mw'])}, "
              f"facility {units.power(c['facility_power_mw'])}")
     lines = [f"{est.scenario}" + (f": {description}" if description else ""), where, _scale_up(c["scale_up"])]
     tiers = ", ".join(f"{tier} {n:,}" for tier, n in c["transceivers_by_tier"].items())
-    lines.append(f"optics      {c['transceivers']:,} {c['optics']} transceivers" + (f" ({tiers})" if tiers else "")
-                 + f": {units.power(c['optics_mw'])}" if c["transceivers"] else "optics      none (no optical links)")
+    lines.append(f"optics      {c['transceivers']:,} {c['optics']} transceivers"
+                 + (f" ({tiers})" if tiers else "") + f": {units.power(c['optics_mw'])}"
+                 if c["transceivers"] else "optics      none (no optical links)")
     for job in est.jobs:
         lines.append("")
         lines.extend(_job_lines(job))
     return "\n".join(lines)
 
 
-def _scale_up(s: dict[str, object]) -> str:
+def _scale_up(s: dict[str, Any]) -> str:
     """'scale-up    nodes of 8 GPUs on NVSwitch (nvlink4: 450 GB/s per GPU per direction, busbw 370 GB/s)'"""
     name = SCALE_UP_NAMES.get(str(s["kind"]), str(s["kind"]))
     if "torus" in s:
-        name = "a " + " x ".join(map(str, s["torus"])) + " " + name   # type: ignore[call-overload]
+        name = "a " + " x ".join(map(str, s["torus"])) + " " + name
     links = f" over {s['links_per_gpu']} links of {s['gb_s_per_link']:g}" if "links_per_gpu" in s else ""
     return (f"scale-up    nodes of {s['gpus']:,} GPUs on {name} "
-            f"({s['link']}: {s['gb_s_per_gpu']:g} GB/s per GPU per direction{links}, busbw {s['busbw_gb_s']:g} GB/s)")
+            f"({s['link']}: {s['gb_s_per_gpu']:g} GB/s per GPU per direction{links}, "
+            f"busbw {s['busbw_gb_s']:g} GB/s)")
 
 
 def _energy_lines(e: JobEstimate) -> list[str]:
@@ -65,10 +68,13 @@ def _energy_lines(e: JobEstimate) -> list[str]:
     if x.get("energy_j_per_token") is None:
         return []
     step = f"{x['energy_j_per_step'] / 1e6:,.1f} MJ per step, " if e.kind == "training" else ""
-    return [(f"  energy      {units.power(x['power_mw'])} (facility); {step}{x['energy_j_per_token']:.2f} J per token, "
+    return [(f"  energy      {units.power(x['power_mw'])} (facility); "
+             f"{step}{x['energy_j_per_token']:.2f} J per token, "
              f"{x['tokens_per_s_per_mw']:,.0f} tokens/s per MW"),
-            f"  cost        {units.usd(x['usd_per_mtoken'])} per million tokens ({units.usd(x['usd_per_hour'])} per hour)",
-            f"  54 days     {units.energy(x['run_54d_mwh'])}, {units.usd(x['run_54d_usd'])} (steady state, no interruptions)"]
+            (f"  cost        {units.usd(x['usd_per_mtoken'])} per million tokens "
+             f"({units.usd(x['usd_per_hour'])} per hour)"),
+            (f"  54 days     {units.energy(x['run_54d_mwh'])}, {units.usd(x['run_54d_usd'])} "
+             "(steady state, no interruptions)")]
 
 
 def _job_lines(e: JobEstimate) -> list[str]:
@@ -76,7 +82,8 @@ def _job_lines(e: JobEstimate) -> list[str]:
         return _inference_lines(e)
     j = e.job
     first = j.first_gpu
-    head = (f"job {e.name}: {j.model.name} on {units.count(e.gpus, 'GPU')} ({first:,}-{first + e.gpus - 1:,}), "
+    head = (f"job {e.name}: {j.model.name} on {units.count(e.gpus, 'GPU')} "
+            f"({first:,}-{first + e.gpus - 1:,}), "
             f"seq {j.seq_len:,}, global batch {j.global_batch:,} sequences")
     out = [head]
     dims = []
@@ -89,7 +96,8 @@ def _job_lines(e: JobEstimate) -> list[str]:
         value = getattr(j, key)
         return f"{key} {value}" + (" (auto)" if key in e.chosen else "")
 
-    out.append("  settings    " + ", ".join(setting(k) for k in ("micro_batch", "virtual_stages", "recompute"))
+    out.append("  settings    "
+               + ", ".join(setting(k) for k in ("micro_batch", "virtual_stages", "recompute"))
                + f", zero {j.zero}, {j.precision}, {j.schedule}"
                + (", sequence parallel" if j.sequence_parallel and j.tp > 1 else "")
                + f"; {e.microbatches} microbatches per replica")
@@ -97,12 +105,14 @@ def _job_lines(e: JobEstimate) -> list[str]:
         out.append("  stack       " + _stack(e.stack))
     if e.fits and e.step_time_s is not None:
         out.append(f"  step        {e.step_time_s:,.3f} s   {units.si(e.tokens_per_s or 0)} tokens/s")
-        out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+        out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   "
+                   f"MFU {100 * (e.mfu or 0):.1f}%")
         out.append(f"  hardware    {e.hardware_tflops_per_gpu:,.1f} TFLOP/s per GPU (counting recomputation)")
         if e.contention:
             out.append("  neighbours  " + _contention(e.contention))
         step = e.step_time_s
-        parts = [f"{PHASE_LABELS.get(k, k)} {v:,.3f} s ({100 * v / step:.1f}%)" for k, v in e.breakdown_s.items()]
+        parts = [f"{PHASE_LABELS.get(k, k)} {v:,.3f} s ({100 * v / step:.1f}%)"
+                 for k, v in e.breakdown_s.items()]
         out.append("  time        " + parts[0])
         out.extend("              " + p for p in parts[1:])
         out.extend(_energy_lines(e))
@@ -115,7 +125,8 @@ def _contention(c: dict[str, Any]) -> str:
     """What the jobs sharing its tiers cost a job: its step alone, the slowdown, where, its share there."""
     shares = ", ".join(f"{tier} {100 * share:.0f}%" for tier, share in c["contention_shares"].items())
     where = f" on the {c['contention_tier']} tier" if c["contention_tier"] else ""
-    return (f"alone {c['step_time_alone_s']:.3f} s, x{c['contention_slowdown']:.3f} with the other jobs{where}"
+    return (f"alone {c['step_time_alone_s']:.3f} s, "
+            f"x{c['contention_slowdown']:.3f} with the other jobs{where}"
             + (f"; its share of the busiest shared block: {shares}" if shares else "; shares no tier"))
 
 
@@ -134,17 +145,21 @@ def _inference_lines(e: JobEstimate) -> list[str]:
     first = j.first_gpu
     out = [(f"job {e.name} (inference): {j.model.name} on {units.count(e.gpus, 'GPU')} "
             f"({first:,}-{first + e.gpus - 1:,}), "
-            f"{j.request_rate:g} requests/s, prompts ~{j.prompt_tokens:,} tokens, answers ~{j.output_tokens:,}")]
+            f"{j.request_rate:g} requests/s, prompts ~{j.prompt_tokens:,} tokens, "
+            f"answers ~{j.output_tokens:,}")]
     out.append(f"  layout      TP {j.tp}  PP {j.pp}  replicas {j.dp}" + (f"  EP {j.ep}" if j.ep > 1 else "")
                + f"; {j.precision}, continuous batching up to {j.max_batch} sequences")
     if e.fits and e.tokens_per_s is not None:
         s = e.serving
-        out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, {s['requests_per_s']:,.1f} requests/s")
+        out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, "
+                   f"{s['requests_per_s']:,.1f} requests/s")
         out.append(f"  latency     TTFT {1000 * (e.ttft_s or 0):.0f} ms (median), "
                    f"TPOT {1000 * (e.tpot_s or 0):.1f} ms (median)")
-        out.append(f"  replica     busy {100 * s['busy']:.0f}% (prefill {100 * s['prefill_share']:.0f}% of it, "
-                   f"compute-bound; decode HBM-bound), mean batch {s['mean_batch']:.1f} of {s['batch_limit']}")
-        out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+        out.append(f"  replica     busy {100 * s['busy']:.0f}% (prefill {100 * s['prefill_share']:.0f}% of "
+                   f"it, compute-bound; decode HBM-bound), mean batch {s['mean_batch']:.1f} of "
+                   f"{s['batch_limit']}")
+        out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   "
+                   f"MFU {100 * (e.mfu or 0):.1f}%")
         out.extend(_energy_lines(e))
     else:
         out.append("  serving     - (does not fit in GPU memory)")
@@ -153,10 +168,12 @@ def _inference_lines(e: JobEstimate) -> list[str]:
 
 def _stack(stack: dict[str, object]) -> str:
     """The software stack in a line: attention kernel, fusion, what overlaps, the gradients' type, dropout."""
-    overlaps = [name for key, name in (("overlap_grad_reduce", "DP reduce"), ("overlap_param_gather", "param gather"),
+    overlaps = [name for key, name in (("overlap_grad_reduce", "DP reduce"),
+                                       ("overlap_param_gather", "param gather"),
                                        ("tp_comm_overlap", "TP comm"), ("overlap_p2p_comm", "PP sends"))
                 if stack.get(key)]
-    parts = [f"attention {stack['attention_kernel']}", "fused kernels" if stack.get("fused_kernels") else "eager kernels",
+    parts = [f"attention {stack['attention_kernel']}",
+             "fused kernels" if stack.get("fused_kernels") else "eager kernels",
              "overlapped: " + (", ".join(overlaps) if overlaps else "nothing"),
              f"gradients reduced in {str(stack['grad_reduce_dtype']).upper()}"]
     if stack.get("dropout"):

@@ -1,8 +1,9 @@
-"""`clustertop import prometheus DUMP.json [...] --cluster CLUSTER.toml -o run.jsonl.gz`: real DCGM telemetry from
-Prometheus range-query dumps as a recording (engine/telemetry/importer.py; docs/telemetry.md).
+"""`clustertop import prometheus DUMP.json [...] --cluster CLUSTER.toml -o run.jsonl.gz`: real DCGM telemetry
+from Prometheus range-query dumps as a recording (engine/telemetry/importer.py; docs/telemetry.md).
 
 Every dump is scanned before the output is created, so a file that is not a range query writes nothing; a dump
-found bad midway removes the partial output. A kill leaves a readable prefix (the recorder flushes per sample).
+found bad midway removes the partial output. A kill leaves a readable prefix
+(the recorder flushes per sample).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ def main(args: argparse.Namespace) -> int:
     for line in stats.warnings():
         print(f"clustertop: warning: {escape(line)}", file=sys.stderr)     # examples echo labels of the dumps
     if args.json:
-        summary = {"output": args.output, "samples": stats.samples, "faults": stats.faults, "series": stats.series,
-                   "hosts": stats.hosts, "gpus_reporting": stats.gpus_reporting, "start_unix": stats.start_unix,
-                   "step_s": stats.step_s, "duration_s": stats.duration_s, "skipped": stats.skipped,
+        summary = {"output": args.output, "samples": stats.samples, "faults": stats.faults,
+                   "series": stats.series, "hosts": stats.hosts, "gpus_reporting": stats.gpus_reporting,
+                   "start_unix": stats.start_unix, "step_s": stats.step_s, "duration_s": stats.duration_s,
+                   "skipped": stats.skipped,
                    "wall_seconds": round(time.monotonic() - started, 3)}
         print(orjson.dumps(summary).decode(), file=sys.stderr if args.output == "-" else sys.stdout)
     return 0

@@ -3,9 +3,9 @@
 Everything a user can get wrong (scenario, --duration, --sample, --seed, the output path, a job the cost model
 rejects) is checked before the output file is created, so a bad invocation writes nothing.
 
-With --control (the dashboard's live mode), commands arrive as JSON lines on stdin and the output is paced to the
-commanded speed (engine/sim/control.py). The --json summary includes the run's interruptions, effective training
-time, site power extremes and checkpoints (engine/sim/run.py `Run.summary`).
+With --control (the dashboard's live mode), commands arrive as JSON lines on stdin and the output is paced to
+the commanded speed (engine/sim/control.py). The --json summary includes the run's interruptions, effective
+training time, site power extremes and checkpoints (engine/sim/run.py `Run.summary`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`clustertop run SCENARIO` (and `clustertop` alone): the engine in a child process, live in the dashboard."""
+"""`clustertop run SCENARIO` (and `clustertop` alone):
+the engine in a child process, live in the dashboard."""
 
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ def main(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UserError(f"--top {args.top}: expected 0 or more")
     if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
-        raise UserError(f"--workers {args.workers}: expected 1 to {MAX_WORKERS} (one process each; this machine has "
-                        f"{available_cpus()} CPUs)")
+        raise UserError(f"--workers {args.workers}: expected 1 to {MAX_WORKERS} (one process each; this "
+                        f"machine has {available_cpus()} CPUs)")
     if args.workers is not None and args.dask:
         raise UserError("--workers is for local runs; with --dask the cluster's workers run the points")
     best = open_output(args.best_to, "--best-to", atomic=True) if args.best_to else None   # before the sweep
@@ -98,8 +98,8 @@ def _summary(sw: Sweep, ranking: Ranking, args: argparse.Namespace, elapsed: flo
         print(f"  {count:>7,} x {message}", file=report)
     if len(reasons) > MAX_REASONS:
         rest = sum(count for count, _ in reasons[MAX_REASONS:])
-        print(f"  {rest:>7,} x other reasons ({len(reasons) - MAX_REASONS} kinds; see the records' \"error\")",
-              file=report)
+        print(f"  {rest:>7,} x other reasons ({len(reasons) - MAX_REASONS} kinds; see the records' "
+              "\"error\")", file=report)
     for message in ranking.failures:
         print(f"  failed: {message}", file=report)
     if sw.derived:
@@ -165,7 +165,8 @@ def _table(sw: Sweep, best: list[Outcome]) -> str:
         point = o.facts
         if point.fits:
             mfu = sum((j.get("mfu") or 0.0) * j["gpus"] for j in record["jobs"]) / point.gpus
-            usd = point.usd_per_hour / (point.tokens_per_s * 3600) * 1e6 if point.tokens_per_s else float("nan")
+            usd = (point.usd_per_hour / (point.tokens_per_s * 3600) * 1e6 if point.tokens_per_s
+                   else float("nan"))
             numbers = [f"{point.step_time_s:.3f}", f"{point.tokens_per_s:,.0f}",
                        f"{point.tokens_per_s / point.gpus:,.1f}", f"{mfu * 100:.1f}%",
                        "-" if math.isnan(usd) else f"{usd:.3f}"]
@@ -174,8 +175,8 @@ def _table(sw: Sweep, best: list[Outcome]) -> str:
         rows.append([str(rank), *values, f"{point.gpus:,}", *numbers, f"{point.memory_gb:.1f}"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     left = set(range(1, 1 + len(keys)))
-    return "\n".join("  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     .rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) if i in left else c.rjust(w)
+                              for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows)
 
 
 def _show(value: Any) -> str:

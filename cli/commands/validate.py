@@ -1,8 +1,8 @@
 """`clustertop validate`: the performance model against published training runs; non-zero exit on a miss.
 
 One row per published run (engine/model/calibration.py): its source, its published figure and measure, the
-prediction and the signed error; then the mean absolute percentage error per source, overall, and over the rows
-the efficiency constants were fitted on and those held out.
+prediction and the signed error; then the mean absolute percentage error per source, overall, and over the
+rows the efficiency constants were fitted on and those held out.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ def main(args: argparse.Namespace) -> int:
         miss = "" if p.error is not None and abs(p.error) <= p.row.tolerance else "  MISS"
         fit = "" if p.row.fit else "  (held out)"
         print(f"{p.row.source:<16} {p.row.name:<{width}}  {p.row.published:>10,.1f}  {pred:>10}  {err:>7}  "
-              f"{MEASURES.get(p.row.measure, p.row.measure)}{fit}{miss}" + (f"  [{p.memory_note}]" if p.memory_note
-                                                                          else ""))
+              f"{MEASURES.get(p.row.measure, p.row.measure)}{fit}{miss}"
+              + (f"  [{p.memory_note}]" if p.memory_note else ""))
     print()
-    print("mean absolute error: " + ", ".join(f"{s} {100 * report.mape(source=s):.1f}%" for s in report.sources))
+    print("mean absolute error: "
+          + ", ".join(f"{s} {100 * report.mape(source=s):.1f}%" for s in report.sources))
     print(f"overall {100 * report.mape():.1f}% over {len(report.predictions)} runs; fitted rows "
           f"{100 * report.mape('fit'):.1f}%, held-out rows {100 * report.mape('held out'):.1f}%")
     print(f"order {' > '.join(ORDER[0])}: {'ok' if report.order_ok else 'MISS'}")
@@ -48,8 +49,9 @@ def as_json(report: Report) -> dict[str, object]:
     """{"rows": [...], "sources": {SOURCE: MAPE}, "mape": MAPE}, errors as signed fractions, and more."""
     return {
         "rows": [{"source": p.row.source, "name": p.row.name, "published": p.row.published,
-                  "predicted": None if p.predicted is None else round(p.predicted, 3), "measure": p.row.measure,
-                  "error": None if p.error is None else round(p.error, 4), "fit": p.row.fit,
+                  "predicted": None if p.predicted is None else round(p.predicted, 3),
+                  "measure": p.row.measure, "error": None if p.error is None else round(p.error, 4),
+                  "fit": p.row.fit,
                   "tolerance": p.row.tolerance, "note": p.memory_note} for p in report.predictions],
         "sources": {s: round(report.mape(source=s), 4) for s in report.sources},
         "mape": round(report.mape(), 4),

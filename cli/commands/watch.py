@@ -1,5 +1,5 @@
-"""`clustertop watch --prometheus URL | --exporter URL[,URL...]`: the dashboard over a real cluster's telemetry,
-live (engine/telemetry/watch.py; docs/telemetry.md).
+"""`clustertop watch --prometheus URL | --exporter URL[,URL...]`: the dashboard over a real cluster's
+telemetry, live (engine/telemetry/watch.py; docs/telemetry.md).
 
 With `-o FILE` it runs headless and writes the stream (what the dashboard's child process does, with `-o -`);
 `--record FILE` writes it to a file as well, while watching. Every flag is checked, and the first round must
@@ -33,14 +33,16 @@ def _seconds(text: str | None, flag: str, low: float, high: float) -> float | No
 
 
 def child_args(args: argparse.Namespace) -> list[str]:
-    """The flags the dashboard's child (`clustertop watch ... -o -`) gets: the same source, cluster and timing."""
+    """The flags the dashboard's child (`clustertop watch ... -o -`) gets:
+    the same source, cluster and timing."""
     out: list[str] = []
     if args.prometheus:
         out += ["--prometheus", args.prometheus]
     for value in args.exporter or []:
         out += ["--exporter", value]
-    for flag, value in (("--cluster", args.cluster), ("--interval", args.interval), ("--timeout", args.timeout),
-                        ("--record", args.record), ("--duration", args.duration)):
+    for flag, value in (("--cluster", args.cluster), ("--interval", args.interval),
+                        ("--timeout", args.timeout), ("--record", args.record),
+                        ("--duration", args.duration)):
         if value is not None:
             out += [flag, os.path.abspath(value) if flag in ("--cluster", "--record") else value]
     return out

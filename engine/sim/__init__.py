@@ -1,1 +1,2 @@
-"""The simulation over time (SimPy): jobs run their step plans, fail, checkpoint and restart; samples are taken."""
+"""The simulation over time (SimPy): jobs run their step plans, fail, checkpoint and restart;
+samples are taken."""

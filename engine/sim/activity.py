@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..config.geometry import TIERS
+from ..config.job import Job
 from ..config.phases import CODE, PHASES
-from ..config.scenario import Job, Scenario
+from ..config.scenario import Scenario
 from ..model.plan import StepPlan
 
 NPH = len(PHASES)
@@ -43,11 +44,12 @@ class Periodic:
                                    np.cumsum(self.vals * lengths[:, None], axis=0)])
         self.base = np.arange(n, dtype=np.float64) * self.period
         self.g0 = self._g(self.base)
-        self.full = self._g(self.base + self.period) - self.g0
+        self.full: np.ndarray = self._g(self.base + self.period) - self.g0
 
     def _g(self, q: np.ndarray) -> np.ndarray:
         i = np.minimum(np.maximum(np.searchsorted(self.xs, q, side="right") - 1, 0), self.xs.size - 1)
-        return self.cum[i] + (q - self.xs[i])[:, None] * self.vals[i]
+        g: np.ndarray = self.cum[i] + (q - self.xs[i])[:, None] * self.vals[i]
+        return g
 
     def at(self, x: float) -> np.ndarray:
         """Integral of every track from 0 to x (x >= 0): shape (tracks, width)."""
@@ -57,10 +59,12 @@ class Periodic:
             return k * self.full
         if frac >= (1.0 - BOUNDARY) * self.period:
             return (k + 1) * self.full
-        return k * self.full + self._g(self.base + frac) - self.g0
+        total: np.ndarray = k * self.full + self._g(self.base + frac) - self.g0
+        return total
 
     def integral(self, xa: float, xb: float) -> np.ndarray:
-        return self.at(xb) - self.at(xa)
+        between: np.ndarray = self.at(xb) - self.at(xa)
+        return between
 
     def scaled(self, k: float) -> Periodic:
         """The same tracks with time stretched by k (every integral scales by k)."""
@@ -71,7 +75,8 @@ class Periodic:
         return out
 
     def extremes(self, weights: np.ndarray) -> tuple[float, float]:
-        """Lowest and highest instantaneous sum over the tracks of `vals @ weights` (e.g. watts of all stages)."""
+        """Lowest and highest instantaneous sum over the tracks of `vals @ weights`
+        (e.g. watts of all stages)."""
         w = self.vals @ weights
         track = np.searchsorted(self.base, self.xs, side="right") - 1
         grid = np.unique(self.xs - self.base[track])
@@ -152,7 +157,8 @@ class CompiledPlan:
             return self
         return CompiledPlan(self.plan, self.phases.scaled(k), self.tiers.scaled(k),
                             _kpi(*self.figures, self.step_time_s * k),
-                            self.extra.scaled(k) if self.extra is not None else None, self.watts, self.figures)
+                            self.extra.scaled(k) if self.extra is not None else None,
+                            self.watts, self.figures)
 
 
 def _tier_track(plan: StepPlan, tier: str) -> tuple[np.ndarray, np.ndarray]:

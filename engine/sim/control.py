@@ -1,8 +1,9 @@
-"""Live control, the engine's side: commands read from stdin (engine/stream/protocol.py) and a run paced to them.
+"""Live control, the engine's side: commands read from stdin (engine/stream/protocol.py)
+and a run paced to them.
 
-With --control, `record` paces its output to the speed (1 simulated second per second until told otherwise) and
-flushes what it wrote every tick; at the end of stdin it keeps running (unpaused) to the end. Without --control a
-recording is neither paced nor changed.
+With --control, `record` paces its output to the speed (1 simulated second per second until told otherwise)
+and flushes what it wrote every tick; at the end of stdin it keeps running (unpaused) to the end. Without
+--control a recording is neither paced nor changed.
 
 From the first `run_to` on, the dashboard's clock drives the run: the engine simulates up to the time it was
 given and waits there, so it is never ahead of the screen, a pause stops it exactly, and a fault injected at
@@ -42,7 +43,8 @@ class Commands:
     def _read(self, stream: IO[bytes]) -> None:
         try:
             while line := stream.readline(MAX_COMMAND_BYTES):
-                if len(line) == MAX_COMMAND_BYTES and not line.endswith(b"\n"):   # not a command: skip to its end
+                if len(line) == MAX_COMMAND_BYTES and not line.endswith(b"\n"):
+                    # not a command: skip to its end
                     while (rest := stream.readline(MAX_COMMAND_BYTES)) and not rest.endswith(b"\n"):
                         pass
                     continue

@@ -1,10 +1,11 @@
-"""Unexpected faults: when they strike, what they hit (a GPU, a node or a NIC link), and how an event names them.
+"""Unexpected faults: when they strike, what they hit (a GPU, a node or a NIC link),
+and how an event names them.
 
 Every cause of Llama 3 Table 5 is its own Poisson process, per component. Rates come from the 54-day, 16K-GPU
-counts (engine/config/catalogs/faults.toml) divided by the number of components of the kind that causes them (GPUs,
-hosts, network links), so a cluster of any size gets proportionally more or fewer. Each fault names a concrete
-GPU, node or link. Planned interruptions (maintenance) are a per-job Poisson process. What a job does about them is
-engine/sim/lifecycle.py.
+counts (engine/config/catalogs/faults.toml) divided by the number of components of the kind that causes them
+(GPUs, hosts, network links), so a cluster of any size gets proportionally more or fewer. Each fault names a
+concrete GPU, node or link. Planned interruptions (maintenance) are a per-job Poisson process. What a job does
+about them is engine/sim/lifecycle.py.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ class Fault:
 
 def schedule(first_gpu: int, gpus: int, gpus_per_node: int, start_s: float, end_s: float, seed: int,
              rate_scale: float = 1.0, stream: str = "") -> list[Fault]:
-    """Every unexpected fault hitting GPUs [first_gpu, first_gpu + gpus) during [start_s, end_s), sorted by time.
+    """Every unexpected fault hitting GPUs [first_gpu, first_gpu + gpus) during [start_s, end_s),
+    sorted by time.
 
-    Each cause is a Poisson process of rate n * lambda; arrival times are uniform given the count, which is the
-    same process drawn in one vectorized step. The run still reacts to them one by one. `stream` names the
+    Each cause is a Poisson process of rate n * lambda; arrival times are uniform given the count, which is
+    the same process drawn in one vectorized step. The run still reacts to them one by one. `stream` names the
     random streams (the run passes the job's name, so two jobs of the same size do not fail alike).
     """
     span = end_s - start_s
@@ -59,7 +61,8 @@ def schedule(first_gpu: int, gpus: int, gpus_per_node: int, start_s: float, end_
     return out
 
 
-def expected(gpus: int, gpus_per_node: int, span_s: float, rate_scale: float, planned_per_day: float) -> float:
+def expected(gpus: int, gpus_per_node: int, span_s: float, rate_scale: float,
+             planned_per_day: float) -> float:
     """How many interruptions (random faults and planned ones) a job of `gpus` expects over `span_s`."""
     nodes = -(-gpus // gpus_per_node)
     rate = sum(c.rate_per_s * (gpus if c.component in ("gpu", "link") else nodes) for c in causes())
@@ -67,7 +70,8 @@ def expected(gpus: int, gpus_per_node: int, span_s: float, rate_scale: float, pl
 
 
 def fault_at(t: float, gpu: int, name: str, gpus_per_node: int, injected: bool = True) -> Fault:
-    """A fault of a given cause at one GPU: its GPU, its node (host causes) or its NIC link (network causes)."""
+    """A fault of a given cause at one GPU: its GPU, its node (host causes)
+    or its NIC link (network causes)."""
     c = cause(name)
     if c.component == "host":
         return Fault(t, c.name, "node", gpu // gpus_per_node, gpu, c.scope, injected)

@@ -1,4 +1,5 @@
-"""A training job's life in the run: it trains, checkpoints, goes down on a fault or for maintenance, and restarts.
+"""A training job's life in the run: it trains, checkpoints, goes down on a fault or for maintenance,
+and restarts.
 
 `JobDriver` is the SimPy process of one training job (engine/sim/run.py starts it): the job trains, writes
 periodic checkpoints (engine/model/checkpoint.py: synchronous, or a short snapshot then a write behind
@@ -170,10 +171,9 @@ class JobDriver:
     def _boundary(self, t: float) -> float | None:
         """The end of the first step ending at or after t (None when the job is not training)."""
         act = self.track.activity
-        plan = getattr(act, "plan", None)
-        if not act.running or plan is None:
+        if not isinstance(act, Running):          # the one activity that trains (act.running)
             return None
-        period = plan.step_time_s
+        period = act.plan.step_time_s
         k = max(math.ceil((t - act.t0) / period - EPS), 0)
         return act.t0 + k * period
 
@@ -361,11 +361,12 @@ class JobDriver:
         for item in self.held:
             run.clear_override(item)
         run.emit(schema.RESTART, job=self.name, reason=self.down_reason, from_checkpoint_step=self.saved.step,
-                 tokens_total=self.saved.tokens, lost_steps=steps, lost_tokens=tokens, lost_s=round(lost_s, 3),
-                 downtime_s=round(env.now - self.down_since, 3), interruptions=self.down_faults,
-                 spare_nodes=len(self.failed_nodes))
+                 tokens_total=self.saved.tokens, lost_steps=steps, lost_tokens=tokens,
+                 lost_s=round(lost_s, 3), downtime_s=round(env.now - self.down_since, 3),
+                 interruptions=self.down_faults, spare_nodes=len(self.failed_nodes))
         self.tokens_lost += tokens
         self.down, self.ready, self.loss = False, 0.0, (0, 0, 0.0)
-        run.running_changed()                  # its neighbours slow down again (it takes its step at a boundary)
+        # its neighbours slow down again (it takes its step at a boundary)
+        run.running_changed()
         self.failed_nodes, self.held = [], []
         self.next_ckpt = env.now + self.ckpt.interval_s

@@ -1,12 +1,13 @@
 """The engine run: a SimPy simulation of a scenario over simulated time, producing the event stream.
 
-Each job's time is a sequence of segments, each with an activity (engine/sim/activity.py): `Running` (the job's
-StepPlan repeated from a start time: a periodic, piecewise-constant timeline per pipeline stage) or `Constant`
-(every GPU of the job in one phase: idle, failed, checkpoint). Nothing happens between perturbations that is
-not already in the plan, so the run fast-forwards: SimPy only wakes up for samples and perturbations (job
-start, faults, checkpoints, restarts, maintenance, the day's clock changes), and step events are generated in
-closed form (step k of a segment ends at t0 + k * step_time_s) right before any later line is written. Each
-training job is driven by engine/sim/lifecycle.py's JobDriver (checkpoints, interruptions, restarts).
+Each job's time is a sequence of segments, each with an activity (engine/sim/activity.py): `Running` (the
+job's StepPlan repeated from a start time: a periodic, piecewise-constant timeline per pipeline stage) or
+`Constant` (every GPU of the job in one phase: idle, failed, checkpoint). Nothing happens between
+perturbations that is not already in the plan, so the run fast-forwards: SimPy only wakes up for samples and
+perturbations (job start, faults, checkpoints, restarts, maintenance, the day's clock changes), and step
+events are generated in closed form (step k of a segment ends at t0 + k * step_time_s) right before any later
+line is written. Each training job is driven by engine/sim/lifecycle.py's JobDriver (checkpoints,
+interruptions, restarts).
 
 `Run` wires the parts, each in its module and each seeing only the narrow interface it uses
 (engine/sim/hooks.py): the jobs (engine/sim/track.py), their lifecycle, the samples (engine/sim/sampling.py:
@@ -34,7 +35,8 @@ import simpy
 
 from ..config.errors import UserError
 from ..config.geometry import Geometry
-from ..config.scenario import Job, Scenario
+from ..config.job import Job
+from ..config.scenario import Scenario
 from ..model import estimate
 from ..model.contention import Sharing
 from ..model.estimate import estimate_job
@@ -58,15 +60,18 @@ from .track import JobTrack
 Planner = Callable[[Scenario, Job], "StepPlan | None"]
 
 MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fill a disk
-SAMPLE_BYTES_PER_RUN = 20          # a run in the three per-GPU arrays, at most: "100,700,1," + three counts (15 measured)
+SAMPLE_BYTES_PER_RUN = 20          # a run in the three per-GPU arrays, at most:
+#                                    "100,700,1," + three counts (15 measured)
 SAMPLE_BYTES_PER_LOAD = 8          # a link load, "0.1234,"
-MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection, restart,
-#                                     lost work), so 5,000 take ~15 s; the flagship's 54 days expect ~470
+MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection,
+#                                     restart, lost work), so 5,000 take ~15 s;
+#                                     the flagship's 54 days expect ~470
 
 
 class ModelPlanner:
-    """The cost model's plan for a job (None when it does not fit in memory). A planner with a `sharing` method
-    also solves several jobs with each other's traffic on the tiers they share (engine/sim/sharing.py)."""
+    """The cost model's plan for a job (None when it does not fit in memory). A planner with a `sharing`
+    method also solves several jobs with each other's traffic on the tiers they share
+    (engine/sim/sharing.py)."""
 
     def __call__(self, scenario: Scenario, job: Job) -> StepPlan | None:
         return estimate_job(scenario, job).plan
@@ -91,7 +96,8 @@ class Run:
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
             raise UserError(f"expected a positive duration, got {self.duration_s}", scenario.path or None)
         if not (self.sample_s > 0 and math.isfinite(self.sample_s)):
-            raise UserError(f"expected a positive sampling interval, got {self.sample_s}", scenario.path or None)
+            raise UserError(f"expected a positive sampling interval, got {self.sample_s}",
+                            scenario.path or None)
         if self.duration_s / self.sample_s > MAX_SAMPLES:
             raise UserError(f"{self.duration_s / self.sample_s:,.0f} samples is too many; expected at most "
                             f"{MAX_SAMPLES:,} (raise --sample or lower --duration)", scenario.path or None)
@@ -108,8 +114,9 @@ class Run:
         self.shared = self._plan(planner or default_planner)
         steps = sum(self.duration_s / t.plan.step_time_s for t in self.tracks if t.plan is not None)
         if steps > MAX_STEP_EVENTS:
-            raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event each; "
-                            f"expected at most {MAX_STEP_EVENTS:,} (shorten --duration)", scenario.path or None)
+            raise UserError(f"{steps:,.0f} training steps in {self.duration_s:,.0f} s would write one event "
+                            f"each; expected at most {MAX_STEP_EVENTS:,} (shorten --duration)",
+                            scenario.path or None)
         self._check_faults()
         self.speeds = variability.draw_speeds(scenario.variability, self.rng("variability.speed"),
                                               self.topology.gpus)
@@ -294,32 +301,34 @@ class Run:
                                     self.scenario.economics, self.topology.gpus, end))
 
     def _check_sample_size(self) -> None:
-        """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES), before any job is
-        planned. Per-GPU arrays are run-length encoded: a job's GPUs run in lockstep but for its pipeline stages,
-        which alternate every tp * cp GPUs (up to one run per GPU); links carry one load per pod for three tiers."""
+        """UserError when a sample could be longer than a reader takes (schema.MAX_LINE_BYTES), before any job
+        is planned. Per-GPU arrays are run-length encoded: a job's GPUs run in lockstep but for its pipeline
+        stages, which alternate every tp * cp GPUs (up to one run per GPU); links carry one load per pod for
+        three tiers."""
         runs = sum(j.gpus // (j.tp * j.cp) if j.pp > 1 else 1 for j in self.scenario.jobs) + 1
         size = runs * SAMPLE_BYTES_PER_RUN + self.topology.pods * 3 * SAMPLE_BYTES_PER_LOAD
         if size > schema.MAX_LINE_BYTES:
             raise UserError(f"a sample of this cluster could take {size / 2**20:,.0f} MiB ({runs:,} runs of "
                             f"pipeline stages, {self.topology.pods:,} pods); expected at most "
-                            f"{schema.MAX_LINE_BYTES / 2**20:,.0f} MiB per line: larger tp * cp, or fewer, larger "
-                            "pods", self.scenario.path or None)
+                            f"{schema.MAX_LINE_BYTES / 2**20:,.0f} MiB per line: larger tp * cp, or fewer, "
+                            "larger pods", self.scenario.path or None)
 
     def _check_faults(self) -> None:
         """UserError when the jobs expect more interruptions than a run can simulate (MAX_FAULTS)."""
         f = self.scenario.faults
         where = self.scenario.path or None
         if len(f.inject) > MAX_FAULTS:
-            raise UserError(f"faults.inject: {len(f.inject):,} injected faults; expected at most {MAX_FAULTS:,}, as "
-                            "each one is simulated", where)
+            raise UserError(f"faults.inject: {len(f.inject):,} injected faults; expected at most "
+                            f"{MAX_FAULTS:,}, as each one is simulated", where)
         if not f.enabled:
             return
         count = sum(faults.expected(t.job.gpus, self.topology.gpus_per_node, self.duration_s, f.rate_scale,
                                     f.planned_per_day) for t in self.tracks if t.plan is not None)
         if count > MAX_FAULTS:
             raise UserError(f"faults.rate_scale: the jobs expect {count:,.0f} interruptions in "
-                            f"{self.duration_s:,.0f} s at rate_scale {f.rate_scale:g}; expected at most {MAX_FAULTS:,}, "
-                            "as each one is simulated (lower rate_scale or --duration)", where)
+                            f"{self.duration_s:,.0f} s at rate_scale {f.rate_scale:g}; expected at most "
+                            f"{MAX_FAULTS:,}, as each one is simulated (lower rate_scale or --duration)",
+                            where)
 
     def _job(self, track: JobTrack) -> Generator[Any, Any, None]:
         if track.plan is None:
@@ -422,7 +431,8 @@ class Run:
             self.site_power.changed()
 
     def measure(self, a: float, b: float) -> Measurement:
-        """Exact means over [a, b] (b > a) of what every stage of every job does; `b - a` tiny: the instant a."""
+        """Exact means over [a, b] (b > a) of what every stage of every job does;
+        `b - a` tiny: the instant a."""
         return self.sampler.measure(a, b)
 
     def site_mw(self, a: float, b: float | None = None) -> float:

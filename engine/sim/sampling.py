@@ -1,18 +1,18 @@
 """Samples: exact means of every per-GPU quantity over each sample interval, computed per stage and broadcast.
 
-The sample at time t carries the exact mean over the sample interval (t - interval, t] of every per-GPU quantity:
-utilization and power are time averages, and the phase is the one the GPU spent most of the interval in. Means
-are integrals of piecewise-constant functions, computed in closed form (whole steps times the per-step integral,
-plus prefix integrals looked up in a cumulative table: engine/sim/activity.py): no rounding to a time grid and no
-re-simulation of steps. The sample at t = 0 is the instantaneous state at the start.
+The sample at time t carries the exact mean over the sample interval (t - interval, t] of every per-GPU
+quantity: utilization and power are time averages, and the phase is the one the GPU spent most of the interval
+in. Means are integrals of piecewise-constant functions, computed in closed form (whole steps times the
+per-step integral, plus prefix integrals looked up in a cumulative table: engine/sim/activity.py): no rounding
+to a time grid and no re-simulation of steps. The sample at t = 0 is the instantaneous state at the start.
 
-Symmetry: all DP replicas of a stage follow the same timeline, so a sample is computed per stage (a (pp, phases)
-matrix of durations per job) and broadcast over "unit runs" (one per stage per replica, tp * cp GPUs); only GPUs
-that break the symmetry are computed apart and spliced into the runs: stragglers (engine/sim/variability.py) and
-GPUs under an override (a failed node). Encoded arrays that did not change since an earlier sample are reused.
-The phase shares (`phase_mix`) keep the symmetry on the wire: a row per stage of each job, the GPUs that differ
-apart, so they cost a few dozen numbers at any size (docs/events.md). The line is the stream's sample line
-(engine/stream/lines.py), with these parts already serialized.
+Symmetry: all DP replicas of a stage follow the same timeline, so a sample is computed per stage (a (pp,
+phases) matrix of durations per job) and broadcast over "unit runs" (one per stage per replica, tp * cp GPUs);
+only GPUs that break the symmetry are computed apart and spliced into the runs: stragglers
+(engine/sim/variability.py) and GPUs under an override (a failed node). Encoded arrays that did not change
+since an earlier sample are reused. The phase shares (`phase_mix`) keep the symmetry on the wire: a row per
+stage of each job, the GPUs that differ apart, so they cost a few dozen numbers at any size (docs/events.md).
+The line is the stream's sample line (engine/stream/lines.py), with these parts already serialized.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ COMPUTE = CODE["compute"]
 
 
 def default_sample_interval(duration_s: float, gpus: int = 0) -> float:
-    """A round interval giving at most about 5,000 samples (0.2 s for 10 min, 5 s for 6 h, 20 min for 54 d) and
-    at most about TARGET_GPU_SAMPLES per-GPU values in all, so a site of 500K GPUs stays quick to record and
-    replay (2 s for an hour of 433K GPUs)."""
+    """A round interval giving at most about 5,000 samples (0.2 s for 10 min, 5 s for 6 h, 20 min for 54 d)
+    and at most about TARGET_GPU_SAMPLES per-GPU values in all, so a site of 500K GPUs stays quick to record
+    and replay (2 s for an hour of 433K GPUs)."""
     want = max(duration_s / TARGET_SAMPLES, duration_s * gpus / TARGET_GPU_SAMPLES)
     for nice in NICE_INTERVALS:
         if nice >= want:
@@ -74,7 +74,7 @@ class Sampler:
         self.overrides = overrides
         self.idle_gpus = idle_gpus(tracks, topo.gpus)
         self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
-        self.energy_mwh = 0.0          # the site's energy over the samples so far (exact means x their windows)
+        self.energy_mwh = 0.0  # the site's energy over the samples so far (exact means x their windows)
         self._mix_cache: dict[Any, bytes] = {}
         self.blocks: list[tuple[int, int, JobTrack | None]] = []
         pos = 0
@@ -86,20 +86,20 @@ class Sampler:
             pos = j.first_gpu + j.gpus
         if pos < topo.gpus:
             self.blocks.append((pos, topo.gpus - pos, None))
-        # Rows: one per (job, stage), in track order, then the idle row. A unit run is tp*cp GPUs of one stage of
-        # one replica (or an idle gap): GPUs that share every value unless something breaks the symmetry.
+        # Rows: one per (job, stage), in track order, then the idle row. A unit run is tp*cp GPUs of one stage
+        # of one replica (or an idle gap): GPUs that share every value unless something breaks the symmetry.
         self.row_offset = np.cumsum([0] + [t.job.pp for t in self.tracks])
         self.idle_row = int(self.row_offset[-1])
         starts: list[np.ndarray] = []
         rows: list[np.ndarray] = []
-        for first, count, track in self.blocks:
-            if track is None:
+        for first, count, owner in self.blocks:
+            if owner is None:
                 starts.append(np.array([first]))
                 rows.append(np.array([self.idle_row]))
                 continue
-            unit_first, unit_stage = JobGeometry.of(track.job).units()
+            unit_first, unit_stage = JobGeometry.of(owner.job).units()
             starts.append(unit_first)
-            rows.append(self.row_offset[track.index] + unit_stage)
+            rows.append(self.row_offset[owner.index] + unit_stage)
         self.unit_starts = np.concatenate(starts).astype(np.int64)
         self.unit_rows = np.concatenate(rows).astype(np.int64)
         slow = [t.stragglers.gpus for t in self.tracks if t.stragglers is not None]
@@ -108,7 +108,8 @@ class Sampler:
         self.static_split = self.split(self.slow_gpus[self.slow_order])
         self.scopes = {"pod": _Blocks(self.tracks, topo.gpus, topo.gpus_per_pod),
                        "building": _Blocks(self.tracks, topo.gpus, topo.gpus_per_building)}
-        # Capacity left of each tier's blocks (cluster.degraded): the same traffic is a larger share of fewer links.
+        # Capacity left of each tier's blocks (cluster.degraded):
+        # the same traffic is a larger share of fewer links.
         for d in degraded:
             if d.tier not in LINK_SCOPE:
                 continue
@@ -120,7 +121,8 @@ class Sampler:
                 row[d.pod * topo.gpus_per_pod // blocks.size] *= d.capacity
 
     def split(self, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Unit runs with each of `gpus` (sorted, unique) a run of its own: (starts, rows, index of each GPU)."""
+        """Unit runs with each of `gpus` (sorted, unique) a run of its own:
+        (starts, rows, index of each GPU)."""
         if gpus.size == 0:
             return self.unit_starts, self.unit_rows, np.zeros(0, np.int64)
         cuts = np.concatenate([gpus, gpus + 1])
@@ -133,7 +135,8 @@ class Sampler:
         return starts, rows, np.searchsorted(starts, gpus)
 
     def measure(self, a: float, b: float) -> Measurement:
-        """Exact means over [a, b] (b > a) of what every stage of every job does; `b - a` tiny: the instant a."""
+        """Exact means over [a, b] (b > a) of what every stage of every job does;
+        `b - a` tiny: the instant a."""
         span = b - a
         watts = self.power.phase_w
         gpu_watts = self.idle_gpus * self.power.idle_w
@@ -187,8 +190,8 @@ class Sampler:
             last = p.size - 1 - np.unique(p[::-1], return_index=True)[1]      # the last row of each GPU wins
             p, r = p[last], r[last]
         span = b - a
-        return Patch(p, np.rint(r @ PHASE_UTIL * (100.0 / span)).astype(np.int64), r @ self.power.phase_w / span,
-                     r.argmax(axis=1), r, static,
+        return Patch(p, np.rint(r @ PHASE_UTIL * (100.0 / span)).astype(np.int64),
+                     r @ self.power.phase_w / span, r.argmax(axis=1), r, static,
                      self.unit_rows[np.searchsorted(self.unit_starts, p, side="right") - 1])
 
     def row_values(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -226,17 +229,19 @@ class Sampler:
                            site_mw=site_mw, over_budget=self.power.over_budget(site_mw), jobs=jobs)
 
     def mix(self, stage_pct: list[np.ndarray], patch: Patch | None, patch_pct: np.ndarray | None) -> bytes:
-        """`phase_mix`: each GPU's phase shares over the interval (integer percent of the phases that occur), by
-        symmetry: a table of distinct shares, the row of each stage of each job (the reader broadcasts it over the
-        job's layout, as the stage of a GPU follows from it), the row of GPUs without a job, and runs of GPUs
-        that differ (stragglers, failed nodes). A cluster of any size costs a few dozen numbers."""
+        """`phase_mix`: each GPU's phase shares over the interval (integer percent of the phases that occur),
+        by symmetry: a table of distinct shares, the row of each stage of each job (the reader broadcasts it
+        over the job's layout, as the stage of a GPU follows from it), the row of GPUs without a job, and runs
+        of GPUs that differ (stragglers, failed nodes). A cluster of any size costs a few dozen numbers."""
         idle = np.zeros((1, NPH), np.int64)
         idle[0, CODE["idle"]] = 100
         table = np.concatenate([*stage_pct, idle] + ([patch_pct] if patch_pct is not None else []))
         uniq, inverse = distinct_rows(table)
         cols = np.flatnonzero(uniq.any(axis=0))
-        jobs = {t.job.name: inverse[self.row_offset[i]:self.row_offset[i + 1]] for i, t in enumerate(self.tracks)}
-        out: dict[str, Any] = {"phases": [PHASES[c] for c in cols], "shares": np.ascontiguousarray(uniq[:, cols]),
+        jobs = {t.job.name: inverse[self.row_offset[i]:self.row_offset[i + 1]]
+                for i, t in enumerate(self.tracks)}
+        out: dict[str, Any] = {"phases": [PHASES[c] for c in cols],
+                               "shares": np.ascontiguousarray(uniq[:, cols]),
                                "jobs": jobs, "other": int(inverse[self.idle_row])}
         if patch is not None and patch_pct is not None:
             gpus, rows = patch.gpus, inverse[self.idle_row + 1:]
@@ -247,9 +252,9 @@ class Sampler:
         return orjson.dumps(out, option=OPT_PART)
 
     def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes, bytes]:
-        """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch spliced
-        in, equal neighbours merged (schema.rle_arrays). Cached as serialized bytes for samples that come out
-        the same."""
+        """The per-GPU arrays, run-length encoded: stage values broadcast over the unit runs, the patch
+        spliced in, equal neighbours merged (schema.rle_arrays). Cached as serialized bytes for samples that
+        come out the same."""
         span = m.b - m.a
         key: list[bytes] = []
         mix_key: list[bytes] = []
@@ -350,7 +355,8 @@ class StageMeans:
 
     @property
     def watts(self) -> np.ndarray:
-        return np.rint(self.power).astype(np.int64)
+        watts: np.ndarray = np.rint(self.power).astype(np.int64)
+        return watts
 
 
 @dataclass
@@ -367,7 +373,8 @@ class Patch:
 
     @property
     def watts(self) -> np.ndarray:
-        return np.rint(self.power).astype(np.int64)
+        watts: np.ndarray = np.rint(self.power).astype(np.int64)
+        return watts
 
 
 class _Blocks:
@@ -390,7 +397,8 @@ class _Blocks:
         load = per_job @ self.weights
         if tier in self.capacity:
             load = load / self.capacity[tier]
-        return np.round(np.minimum(load, 1.0), 4).tolist()
+        rounded: list[float] = np.round(np.minimum(load, 1.0), 4).tolist()
+        return rounded
 
 
 @dataclass

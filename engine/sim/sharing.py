@@ -48,8 +48,8 @@ class SharedTiers:
         return dict(self.sharing.solve(self.running)[index].contention)
 
     def update(self) -> None:
-        """A job stopped or restarted: solve the running set again; jobs whose step changes take it at their next
-        step boundary."""
+        """A job stopped or restarted: solve the running set again; jobs whose step changes take it at their
+        next step boundary."""
         tracks = self.tracks
         running = frozenset(t.index for t in tracks
                             if t.plan is not None and (t.driver is None or not t.driver.down))

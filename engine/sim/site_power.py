@@ -1,10 +1,11 @@
-"""The site's load as the run goes: its level, its instantaneous extremes, and the power swings between levels.
+"""The site's load as the run goes: its level, its instantaneous extremes,
+and the power swings between levels.
 
 Besides the exact means of the samples (engine/sim/sampling.py), the run follows the site's load level (each
 running job at its step-mean power, everything else at its phase's power) and its instantaneous extremes (a
 step's highest and lowest draw: all stages computing, all waiting together). When the level jumps by more than
-the threshold of engine/model/power.py (a checkpoint, a fault, a restart), a `power_swing` event says from and to
-what.
+the threshold of engine/model/power.py (a checkpoint, a fault, a restart), a `power_swing` event says from and
+to what.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config.geometry import TIERS, JobGeometry
-from ..config.scenario import Job
+from ..config.job import Job
 from ..model.layout import Layout
 from .activity import NPH, Activity, CompiledPlan, Segment
 

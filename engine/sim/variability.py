@@ -1,11 +1,12 @@
 """Stragglers and the day's clocks: why a synchronous step takes longer than a nominal GPU's.
 
 Every GPU has a speed factor (lognormal around 1, plus a small fraction of markedly slow GPUs; scenario
-[variability]) drawn once per seed. Synchronous training waits for the slowest GPU: a job's step is its plan plus
-a wait of (1 / slowest speed - 1) of the step at the end of the step, in which every GPU waits on the
+[variability]) drawn once per seed. Synchronous training waits for the slowest GPU: a job's step is its plan
+plus a wait of (1 / slowest speed - 1) of the step at the end of the step, in which every GPU waits on the
 data-parallel reduction ("dp") except the slow ones, which spend their share of it computing. GPUs whose extra
-computing changes their utilization by at least one percentage point (the stream's resolution), and the slowest
-GPU of each job, are drawn on their own (engine/sim/sampling.py); the others follow the nominal timeline.
+computing changes their utilization by at least one percentage point (the stream's resolution), and the
+slowest GPU of each job, are drawn on their own (engine/sim/sampling.py); the others follow the nominal
+timeline.
 
 On top, the day's temperatures lower GPU clocks: the step stretches by a factor whose peak-to-trough swing is
 the scenario's diurnal_amplitude (a cosine over 24 h, slowest at 14:00; a run starts at midnight), applied per
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from .track import JobTrack
 
 DAY = 86400.0
-HOTTEST_S = 14 * 3600.0   # GPU clocks are lowest at the day's temperature peak, mid-afternoon (runs start at 00:00)
+HOTTEST_S = 14 * 3600.0   # GPU clocks are lowest at the day's temperature peak, mid-afternoon
+#                           (runs start at 00:00)
 RETUNE_S = 900.0          # the day's clock factor is applied per 15-minute window, at a step boundary
 VISIBLE_UTIL = 0.01       # a straggler is drawn on its own when it computes >= 1 point of utilization more
 COMPUTE = CODE["compute"]
@@ -83,8 +85,8 @@ def restretch(scenario: Scenario, track: JobTrack, phase_w: np.ndarray) -> None:
     the same GPUs drawn on their own."""
     assert track.plan is not None
     k = 1.0 / track.stragglers.speed if track.stragglers is not None else 1.0
-    track.stretched = CompiledPlan.of(scenario, track.job, track.plan.plan, (k - 1.0) * track.plan.step_time_s,
-                                      phase_w)
+    track.stretched = CompiledPlan.of(scenario, track.job, track.plan.plan,
+                                      (k - 1.0) * track.plan.step_time_s, phase_w)
     track.variants = {}
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.geometry import RANK_ORDER, TIERS
+from ..config.job import Job
 from ..config.phases import PHASES
-from ..config.scenario import Job
 from . import schema
 from .version import generator
 

@@ -4,11 +4,11 @@ Lines are buffered and written whole, and the output is flushed after every samp
 passes BUFFER_BYTES), so a process killed at any moment leaves a file whose complete lines all parse. Flush
 points depend only on the stream's content, never on the wall clock, so the same run gives the same bytes.
 
-Gzip files are written with zlib directly (level 6 unless told otherwise, no file name, mtime 0) as a sequence of gzip members:
-each sample ends with Z_SYNC_FLUSH (a killed process leaves a decompressible prefix), and a new member starts
-at the first sample after MEMBER_BYTES of uncompressed data, so every member begins with a keyframe and a long
-recording can be cut at member boundaries into valid pieces. Concatenated members are plain gzip: `gzip -dc`
-and Python's gzip module read them.
+Gzip files are written with zlib directly (level 6 unless told otherwise, no file name, mtime 0) as a sequence
+of gzip members: each sample ends with Z_SYNC_FLUSH (a killed process leaves a decompressible prefix), and a
+new member starts at the first sample after MEMBER_BYTES of uncompressed data, so every member begins with a
+keyframe and a long recording can be cut at member boundaries into valid pieces. Concatenated members are
+plain gzip: `gzip -dc` and Python's gzip module read them.
 
 A writer (the simulation, real telemetry) writes to any `Sink`: a Recorder, or a ListSink (keeps the lines).
 """
@@ -48,7 +48,8 @@ class ListSink:
 class Recorder:
     """A sink to a file or stdout: `write(line)` for events, `keyframe(line)` for samples; then `close()`."""
 
-    def __init__(self, out: BinaryIO | Output, *, compress: bool, close_out: bool = True, level: int = LEVEL) -> None:
+    def __init__(self, out: BinaryIO | Output, *, compress: bool, close_out: bool = True,
+                 level: int = LEVEL) -> None:
         self.out = out
         self.compress = compress
         self.level = level
@@ -62,9 +63,10 @@ class Recorder:
 
     @classmethod
     def open(cls, path: str, level: int = LEVEL) -> Recorder:
-        """'-' is stdout (plain); a name ending in .gz is gzip, at zlib `level` (real telemetry, whose every GPU
-        differs, takes level 1: seven times faster than 6 for a fifth more bytes). The path is checked and written
-        as engine/config/outfile.py says (a FIFO or a device is written through, a full disk is one error)."""
+        """'-' is stdout (plain); a name ending in .gz is gzip, at zlib `level` (real telemetry, whose every
+        GPU differs, takes level 1: seven times faster than 6 for a fifth more bytes). The path is checked and
+        written as engine/config/outfile.py says (a FIFO or a device is written through, a full disk is one
+        error)."""
         return cls(open_output(path), compress=path != "-" and path.endswith(".gz"), level=level)
 
     def _compressor(self) -> zlib._Compress:
@@ -89,7 +91,8 @@ class Recorder:
         self.out.flush()
 
     def flush(self) -> None:
-        """Write out what is buffered now (paced live runs); gzip: a sync flush, so a reader can decompress it."""
+        """Write out what is buffered now (paced live runs);
+        gzip: a sync flush, so a reader can decompress it."""
         if self.buffer:
             self._drain(zlib.Z_SYNC_FLUSH)
         self.out.flush()

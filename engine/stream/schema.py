@@ -10,11 +10,12 @@ docs/events.md.
 - Every later line has "t" (simulated seconds, never decreasing) and "type".
 - Samples ("sample") carry full state as exact means over (t - interval, t]: "util" (integer percent),
   "power_w" (integer W) and "phase" (the dominant phase code) per GPU, "phase_mix" (each GPU's share of the
-  interval per phase, integer percent, by symmetry: a table of distinct rows, each job's row per pipeline stage,
-  the row of GPUs without a job, runs of GPUs that differ; optional: older recordings lack it), "links"
+  interval per phase, integer percent, by symmetry: a table of distinct rows, each job's row per pipeline
+  stage, the row of GPUs without a job, runs of GPUs that differ; optional: older recordings lack it), "links"
   (tier -> load 0..1, a list per pod for the tiers inside pods), "site_mw", and "jobs" (each job's status).
 - Discrete events: "step", "job_start", "job_stop", "fault", "restart", "maintenance", "checkpoint_start",
-  "checkpoint_end", "power_swing", "contention"; real telemetry adds "target_down", "target_up", "hosts_placed".
+  "checkpoint_end", "power_swing", "contention";
+  real telemetry adds "target_down", "target_up", "hosts_placed".
 - Real telemetry's samples may add "memory_gb" (per GPU) and "missing" (per key, which GPUs have no reading).
 - Per-GPU arrays travel run-length encoded in GPU order: {"v": [values...], "n": [counts...]}.
 """
@@ -46,8 +47,9 @@ CHECKPOINT_END = "checkpoint_end"
 POWER_SWING = "power_swing"
 CONTENTION = "contention"
 
-# Where each tier's load is given in a sample's "links": one value per pod for the links of a pod (inside it, and
-# its uplinks to the other pods), one per building for a building's links to the others (header "link_scope").
+# Where each tier's load is given in a sample's "links": one value per pod for the links of a pod (inside it,
+# and its uplinks to the other pods), one per building for a building's links to the others (header
+# "link_scope").
 LINK_SCOPE = {"node": "pod", "leaf": "pod", "spine": "pod", "core": "pod", "campus": "building"}
 # Real telemetry (docs/telemetry.md): an endpoint stops or starts answering; hosts first seen late are placed.
 TARGET_DOWN = "target_down"
@@ -115,8 +117,8 @@ def rle_decode(rle: dict[str, list[Any]], dtype: Any = None, out: np.ndarray | N
 def check_header(obj: Any, where: str) -> dict[str, Any]:
     """The header line, checked: right schema and a version this reader understands."""
     if not isinstance(obj, dict) or obj.get("type") != HEADER:
-        raise UserError("expected a clustertop recording: line 1 must be the header ({\"type\": \"header\", ...})",
-                        where)
+        raise UserError("expected a clustertop recording: line 1 must be the header "
+                        "({\"type\": \"header\", ...})", where)
     if obj.get("schema") != SCHEMA:
         raise UserError(f"schema {obj.get('schema')!r} is not {SCHEMA!r}; not a clustertop recording", where)
     version = obj.get("schema_version")

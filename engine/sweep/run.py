@@ -4,13 +4,20 @@ cluster), written to a sink and ranked as they come."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import IO
+from typing import Protocol
 
 from ..config.errors import UserError
 from .evaluate import chunk_size, ranges, run_chunk
 from .pool import available_cpus, run_pool
 from .results import Outcome, Ranking
 from .space import Sweep
+
+
+class RecordSink(Protocol):
+    """Where a sweep's records go: a binary file, stdout's buffer, or cli/commands/sweep.py's gzip stream."""
+
+    def write(self, data: bytes, /) -> object: ...
+    def flush(self) -> None: ...
 
 
 def run(sweep: Sweep, workers: int | None = None,
@@ -42,7 +49,7 @@ def _local(sweep: Sweep, workers: int | None) -> tuple[list[tuple[int, int]], in
     return tasks, min(workers, len(tasks))
 
 
-def sweep_to(sweep: Sweep, sink: IO[bytes] | None = None, top: int = 10, workers: int | None = None,
+def sweep_to(sweep: Sweep, sink: RecordSink | None = None, top: int = 10, workers: int | None = None,
              dask: str | None = None, progress: Callable[[Ranking], None] | None = None,
              rank: str | None = None) -> Ranking:
     """Run the sweep, writing every record to `sink` in point order (flushed per chunk); rank as it goes (by

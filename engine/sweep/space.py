@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import scenario
 from ..config.errors import UserError
-from ..config.fields import Context
+from ..config.fields import Context, Sections
 from ..config.overrides import DELETE, Axis, Path, apply, parse_vary
 from ..config.scenario import Scenario
 from ..config.tomlfile import dumps, read_toml
@@ -38,7 +38,7 @@ class Sweep:
     derived: tuple[str, ...]      # keys dropped from every point so the loader derives them ("jobs[0].dp")
     estimator: Estimator | None   # None: the performance model (engine/sweep/evaluate.py estimate_json)
     # the loader's memo of the tables every point shares with `base` (engine/config/scenario.py _section)
-    sections: scenario.Sections = field(default_factory=dict, compare=False, repr=False)
+    sections: Sections = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def size(self) -> int:

@@ -38,12 +38,13 @@ class Xid:
     fatal: bool
 
 
-# The XIDs an operator meets most (NVIDIA's "XID Errors" catalog); categories follow Llama 3's Table 5 taxonomy
-# (engine/config/catalogs/faults.toml) where one fits.
+# The XIDs an operator meets most (NVIDIA's "XID Errors" catalog); categories follow Llama 3's Table 5
+# taxonomy (engine/config/catalogs/faults.toml) where one fits.
 XIDS: dict[int, Xid] = {x.code: x for x in (
     Xid(8, "GPU stopped processing (timeout)", "GPU", False),
     Xid(13, "graphics engine exception (an illegal access by the application)", "Dependency/software", False),
-    Xid(31, "GPU memory page fault (the application read or wrote a bad address)", "Dependency/software", False),
+    Xid(31, "GPU memory page fault (the application read or wrote a bad address)", "Dependency/software",
+        False),
     Xid(32, "invalid or corrupted push buffer stream", "Host", False),
     Xid(38, "driver firmware error", "GPU", True),
     Xid(43, "GPU stopped processing (the channel was reset; the application faulted)", "Dependency/software",

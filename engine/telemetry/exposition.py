@@ -3,10 +3,10 @@ samples of the metrics clustertop reads, with their labels.
 
 prometheus-client's parser is the reference, but it spends ~85 us per sample in pure Python (17 ms for one
 8-GPU DCGM page): 2,048 exporters every 5 s would need seven cores. So only lines of wanted metrics are looked
-at, plain lines (`name{a="b",...} value [timestamp]` with no escapes) are read with two regular expressions, and
-every other line (escapes, unusual spacing, anything the fast pattern does not take whole) goes to
-prometheus-client's parser. tests/test_telemetry_watch.py (test_fast_exporter_parse_is_the_librarys) checks that
-both give the same samples.
+at, plain lines (`name{a="b",...} value [timestamp]` with no escapes) are read with two regular expressions,
+and every other line (escapes, unusual spacing, anything the fast pattern does not take whole) goes to
+prometheus-client's parser. tests/test_telemetry_watch.py (test_fast_exporter_parse_is_the_librarys) checks
+that both give the same samples.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def parse(page: bytes, wanted: Iterable[str]) -> list[Sample]:
         if name not in names:
             continue
         raw = found.group(2)
-        labels = {k.decode(): v[:MAX_LABEL].decode(errors="replace") for k, v in labels_of(raw)} if raw else {}
+        labels = {k.decode(): v[:MAX_LABEL].decode(errors="replace")
+                  for k, v in labels_of(raw)} if raw else {}
         try:
             value = float(found.group(3))
         except ValueError:

@@ -1,11 +1,11 @@
 """Real telemetry as the event stream: frames of per-GPU readings become samples, XID changes become faults.
 
 A Frame holds what every GPU reported at one time, NaN where it reported nothing: a missing reading stays
-missing (docs/events.md, `missing`), never zero. TelemetryStream writes the header (the cluster table placed as a
-simulated cluster is, so the views by rack and pod work) and then one sample per frame, so a time with no data at
-all is a sample whose GPUs are all missing: a gap shows as a gap. Vectorized over GPUs: no Python loop over GPUs.
-The header, the lines and the sink are the stream's (engine/stream/); site power is the model's formula
-(engine/model/power.py), the one a simulated run uses, optics included.
+missing (docs/events.md, `missing`), never zero. TelemetryStream writes the header (the cluster table placed
+as a simulated cluster is, so the views by rack and pod work) and then one sample per frame, so a time with no
+data at all is a sample whose GPUs are all missing: a gap shows as a gap. Vectorized over GPUs: no Python loop
+over GPUs. The header, the lines and the sink are the stream's (engine/stream/); site power is the model's
+formula (engine/model/power.py), the one a simulated run uses, optics included.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..config.cluster import Cluster
 from ..config.errors import escape
 from ..config.geometry import Geometry
+from ..config.job import Job
 from ..config.phases import CODE, PHASES
-from ..config.scenario import Cluster, Job
 from ..model.power import PowerModel
 from ..stream import schema
 from ..stream.header import header, job_entry
@@ -30,7 +31,8 @@ from . import dcgm
 
 BUSY_PERCENT = 50.0        # a GPU at least this utilized is "compute" in the phase view, below it "idle"
 RUNNING_PERCENT = 5.0      # a job whose GPUs average this much is running
-FAST_GZIP = 1              # zlib level of telemetry recordings: every GPU differs, level 6 costs 7x for 20% less
+FAST_GZIP = 1              # zlib level of telemetry recordings:
+#                            every GPU differs, level 6 costs 7x for 20% less
 
 
 @dataclass
@@ -115,17 +117,18 @@ class TelemetryStream:
     # -- events ---------------------------------------------------------------------------------------------
 
     def event(self, t: float, kind: str, **fields: Any) -> None:
-        """A discrete event (target_down, target_up, hosts_placed...) at time t. Text from the network or a dump
-        (host names, an HTTP reason) is escaped: a recording holds plain text only (engine/stream/checks.py)."""
+        """A discrete event (target_down, target_up, hosts_placed...) at time t. Text from the network or a
+        dump (host names, an HTTP reason) is escaped: a recording holds plain text only
+        (engine/stream/checks.py)."""
         clean = {k: escape(v) if isinstance(v, str) else [escape(x) for x in v] if isinstance(v, list) else v
                  for k, v in fields.items()}
         self.sink.write(line({"t": wire_time(t), "type": kind, **clean}))
         self.events += 1
 
     def _faults(self, t: float, xid: np.ndarray, util: np.ndarray) -> None:
-        """A fault for every GPU whose last-XID reading changed to a non-zero code (the first reading is history:
-        the gauge keeps the last XID since the exporter started). A fatal XID marks the GPU failed until it
-        works again (utilization above 0) or its XID reading goes back to 0."""
+        """A fault for every GPU whose last-XID reading changed to a non-zero code (the first reading is
+        history: the gauge keeps the last XID since the exporter started). A fatal XID marks the GPU failed
+        until it works again (utilization above 0) or its XID reading goes back to 0."""
         seen = ~np.isnan(xid)
         changed = seen & ~np.isnan(self.last_xid) & (xid != self.last_xid) & (xid > 0)
         self.last_xid = np.where(seen, xid, self.last_xid)
@@ -174,7 +177,8 @@ class TelemetryStream:
         site_mw = None
         if not power_missing.all():
             present = int((~power_missing).sum())
-            total = float(power_filled.sum(dtype=np.float64)) * self.gpus / present   # the missing at the mean
+            # the missing at the mean
+            total = float(power_filled.sum(dtype=np.float64)) * self.gpus / present
             site_mw = self.power.site_mw(total, self.gpus)
         jobs = {j.name: {"running": self._running(util_filled, util_missing, j)} for j in self.jobs}
         self.sink.keyframe(sample_line(
@@ -192,9 +196,9 @@ class TelemetryStream:
         return bool(seen.any() and float(util[part][seen].mean()) >= RUNNING_PERCENT)
 
     def _links(self, frame: Frame) -> dict[str, list[float]]:
-        """NVLink (tier "node"): each GPU's busier direction over its line rate, averaged over the GPUs of a pod
-        that reported; NICs (tier "leaf"): the pod's ports' bytes over their line rate. Tiers nobody reported are
-        left out; a pod with no reading shows 0."""
+        """NVLink (tier "node"): each GPU's busier direction over its line rate, averaged over the GPUs of a
+        pod that reported; NICs (tier "leaf"): the pod's ports' bytes over their line rate. Tiers nobody
+        reported are left out; a pod with no reading shows 0."""
         links: dict[str, list[float]] = {}
         tx, rx = frame.gpu.get(dcgm.NVLINK_TX), frame.gpu.get(dcgm.NVLINK_RX)
         rates = [r for r in (tx, rx) if r is not None]
@@ -202,7 +206,8 @@ class TelemetryStream:
             stacked = np.stack(rates)
             seen = ~np.isnan(stacked).all(axis=0)
             if seen.any():
-                busiest = np.where(seen, np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), axis=0), 0.0)
+                busiest = np.where(seen, np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), axis=0),
+                                   0.0)
                 load = np.clip(busiest / self.nvlink_bps, 0.0, 1.0)
                 links["node"] = _pod_mean(load, seen, self.pod_of_gpu, self.pods)
         ports = [frame.ports[m] for m in dcgm.PORT_METRICS if m in frame.ports]

@@ -23,7 +23,8 @@ for _handler in (urllib.request.ProxyHandler(), urllib.request.HTTPHandler(), ur
 
 
 class FetchError(Exception):
-    """Why a GET failed, in a few words ('connection refused', 'HTTP 404 Not Found', 'no answer within 3 s')."""
+    """Why a GET failed, in a few words
+    ('connection refused', 'HTTP 404 Not Found', 'no answer within 3 s')."""
 
 
 def check_url(url: str) -> str:
@@ -68,7 +69,8 @@ def get(url: str, timeout: float, limit: int = MAX_BYTES, accept: str = "*/*") -
     request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "clustertop"})
     try:
         with _OPENER.open(request, timeout=timeout) as answer:
-            chunks, size = [], 0
+            chunks: list[bytes] = []
+            size = 0
             while True:
                 if time.monotonic() > deadline:
                     raise FetchError(f"no complete answer within {timeout:g} s")

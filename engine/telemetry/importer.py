@@ -1,11 +1,11 @@
 """`clustertop import prometheus`: range-query dumps of DCGM metrics into a recording of the event stream.
 
-Dumps are first scanned (engine/telemetry/promjson.py) so that every file is known to be a matrix, with its time
-span, before anything is written; then they are read in order of their first timestamp, one series at a time,
-into the grid of the current window (steps x GPU slots, float32, NaN where nothing was reported). When the next
-dump starts later than everything read so far, the window's steps are written out and dropped: memory follows
-the window (the span of dumps that overlap), not the files' size. Steps are those of the range query (the
-smallest step of the dumps); a step with no reading at all is still a sample, with every GPU missing.
+Dumps are first scanned (engine/telemetry/promjson.py) so that every file is known to be a matrix, with its
+time span, before anything is written; then they are read in order of their first timestamp, one series at a
+time, into the grid of the current window (steps x GPU slots, float32, NaN where nothing was reported). When
+the next dump starts later than everything read so far, the window's steps are written out and dropped: memory
+follows the window (the span of dumps that overlap), not the files' size. Steps are those of the range query
+(the smallest step of the dumps); a step with no reading at all is still a sample, with every GPU missing.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class ImportStats:
 
 
 class _Hosts:
-    """Temporary ids of hosts in order of appearance (their aliases learnt), before they are placed on nodes."""
+    """Temporary ids of hosts in order of appearance (their aliases learnt),
+    before they are placed on nodes."""
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
@@ -127,8 +128,8 @@ class Importer:
         self.infos = sorted((promjson.scan(p) for p in paths), key=lambda info: info.start)
         steps = [i.step for i in self.infos if i.step]
         if not steps:
-            raise UserError("no series has two points: the step of the range query is unknown; expected dumps of "
-                            "/api/v1/query_range with at least two steps", self.infos[0].path)
+            raise UserError("no series has two points: the step of the range query is unknown; expected "
+                            "dumps of /api/v1/query_range with at least two steps", self.infos[0].path)
         self.step = min(steps)
         self.t0 = self.infos[0].start
         self.last = max(i.end for i in self.infos)
@@ -146,8 +147,8 @@ class Importer:
         for info in self.infos:
             if info.step and abs(info.step - self.step) > 1e-6 * self.step and \
                     abs(info.step / self.step - round(info.step / self.step)) < 1e-6:
-                self.note(f"{info.path}: step {info.step:g} s where other dumps have {self.step:g} s: its GPUs show "
-                          "as missing on the steps in between")
+                self.note(f"{info.path}: step {info.step:g} s where other dumps have {self.step:g} s: its "
+                          "GPUs show as missing on the steps in between")
 
     def k(self, unix: float | np.ndarray) -> np.ndarray:
         return np.rint((np.asarray(unix, dtype=np.float64) - self.t0) / self.step).astype(np.int64)
@@ -159,7 +160,8 @@ class Importer:
             for i, info in enumerate(self.infos):
                 self.note(f"reading {info.path} ({info.series:,} series)")
                 self._read(info.path)
-                upto = int(self.k(self.infos[i + 1].start)) if i + 1 < len(self.infos) else int(self.k(self.last)) + 1
+                upto = (int(self.k(self.infos[i + 1].start)) if i + 1 < len(self.infos)
+                        else int(self.k(self.last)) + 1)
                 self._flush(upto)
             if self.stream is None:
                 self._start()
@@ -175,7 +177,8 @@ class Importer:
         return self.stats
 
     def _abort(self) -> None:
-        """A bad dump found midway: the partial recording is removed (a kill, not an error, leaves its prefix)."""
+        """A bad dump found midway:
+        the partial recording is removed (a kill, not an error, leaves its prefix)."""
         if self.recorder is None:
             return
         try:
@@ -211,7 +214,8 @@ class Importer:
             rows = self.k(s.t) - w.k0
             late = rows < 0
             if late.any():
-                self.stats.skip("points of times already written (dumps that overlap in time)", int(late.sum()))
+                self.stats.skip("points of times already written (dumps that overlap in time)",
+                                int(late.sum()))
                 keep = ~late
                 rows, s.t, s.v = rows[keep], s.t[keep], s.v[keep]
                 if rows.size == 0:
@@ -219,13 +223,14 @@ class Importer:
             if name in dcgm.GPU_METRICS:
                 slot = s.labels.get("gpu")
                 self.placement.check_slot(slot, where)
+                assert slot is not None                  # check_slot raised otherwise
                 tid = hosts.id_of(names, gpu=True)
                 if tid >= self.nodes and not self.placement.fixed:
                     raise UserError(f"more than the cluster's {self.nodes:,} nodes report GPUs (host "
-                                    f"{names[0][:60]!r} is one too many); expected a [cluster] with as many nodes "
-                                    "as hosts", self.cluster_file)
+                                    f"{names[0][:60]!r} is one too many); expected a [cluster] with as many "
+                                    "nodes as hosts", self.cluster_file)
                 grid = w.grid(w.gpu, name, int(rows.max()) + 1, self.nodes * per_node, np.nan, np.float32)
-                grid[rows, tid * per_node + int(slot)] = s.v          # type: ignore[arg-type]
+                grid[rows, tid * per_node + int(slot)] = s.v
             else:
                 tid = hosts.id_of(names, gpu=False)
                 if rows.size < 2:
@@ -272,13 +277,14 @@ class Importer:
             if placed:
                 assert self.stream is not None
                 first = len(self.placement.order) - len(placed)
-                self.stream.event(self.written * self.step, schema.HOSTS_PLACED, hosts=placed, first_node=first)
+                self.stream.event(self.written * self.step, schema.HOSTS_PLACED, hosts=placed,
+                                  first_node=first)
         assert self.stream is not None
         w, gpus = self.window, self.cluster.gpus
         src, dst = self._columns()
-        placed = [(tid, self.placement.node_of(names)) for tid, names in enumerate(self.hosts.names)]
-        nic_hosts = np.array([tid for tid, node in placed if node is not None], dtype=np.int64)
-        nic_nodes = np.array([node for _, node in placed if node is not None], dtype=np.int64)
+        host_node = [(tid, self.placement.node_of(names)) for tid, names in enumerate(self.hosts.names)]
+        nic_hosts = np.array([tid for tid, node in host_node if node is not None], dtype=np.int64)
+        nic_nodes = np.array([node for _, node in host_node if node is not None], dtype=np.int64)
         for k in range(self.written, upto):
             row = k - w.k0
             frame = Frame.empty(k * self.step, gpus, self.nodes, tuple(w.gpu))
@@ -299,8 +305,8 @@ class Importer:
         self.written = upto
 
     def _columns(self) -> tuple[np.ndarray, np.ndarray]:
-        """Window columns (temporary host x slot) and the cluster GPUs they are, for placed hosts, in the order
-        of the window's columns."""
+        """Window columns (temporary host x slot) and the cluster GPUs they are, for placed hosts, in the
+        order of the window's columns."""
         per_node = self.cluster.gpus_per_node
         src, dst = [], []
         for tid, names in enumerate(self.hosts.names):
@@ -316,7 +322,8 @@ class Importer:
         return np.concatenate(src), np.concatenate(dst)
 
 
-def import_prometheus(paths: list[str], cluster_file: str, output: str, note: Note | None = None) -> ImportStats:
+def import_prometheus(paths: list[str], cluster_file: str, output: str,
+                      note: Note | None = None) -> ImportStats:
     """Convert range-query dumps into a recording at `output` (".gz": gzip; "-": stdout)."""
     if not paths:
         raise UserError("no dump given; expected one or more files of /api/v1/query_range JSON")

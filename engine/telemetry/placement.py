@@ -3,9 +3,9 @@
 
 Nodes follow `cluster.hosts` when the cluster table lists them (node 0 first; a name may be a hostname, an
 instance's address, or that address with its port). Otherwise hosts are numbered in natural order ("node2"
-before "node10") as they are first seen: every host of the first window (import: the dumps covering the earliest
-time; watch: the exporters' URLs, or a Prometheus server's first answers) in that order, and hosts that appear
-later in the next free nodes.
+before "node10") as they are first seen: every host of the first window (import: the dumps covering the
+earliest time; watch: the exporters' URLs, or a Prometheus server's first answers) in that order, and hosts
+that appear later in the next free nodes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ _DIGITS = re.compile(r"(\d+)")
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders embedded numbers by value: node2 < node10 (and 10.0.0.9 < 10.0.0.10)."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part.lower()) for part in _DIGITS.split(name) if part)
+    return tuple((0, int(part)) if part.isdigit() else (1, part.lower())
+                 for part in _DIGITS.split(name) if part)
 
 
 def without_port(instance: str) -> str:
@@ -49,7 +50,8 @@ class Placement:
         self.fixed = bool(tuple(hosts))          # cluster.hosts given: no other host is placed
         self.order: list[str] = []               # node i's host name
         self.index: dict[str, int] = {}          # every name a placed host goes by -> its node
-        self.unplaced: dict[str, int] = {}       # host -> series seen from it but not placed (for one warning)
+        self.unplaced: dict[str, int] = {}       # host -> series seen from it but not placed
+        #                                          (for one warning)
         for name in hosts:
             self._add(name)
 
@@ -60,7 +62,8 @@ class Placement:
         return node
 
     def node_of(self, names: tuple[str, ...]) -> int | None:
-        """The node of a host known by `names` (host_names), aliases learnt on the way; None when not placed."""
+        """The node of a host known by `names` (host_names), aliases learnt on the way;
+        None when not placed."""
         index = self.index
         for name in names:
             node = index.get(name)
@@ -71,8 +74,8 @@ class Placement:
         return None
 
     def place(self, hosts: Iterable[tuple[str, ...]]) -> list[str]:
-        """Give nodes to the hosts not placed yet, in natural order of their preferred name; returns those placed.
-        Hosts beyond the cluster's nodes (or not in cluster.hosts) are counted in `unplaced`."""
+        """Give nodes to the hosts not placed yet, in natural order of their preferred name; returns those
+        placed. Hosts beyond the cluster's nodes (or not in cluster.hosts) are counted in `unplaced`."""
         new: dict[str, tuple[str, ...]] = {}
         for names in hosts:
             if names and self.node_of(names) is None:
@@ -99,8 +102,8 @@ class Placement:
     def check_slot(self, slot: str | None, where: str) -> None:
         """UserError unless a gpu label is a slot of a node of this cluster."""
         if slot is None:
-            raise UserError('a DCGM series has no "gpu" label; expected the dcgm-exporter\'s gpu and Hostname '
-                            "(or instance) labels", where)
+            raise UserError('a DCGM series has no "gpu" label; expected the dcgm-exporter\'s gpu and '
+                            "Hostname (or instance) labels", where)
         if not slot.isdigit() or int(slot) >= self.per_node:
-            raise UserError(f'gpu label {slot[:20]!r} is not a slot of a node of {self.per_node} GPUs; expected 0 to '
-                            f"{self.per_node - 1} (cluster.gpus_per_node)", where)
+            raise UserError(f'gpu label {slot[:20]!r} is not a slot of a node of {self.per_node} GPUs; '
+                            f"expected 0 to {self.per_node - 1} (cluster.gpus_per_node)", where)

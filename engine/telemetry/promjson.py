@@ -1,9 +1,9 @@
-"""Prometheus HTTP API results: range-query dumps (`/api/v1/query_range`, resultType "matrix") read as a stream of
-series, and instant-query answers (`/api/v1/query`, resultType "vector").
+"""Prometheus HTTP API results: range-query dumps (`/api/v1/query_range`, resultType "matrix") read as a
+stream of series, and instant-query answers (`/api/v1/query`, resultType "vector").
 
 A dump is never loaded whole: a quick pass over its raw bytes (scan) checks that it is a matrix and finds its
-time span, series count and step; then ijson's C parser yields one series at a time, so memory holds one series
-and the grid of the current window (engine/telemetry/importer.py), whatever the file's size. Gzip dumps
+time span, series count and step; then ijson's C parser yields one series at a time, so memory holds one
+series and the grid of the current window (engine/telemetry/importer.py), whatever the file's size. Gzip dumps
 (`.json.gz`, by magic bytes) are read the same way. Anything wrong ends in one UserError naming the file.
 """
 
@@ -15,7 +15,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 import ijson
 import numpy as np
@@ -35,10 +35,11 @@ _ERROR_TYPE = re.compile(rb'"errorType"\s*:\s*"([^"]{0,40})"')
 EXPECTED = "expected the JSON of a Prometheus range query (/api/v1/query_range: resultType \"matrix\")"
 
 
-def open_binary(path: str) -> IO[bytes]:
+def open_binary(path: str) -> BinaryIO | gzip.GzipFile:
     """The dump's bytes (inflated when gzip); UserError unless it is a regular, readable file (infile.py)."""
     if path == "-":
-        raise UserError("a dump is read twice (a quick scan, then the series); expected a file, not stdin", path)
+        raise UserError("a dump is read twice (a quick scan, then the series); expected a file, not stdin",
+                        path)
     raw = open_input(path, "a .json dump of /api/v1/query_range")
     try:
         magic = raw.read(2)
@@ -47,11 +48,11 @@ def open_binary(path: str) -> IO[bytes]:
         raw.close()
         raise UserError(f"cannot read: {exc.strerror}", path) from None
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    return raw
 
 
-def _read(stream: IO[bytes], size: int, path: str) -> bytes:
+def _read(stream: BinaryIO | gzip.GzipFile, size: int, path: str) -> bytes:
     try:
         return stream.read(size)
     except (OSError, EOFError, zlib.error) as exc:
@@ -93,12 +94,14 @@ def _check_head(head: bytes, path: str) -> None:
         raise UserError(f"resultType is {found.group(1).decode(errors='replace')!r}; {EXPECTED}", path)
 
 
-_FIRST = re.compile(rb'"values"\s*:\s*\[\s*\[\s*([^,\]]{1,40}),\s*"[^"]{0,64}"\s*\](?:\s*,\s*\[\s*([^,\]]{1,40}),)?')
+_FIRST = re.compile(rb'"values"\s*:\s*\[\s*\[\s*([^,\]]{1,40}),\s*"[^"]{0,64}"\s*\]'
+                    rb'(?:\s*,\s*\[\s*([^,\]]{1,40}),)?')
 
 
 def scan(path: str) -> DumpInfo:
     """A quick pass over the raw bytes (no JSON objects built): UserError for what is plainly not a matrix.
-    Each series' first points are found by a regular expression, its last point just before the next series."""
+    Each series' first points are found by a regular expression, its last point just before the next
+    series."""
     with open_binary(path) as stream:
         data = _read(stream, CHUNK, path)
         if not data.lstrip()[:1] == b"{":
@@ -122,8 +125,8 @@ def scan(path: str) -> DumpInfo:
                 start = min(start, first)
                 stop = matches[i + 1].start() if i + 1 < len(matches) else len(data)
                 if stop - m.start() > MAX_SERIES_BYTES:
-                    raise UserError(f"series {count + 1} is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a "
-                                    "range query of at most a few million points per series", path)
+                    raise UserError(f"series {count + 1} is over {MAX_SERIES_BYTES >> 20} MB of JSON; "
+                                    "expected a range query of at most a few million points per series", path)
                 point = data.rfind(b"[", m.start() + 8, stop)
                 comma = data.find(b",", point, stop) if point >= 0 else -1
                 try:             # the last point's time (not one when the next series is empty: "values": [])
@@ -158,7 +161,8 @@ def _label(value: Any) -> str:
 
 
 def series(path: str, wanted: frozenset[str] | None = None) -> Iterator[Series]:
-    """Every series of a dump, one at a time (series of other metrics than `wanted` are skipped unconverted)."""
+    """Every series of a dump, one at a time
+    (series of other metrics than `wanted` are skipped unconverted)."""
     number = 0
     try:
         for item in _items(path):
@@ -190,10 +194,11 @@ class _Fallback(Exception):
 
 
 def _items(path: str) -> Iterator[Any]:
-    """The dump's series as parsed JSON, in order. Fast path: Prometheus writes compact JSON, so a series ends at
-    the first `]]}` after its start; that slice is handed to orjson (five times ijson's speed), and a slice that
-    is not one whole JSON object (the `]]}` was inside a label value, an empty series, spaces from a pretty
-    printer) hands the rest of the file to ijson's streaming parser, which skips the series already given."""
+    """The dump's series as parsed JSON, in order. Fast path: Prometheus writes compact JSON, so a series ends
+    at the first `]]}` after its start; that slice is handed to orjson (five times ijson's speed), and a slice
+    that is not one whole JSON object (the `]]}` was inside a label value, an empty series, spaces from a
+    pretty printer) hands the rest of the file to ijson's streaming parser, which skips the series already
+    given."""
     given = 0
     try:
         for item in _fast_items(path):
@@ -209,9 +214,9 @@ def _items(path: str) -> Iterator[Any]:
 
 
 def _parse(data: bytes, loads: Any) -> Any:
-    """One series' JSON. Its points' values are quoted strings ("12.5"); with the quotes taken out of the points
-    orjson reads them as numbers, straight into an (n, 2) array. Points it cannot read so ("NaN", "+Inf") are
-    read the ordinary way."""
+    """One series' JSON. Its points' values are quoted strings ("12.5"); with the quotes taken out of the
+    points orjson reads them as numbers, straight into an (n, 2) array. Points it cannot read so ("NaN",
+    "+Inf") are read the ordinary way."""
     cut = data.find(VALUES_KEY)
     if cut > 0:
         try:
@@ -256,8 +261,8 @@ def _fast_items(path: str) -> Iterator[Any]:
             end = buf.find(b"]]}", pos)
             while end < 0 and not eof:
                 if len(buf) - pos > MAX_SERIES_BYTES:
-                    raise UserError(f"a series is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a range query "
-                                    "of at most a few million points per series", path)
+                    raise UserError(f"a series is over {MAX_SERIES_BYTES >> 20} MB of JSON; expected a range "
+                                    "query of at most a few million points per series", path)
                 more()
                 end = buf.find(b"]]}", pos)
             if end < 0:
@@ -302,7 +307,8 @@ def vector(body: bytes, where: str) -> list[tuple[dict[str, str], float]]:
         raise UserError(f"Prometheus answered an error ({_label(doc.get('errorType', doc.get('status')))}): "
                         f"{_label(doc.get('error', 'no message'))[:200]}", where)
     data = doc.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or \
+            not isinstance(data.get("result"), list):
         kind = data.get("resultType") if isinstance(data, dict) else None
         raise UserError(f"resultType is {_label(kind)!r}; expected \"vector\" (an instant query)", where)
     out = []
@@ -311,7 +317,7 @@ def vector(body: bytes, where: str) -> list[tuple[dict[str, str], float]]:
             labels = {str(k)[:MAX_LABEL]: _label(v) for k, v in item["metric"].items()}
             value = float(item["value"][1])
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
-            raise UserError('a result is not {"metric": {...}, "value": [t, "v"]}; expected the Prometheus HTTP '
-                            "API", where) from None
+            raise UserError('a result is not {"metric": {...}, "value": [t, "v"]}; expected the Prometheus '
+                            "HTTP API", where) from None
         out.append((labels, value if math.isfinite(value) else math.nan))
     return out

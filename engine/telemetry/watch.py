@@ -1,12 +1,12 @@
-"""Watching a real cluster: scrape DCGM exporters (and node_exporters) directly, or ask a Prometheus server, every
-interval, and write each round as a sample of the event stream (engine/telemetry/frames.py).
+"""Watching a real cluster: scrape DCGM exporters (and node_exporters) directly, or ask a Prometheus server,
+every interval, and write each round as a sample of the event stream (engine/telemetry/frames.py).
 
 Exporters are fetched concurrently by a pool of threads, each within a deadline; a target that fails is a
-`target_down` event (and its GPUs missing) until it answers again (`target_up`). Nodes are placed as the import
-places them (engine/telemetry/placement.py): by `cluster.hosts`; else exporters' nodes are their URLs' hosts in
-natural order (known before anything answers; a host's dcgm-exporter and node_exporter are one node), and a
-Prometheus server's are the hosts of its first answers. Without a cluster file the cluster is the first round's:
-its hosts, the most GPUs a host reports, the GPU type from the exporter's modelName label.
+`target_down` event (and its GPUs missing) until it answers again (`target_up`). Nodes are placed as the
+import places them (engine/telemetry/placement.py): by `cluster.hosts`; else exporters' nodes are their URLs'
+hosts in natural order (known before anything answers; a host's dcgm-exporter and node_exporter are one node),
+and a Prometheus server's are the hosts of its first answers. Without a cluster file the cluster is the first
+round's: its hosts, the most GPUs a host reports, the GPU type from the exporter's modelName label.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..config import catalog, scenario
-from ..config.cluster import parse_cluster
+from ..config.cluster import Cluster, parse_cluster
 from ..config.errors import UserError
 from ..config.infile import read_capped
+from ..config.job import Job
 from ..stream import schema
 from ..stream.recorder import Recorder
 from . import dcgm, exposition, promjson
@@ -29,8 +30,8 @@ from .http import FetchError, check_url, get
 from .placement import Placement, host_names
 
 Note = Callable[[str], None]
-FAMILIES = (("GB200", "gb200"), ("B200", "b200-sxm-180gb"), ("H200", "h200-sxm-141gb"), ("H800", "h800-sxm-80gb"),
-            ("H100", "h100-sxm-80gb"), ("A100", "a100-sxm-80gb"))
+FAMILIES = (("GB200", "gb200"), ("B200", "b200-sxm-180gb"), ("H200", "h200-sxm-141gb"),
+            ("H800", "h800-sxm-80gb"), ("H100", "h100-sxm-80gb"), ("A100", "a100-sxm-80gb"))
 
 
 @dataclass
@@ -50,7 +51,8 @@ class Exporters:
         self.targets = urls
         self.timeout = timeout
         self.instances = [urllib.parse.urlsplit(u).netloc for u in urls]
-        self.pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(urls))), thread_name_prefix="scrape")
+        self.pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(urls))),
+                                       thread_name_prefix="scrape")
         self.wanted = dcgm.METRICS
 
     def _one(self, k: int) -> tuple[int, list[exposition.Sample] | str]:
@@ -88,8 +90,8 @@ class Exporters:
 
 
 class PrometheusQueries:
-    """Instant queries to a Prometheus server's HTTP API, one per metric; GPU gauges reduced to the labels that
-    place them (max by Hostname, instance, gpu), port counters as they are."""
+    """Instant queries to a Prometheus server's HTTP API, one per metric; GPU gauges reduced to the labels
+    that place them (max by Hostname, instance, gpu), port counters as they are."""
 
     def __init__(self, url: str, timeout: float) -> None:
         self.base = url.rstrip("/")
@@ -124,11 +126,13 @@ class PrometheusQueries:
         return []                 # known from the answers only
 
     def models(self) -> list[str]:
-        """The GPU models the server knows (dcgm-exporter's modelName label), for a cluster inferred from it."""
+        """The GPU models the server knows (dcgm-exporter's modelName label),
+        for a cluster inferred from it."""
         query = f"count by (modelName) ({dcgm.GPU_UTIL} or {dcgm.SM_ACTIVE} or {dcgm.POWER})"
         url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
         try:
-            return [labels.get("modelName", "") for labels, _ in promjson.vector(get(url, self.timeout), self.base)]
+            return [labels.get("modelName", "")
+                    for labels, _ in promjson.vector(get(url, self.timeout), self.base)]
         except (FetchError, UserError):
             return []
 
@@ -161,7 +165,7 @@ def exporter_urls(values: Iterable[str]) -> list[str]:
 
 
 def inferred_cluster(samples: list[exposition.Sample], note: Note, known_models: list[str] | None = None,
-                     targets: list[tuple[str, ...]] | None = None) -> tuple[str, scenario.Cluster, tuple]:
+                     targets: list[tuple[str, ...]] | None = None) -> tuple[str, Cluster, tuple[Job, ...]]:
     """A cluster for telemetry with no cluster file: the hosts that report GPUs (or the exporters' hosts), the
     most GPUs one reports, the GPU type named by the modelName label (H100 when unknown)."""
     hosts: set[str] = set()
@@ -177,7 +181,8 @@ def inferred_cluster(samples: list[exposition.Sample], note: Note, known_models:
     if not hosts:
         raise UserError("no DCGM GPU metric with gpu and Hostname (or instance) labels in the first answers; "
                         f"expected {dcgm.GPU_UTIL}, {dcgm.SM_ACTIVE} or {dcgm.POWER} from dcgm-exporter")
-    gpu = next((name for model in sorted(models) for family, name in FAMILIES if family in model.upper()), None)
+    gpu = next((name for model in sorted(models) for family, name in FAMILIES if family in model.upper()),
+               None)
     if gpu is None:
         gpu = "h100-sxm-80gb"
         model = min(models)[:60] if models else "(no modelName label)"
@@ -244,7 +249,8 @@ class Watcher:
         first = self.poller.poll()
         if first.answered == 0:
             target, reason = next(iter(first.failures.items()))
-            more = f" (and {len(first.failures) - 1:,} more targets failed)" if len(first.failures) > 1 else ""
+            more = (f" (and {len(first.failures) - 1:,} more targets failed)" if len(first.failures) > 1
+                    else "")
             raise UserError(f"{reason}{more}; expected a reachable "
                             f"{'Prometheus server' if self.source == 'prometheus' else 'exporter'}", target)
         if not any(metric in dcgm.GPU_METRICS for metric, _, _ in first.samples):
@@ -258,8 +264,8 @@ class Watcher:
         self.placement = Placement(self.nodes, cluster.gpus_per_node, cluster.hosts)
         self.placement.place(self.poller.hosts() or self._gpu_hosts(first.samples))
         if not self.placement.order:
-            raise UserError('no DCGM series has a "gpu" label and a host (Hostname or instance) that fits the '
-                            "cluster; expected the dcgm-exporter's labels", self.poller.targets[0])
+            raise UserError('no DCGM series has a "gpu" label and a host (Hostname or instance) that fits '
+                            "the cluster; expected the dcgm-exporter's labels", self.poller.targets[0])
         recorders: list[Recorder] = []
         try:
             for path in self.outputs:
@@ -312,7 +318,8 @@ class Watcher:
         t = round(self.rounds * self.interval, 6)
         assert self.stream is not None
         if placed:
-            self.stream.event(t, schema.HOSTS_PLACED, hosts=placed, first_node=len(self.placement.order) - len(placed))
+            self.stream.event(t, schema.HOSTS_PLACED, hosts=placed,
+                              first_node=len(self.placement.order) - len(placed))
         self._write(t, poll)
         return True
 
@@ -355,7 +362,8 @@ class Watcher:
 
 def watch(poller: Exporters | PrometheusQueries, *, source: str, cluster_file: str | None, outputs: list[str],
           interval: float, duration: float | None = None, note: Note | None = None) -> Watcher:
-    """Watch until `duration` (seconds of watching) or until interrupted; the outputs are closed either way."""
+    """Watch until `duration` (seconds of watching) or until interrupted;
+    the outputs are closed either way."""
     watcher = Watcher(poller, source=source, cluster_file=cluster_file, outputs=outputs, interval=interval,
                       note=note)
     try:
