@@ -30,6 +30,7 @@ from ..grid import levels as zoom_levels
 from ..palette import PHASE_LABELS
 
 HALF = "▀"
+MOVE_TIP = "move the cursor (shift: 8 at a time); click selects"    # one help row for the eight cursor keys
 
 
 class Heatmap(Widget, can_focus=True):
@@ -44,22 +45,14 @@ class Heatmap(Widget, can_focus=True):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k,up", "move(0, -1)", "Cursor up", show=False, key_display="h j k l  ↑ ↓",
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("j,down", "move(0, 1)", "Cursor down", show=False,
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("h", "move(-1, 0)", "Cursor left", show=False,
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("l", "move(1, 0)", "Cursor right", show=False,
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("K", "move(0, -8)", "Cursor up x8", show=False,
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("J", "move(0, 8)", "Cursor down x8", show=False,
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("H", "move(-8, 0)", "Cursor left x8", show=False,
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("L", "move(8, 0)", "Cursor right x8", show=False,
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("k,up", "move(0, -1)", "Cursor up", show=False, key_display="h j k l  ↑ ↓", tooltip=MOVE_TIP),
+        Binding("j,down", "move(0, 1)", "Cursor down", show=False, tooltip=MOVE_TIP),
+        Binding("h", "move(-1, 0)", "Cursor left", show=False, tooltip=MOVE_TIP),
+        Binding("l", "move(1, 0)", "Cursor right", show=False, tooltip=MOVE_TIP),
+        Binding("K", "move(0, -8)", "Cursor up x8", show=False, tooltip=MOVE_TIP),
+        Binding("J", "move(0, 8)", "Cursor down x8", show=False, tooltip=MOVE_TIP),
+        Binding("H", "move(-8, 0)", "Cursor left x8", show=False, tooltip=MOVE_TIP),
+        Binding("L", "move(8, 0)", "Cursor right x8", show=False, tooltip=MOVE_TIP),
         Binding("enter,z", "zoom_in", "Zoom in",
                 tooltip="zoom in on the cursor: site, building, pod, rack, node"),
         Binding("backspace,Z", "zoom_out", "Zoom out", tooltip="zoom out"),
