@@ -7,7 +7,8 @@
   lines with orjson (same decompression and line splitting); target <= 1.5. Per-GPU arrays are decoded lazily,
   when read (as the dashboard does at its frame rate); replay_decode_vs_parse also decodes every sample.
 - seek_index_54d_s: reading the 54-day file into the dashboard's seek index (tui/index.py, what
-  `clustertop replay` does before the first frame), and seek_54d_ms: the mean of its state_at at 20 random times.
+  `clustertop replay` does before the first frame), and seek_54d_ms: the mean of its state_at at 20 random
+  times.
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
-"""Dashboard speed: the render work of one frame after a state change, and how far live mode trails the engine.
+"""Dashboard speed: the render work of one frame after a state change, and how far live mode trails the
+engine.
 
-- tui_frame_16k_ms: median time to redraw one frame of the main screen, headless at 200x60, with the 16,384-GPU
-  flagship (TP8 PP16 DP128, 1F1B stages filling and draining) right after a new sample changed the state: the
-  panels' update and the compositor's update of what changed (the heatmap's render_lines: aggregation, colours,
-  segments; the panels whose text changed), as the screen's update timer does it. Pilot.pause() is not timed: it waits for the next frame tick (pacing, not cost).
+- tui_frame_16k_ms: median time to redraw one frame of the main screen, headless at 200x60, with the
+  16,384-GPU flagship (TP8 PP16 DP128, 1F1B stages filling and draining) right after a new sample changed the
+  state: the panels' update and the compositor's update of what changed (the heatmap's render_lines:
+  aggregation, colours, segments; the panels whose text changed), as the screen's update timer does it.
+  Pilot.pause() is not timed: it waits for the next frame tick (pacing, not cost).
 - tui_frame_16k_heatmap_ms: the heatmap's share of it.
 - tui_frame_500k_ms: the same for a 524,288-GPU site (6 buildings) at site zoom.
-- live_lag_s: `clustertop run` at maximum speed: how long after the engine's reader receives an event the screen
-  shows its simulated time (median over ~8 s), and live_rss_growth_mb over that time (memory stays flat).
+- live_lag_s: `clustertop run` at maximum speed: how long after the engine's reader receives an event the
+  screen shows its simulated time (median over ~8 s), and live_rss_growth_mb over that time (memory stays
+  flat).
   Needs `clustertop record ... -o -`; omitted with a note on stderr while it is not available.
 """
 
@@ -41,8 +44,8 @@ def _site(gpus: int, per_building: int, jobs: list[tuple[int, int, int, int]]) -
     entries, first = [], 0
     for i, (tp, cp, pp, dp) in enumerate(jobs):
         n = tp * cp * pp * dp
-        entries.append({"name": f"job{i}", "first_gpu": first, "gpus": n, "tp": tp, "cp": cp, "pp": pp, "dp": dp,
-                        "ep": 1, "model": "llama3.1-405b"})
+        entries.append({"name": f"job{i}", "first_gpu": first, "gpus": n, "tp": tp, "cp": cp, "pp": pp,
+                        "dp": dp, "ep": 1, "model": "llama3.1-405b"})
         first += n
     return {"type": "header", "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
             "scenario": {"name": "bench", "cluster": {"gpu": {"name": "h100-sxm-80gb", "tdp_w": 700.0,
@@ -66,7 +69,8 @@ def _sample(header: dict[str, Any], t: float) -> dict[str, Any]:
     util = np.select([phase == CODE["compute"], phase == CODE["tp"]], [97, 35], 3)
     power = np.select([phase == CODE["compute"], phase == CODE["idle"]], [690, 90], 260)
     return {"t": t, "type": "sample", "util": schema.rle_encode(util), "power_w": schema.rle_encode(power),
-            "phase": schema.rle_encode(phase), "links": {"node": 0.4, "leaf": 0.3, "spine": 0.5, "core": [0.9] * 6},
+            "phase": schema.rle_encode(phase),
+            "links": {"node": 0.4, "leaf": 0.3, "spine": 0.5, "core": [0.9] * 6},
             "site_mw": float(power.sum()) * 1.2e-6}
 
 
@@ -91,10 +95,12 @@ async def _frames(header: dict[str, Any]) -> tuple[float, float]:
             app.playback.seek(k * 0.5)
             app.set_time(app.playback.t)               # the state changes (not timed: that is the reducer)
             t0 = time.perf_counter()
-            screen.update_frame()                      # panels and heatmap read the new state; changed ones refresh
+            # panels and heatmap read the new state; changed ones refresh
+            screen.update_frame()
             dirty = {w for w in screen.walk_children() if w._repaint_required}
             screen._compositor.update_widgets(dirty)   # what the screen's update timer does next...
-            screen._compositor.render_update()         # ...re-render the dirty regions (the heatmap's every line)
+            # ...re-render the dirty regions (the heatmap's every line)
+            screen._compositor.render_update()
             totals.append((time.perf_counter() - t0) * 1000)
             await pilot.pause()
             app.playback.seek(k * 0.5 + 0.25)
@@ -120,7 +126,8 @@ def _record_available() -> bool:
                             "--duration", "60s"], capture_output=True, timeout=300, check=False)
     if probe.returncode != 0:
         message = probe.stderr.decode(errors="replace").strip().splitlines()
-        print(f"bench_tui: live_lag_s skipped: {message[-1] if message else 'record failed'}", file=sys.stderr)
+        print(f"bench_tui: live_lag_s skipped: {message[-1] if message else 'record failed'}",
+              file=sys.stderr)
         return False
     return True
 

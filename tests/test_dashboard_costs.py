@@ -1,5 +1,5 @@
-"""What the dashboard says a run has cost: energy and dollars so far from the stream, per token kept, the plan's
-figures per job, and the compare rows (issue 16's dashboard part)."""
+"""What the dashboard says a run has cost: energy and dollars so far from the stream, per token kept, the
+plan's figures per job, and the compare rows (issue 16's dashboard part)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_energy_and_cost_so_far_match_the_recorder(recorded: tuple[Path, dict[st
     assert mwh == pytest.approx(summary["energy_mwh"], abs=1e-4)
     assert usd == pytest.approx(summary["cost_usd"], abs=0.01)
     half = index.state_at(30.0)
-    assert 0.4 * mwh < spent(half)[0] < 0.6 * mwh                   # the energy of every sample before, not one
+    assert 0.4 * mwh < spent(half)[0] < 0.6 * mwh       # the energy of every sample before, not one
     # playing forward sample by sample adds up to the same as a seek
     state = DisplayState(index.header)
     state, cursor = index.advance(state, 0, 20.0)

@@ -1,6 +1,6 @@
-"""The pieces behind the hostile corpus (tests/test_hostile.py), one by one: the bounded TOML scan, the bounded
-estimate, the input and output openers, the escaping of messages, the schema checks, the sweep replay's file
-names, the signals and the Dask connection."""
+"""The pieces behind the hostile corpus (tests/test_hostile.py), one by one: the bounded TOML scan, the
+bounded estimate, the input and output openers, the escaping of messages, the schema checks, the sweep
+replay's file names, the signals and the Dask connection."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ REPO = Path(__file__).parent.parent
 TINY = (Path(__file__).parent / "hostile" / "scenarios" / "crlf.toml").read_text().replace("\r\n", "\n")
 
 
-# ---- TOML structure ---------------------------------------------------------------------------------------------
+# ---- TOML structure ----------------------------------------------------------------------------------------
 
 def test_structure_scan_counts_what_the_parser_would_nest() -> None:
     check_structure("a = " + "[" * MAX_NESTING + "]" * MAX_NESTING + "\n", "f")
@@ -39,7 +39,8 @@ def test_structure_scan_counts_what_the_parser_would_nest() -> None:
         check_structure("ok = 1\na = " + "[" * (MAX_NESTING + 1) + "]" * (MAX_NESTING + 1), "f")
     parts = ".".join(["k"] * MAX_KEY_PARTS)
     check_structure(f"{parts} = 1\n[{parts}]\n", "f")
-    for text in (f"{parts}.k = 1", f"[{parts}.k]", f"[[{parts}.k]]", "[a.b]\n" + ".".join(["k"] * 15) + " = 1",
+    for text in (f"{parts}.k = 1", f"[{parts}.k]", f"[[{parts}.k]]",
+                 "[a.b]\n" + ".".join(["k"] * 15) + " = 1",
                  "a = {" + ".".join(["k"] * 16) + " = 1}"):
         with pytest.raises(UserError, match="more than 16 parts"):
             check_structure(text, "f")
@@ -54,18 +55,20 @@ def test_structure_scan_skips_strings_and_comments() -> None:
             'c = """\n[[[[[[[[[[[[[[[[[[[[[[[[[\n""\\" """\n'
             "d = '''\n{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{\n'''\n"
             '"x.y.z.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a" = 1\n'
-            "f = [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5, 16.5, 17.5]\n")
+            "f = [1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5, 16.5, "
+            "17.5]\n")
     check_structure(text, "f")
 
 
 def test_every_shipped_toml_passes_the_scan() -> None:
-    files = [*REPO.glob("scenarios/*.toml"), *REPO.glob("recordings/*.toml"), *REPO.glob("engine/config/catalogs/*.toml")]
+    files = [*REPO.glob("scenarios/*.toml"), *REPO.glob("recordings/*.toml"),
+             *REPO.glob("engine/config/catalogs/*.toml")]
     assert len(files) >= 25
     for path in files:
         check_structure(path.read_text(), str(path))
 
 
-# ---- the estimate's cost is bounded in the microbatches ------------------------------------------------------------
+# ---- the estimate's cost is bounded in the microbatches ----------------------------------------------------
 
 def _walk(schedule: str, p: int, v: int, m: int, chunk_bytes: np.ndarray) -> list[float]:
     """The peak over the whole schedule, operation by operation (what peak_inflight did for every m)."""
@@ -93,14 +96,14 @@ def test_huge_batch_estimates_and_huge_pipelines_are_refused_with_their_size(tmp
     est = estimate.estimate(scenario.load(str(path)), plan=False, hints=False)
     assert est.jobs[0].microbatches == 100_000_000 and est.jobs[0].fits
     path.write_text('name = "x"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 16384\n[[jobs]]\nseq_len = 4096\n'
-                    "pp = 16384\nglobal_batch = 256\n[jobs.model]\nlayers = 100000\nhidden = 8192\nheads = 64\n"
-                    "ffn = 28672\nvocab = 128000\n")
-    with pytest.raises(UserError, match=r"jobs\[0\]\.pp: .* needs 8,388,608 operations simulated, 3\.52 GiB of "
-                                        r"schedule arrays; expected at most 1,048,576"):
+                    "pp = 16384\nglobal_batch = 256\n[jobs.model]\nlayers = 100000\nhidden = 8192\n"
+                    "heads = 64\nffn = 28672\nvocab = 128000\n")
+    with pytest.raises(UserError, match=r"jobs\[0\]\.pp: .* needs 8,388,608 operations simulated, "
+                                        r"3\.52 GiB of schedule arrays; expected at most 1,048,576"):
         estimate.estimate(scenario.load(str(path)))
 
 
-# ---- input and output files --------------------------------------------------------------------------------------
+# ---- input and output files --------------------------------------------------------------------------------
 
 def test_inputs_must_be_regular_files_and_are_capped_by_what_is_read(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
@@ -138,7 +141,7 @@ def test_outputs_write_through_and_never_replace(tmp_path: Path) -> None:
         full.close()
 
 
-# ---- messages ----------------------------------------------------------------------------------------------------
+# ---- messages ----------------------------------------------------------------------------------------------
 
 def test_messages_escape_what_they_echo() -> None:
     error = UserError("unknown key 'a\nclustertop: all good\x1b[2J'", "evil\u202e.toml")
@@ -146,7 +149,7 @@ def test_messages_escape_what_they_echo() -> None:
     assert escape("plain: ünïcödé 🚀 text") == "plain: ünïcödé 🚀 text"
 
 
-# ---- the stream's schema -----------------------------------------------------------------------------------------
+# ---- the stream's schema -----------------------------------------------------------------------------------
 
 def test_every_committed_recording_passes_the_schema() -> None:
     for path in REPO.glob("recordings/*.jsonl.gz"):
@@ -168,7 +171,7 @@ def test_unknown_types_and_keys_pass_known_fields_are_checked() -> None:
     assert "t" in checks.problem({"t": True, "type": "x"})
 
 
-# ---- replaying a sweep never builds a path from the file -------------------------------------------------------------
+# ---- replaying a sweep never builds a path from the file ---------------------------------------------------
 
 def test_sweep_point_file_names_do_not_come_from_the_record(tmp_path: Path) -> None:
     from clustertop.commands.replay import point_toml
@@ -183,7 +186,7 @@ def test_sweep_point_file_names_do_not_come_from_the_record(tmp_path: Path) -> N
     assert not Path("/tmp/escaped-point-3.toml").exists()
 
 
-# ---- signals -----------------------------------------------------------------------------------------------------
+# ---- signals -----------------------------------------------------------------------------------------------
 
 def test_ctrl_c_during_the_imports_is_quiet() -> None:
     code = ("import sys; sys.argv = ['clustertop']; import clustertop, os, signal; "
@@ -232,7 +235,7 @@ def test_a_signal_to_the_whole_process_group_ends_a_sweep_quietly(sig: signal.Si
     assert [json.loads(line)["index"] for line in lines] == list(range(len(lines))) and len(lines) > 30
 
 
-# ---- Dask ------------------------------------------------------------------------------------------------------------
+# ---- Dask --------------------------------------------------------------------------------------------------
 
 def test_dask_port_that_never_answers_is_one_line(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -268,7 +271,7 @@ def test_dask_port_that_never_answers_is_one_line(capsys: pytest.CaptureFixture[
         listener.close()
 
 
-# ---- the dashboard shows what the reader accepts ----------------------------------------------------------------
+# ---- the dashboard shows what the reader accepts -----------------------------------------------------------
 
 ACCEPTED = ["valid_crlf", "event_unknown_type", "event_extra_keys", "last_line_truncated"]
 
@@ -303,7 +306,8 @@ def test_dashboard_shows_a_giant_header_with_one_small_job(tmp_path: Path) -> No
     from clustertop.tui.app import ClusterTopApp
     from clustertop.tui.sources.recording import RecordingSource
 
-    lines = (Path(__file__).parent / "hostile" / "recordings" / "valid_prefix.jsonl").read_bytes().split(b"\n")
+    lines = ((Path(__file__).parent / "hostile" / "recordings" / "valid_prefix.jsonl").read_bytes()
+             .split(b"\n"))
     header = json.loads(lines[0])
     header["topology"] = {"gpus": 10_000_000, "gpus_per_node": 1, "gpus_per_rack": 1, "gpus_per_pod": 1,
                           "gpus_per_building": 1}

@@ -18,7 +18,8 @@ from fake_plan import MIXED, checkpoint_for, fake_planner, write_scenario
 
 @pytest.fixture
 def trace(tmp_path: Path) -> dict[str, Any]:
-    run = Run(scenario.load(write_scenario(tmp_path, MIXED)), planner=fake_planner, duration_s=12.0, sample_s=0.25)
+    run = Run(scenario.load(write_scenario(tmp_path, MIXED)), planner=fake_planner, duration_s=12.0,
+              sample_s=0.25)
 
     def later(run: Run) -> Any:
         yield run.env.timeout(5.0)
@@ -54,8 +55,10 @@ def test_trace_structure(trace: dict[str, Any]) -> None:
 
 def test_names_are_metadata(trace: dict[str, Any]) -> None:
     events = trace["traceEvents"]
-    processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["pid"]: e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e["ph"] == "M" and e["name"] == "thread_name"}
     used = {e["pid"] for e in events if e["ph"] != "M"}
     assert used <= set(processes)
     assert {(e["pid"], e["tid"]) for e in events if "tid" in e and e["ph"] != "M"} <= set(threads)

@@ -46,7 +46,8 @@ def same_state(a: ClusterState, b: ClusterState) -> None:
     assert np.array_equal(a.phase, b.phase) and a.site_mw == b.site_mw
     for name, job in a.jobs.items():
         other = b.jobs[name]
-        assert (job.running, job.step, job.tokens, job.mfu) == (other.running, other.step, other.tokens, other.mfu)
+        assert ((job.running, job.step, job.tokens, job.mfu)
+                == (other.running, other.step, other.tokens, other.mfu))
     assert {k: v.tolist() for k, v in a.links.items()} == {k: v.tolist() for k, v in b.links.items()}
 
 
@@ -81,7 +82,8 @@ def test_all_sources_agree(recording: Path, tmp_path: Path) -> None:
     same_state(fold(str(packed)), expected)                                  # gzip by magic bytes
     same_state(fold(io.BufferedReader(io.BytesIO(data))), expected)          # a stream (stdin, a pipe)
     same_state(fold(io.BufferedReader(io.BytesIO(gzip.compress(data)))), expected)
-    engine_run = Run(scenario.load(write_scenario(tmp_path)), planner=fake_planner, duration_s=30.0, sample_s=0.25)
+    engine_run = Run(scenario.load(write_scenario(tmp_path)), planner=fake_planner, duration_s=30.0,
+                     sample_s=0.25)
     events = list(iter_lines_events(engine_run.lines()))                    # an in-process engine
     state = ClusterState(events[0])
     for event in events[1:]:
@@ -136,7 +138,8 @@ def test_newer_schema_version_is_refused(recording: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"", "is empty"), (b"hello\n", "line 1 is not JSON"), (b'{"t": 0, "type": "sample"}\n', "line 1 must be the header"),
+    (b"", "is empty"), (b"hello\n", "line 1 is not JSON"),
+    (b'{"t": 0, "type": "sample"}\n', "line 1 must be the header"),
     (b"\x1f\x8b\x08garbage-garbage", "corrupt compressed data"),
 ])
 def test_not_a_recording(content: bytes, message: str, tmp_path: Path) -> None:
@@ -230,7 +233,8 @@ def test_no_corruption_gives_a_traceback(recording: Path, tmp_path: Path) -> Non
             elif action == 1:
                 del base[pos:pos + int(rng.integers(1, 50))]
             else:
-                base[pos:pos] = rng.choice([b'"t":-1,', b"[]", b"null", b'{"v":[1],"n":[2]}', b"\n{}\n", b"9e999"])
+                base[pos:pos] = rng.choice([b'"t":-1,', b"[]", b"null", b'{"v":[1],"n":[2]}', b"\n{}\n",
+                                            b"9e999"])
         bad.write_bytes(bytes(base))
         for action in (lambda: fold(str(bad), warn=lambda m: None),
                        lambda: perfetto.export(str(bad), str(tmp_path / "t.json"), warn=lambda m: None)):

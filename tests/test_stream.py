@@ -41,7 +41,7 @@ def small(tmp_path: Any) -> str:
     return quiet(tmp_path)
 
 
-# ----- run-length encoding -----------------------------------------------------------------------------------
+# ----- run-length encoding ----------------------------------------------------------------------------------
 
 
 def test_rle_round_trip() -> None:
@@ -58,7 +58,7 @@ def test_rle_round_trip() -> None:
         schema.rle_decode({"v": [1, 2], "n": [3, 3]}, out=np.zeros(5))
 
 
-# ----- header and ordering -----------------------------------------------------------------------------------
+# ----- header and ordering ----------------------------------------------------------------------------------
 
 
 def test_header_replays_without_the_scenario(small: str) -> None:
@@ -69,7 +69,8 @@ def test_header_replays_without_the_scenario(small: str) -> None:
     assert header["topology"]["gpus"] == 64 and header["topology"]["pods"] == 2
     assert header["seed"] == 7 and header["sample_interval_s"] == 1.0 and header["duration_s"] == 5.0
     job = header["jobs"][0]
-    assert {k: job[k] for k in ("name", "first_gpu", "gpus", "tp", "cp", "pp", "dp", "ep", "model", "kind")} == {
+    keys = ("name", "first_gpu", "gpus", "tp", "cp", "pp", "dp", "ep", "model", "kind")
+    assert {k: job[k] for k in keys} == {
         "name": "train", "first_gpu": 0, "gpus": 64, "tp": 2, "cp": 1, "pp": 4, "dp": 8, "ep": 1,
         "model": "llama3.1-8b", "kind": "training"}
     state = ClusterState(header)
@@ -142,7 +143,7 @@ def test_fast_forward_does_not_simulate_steps_one_by_one(small: str) -> None:
     assert len(lines) == 1 + 1 + run.stats.steps + 25      # header, job_start, steps, 25 samples
 
 
-# ----- samples follow the schedule ----------------------------------------------------------------------------
+# ----- samples follow the schedule --------------------------------------------------------------------------
 
 
 def test_pipeline_fills_and_drains(small: str) -> None:
@@ -177,7 +178,8 @@ def test_samples_are_exact_means(small: str) -> None:
             expected_util = 100 * PHASE_UTIL[codes].mean()
             expected_power = power[codes].mean()
             assert stage_values(e, "util")[s] == pytest.approx(expected_util, abs=0.6)
-            assert stage_values(e, "power_w")[s] == pytest.approx(expected_power, abs=0.6 + 0.002 * expected_power)
+            assert stage_values(e, "power_w")[s] == pytest.approx(expected_power,
+                                                                  abs=0.6 + 0.002 * expected_power)
 
 
 def plan_phase_at(plan: StepPlan, stage: int, times: np.ndarray) -> np.ndarray:
@@ -246,7 +248,7 @@ def test_job_that_does_not_fit(tmp_path: Any) -> None:
     assert sample["jobs"]["too-big"]["running"] is False and sample["jobs"]["train"]["running"] is True
 
 
-# ----- hooks for faults, checkpoints and power -----------------------------------------------------------------
+# ----- hooks for faults, checkpoints and power --------------------------------------------------------------
 
 
 def test_perturbation_pauses_the_job_and_resumes(small: str) -> None:
@@ -352,16 +354,18 @@ def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
 
     run.add_process(source)
     events = [orjson.loads(line) for line in run.lines()]
-    kinds = [(e["t"], e["type"]) for e in events if e["type"] not in ("sample", "step", "header", "power_swing")]
+    kinds = [(e["t"], e["type"]) for e in events
+             if e["type"] not in ("sample", "step", "header", "power_swing")]
     assert kinds == [(0.0, "job_start"), (2.0, "checkpoint_start"), (3.0, "fault"), (5.0, "restart")]
     steps = [e for e in events if e["type"] == "step" and e["t"] > 5.0]
     assert steps[0]["step"] == 1 and steps[0]["tokens_total"] == 64 * 4096        # restarted from step 0
 
 
 def test_phase_mix_is_each_gpus_time_shares(small: str) -> None:
-    """Defect: the phase view showed one phase per GPU ("computing 100%" at 60-74% utilization). Samples carry each
-    GPU's shares; they agree with util (compute counts 1, memory-bound 0.5) and with the dominant phase, a failed
-    node shows as its own run, and a sample without them (an older recording) falls back to the dominant phase."""
+    """Defect: the phase view showed one phase per GPU ("computing 100%" at 60-74% utilization). Samples carry
+    each GPU's shares; they agree with util (compute counts 1, memory-bound 0.5) and with the dominant phase,
+    a failed node shows as its own run, and a sample without them (an older recording) falls back to the
+    dominant phase."""
     run = Run(scenario.load(small), planner=fake_planner, duration_s=4.0, sample_s=1.0)
 
     def fault(run: Run) -> Any:

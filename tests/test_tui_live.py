@@ -1,5 +1,5 @@
-"""Live mode with a real engine child process (`record --control`, the fast fake planner): the dashboard's clock
-drives the engine, a pause stops it, and a fault lands at the time on screen."""
+"""Live mode with a real engine child process (`record --control`, the fast fake planner): the dashboard's
+clock drives the engine, a pause stops it, and a fault lands at the time on screen."""
 
 from __future__ import annotations
 
@@ -88,8 +88,8 @@ def test_the_clock_ticks_between_samples(tmp_path: Path) -> None:
 
 
 def test_record_to_stdout_never_draws_a_progress_bar(monkeypatch) -> None:
-    """`record -o - | replay -`: the recorder's bar drew over the dashboard; on a terminal it is drawn only when the
-    stream goes to a file."""
+    """`record -o - | replay -`: the recorder's bar drew over the dashboard; on a terminal it is drawn only
+    when the stream goes to a file."""
     from clustertop import progress
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)

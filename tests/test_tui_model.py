@@ -18,14 +18,17 @@ from clustertop.tui.playback import SPEEDS, Playback, format_clock
 from clustertop.tui.sources.recording import RecordingSource
 from clustertop.tui.sources.stream import StreamSource, stream_events
 
-FLAGSHIP = {"gpus": 16384, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 16384}
-SITE = {"gpus": 524288, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072, "gpus_per_building": 98304}
+FLAGSHIP = {"gpus": 16384, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072,
+            "gpus_per_building": 16384}
+SITE = {"gpus": 524288, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072,
+        "gpus_per_building": 98304}
 
 
 def header(topology: dict[str, int] = FLAGSHIP) -> dict[str, object]:
     return {"type": "header", "schema": schema.SCHEMA, "schema_version": 1, "scenario": {"name": "test"},
-            "topology": topology, "jobs": [{"name": "train", "first_gpu": 0, "gpus": topology["gpus"], "tp": 8,
-                                            "cp": 1, "pp": 16, "dp": topology["gpus"] // 128, "ep": 1}],
+            "topology": topology,
+            "jobs": [{"name": "train", "first_gpu": 0, "gpus": topology["gpus"], "tp": 8,
+                      "cp": 1, "pp": 16, "dp": topology["gpus"] // 128, "ep": 1}],
             "seed": 1, "sample_interval_s": 1.0, "duration_s": 100.0}
 
 
@@ -140,7 +143,8 @@ def test_index_seeks_to_keyframes_and_advances() -> None:
 
 
 def test_advance_folds_late_events_with_the_same_time() -> None:
-    """A stream delivers a sample, the screen shows t=1, then a step stamped t=1 arrives: it must not be lost."""
+    """A stream delivers a sample, the screen shows t=1, then a step stamped t=1 arrives: it must not be
+    lost."""
     index = EventIndex(header())
     index.add(sample(0.0, 10))
     state = index.state_at(0.0)
@@ -303,7 +307,8 @@ def test_inference_jobs_show_throughput_and_latency_not_mfu() -> None:
     from clustertop.engine.stream.state import ClusterState
     from clustertop.tui.widgets.jobs import figures
 
-    h = header({"gpus": 64, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64, "gpus_per_building": 64})
+    h = header({"gpus": 64, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64,
+                "gpus_per_building": 64})
     h["jobs"] = [{"name": "chat", "kind": "inference", "first_gpu": 0, "gpus": 64, "tp": 4, "dp": 16}]
     state = ClusterState(h)
     state.apply({"t": 0.0, "type": "job_start", "job": "chat"})

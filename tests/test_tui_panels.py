@@ -1,5 +1,5 @@
-"""Pilot tests of the dashboard's panels: what the event log, the jobs table, the links view, the power panel and
-the drill-down show of the committed recording."""
+"""Pilot tests of the dashboard's panels: what the event log, the jobs table, the links view, the power panel
+and the drill-down show of the committed recording."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ async def test_the_fault_and_restart_of_the_real_recording_are_on_screen() -> No
         jobs = rendered(app.screen.query_one(JobsPanel))
         assert "down 5.0s" in jobs and re.search(r"interrupts +1\b", jobs)
         # stopped: its last step's rates are history, not live figures; the time lost counts the downtime
-        assert re.search(r"tokens/s +—", jobs) and re.search(r"MFU +—", jobs) and re.search(r"step time +—", jobs)
+        assert (re.search(r"tokens/s +—", jobs) and re.search(r"MFU +—", jobs)
+                and re.search(r"step time +—", jobs))
         assert re.search(r"time lost +5.0s", jobs)
         log = unwrapped(rendered(app.screen.query_one(EventLog)))
         assert "FAULT Faulty GPU · [gpu] · gpu\u00a01,000 node\u00a0125 (injected)" in log
@@ -61,8 +62,8 @@ def test_live_title_names_the_scenario_once_and_a_point_by_its_name() -> None:
 
 @sync
 async def test_event_log_folds_checkpoints_filters_and_seeks() -> None:
-    """Defects: each checkpoint added four event lines; no filter by kind; enter on an event did nothing; ] at the
-    end said nothing useful."""
+    """Defects: each checkpoint added four event lines; no filter by kind; enter on an event did nothing; ] at
+    the end said nothing useful."""
     from clustertop.tui.widgets.event_log import EventLog
 
     app = app_at(30.0)
@@ -121,7 +122,8 @@ def two_jobs_source(names: tuple[str, str] = ("prometheus-pretrain-405b", "front
                    "power_w": schema.rle_encode(util * 7), "phase": schema.rle_encode((util > 0).astype(int)),
                    "links": {"node": [0.3, 0.0], "leaf": [0.2, 0.0], "spine": [0.97, 0.0], "core": 0.1},
                    "site_mw": 3.0})
-    index.add({"t": 2.5, "type": "fault", "job": names[1], "gpu": 4000, "cause": "Faulty GPU", "component": "gpu"})
+    index.add({"t": 2.5, "type": "fault", "job": names[1], "gpu": 4000, "cause": "Faulty GPU",
+               "component": "gpu"})
     index.finish()
     return Source("two.jsonl", index)
 
@@ -156,8 +158,8 @@ async def test_jobs_are_named_on_the_map_and_one_can_be_highlighted() -> None:
 
 @sync
 async def test_jobs_table_keeps_names_and_widths_and_shows_a_down_job_as_stopped() -> None:
-    """Defects: names cut to "fro...", headers to "TFL...", widths changing each frame; a job that is down still
-    showed its running tokens/s and MFU."""
+    """Defects: names cut to "fro...", headers to "TFL...", widths changing each frame; a job that is down
+    still showed its running tokens/s and MFU."""
     from clustertop.tui.widgets.jobs import JobsPanel
 
     app = ClusterTopApp([two_jobs_source()], start_t=1.5, paused=True)
@@ -191,8 +193,8 @@ async def test_jobs_table_keeps_names_and_widths_and_shows_a_down_job_as_stopped
 
 @sync
 async def test_links_view_shows_each_pod_and_names_a_hot_or_degraded_one() -> None:
-    """A pod whose spine is busier than the others stands out and is named; the scenario's degraded links are named
-    in the links panel and, for the jobs that cross them, in the event log."""
+    """A pod whose spine is busier than the others stands out and is named; the scenario's degraded links are
+    named in the links panel and, for the jobs that cross them, in the event log."""
     from clustertop.tui.widgets.event_log import EventLog
     from clustertop.tui.widgets.links import LinksPanel
 
@@ -212,8 +214,8 @@ async def test_links_view_shows_each_pod_and_names_a_hot_or_degraded_one() -> No
 
 @sync
 async def test_drill_down_lists_each_gpu_at_rack_zoom_and_the_worst_at_site_zoom() -> None:
-    """At node and rack zoom a row per GPU (utilization, power, memory, phase shares, history) instead of mostly
-    empty tiles; w at site zoom lists the worst GPUs of the view, failed first."""
+    """At node and rack zoom a row per GPU (utilization, power, memory, phase shares, history) instead of
+    mostly empty tiles; w at site zoom lists the worst GPUs of the view, failed first."""
     from clustertop.tui.widgets.gpu_table import GpuTable
 
     app = app_at(30.0)

@@ -1,8 +1,8 @@
 """Snapshot tests of the dashboard's screens, from the small committed recordings in recordings/.
 
 Deterministic: paused at a fixed simulated time, a fixed terminal size, and no wall clock on screen.
-Regenerate after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update` and look at the
-report before committing.
+Regenerate after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update` and look at
+the report before committing.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def test_too_small_terminal(snap_compare) -> None:
 
 
 def test_after_the_restart(snap_compare) -> None:
-    """t = 55 s: the fault at 40 s and the restart at 51 s from the step-3 checkpoint in the log (wrapped, with
-    component, cause and work lost); the job panel counts the interruption and the tokens lost."""
+    """t = 55 s: the fault at 40 s and the restart at 51 s from the step-3 checkpoint in the log (wrapped,
+    with component, cause and work lost); the job panel counts the interruption and the tokens lost."""
     assert snap_compare(replay(55.0), terminal_size=SIZE)
 
 
@@ -73,4 +73,5 @@ def test_sweep_results_table(snap_compare) -> None:
     from clustertop.engine.sweep.results import read_results
     from clustertop.tui.sweep import SweepApp
 
-    assert snap_compare(SweepApp(read_results("recordings/sweep-16k.jsonl"), "sweep-16k.jsonl"), terminal_size=SIZE)
+    assert snap_compare(SweepApp(read_results("recordings/sweep-16k.jsonl"), "sweep-16k.jsonl"),
+                        terminal_size=SIZE)

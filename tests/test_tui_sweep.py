@@ -13,7 +13,8 @@ SWEEP = "recordings/sweep-16k.jsonl"
 
 @sync
 async def test_sweep_results_table_sorted_and_enter_prepares_the_point(tmp_path) -> None:
-    """Rows by step time, out-of-memory then invalid points last; enter rebuilds the chosen point's scenario."""
+    """Rows by step time, out-of-memory then invalid points last; enter rebuilds the chosen point's
+    scenario."""
     from clustertop.commands.replay import point_toml
     from clustertop.engine.config import scenario
     from clustertop.engine.sweep.results import looks_like_sweep_results, read_results
@@ -54,8 +55,8 @@ async def test_an_invalid_sweep_point_is_not_run(tmp_path) -> None:
 
 @sync
 async def test_sweep_table_ranks_by_each_objective_and_sorts_by_a_column(tmp_path) -> None:
-    """o ranks the fitting points by the next objective; a header click sorts by that column (again: reversed),
-    points without the figure last; enter runs the row shown."""
+    """o ranks the fitting points by the next objective; a header click sorts by that column (again:
+    reversed), points without the figure last; enter runs the row shown."""
     from clustertop.engine.sweep.results import RANKS, read_results
     from clustertop.tui.sweep import SweepApp
     from textual.widgets import DataTable, Static
@@ -101,8 +102,8 @@ async def test_sweep_table_ranks_by_each_objective_and_sorts_by_a_column(tmp_pat
 
 @sync
 async def test_sweep_table_of_several_jobs_shows_and_sorts_the_same_figures() -> None:
-    """A point of two jobs shows (and sorts by) its slowest job's step, all its tokens/s, its largest memory; a
-    point without a figure sorts last either way; the cursor stays on its point."""
+    """A point of two jobs shows (and sorts by) its slowest job's step, all its tokens/s, its largest memory;
+    a point without a figure sorts last either way; the cursor stays on its point."""
     from clustertop.tui.sweep import SweepApp
     from textual.widgets import DataTable
 
@@ -110,8 +111,10 @@ async def test_sweep_table_of_several_jobs_shows_and_sorts_the_same_figures() ->
         return {"name": name, "gpus": 8, "fits": step is not None, "step_time_s": step, "tokens_per_s": rate,
                 "mfu": 0.4, "model_tflops_per_gpu": 400.0, "memory_gb_per_gpu": mem}
 
-    records = [{"index": 0, "point": {"x": 1}, "jobs": [job("a", 1.0, 100.0, 50.0), job("b", 2.0, 50.0, 60.0)]},
-               {"index": 1, "point": {"x": 2}, "jobs": [job("a", 1.5, 80.0, 40.0), job("b", 1.5, 80.0, 30.0)]},
+    records = [{"index": 0, "point": {"x": 1},
+                "jobs": [job("a", 1.0, 100.0, 50.0), job("b", 2.0, 50.0, 60.0)]},
+               {"index": 1, "point": {"x": 2},
+                "jobs": [job("a", 1.5, 80.0, 40.0), job("b", 1.5, 80.0, 30.0)]},
                {"index": 2, "point": {"x": 3}, "jobs": [job("a", None, 0.0, None)]},
                {"index": 3, "point": {"x": 4}, "error": "refused"}]
     app = SweepApp(records, "two-jobs.jsonl")
@@ -129,7 +132,8 @@ async def test_sweep_table_of_several_jobs_shows_and_sorts_the_same_figures() ->
         table.move_cursor(row=1)                                     # on point 0
         assert await click("step s") == [1, 0, 2, 3]                 # slowest jobs: 1.5 s < 2.0 s
         steps = [str(table.get_row_at(i)[list(table.columns).index(next(k for k in table.columns
-                                                                         if k.value == "step s"))]) for i in (0, 1)]
+                                                                         if k.value == "step s"))])
+                 for i in (0, 1)]
         assert steps == ["1.500", "2.000"] and app.selected()["index"] == 0
         assert await click("mem GB/GPU") == [1, 0, 2, 3]             # largest memory: 40 < 60; none last
         assert await click("mem GB/GPU") == [0, 1, 2, 3]             # reversed; none still last

@@ -29,6 +29,7 @@ from .screens.help import HelpScreen
 from .screens.main import MainScreen
 from .sources import Source
 from .widgets.event_log import shown
+from .widgets.heatmap import Heatmap
 
 FPS = 30
 
@@ -58,7 +59,8 @@ class ClusterTopApp(App[None]):
                 tooltip=SEEK_TIP),
         Binding("home", "seek_start", "Start", show=False, key_display="home  end",
                 tooltip="start / end (end follows the engine in live mode)"),
-        Binding("end", "seek_end", "End", show=False, tooltip="start / end (end follows the engine in live mode)"),
+        Binding("end", "seek_end", "End", show=False,
+                tooltip="start / end (end follows the engine in live mode)"),
         Binding("left_square_bracket", "prev_event", "Event", key_display="[]",
                 tooltip="previous / next event (fault, checkpoint, restart...)"),
         Binding("right_square_bracket", "next_event", "Next event", show=False,
@@ -157,7 +159,8 @@ class ClusterTopApp(App[None]):
         for i, source in enumerate(self.sources):
             if source.index.error and not self._reported_error[i]:
                 self._reported_error[i] = True
-                self.notify(markup_escape(escape(source.index.error)), title="stream stopped", severity="error", timeout=10)
+                self.notify(markup_escape(escape(source.index.error)), title="stream stopped",
+                            severity="error", timeout=10)
         if changed:
             self.redraw()
 
@@ -173,7 +176,8 @@ class ClusterTopApp(App[None]):
             self._send(protocol.run_to(p.edge))
 
     def set_time(self, t: float) -> bool:
-        """Bring every state to simulated time t (folding events that arrived since); True when anything changed."""
+        """Bring every state to simulated time t (folding events that arrived since); True when anything
+        changed."""
         changed = False
         for i, source in enumerate(self.sources):
             if t >= self._applied_t:
@@ -286,8 +290,8 @@ class ClusterTopApp(App[None]):
         heatmap = self.screen.focused
         gpu = getattr(heatmap, "cursor_gpu", None)
         if gpu is None:
-            maps = list(self.dashboard.query("Heatmap"))
-            gpu = maps[0].cursor_gpu if maps else 0   # type: ignore[attr-defined]
+            maps = list(self.dashboard.query(Heatmap))
+            gpu = maps[0].cursor_gpu if maps else 0
         p = self.playback
         if p.edge is None:
             self.notify("Faults can be injected only into a live engine", severity="warning", timeout=3)
@@ -333,12 +337,16 @@ class ClusterTopApp(App[None]):
             ("Seek forward", "One step forward (right)", lambda: self.action_seek(1)),
             ("Go to start", "The first sample (home)", self.action_seek_start),
             ("Go to end", "The last sample, or the live edge (end)", self.action_seek_end),
-            ("Previous event", "Jump to the previous fault, checkpoint, restart... ([)", self.action_prev_event),
+            ("Previous event", "Jump to the previous fault, checkpoint, restart... ([)",
+             self.action_prev_event),
             ("Next event", "Jump to the next event (])", self.action_next_event),
-            *([("Follow live", "Pin the clock to the engine (f)", self.action_follow_live)] if self.live else []),
-            *([("Inject fault", "Fail the GPU under the cursor at the time on screen (i)", self.action_inject_fault)]
+            *([("Follow live", "Pin the clock to the engine (f)", self.action_follow_live)]
+              if self.live else []),
+            *([("Inject fault", "Fail the GPU under the cursor at the time on screen (i)",
+                self.action_inject_fault)]
               if self.playback.edge is not None else []),
-            ("Zoom in", "On the cursor's building, pod, rack or node (enter)", self._heatmap_action("zoom_in")),
+            ("Zoom in", "On the cursor's building, pod, rack or node (enter)",
+             self._heatmap_action("zoom_in")),
             ("Zoom out", "Back up the hierarchy (backspace)", self._heatmap_action("zoom_out")),
             ("Colour by utilization", "Heatmap metric (1)", self._screen_action("metric", "util")),
             ("Colour by power", "Heatmap metric (2)", self._screen_action("metric", "power")),
@@ -353,7 +361,7 @@ class ClusterTopApp(App[None]):
 
     def _heatmap_action(self, name: str) -> Callable[[], None]:
         def run() -> None:
-            maps = list(self.dashboard.query("Heatmap"))
+            maps = list(self.dashboard.query(Heatmap))
             focused = self.dashboard.focused
             target = focused if focused in maps else (maps[0] if maps else None)
             if target is not None:

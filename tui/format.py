@@ -1,5 +1,5 @@
-"""Text the panels draw: sparklines and bars. Figures are formatted by engine/config/units.py, as the command line
-formats them (the panels call it as `fmt.power(...)` etc.)."""
+"""Text the panels draw: sparklines and bars. Figures are formatted by engine/config/units.py, as the command
+line formats them (the panels call it as `fmt.power(...)` etc.)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from clustertop.engine.config.units import duration, energy, power, si, usd
 SPARKS = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: Iterable[float], width: int, low: float | None = None, high: float | None = None) -> str:
+def sparkline(values: Iterable[float], width: int, low: float | None = None,
+              high: float | None = None) -> str:
     """The last `width` values as block characters, scaled to [low, high] (default: their own range)."""
     data = [v for v in values][-width:] if width > 0 else []
     if not data:

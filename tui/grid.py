@@ -86,9 +86,9 @@ class Layout:
     top: np.ndarray = field(repr=False)
     bottom: np.ndarray = field(repr=False)
     text: list[str] = field(repr=False)
+    pixel_x: np.ndarray = field(repr=False)      # the cell column of each pixel
+    pixel_yh: np.ndarray = field(repr=False)     # the half-row of each pixel
     panels: list[Panel] = field(default_factory=list)
-    pixel_x: np.ndarray = field(default=None, repr=False)    # type: ignore[assignment]
-    pixel_yh: np.ndarray = field(default=None, repr=False)   # type: ignore[assignment]
 
     @property
     def pixels(self) -> int:
@@ -136,7 +136,8 @@ class Layout:
         if self.g == 1:
             return seg.astype(np.float32, copy=False)
         if seg.size % self.g == 0:
-            return seg.reshape(-1, self.g).mean(axis=1, dtype=np.float32)
+            means: np.ndarray = seg.reshape(-1, self.g).mean(axis=1, dtype=np.float32)
+            return means
         starts = np.arange(0, seg.size, self.g)
         counts = np.diff(np.append(starts, seg.size))
         return (np.add.reduceat(seg.astype(np.float64), starts) / counts).astype(np.float32)
@@ -163,7 +164,8 @@ class Layout:
         if self.g == 1:
             return seg
         if seg.size % self.g == 0:
-            return seg.reshape(-1, self.g).max(axis=1)
+            peaks: np.ndarray = seg.reshape(-1, self.g).max(axis=1)
+            return peaks
         return np.maximum.reduceat(seg, np.arange(0, seg.size, self.g))
 
     def phase(self, phases: np.ndarray, offset: int = 0) -> np.ndarray:
@@ -175,7 +177,7 @@ class Layout:
         n = len(PHASES)
         ids = np.arange(seg.size, dtype=np.int64) // self.g
         counts = np.bincount(ids * n + seg, minlength=self.pixels * n).reshape(self.pixels, n)
-        mode = counts.argmax(axis=1).astype(np.uint8)
+        mode: np.ndarray = counts.argmax(axis=1).astype(np.uint8)
         mode[counts[:, CODE["failed"]] > 0] = CODE["failed"]
         return mode
 
@@ -189,7 +191,8 @@ def _pixel_sizes(h: Geometry, panel_gpus: int) -> list[int]:
     """GPUs per pixel worth trying, finest first: they divide the panel and respect node and rack borders."""
     out = []
     for g in _divisors(panel_gpus):
-        if h.gpus_per_node % g == 0 or (g % h.gpus_per_node == 0 and (h.gpus_per_rack % g == 0 or g % h.gpus_per_rack == 0)):
+        if (h.gpus_per_node % g == 0
+                or (g % h.gpus_per_node == 0 and (h.gpus_per_rack % g == 0 or g % h.gpus_per_rack == 0))):
             out.append(g)
     return out or [1]
 
@@ -303,8 +306,8 @@ def layout(h: Geometry, view: View, width: int, height: int) -> Layout:
             break
     if fit is None:   # even one pixel per panel does not fit: draw what fits of the coarsest layout
         g = panel_gpus
-        fit = _Fit(g=g, scale=1, column=2, pitch=1, pitch_y=1, margin=0, band_gap=0, cols_per_band=1, bands=1, panel_w=1,
-                   panel_h=2, panels_across=max(1, width // (1 + PANEL_GAP)))
+        fit = _Fit(g=g, scale=1, column=2, pitch=1, pitch_y=1, margin=0, band_gap=0, cols_per_band=1, bands=1,
+                   panel_w=1, panel_h=2, panels_across=max(1, width // (1 + PANEL_GAP)))
     return _paint(h, view, width, height, gpu0, gpu1, child, starts, fit)
 
 
@@ -362,7 +365,8 @@ def _paint(h: Geometry, view: View, width: int, height: int, gpu0: int, gpu1: in
                 if first_pixel >= count:
                     break
                 label = f"r{(start + first_pixel * g) // units}"
-                _write(text, half, py + 1 + b * (band_rows + fit.band_gap), px, label[: fit.margin - 1], LABEL_CELL)
+                _write(text, half, py + 1 + b * (band_rows + fit.band_gap), px, label[: fit.margin - 1],
+                       LABEL_CELL)
     top = half[0:height * 2:2].copy()
     bottom = half[1:height * 2:2].copy()
     return Layout(view=view, hierarchy=h, width=width, height=height, g=g, scale=scale, column=col, gpu0=gpu0,

@@ -1,4 +1,5 @@
-"""What the header says about jobs and hardware, read defensively (older or newer recordings may lack keys)."""
+"""What the header says about jobs and hardware, read defensively (older or newer recordings may lack
+keys)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def ranks(job: JobStatus, gpu: int) -> dict[str, int]:
 
 
 def layout_text(job: JobStatus) -> str:
-    return " ".join(f"{d.upper()}{int(job.info.get(d, 1) or 1)}" for d in DIMS if d != "ep" or job.info.get("ep", 1) != 1)
+    return " ".join(f"{d.upper()}{int(job.info.get(d, 1) or 1)}" for d in DIMS
+                    if d != "ep" or job.info.get("ep", 1) != 1)
 
 
 def model_name(job: JobStatus) -> str:
@@ -43,7 +45,8 @@ def memory_gb(job: JobStatus, stage: int) -> float | None:
 
 
 def measured_memory_gb(state: ClusterState, gpu: int) -> float | None:
-    """The memory a GPU reported in use (real telemetry's `memory_gb`), or None when there is no such reading."""
+    """The memory a GPU reported in use (real telemetry's `memory_gb`), or None when there is no such
+    reading."""
     memory = state.memory_gb
     if memory is None:
         return None
@@ -70,8 +73,8 @@ def gpu_spec(state: ClusterState) -> dict[str, Any]:
 
 
 def describe(state: ClusterState, source: str = "") -> str:
-    """'run.jsonl.gz · llama3-405b-16k · 16,384 × h100-sxm-80gb': the source's name, then the scenario's unless
-    the source is named after it (a live run), then the hardware."""
+    """'run.jsonl.gz · llama3-405b-16k · 16,384 × h100-sxm-80gb': the source's name, then the scenario's
+    unless the source is named after it (a live run), then the hardware."""
     name = str(state.header.get("scenario", {}).get("name", ""))
     gpu = gpu_spec(state).get("name", "GPU")
     parts = [p for p in (source, "" if name and name in source else name) if p]

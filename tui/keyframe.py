@@ -146,4 +146,5 @@ class Keyframe:
         if v.size != n.size or (n.size and int(n.min()) < 0) or int(n.sum(dtype=np.int64)) != total:
             return [0.0] * len(gpus)
         at = np.searchsorted(np.cumsum(n, dtype=np.int64), np.asarray(gpus, dtype=np.int64), side="right")
-        return (v[at] * np.float32(0.01)).tolist()
+        shown: list[float] = (v[at] * np.float32(0.01)).tolist()
+        return shown

@@ -1,9 +1,9 @@
 """The keys, from the bindings: the help screen and the README's key table are generated here, so neither can
 drift from what the keys do.
 
-Every binding with a tooltip is a row of help (bindings that share a tooltip share a row); `SECTIONS` only says
-which section an action belongs to. A few things are not bindings of ours (mouse gestures, Textual's own tab and
-command palette): they are `EXTRA` rows. `python -m clustertop.tui.keys` prints the README table.
+Every binding with a tooltip is a row of help (bindings that share a tooltip share a row); `SECTIONS` only
+says which section an action belongs to. A few things are not bindings of ours (mouse gestures, Textual's own
+tab and command palette): they are `EXTRA` rows. `python -m clustertop.tui.keys` prints the README table.
 """
 
 from __future__ import annotations

@@ -79,18 +79,22 @@ class StyleCache:
         self.theme = theme
         table = UTIL_RAMP if metric == "util" else POWER_RAMP
         self.colours: list[str] = list(table) + [PHASE_COLORS[p] for p in PHASES]
-        self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground, theme.dim, NODATA_COLOR]
+        self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground, theme.dim,
+                         NODATA_COLOR]
         self._rich = [Color.parse(c) for c in self.colours]
         self._styles: dict[int, Style] = {}
         self.label = Style(color=Color.parse(theme.muted), bgcolor=Color.parse(theme.background))
-        self.title = Style(color=Color.parse(theme.foreground), bgcolor=Color.parse(theme.background), bold=True)
+        self.title = Style(color=Color.parse(theme.foreground), bgcolor=Color.parse(theme.background),
+                           bold=True)
         self.blank = Style(bgcolor=Color.parse(theme.background))
 
     def job_label(self, highlighted: bool) -> Style:
         """A job's name over the heatmap: dark on light, reversed for the highlighted job."""
         if highlighted:
-            return Style(color=Color.parse(self.theme.background), bgcolor=Color.parse(self.theme.cursor), bold=True)
-        return Style(color=Color.parse(self.theme.cursor), bgcolor=Color.parse(self.theme.background), bold=True)
+            return Style(color=Color.parse(self.theme.background), bgcolor=Color.parse(self.theme.cursor),
+                         bold=True)
+        return Style(color=Color.parse(self.theme.cursor), bgcolor=Color.parse(self.theme.background),
+                     bold=True)
 
     def on(self, colour: int) -> Style:
         """Readable text on a block of colour `colour` (for labels inside big pixels)."""
@@ -115,13 +119,14 @@ class StyleCache:
 def level_of(values: np.ndarray, top: float) -> np.ndarray:
     """Continuous values (0..top) to ramp indices; NaN (no GPU) becomes the background."""
     scaled = np.nan_to_num(values / top, nan=-1.0) if top > 0 else np.zeros_like(values)
-    idx = np.clip(np.rint(scaled * (LEVELS - 1)), 0, LEVELS - 1).astype(np.int16)
+    idx: np.ndarray = np.clip(np.rint(scaled * (LEVELS - 1)), 0, LEVELS - 1).astype(np.int16)
     idx[scaled < 0] = BG
     return idx
 
 
 def known_phases(codes: np.ndarray) -> np.ndarray:
-    """Phase codes this version knows; codes a newer engine appended show as idle rather than break the view."""
+    """Phase codes this version knows; codes a newer engine appended show as idle rather than break the
+    view."""
     if codes.size and int(codes.max()) >= len(PHASES):
         return np.where(codes < len(PHASES), codes, CODE["idle"]).astype(np.uint8)
     return codes

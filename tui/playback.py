@@ -1,4 +1,5 @@
-"""The transport: simulated time, speed, pause, seeking and following a live stream. Pure logic, no Textual."""
+"""The transport: simulated time, speed, pause, seeking and following a live stream. Pure logic, no
+Textual."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ def format_clock(seconds: float) -> str:
 class Playback:
     """Where the dashboard is on the simulated timeline and how fast it moves.
 
-    With an engine to drive (`edge` set), the live edge is a clock of its own: it advances by wall time x speed,
-    stops while paused, and never runs more than `lead` (one sample interval) past the latest event, so a slow
-    engine holds it back. The app sends it to the engine (run_to), which simulates up to it and no further:
-    the time on screen is the engine's time, ticking every frame between samples. A pipe has no edge: its live
-    edge is its latest event.
+    With an engine to drive (`edge` set), the live edge is a clock of its own: it advances by wall time x
+    speed, stops while paused, and never runs more than `lead` (one sample interval) past the latest event, so
+    a slow engine holds it back. The app sends it to the engine (run_to), which simulates up to it and no
+    further: the time on screen is the engine's time, ticking every frame between samples. A pipe has no edge:
+    its live edge is its latest event.
     """
 
     t: float = 0.0

@@ -1,10 +1,10 @@
-"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md) as a table: one row per point, in the order
-`clustertop sweep` ranks them (engine/sweep/results.py): those that fit, out-of-memory points after them and
-invalid points last. `o` ranks them by the next objective (as `clustertop sweep --rank` does); a click on a
-column's header sorts the rows by that column (again: the other way), points without the figure last. Enter on
-a row asks the caller's `prepare(record)` for something to run (the replay command writes the point's scenario
-to a temporary TOML) and exits with it; `prepare` raising UserError (an invalid point) is a notification and
-the table stays.
+"""Sweep results (`clustertop sweep -o results.jsonl`, docs/sweep.md) as a table: one row per point, in the
+order `clustertop sweep` ranks them (engine/sweep/results.py): those that fit, out-of-memory points after them
+and invalid points last. `o` ranks them by the next objective (as `clustertop sweep --rank` does); a click on
+a column's header sorts the rows by that column (again: the other way), points without the figure last. Enter
+on a row asks the caller's `prepare(record)` for something to run (the replay command writes the point's
+scenario to a temporary TOML) and exits with it; `prepare` raising UserError (an invalid point) is a
+notification and the table stays.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ def status(record: dict[str, Any]) -> str:
 
 OBJECTIVES = list(RANKS.values())
 # The figure columns, and whether larger sorts first when their header is clicked
-FIGURES: dict[str, bool] = {"GPUs": False, "step s": False, "tokens/s": True, "TFLOP/s/GPU": True, "MFU": True,
-                            "mem GB/GPU": False, "status": False}
+FIGURES: dict[str, bool] = {"GPUs": False, "step s": False, "tokens/s": True, "TFLOP/s/GPU": True,
+                            "MFU": True, "mem GB/GPU": False, "status": False}
 
 
 def figures(record: dict[str, Any]) -> dict[str, Any]:
-    """A point's figures as its row shows them and its columns sort, read as the ranking reads them (several jobs:
-    the slowest job's step, all jobs' tokens/s and GPUs, GPU-weighted TFLOP/s and MFU, the largest memory per
-    GPU); None where the point has none."""
+    """A point's figures as its row shows them and its columns sort, read as the ranking reads them (several
+    jobs: the slowest job's step, all jobs' tokens/s and GPUs, GPU-weighted TFLOP/s and MFU, the largest
+    memory per GPU); None where the point has none."""
     state = status(record)
     out: dict[str, Any] = dict.fromkeys(FIGURES)
     out["status"] = ("ok", "oom", "invalid").index(state)
@@ -85,12 +85,13 @@ class SweepHelp(ModalScreen[None]):
     """
 
     def compose(self) -> ComposeResult:
-        text = ("[b]Sweep results[/b]: one row per point, ranked as `clustertop sweep` ranks them: points that fit "
-                "first (by step time, or tokens/s per GPU when their shapes differ), then out of memory, then "
-                "invalid.\n\n"
-                "[b]↑ ↓[/b]  choose a point      [b]enter[/b]  run it live in the dashboard (q there comes back)\n"
-                "[b]o[/b]  rank by the next objective: step time, tokens/s per GPU, $ per million tokens, joules "
-                "per token, tokens/s per MW (clustertop sweep --rank)\n"
+        text = ("[b]Sweep results[/b]: one row per point, ranked as `clustertop sweep` ranks them: points "
+                "that fit first (by step time, or tokens/s per GPU when their shapes differ), then out of "
+                "memory, then invalid.\n\n"
+                "[b]↑ ↓[/b]  choose a point      [b]enter[/b]  run it live in the dashboard "
+                "(q there comes back)\n"
+                "[b]o[/b]  rank by the next objective: step time, tokens/s per GPU, $ per million tokens, "
+                "joules per token, tokens/s per MW (clustertop sweep --rank)\n"
                 "click a column's header: sort by it (again: the other way); points without the figure last\n"
                 "[b]s[/b]  save an SVG screenshot      [b]?[/b]  this help      [b]q[/b]  quit\n\n"
                 "escape closes")
@@ -130,8 +131,9 @@ class SweepApp(App[Any]):
     def compose(self) -> ComposeResult:
         counts = {s: sum(status(r) == s for r in self.records) for s in ("ok", "oom", "invalid")}
         base = next((r.get("scenario") for r in self.records if r.get("scenario")), "?")
-        self._summary = (f"sweep of {escape(str(base))} · {len(self.records):,} points: {counts['ok']:,} fit, "
-                         f"{counts['oom']:,} out of memory, {counts['invalid']:,} invalid")
+        self._summary = (f"sweep of {escape(str(base))} · {len(self.records):,} points: "
+                         f"{counts['ok']:,} fit, {counts['oom']:,} out of memory, "
+                         f"{counts['invalid']:,} invalid")
         yield Static(self._about(), id="about")
         yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Footer()
@@ -140,8 +142,8 @@ class SweepApp(App[Any]):
         order = f"ranked by {self.objective}"
         if self.sorted_by is not None:
             column, descending = self.sorted_by
-            order = f"sorted by {escape(column)} ({'descending' if descending else 'ascending'}; # is the rank by " \
-                    f"{self.objective})"
+            order = f"sorted by {escape(column)} ({'descending' if descending else 'ascending'}; " \
+                    f"# is the rank by {self.objective})"
         return f"{self._summary} · {order} · enter runs the point live"
 
     def on_mount(self) -> None:
@@ -157,21 +159,24 @@ class SweepApp(App[Any]):
         table.focus()
 
     def _fill(self) -> None:
-        """The rows in the current order, the cursor kept on its point; "#" is each point's rank by the objective."""
+        """The rows in the current order, the cursor kept on its point; "#" is each point's rank by the
+        objective."""
         table = self.query_one(DataTable)
         current = self.selected() if table.row_count else None
         rank = {id(r): i for i, r in enumerate(ranked(self.records, self.objective)[0], start=1)}
         rows = self._sorted(*self.sorted_by, rank) if self.sorted_by is not None else self.records
         table.clear()
         for record in rows:
-            table.add_row(*self._row(rank[id(record)], record), key=str(record.get("index", rank[id(record)])))
+            table.add_row(*self._row(rank[id(record)], record),
+                          key=str(record.get("index", rank[id(record)])))
         self.shown = rows
         if current is not None:
             table.move_cursor(row=next(i for i, r in enumerate(rows) if r is current))
         self.query_one("#about", Static).update(self._about())
 
     def _sorted(self, column: str, descending: bool, rank: dict[int, int]) -> list[dict[str, Any]]:
-        """The records sorted by a column, stably (ties keep the objective's order), those without a value last."""
+        """The records sorted by a column, stably (ties keep the objective's order), those without a value
+        last."""
         def value(record: dict[str, Any]) -> Any:
             if column in FIGURES:
                 return figures(record)[column]
@@ -209,7 +214,10 @@ class SweepApp(App[Any]):
     def _row(self, rank: int, record: dict[str, Any]) -> list[Any]:
         state = status(record)
         point = [_value(record["point"].get(key, "")) for key in self.keys]
-        right = lambda s, style="": Text(s, justify="right", style=style)
+
+        def right(s: str, style: str = "") -> Text:
+            return Text(s, justify="right", style=style)
+
         if state == "invalid":
             reason = str(record.get("error", "invalid"))
             return [right(str(rank)), right(str(record.get("index", ""))), *point,

@@ -24,8 +24,9 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from ..config.cluster import MAX_GPUS
 from ..config.errors import has_unsafe, quote
-from ..config.scenario import MAX_GPUS, MAX_JOBS
+from ..config.scenario import MAX_JOBS
 from . import schema
 
 Check = Callable[[Any], str | None]
@@ -99,21 +100,22 @@ def show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-# ---- the header ------------------------------------------------------------------------------------------------
+# ---- the header --------------------------------------------------------------------------------------------
 
 _TOPOLOGY = {key: positive for key in ("gpus_per_node", "gpus_per_rack", "gpus_per_pod", "gpus_per_building")}
 _TOPOLOGY.update({key: count for key in ("nodes", "racks", "pods", "buildings")})
 _LAYOUT = {key: positive for key in ("tp", "cp", "pp", "dp", "ep")}
 _JOB = {"name": text, "first_gpu": count, "gpus": positive, **_LAYOUT, "model": or_null(text),
         "kind": text, "fits": boolean, "memory_gb": or_null(numbers), "speed": or_null(number)}
-_JOB.update({key: or_null(number) for key in ("step_time_s", "mfu", "ttft_s", "tpot_s", "effective_training_time",
-                                                "tokens_target", "train_tokens")})
+_JOB.update({key: or_null(number) for key in ("step_time_s", "mfu", "ttft_s", "tpot_s",
+                                                "effective_training_time", "tokens_target", "train_tokens")})
 _JOB.update({"step_time_alone_s": or_null(number), "contention_slowdown": or_null(number),
              "contention_tier": or_null(text), "contention_shares": lambda v: _shares(v)})
 _GPU = {"name": text, **{key: or_null(number) for key in ("hbm_gb", "tdp_w", "idle_w", "bf16_tflops")}}
 _CLUSTER = {"node_fabric": text, "site_power_budget_mw": or_null(number),
             "pod_oversubscription": or_null(number)}
-_HEADER = {"scenario": table, "topology": table, "jobs": lambda v: None if type(v) is list else "expected a list",
+_HEADER = {"scenario": table, "topology": table,
+           "jobs": lambda v: None if type(v) is list else "expected a list",
            "power": table, "duration_s": or_null(number), "sample_interval_s": or_null(number)}
 
 
@@ -155,15 +157,15 @@ def _jobs_problem(jobs: list[Any], gpus: int) -> str | None:
         if why:
             return why
         if job["first_gpu"] + job["gpus"] > gpus:
-            return (f"jobs[{i}]: GPUs {job['first_gpu']:,} to {job['first_gpu'] + job['gpus'] - 1:,} are not all in "
-                    f"the cluster's {gpus:,}")
+            return (f"jobs[{i}]: GPUs {job['first_gpu']:,} to {job['first_gpu'] + job['gpus'] - 1:,} are not "
+                    f"all in the cluster's {gpus:,}")
         if job["name"] in names:
             return f"jobs[{i}].name: {quote(job['name'])} is another job's name too; expected unique names"
         names.add(job["name"])
     return None
 
 
-# ---- events ----------------------------------------------------------------------------------------------------
+# ---- events ------------------------------------------------------------------------------------------------
 
 def _rle(gpus: int, phase: bool = False) -> Check:
     """A run-length encoded per-GPU array covering `gpus` GPUs: {"v": [numbers], "n": [counts]}. Checked with
@@ -296,8 +298,9 @@ _EVENTS: dict[str, dict[str, Check]] = {
                   "tflops_per_gpu": number, "mfu": number, "tokens_total": number},
     schema.JOB_START: _JOB_REF,
     schema.JOB_STOP: {**_JOB_REF, "reason": text},
-    schema.FAULT: {**_JOB_REF, "cause": text, "category": text, "component": text, "gpu": count, "node": count,
-                   "scope": text, "injected": boolean, "extends_downtime": boolean, "xid": count, "host": text},
+    schema.FAULT: {**_JOB_REF, "cause": text, "category": text, "component": text, "gpu": count,
+                   "node": count, "scope": text, "injected": boolean, "extends_downtime": boolean,
+                   "xid": count, "host": text},
     schema.MAINTENANCE: {**_JOB_REF, "cause": text, "component": text, "duration_s": number},
     schema.RESTART: {**_JOB_REF, "reason": text, "from_checkpoint_step": count, "tokens_total": number,
                      "lost_steps": count, "lost_tokens": number, "lost_s": number, "downtime_s": number,
@@ -305,7 +308,8 @@ _EVENTS: dict[str, dict[str, Check]] = {
     schema.CHECKPOINT_START: {**_JOB_REF, "step": count, "mode": text, "gb": number},
     schema.CHECKPOINT_END: {**_JOB_REF, "step": count, "ok": boolean, "duration_s": number},
     schema.POWER_SWING: {"from_mw": number, "to_mw": number, "delta_mw": number, "over_budget": boolean},
-    schema.CONTENTION: {"running": _list_of(text, "job names"), "jobs": _list_of(_contention_entry, "objects")},
+    schema.CONTENTION: {"running": _list_of(text, "job names"),
+                        "jobs": _list_of(_contention_entry, "objects")},
     schema.TARGET_DOWN: {"target": text, "error": text},
     schema.TARGET_UP: {"target": text},
     schema.HOSTS_PLACED: {"hosts": _list_of(text, "host names"), "first_node": count},
@@ -326,7 +330,8 @@ class EventChecks:
         gpus = header["topology"]["gpus"]
         self.specs = dict(_EVENTS)
         self.known: set[bytes] = set()        # shapes of lines that passed (remember)
-        self.specs[schema.SAMPLE] = {"util": _rle(gpus), "power_w": _rle(gpus), "phase": _rle(gpus, phase=True),
+        self.specs[schema.SAMPLE] = {"util": _rle(gpus), "power_w": _rle(gpus),
+                                     "phase": _rle(gpus, phase=True),
                                      "links": _links(), "site_mw": number, "over_budget": boolean,
                                      "jobs": _statuses, "memory_gb": _rle(gpus), "missing": _missing(gpus)}
 
@@ -336,8 +341,8 @@ class EventChecks:
         if type(event) is not dict:
             return "expected an event object with \"t\" (a number) and \"type\""
         if "t" not in event or "type" not in event:
-            return f"expected an event object with \"t\" (a number) and \"type\"; {'t' if 't' not in event else 'type'} " \
-                   "is missing"
+            return f"expected an event object with \"t\" (a number) and \"type\"; " \
+                   f"{'t' if 't' not in event else 'type'} is missing"
         why = fields(event, {"t": number, "type": text})
         if why:
             return why

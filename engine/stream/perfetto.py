@@ -9,8 +9,8 @@ Processes and tracks:
   thread "state" with a "running" slice from job_start to job_stop; thread "events" with the job's other
   events as instants, and `X_start` / `X_end` pairs (checkpoints) as slices.
 Process and thread names and sort order are metadata events. Counters are written only when they change.
-The file is written to a temporary name and renamed at the end, so a failed export leaves nothing behind; a FIFO
-or a device (/dev/stdout) is written through instead (engine/config/outfile.py).
+The file is written to a temporary name and renamed at the end, so a failed export leaves nothing behind; a
+FIFO or a device (/dev/stdout) is written through instead (engine/config/outfile.py).
 """
 
 from __future__ import annotations
@@ -219,11 +219,12 @@ def _stages(jobs: list[dict[str, Any]]) -> tuple[_Groups, list[str]]:
 
 
 class _Groups:
-    """Groups of GPUs as ranges [start, end) (a pipeline stage: one range of tp * cp GPUs per replica; a pod: one
-    range), and the mean of a run-length encoded per-GPU array over each group, from the runs: its cost grows
-    with the runs and the ranges, not with the GPUs (a 10M-GPU header costs nothing per sample)."""
+    """Groups of GPUs as ranges [start, end) (a pipeline stage: one range of tp * cp GPUs per replica; a pod:
+    one range), and the mean of a run-length encoded per-GPU array over each group, from the runs: its cost
+    grows with the runs and the ranges, not with the GPUs (a 10M-GPU header costs nothing per sample)."""
 
-    def __init__(self, starts: list[np.ndarray], ends: list[np.ndarray], group: list[np.ndarray], count: int) -> None:
+    def __init__(self, starts: list[np.ndarray], ends: list[np.ndarray], group: list[np.ndarray],
+                 count: int) -> None:
         self.starts = np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
         self.ends = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
         self.group = np.concatenate(group) if group else np.zeros(0, dtype=np.int64)
@@ -242,7 +243,8 @@ class _Groups:
         def upto(x: np.ndarray) -> np.ndarray:                  # sum of the values of GPUs [0, x)
             k = np.minimum(np.searchsorted(ends, x, side="right"), len(values) - 1)
             start = ends[k] - counts[k]
-            return below[k] + values[k] * np.clip(x - start, 0, counts[k])
+            total: np.ndarray = below[k] + values[k] * np.clip(x - start, 0, counts[k])
+            return total
 
         sums = upto(self.ends) - upto(self.starts)
         return np.bincount(self.group, weights=sums, minlength=self.count) / self.sizes

@@ -6,14 +6,16 @@ object per line on its stdin:
     {"cmd": "speed", "value": 1000.0}     simulated seconds per wall-clock second (0.1 .. 1e6)
     {"cmd": "pause"}                       stop simulating (and writing) until "resume"
     {"cmd": "resume"}
-    {"cmd": "inject_fault", "gpu": 4321}   a "Faulty GPU" fault at that GPU now: its node fails, the job on it
-                                           stops, restarts from its last checkpoint, and the work since is lost
+    {"cmd": "inject_fault", "gpu": 4321}   a "Faulty GPU" fault at that GPU now: its node fails, the job on
+                                           it stops, restarts from its last checkpoint, and the work since is
+                                           lost
     {"cmd": "inject_fault", "gpu": 4321, "t": 812.5}
                                            the same at simulated time t (the time on the dashboard's screen);
                                            an engine already past t injects now
     {"cmd": "run_to", "t": 812.5}          simulate up to t and no further: from the first run_to on, the
-                                           dashboard's clock drives the engine (speed no longer paces it), so the
-                                           engine is never ahead of the screen and a pause stops it exactly
+                                           dashboard's clock drives the engine (speed no longer paces it), so
+                                           the engine is never ahead of the screen and a pause stops it
+                                           exactly
 
 Lines end with "\\n"; lines that are not a command this version knows are ignored, so that an older engine
 simply runs.

@@ -19,7 +19,7 @@ import sys
 import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator
 from itertools import takewhile
-from typing import IO, Any, BinaryIO, Self
+from typing import IO, Any, Self, cast
 
 import orjson
 
@@ -42,9 +42,9 @@ def warn_stderr(message: str) -> None:
 EXPECTED = "a .jsonl or .jsonl.gz recording"
 
 
-def _open_raw(source: str | BinaryIO, expected: str = EXPECTED) -> tuple[IO[bytes], str, bool]:
-    """(buffered binary stream, display name, whether we opened it and must close it). A path must be a regular
-    file ('-' is stdin): engine/config/infile.py."""
+def _open_raw(source: str | IO[bytes], expected: str = EXPECTED) -> tuple[IO[bytes], str, bool]:
+    """(buffered binary stream, display name, whether we opened it and must close it). A path must be a
+    regular file ('-' is stdin): engine/config/infile.py."""
     if not isinstance(source, str):
         raw = source
         name = getattr(source, "name", "<stream>")
@@ -53,12 +53,14 @@ def _open_raw(source: str | BinaryIO, expected: str = EXPECTED) -> tuple[IO[byte
         raw = open_input(source, expected)
         name, owned = ("<stdin>", False) if source == "-" else (source, True)
     if not hasattr(raw, "peek"):
-        raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+        # typing.IO declares no readinto, which BufferedReader's stubs require and every binary stream has
+        raw = io.BufferedReader(raw)  # type: ignore[type-var]
     return raw, str(name), owned
 
 
 def open_lines(source: str, expected: str) -> Lines:
-    """The complete lines of a file (plain or gzip) or '-', bounded as Lines bounds them; close with .close()."""
+    """The complete lines of a file (plain or gzip) or '-', bounded as Lines bounds them; close with
+    .close()."""
     raw, name, owned = _open_raw(source, expected)
     return Lines(raw, name, owned=owned)
 
@@ -149,7 +151,8 @@ class Lines:
             carried = len(last)
             if last:
                 carry.append(last)
-            if lines and len(lines[0]) > MAX_LINE_BYTES:     # (only the first can be: the others are in one chunk)
+            # (only the first can be: the others are in one chunk)
+            if lines and len(lines[0]) > MAX_LINE_BYTES:
                 raise self._too_long()
             if lines:
                 self.count += len(lines)
@@ -161,8 +164,8 @@ class Lines:
             yield from batch
 
     def _too_long(self) -> UserError:
-        return UserError(f"line {self.count + 1} is longer than {MAX_LINE_BYTES:,} bytes, the most a line of a "
-                         "clustertop stream holds", self.name)
+        return UserError(f"line {self.count + 1} is longer than {MAX_LINE_BYTES:,} bytes, the most a line of "
+                         "a clustertop stream holds", self.name)
 
 
 def _bad(name: str, number: int, message: str) -> UserError:
@@ -176,7 +179,7 @@ def _not_json(exc: orjson.JSONDecodeError) -> str:
 class Reader:
     """One recording or stream: its header, then its events or a folded ClusterState."""
 
-    def __init__(self, source: str | BinaryIO, warn: Warn | None = None, name: str | None = None) -> None:
+    def __init__(self, source: str | IO[bytes], warn: Warn | None = None, name: str | None = None) -> None:
         raw, self.name, self._owned = _open_raw(source)
         if name is not None:          # an already-open stream's display name (a pipe's is a number)
             self.name = name
@@ -217,8 +220,9 @@ class Reader:
         except orjson.JSONDecodeError:
             self.close()
             if self.lines.ended_early and not self.lines.count:
-                raise UserError("line 1 is not JSON: the compressed stream ends inside it (the writer was stopped "
-                                "before its first line was out); nothing to read", f"{self.name}:1") from None
+                raise UserError("line 1 is not JSON: the compressed stream ends inside it (the writer was "
+                                "stopped before its first line was out); nothing to read",
+                                f"{self.name}:1") from None
             raise UserError("line 1 is not JSON; expected a clustertop recording header",
                             f"{self.name}:1") from None
         try:
@@ -306,8 +310,8 @@ class Reader:
         return state
 
     def _tail(self, last: float) -> dict[str, Any] | None:
-        """The unterminated last line: used if it is a whole event, a warning if it is cut short, an error if it
-        is a whole line that breaks the schema."""
+        """The unterminated last line: used if it is a whole event, a warning if it is cut short, an error if
+        it is a whole line that breaks the schema."""
         tail = self.lines.tail
         if not tail:
             if self.lines.ended_early:
@@ -322,14 +326,16 @@ class Reader:
         else:
             why = self._problem(event, last)
             if why is None:
-                return event
+                return cast(dict[str, Any], event)      # checked above: an event object
             raise _bad(self.name, number, why)
-        cause = " (the compressed stream ends early: the writer was stopped?)" if self.lines.ended_early else ""
-        self.warn(f"{self.name}:{number}: last line is truncated{cause}; using the {number - 1} complete lines")
+        cause = (" (the compressed stream ends early: the writer was stopped?)" if self.lines.ended_early
+                 else "")
+        self.warn(f"{self.name}:{number}: last line is truncated{cause}; using the {number - 1} complete "
+                  "lines")
         return None
 
 
-def iter_events(source: str | BinaryIO, warn: Warn | None = None,
+def iter_events(source: str | IO[bytes], warn: Warn | None = None,
                 name: str | None = None) -> Iterator[dict[str, Any]]:
     """The header, then every event of a recording or stream, in order. UserError on a bad recording.
 
@@ -340,7 +346,7 @@ def iter_events(source: str | BinaryIO, warn: Warn | None = None,
     yield from reader.events()
 
 
-def fold(source: str | BinaryIO, until: float | None = None, warn: Warn | None = None) -> ClusterState:
+def fold(source: str | IO[bytes], until: float | None = None, warn: Warn | None = None) -> ClusterState:
     """The ClusterState after every event of a recording (or those up to time `until`)."""
     return Reader(source, warn).fold(until=until)
 

@@ -50,8 +50,9 @@ class JobStatus:
     spent on steps whose work is kept; from the latest sample).
     """
 
-    __slots__ = ("_src", "checkpoints", "contention", "down", "down_since", "effective_training_time", "first_gpu",
-                 "gpus", "info", "interruptions", "name", "running", "stop_reason", "time_lost_s", "tokens_lost")
+    __slots__ = ("_src", "checkpoints", "contention", "down", "down_since", "effective_training_time",
+                 "first_gpu", "gpus", "info", "interruptions", "name", "running", "stop_reason",
+                 "time_lost_s", "tokens_lost")
 
     def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
                  step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
@@ -71,7 +72,8 @@ class JobStatus:
         self.down = down
         self.down_since: float | None = None
         self.time_lost_s = 0.0
-        # jobs sharing tiers: contention_slowdown, contention_tier, contention_shares (header, then "contention")
+        # jobs sharing tiers: contention_slowdown, contention_tier, contention_shares (header, then
+        # "contention")
         self.contention: dict[str, Any] = {k: self.info[k] for k in CONTENTION_KEYS if k in self.info}
         self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
                                      "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
@@ -159,7 +161,8 @@ class PhaseMix:
         codes = [PHASES.index(name) if name in PHASES else CODE["idle"] for name in mix["phases"]]
         shares = np.asarray(mix["shares"], dtype=np.float32).reshape(-1, len(codes))
         table = np.zeros((shares.shape[0] + len(PHASES), len(PHASES)), dtype=np.float32)
-        np.add.at(table, (slice(0, shares.shape[0]), codes), shares / 100.0)
+        # numpy documents a tuple of slices and index arrays for `indices`; its stubs accept arrays only
+        np.add.at(table, (slice(0, shares.shape[0]), codes), shares / 100.0)  # type: ignore[arg-type]
         table[shares.shape[0]:] = np.eye(len(PHASES), dtype=np.float32)
         gpus = int(self.header["topology"]["gpus"])
         rows = np.full(gpus, int(mix.get("other", 0)), dtype=np.int32)
@@ -189,12 +192,14 @@ class PhaseMix:
         if seg.size == 0:
             return np.zeros(len(PHASES), dtype=np.float32)
         counts = np.bincount(seg, minlength=table.shape[0])
-        return (counts @ table) / seg.size
+        mean: np.ndarray = (counts @ table) / seg.size
+        return mean
 
     def per_gpu(self, gpu0: int, gpu1: int) -> np.ndarray:
         """Phase shares of each GPU of [gpu0, gpu1): (gpus, phases) fractions."""
         rows, table = self.get()
-        return table[rows[gpu0:gpu1]]
+        each: np.ndarray = table[rows[gpu0:gpu1]]
+        return each
 
 
 def link_scope(header: dict[str, Any]) -> dict[str, str]:
@@ -217,7 +222,8 @@ class ClusterState:
         self._power = _Lazy(np.zeros(self.gpus, dtype=np.float32))
         self._phase = _Lazy(np.full(self.gpus, CODE["idle"], dtype=np.uint8))
         self.mix = PhaseMix(header, self._phase)     # phase shares over the interval (`phase_mix`)
-        self._memory = _Lazy(np.zeros(self.gpus, dtype=np.float32))   # GB in use (real telemetry: `memory_gb`)
+        # GB in use (real telemetry: `memory_gb`)
+        self._memory = _Lazy(np.zeros(self.gpus, dtype=np.float32))
         self._has_memory = False
         self._missing: dict[str, Any] = {}           # the latest sample's `missing`: key -> run-length 0/1
         self._missing_cache: dict[str, tuple[Any, np.ndarray]] = {}
@@ -263,12 +269,14 @@ class ClusterState:
 
     @property
     def memory_gb(self) -> np.ndarray | None:
-        """Per-GPU memory in use in GB (float32) when the latest sample measured it (real telemetry), else None."""
+        """Per-GPU memory in use in GB (float32) when the latest sample measured it (real telemetry), else
+        None."""
         return self._memory.get() if self._has_memory else None
 
     def missing(self, key: str) -> np.ndarray | None:
-        """GPUs without a reading of `key` ("util", "power_w", "memory_gb") in the latest sample, as a bool array;
-        None when every GPU has one (always, in a simulated run). Their values in the arrays are 0 placeholders."""
+        """GPUs without a reading of `key` ("util", "power_w", "memory_gb") in the latest sample, as a bool
+        array; None when every GPU has one (always, in a simulated run). Their values in the arrays are 0
+        placeholders."""
         rle = self._missing.get(key)
         if rle is None:
             return None
@@ -283,7 +291,8 @@ class ClusterState:
         return flags
 
     def mean(self, key: str, gpu0: int = 0, gpu1: int | None = None) -> float | None:
-        """Mean of "util" (0..1) or "power_w" over GPUs [gpu0, gpu1) that have a reading; None when none has."""
+        """Mean of "util" (0..1) or "power_w" over GPUs [gpu0, gpu1) that have a reading; None when none
+        has."""
         values = (self.util if key == "util" else self.power_w)[gpu0:gpu1]
         missing = self.missing(key)
         if missing is not None:
@@ -343,15 +352,18 @@ class ClusterState:
         job.down_since = None
         job.tokens_lost += int(event.get("lost_tokens", 0))
         job.time_lost_s += float(event.get("lost_s", 0.0)) + float(event.get("downtime_s", 0.0))
-        back = {k: event[src] for k, src in (("step", "from_checkpoint_step"), ("tokens_total", "tokens_total"))
+        back = {k: event[src]
+                for k, src in (("step", "from_checkpoint_step"), ("tokens_total", "tokens_total"))
                 if src in event}
         if back:
             job._src = {**job._src, **back}
 
     def _contention(self, event: dict[str, Any]) -> None:
-        """The running jobs changed: each running job's slowdown and shares now; a job not running shares none."""
+        """The running jobs changed: each running job's slowdown and shares now; a job not running shares
+        none."""
         jobs = event.get("jobs")
-        now = {e["job"]: e for e in jobs if isinstance(e, dict) and "job" in e} if isinstance(jobs, list) else {}
+        now = ({e["job"]: e for e in jobs if isinstance(e, dict) and "job" in e}
+               if isinstance(jobs, list) else {})
         for name, job in self.jobs.items():
             if job.contention or name in now:
                 entry = now.get(name, {})

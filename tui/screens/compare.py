@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Static
 
 from ..playback import format_clock
+from ..running import running_app
 from ..sources import Source
 from ..widgets.comparison import Comparison
 from ..widgets.heatmap import Heatmap
@@ -20,7 +21,8 @@ from .dashboard import DashboardScreen
 
 
 def ended_note(source: Source, t: float) -> str | None:
-    """'ended 00:01:00.0' when a finished stream ended before the clock: its last sample is not the present."""
+    """'ended 00:01:00.0' when a finished stream ended before the clock: its last sample is not the
+    present."""
     if source.done and t > source.end_t + 1e-6:
         return f"ended {format_clock(source.end_t)}"
     return None
@@ -55,10 +57,10 @@ class CompareScreen(DashboardScreen):
     """
 
     def compose(self) -> ComposeResult:
-        app = self.app
+        app = running_app(self)
         yield Header(show_clock=False)
         with Horizontal(id="sides"):
-            for i, (source, state) in enumerate(zip(app.sources, app.states)):   # type: ignore[attr-defined]
+            for i, (source, state) in enumerate(zip(app.sources, app.states)):
                 label = "AB"[i]
                 with Vertical(classes="side", id=f"side-{label.lower()}"):
                     yield Static(markup_escape(f"{label}: {escape(source.name)}"), classes="side-title")
@@ -77,19 +79,19 @@ class CompareScreen(DashboardScreen):
         self.update_frame()
 
     def update_frame(self) -> None:
-        app = self.app
-        states = app.states   # type: ignore[attr-defined]
-        playback = app.playback   # type: ignore[attr-defined]
-        ended = [ended_note(source, playback.t) for source in app.sources]   # type: ignore[attr-defined]
+        app = running_app(self)
+        states = app.states
+        playback = app.playback
+        ended = [ended_note(source, playback.t) for source in app.sources]
         for i, state in enumerate(states):
             label = "ab"[i]
             self.show_map(self.query_one(f"#heatmap-{label}", Heatmap), self.query_one(f"#map-{label}"),
                           self.query_one(f"#legend-{label}", Legend), state)
             self.query_one(f"#jobs-{label}", JobsPanel).show(state, playback.t, ended=ended[i])
-            title = f"{label.upper()}: {app.sources[i].name}" + (f" · {ended[i]}" if ended[i] else "")   # type: ignore[attr-defined]
+            title = f"{label.upper()}: {app.sources[i].name}" + (f" · {ended[i]}" if ended[i] else "")
             self.query_one(f"#side-{label} .side-title", Static).update(title)
-        names = (app.sources[0].name, app.sources[1].name)   # type: ignore[attr-defined]
+        names = (app.sources[0].name, app.sources[1].name)
         self.query_one(Comparison).show(states[0], states[1], names, (ended[0], ended[1]))
-        events = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))   # type: ignore[attr-defined]
-        self.query_one(TransportBar).show(playback, live=app.live,   # type: ignore[attr-defined]
-                                          events=events, note=app.status_note)   # type: ignore[attr-defined]
+        events = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))
+        self.query_one(TransportBar).show(playback, live=app.live,
+                                          events=events, note=app.status_note)

@@ -1,5 +1,5 @@
-"""What every dashboard screen shares: the frame update hook, drawing a heatmap with its frame title and legend,
-the metric keys, seeking from the transport bar and the too-small guard."""
+"""What every dashboard screen shares: the frame update hook, drawing a heatmap with its frame title and
+legend, the metric keys, seeking from the transport bar and the too-small guard."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 
 from ..palette import METRIC_TITLES, METRICS
+from ..running import running_app
 from ..widgets.heatmap import Heatmap
 from ..widgets.legend import Legend
 from ..widgets.too_small import TooSmall
@@ -47,7 +48,8 @@ class DashboardScreen(Screen[None]):
         """Draw `state` on a heatmap, title its frame with what it shows and fill its legend."""
         heatmap.show(state)
         gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
-        title = f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · {METRIC_TITLES[heatmap.metric]}"
+        title = (f"{heatmap.view.title(heatmap.hierarchy)} · {gpu1 - gpu0:,} GPUs · "
+                 f"{METRIC_TITLES[heatmap.metric]}")
         if heatmap.highlight:
             title += f" · job {heatmap.highlight}"
         if frame.border_title != title:   # setting it repaints the frame: only when it changes
@@ -58,7 +60,7 @@ class DashboardScreen(Screen[None]):
         self.update_frame()
 
     def on_transport_bar_seek(self, message: TransportBar.Seek) -> None:
-        self.app.seek_fraction(message.fraction)   # type: ignore[attr-defined]
+        running_app(self).seek_fraction(message.fraction)
 
     @property
     def heatmaps(self) -> list[Heatmap]:

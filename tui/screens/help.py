@@ -32,9 +32,10 @@ def help_text() -> Table:
         table.add_row("", swatch)
     table.add_row("", "")
     table.add_row(Text("Cells", style="bold underline"), "")
-    table.add_row("", "Each character cell holds two GPUs (or groups of GPUs), one above the other (▀). Where many GPUs "
-                      "share a pixel it shows their mean utilization or power, or their commonest phase; a failed GPU "
-                      "always shows. Columns are racks when they fit; titles name the pods and buildings.")
+    table.add_row("", "Each character cell holds two GPUs (or groups of GPUs), one above the other (▀). "
+                      "Where many GPUs share a pixel it shows their mean utilization or power, or their "
+                      "commonest phase; a failed GPU always shows. Columns are racks when they fit; titles "
+                      "name the pods and buildings.")
     return table
 
 

@@ -1,9 +1,9 @@
-"""The main dashboard: the heatmap with its legend and cursor, job, link and power panels, the event log and the
-transport bar.
+"""The main dashboard: the heatmap with its legend and cursor, job, link and power panels, the event log and
+the transport bar.
 
-The side column adapts to the terminal: wide, its panels stack (each can be toggled); narrow or short, it folds
-into tabs (one panel at a time); `p` hides it and the heatmap takes the width. The heatmap always keeps at least
-half the width. Below 60 x 20 the screen asks to be enlarged.
+The side column adapts to the terminal: wide, its panels stack (each can be toggled); narrow or short, it
+folds into tabs (one panel at a time); `p` hides it and the heatmap takes the width. The heatmap always keeps
+at least half the width. Below 60 x 20 the screen asks to be enlarged.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
 from textual.widgets import Footer, Header
 
+from ..running import running_app
 from ..widgets.event_log import EventLog
 from ..widgets.gpu_table import GpuTable
 from ..widgets.heatmap import Heatmap
@@ -51,7 +52,8 @@ class MainScreen(DashboardScreen):
     MIN_SIZE = (60, 20)
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "toggle_side", "Panels", tooltip="hide / show the side panels (the heatmap takes the width)"),
+        Binding("p", "toggle_side", "Panels",
+                tooltip="hide / show the side panels (the heatmap takes the width)"),
         Binding("n", "highlight_job", "Job", show=False,
                 tooltip="highlight a job on the map (the others dim), the next on each press, then all"),
         Binding("w", "toggle_worst", "Worst GPUs", show=False,
@@ -105,7 +107,7 @@ class MainScreen(DashboardScreen):
         self._drill_mode = ""
 
     def compose(self) -> ComposeResult:
-        state = self.app.states[0]   # type: ignore[attr-defined]
+        state = running_app(self).states[0]
         yield Header(show_clock=False)
         with Horizontal(id="body"):
             with Vertical(id="left"):
@@ -177,7 +179,8 @@ class MainScreen(DashboardScreen):
         self.update_frame()
 
     def drill(self) -> str:
-        """'' (the heatmap alone), 'all' (a row per GPU: rack and node zoom) or 'worst' (pod and site zoom)."""
+        """'' (the heatmap alone), 'all' (a row per GPU: rack and node zoom) or 'worst' (pod and site
+        zoom)."""
         level = self.query_one(Heatmap).view.level
         if level in ("rack", "node"):
             return "all"
@@ -205,7 +208,7 @@ class MainScreen(DashboardScreen):
         self.update_frame()
 
     def on_event_log_chosen(self, message: EventLog.Chosen) -> None:
-        self.app.seek(message.t)   # type: ignore[attr-defined]
+        running_app(self).seek(message.t)
 
     def action_sort_jobs(self) -> None:
         order = self.query_one(JobsPanel).cycle_sort()
@@ -220,12 +223,12 @@ class MainScreen(DashboardScreen):
     # -- drawing --------------------------------------------------------------------------------------------
 
     def on_heatmap_cursor_moved(self, message: Heatmap.CursorMoved) -> None:
-        self.query_one(Inspector).show(self.app.states[0], message.gpu0, message.gpu1)   # type: ignore[attr-defined]
+        self.query_one(Inspector).show(running_app(self).states[0], message.gpu0, message.gpu1)
 
     def update_frame(self) -> None:
-        app = self.app
-        state = app.states[0]   # type: ignore[attr-defined]
-        playback = app.playback   # type: ignore[attr-defined]
+        app = running_app(self)
+        state = app.states[0]
+        playback = app.playback
         heatmap = self.query_one(Heatmap)
         frame = self.query_one("#map")
         self.show_map(heatmap, frame, self.query_one(Legend), state)
@@ -241,7 +244,7 @@ class MainScreen(DashboardScreen):
         table.display = bool(mode)
         if mode:
             gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
-            table.show(state, gpu0, gpu1, mode == "worst", app.sources[0].index, playback.t)   # type: ignore[attr-defined]
+            table.show(state, gpu0, gpu1, mode == "worst", app.sources[0].index, playback.t)
         if self.panel("jobs").display:
             self.query_one(JobsPanel).show(state, playback.t)
         if self.panel("links").display:
@@ -250,6 +253,6 @@ class MainScreen(DashboardScreen):
             self.query_one(PowerPanel).show(state)
         if self.panel("events").display:
             self.query_one(EventLog).show(state)
-        source = app.sources[0]   # type: ignore[attr-defined]
+        source = app.sources[0]
         self.query_one(TransportBar).show(playback, live=app.live, events=source.index.event_times(),
-                                          note=app.status_note)   # type: ignore[attr-defined]
+                                          note=app.status_note)

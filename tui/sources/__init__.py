@@ -1,8 +1,8 @@
 """Where the dashboard's events come from: a recording file, a pipe (stdin), or a live engine child process.
 
 Every source fills an EventIndex (tui/index.py) and the app reads states from it: `state_at(t)` to seek
-and `advance(state, cursor, t)` to play. Live and replay differ only in who fills the index and whether commands
-(speed, pause, inject a fault) can be sent back.
+and `advance(state, cursor, t)` to play. Live and replay differ only in who fills the index and whether
+commands (speed, pause, inject a fault) can be sent back.
 """
 
 from __future__ import annotations

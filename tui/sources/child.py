@@ -1,5 +1,5 @@
-"""A child process that writes the event stream to its stdout (the engine, a telemetry watcher), read through a
-pipe. Until its header arrives the child is only starting: if it stops first, its last line on stderr is the
+"""A child process that writes the event stream to its stdout (the engine, a telemetry watcher), read through
+a pipe. Until its header arrives the child is only starting: if it stops first, its last line on stderr is the
 user's one-line error. A child process never competes with the UI for the interpreter lock."""
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class ChildSource(StreamSource):
             raise
 
     def starting(self) -> None:
-        """Called once the child runs, before its header is read (the engine is told to wait for the clock)."""
+        """Called once the child runs, before its header is read (the engine is told to wait for the
+        clock)."""
 
     def _drain(self, stream: IO[bytes]) -> None:
         for line in stream:

@@ -1,8 +1,9 @@
-"""Live mode: the engine in a child process (`python -m clustertop record SCENARIO -o -`), read through a pipe.
+"""Live mode: the engine in a child process (`python -m clustertop record SCENARIO -o -`), read through a
+pipe.
 
-The child writes the same JSON lines as a recording; commands (engine/stream/protocol.py) go back on its stdin.
-A child process never competes with the UI for the interpreter lock. Until the engine reads commands, it simply
-runs and the dashboard still follows it.
+The child writes the same JSON lines as a recording; commands (engine/stream/protocol.py) go back on its
+stdin. A child process never competes with the UI for the interpreter lock. Until the engine reads commands,
+it simply runs and the dashboard still follows it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def record_command(scenario: str, seed: int | None = None, extra: list[str] | No
 
 
 def display_name(scenario: str) -> str:
-    """A built-in scenario's name, or a scenario file's stem (a sweep point's temporary path is not a name)."""
+    """A built-in scenario's name, or a scenario file's stem (a sweep point's temporary path is not a
+    name)."""
     return Path(scenario).stem if scenario.endswith(".toml") else scenario
 
 
@@ -35,7 +37,8 @@ class LiveSource(ChildSource):
     kind = "live"
 
     def __init__(self, scenario: str, seed: int | None = None, command: list[str] | None = None) -> None:
-        super().__init__(display_name(scenario), command or record_command(scenario, seed), f"{scenario} (engine)")
+        super().__init__(display_name(scenario), command or record_command(scenario, seed),
+                         f"{scenario} (engine)")
 
     def starting(self) -> None:
         self.send(protocol.run_to(0.0))    # wait at the start for the dashboard's clock (it sends run_to)

@@ -1,4 +1,5 @@
-"""A recording file (plain or gzip), read whole before the dashboard starts so a bad file is a one-line error."""
+"""A recording file (plain or gzip), read whole before the dashboard starts so a bad file is a one-line
+error."""
 
 from __future__ import annotations
 
@@ -15,5 +16,6 @@ class RecordingSource(Source):
     """Every event of a .jsonl or .jsonl.gz file, indexed for seeking."""
 
     def __init__(self, path: str) -> None:
-        index = EventIndex.of_file(path, note=lambda text: print(f"clustertop: {escape(text)}", file=sys.stderr))
+        index = EventIndex.of_file(path,
+                                   note=lambda text: print(f"clustertop: {escape(text)}", file=sys.stderr))
         super().__init__(Path(path).name, index)

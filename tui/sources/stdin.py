@@ -18,9 +18,9 @@ from .stream import StreamSource, stream_events
 def stdin_source() -> StreamSource:
     """The stream on stdin, with the keyboard switched to the terminal."""
     if sys.stdin is None or sys.stdin.isatty():
-        raise UserError("stdin is a terminal; expected a stream, as in `clustertop record X -o - | clustertop "
-                        "replay -`", "-")
-    pipe = io.BufferedReader(os.fdopen(os.dup(0), "rb", buffering=0))   # type: ignore[arg-type]
+        raise UserError("stdin is a terminal; expected a stream, as in `clustertop record X -o - | "
+                        "clustertop replay -`", "-")
+    pipe = io.BufferedReader(os.fdopen(os.dup(0), "rb", buffering=0))
     source = StreamSource("<stdin>", stream_events(pipe, "<stdin>"))
     try:
         tty = os.open("/dev/tty", os.O_RDWR)

@@ -1,8 +1,8 @@
 """Streams read while they are written: stdin (`clustertop record X -o - | clustertop replay -`) and pipes.
 
-The header is read before the dashboard starts (a bad stream is a one-line error); the rest is read by a daemon
-thread that only appends to the index. The UI polls the index at its frame rate, so however fast lines arrive,
-the UI sees one coalesced update per frame and is never flooded.
+The header is read before the dashboard starts (a bad stream is a one-line error); the rest is read by a
+daemon thread that only appends to the index. The UI polls the index at its frame rate, so however fast lines
+arrive, the UI sees one coalesced update per frame and is never flooded.
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ FIGURES: tuple[Figure, ...] = (
     ("MFU", lambda s: _job(s, "mfu"), lambda v: f"{v * 100:.1f}%", True),
     ("mean utilization", lambda s: s.mean("util") if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
     ("site power", lambda s: s.site_mw if s.samples else None, fmt.power, False),
-    ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, fmt.si, True),
+    ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, fmt.si,
+     True),
     ("energy per token so far", lambda s: _per_token(s, False), lambda v: f"{v:,.2f} J", False),
     ("cost per M tokens so far", lambda s: _per_token(s, True), fmt.usd, False),
 )
@@ -70,7 +71,8 @@ class Comparison(Panel):
             if label != "GPUs":
                 va = None if ended[0] else va
                 vb = None if ended[1] else vb
-            cells = [show(va) if va is not None else ended[0] or "—", show(vb) if vb is not None else ended[1] or "—"]
+            cells = [show(va) if va is not None else ended[0] or "—",
+                     show(vb) if vb is not None else ended[1] or "—"]
             if va is not None and vb is not None and (va == 0 or vb == 0):
                 diff_text, ratio = Text("—"), Text("—")      # nothing yet on one side: no ratio to speak of
             elif va is not None and vb is not None and cells[0] == cells[1]:

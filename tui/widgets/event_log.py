@@ -21,7 +21,8 @@ from ..display import DisplayState
 from ..playback import format_clock
 from .panel import Panel
 
-STYLES = {"fault": "bold red", "target_down": "red", "target_up": "green", "restart": "yellow", "maintenance": "magenta", "checkpoint_start": "cyan",
+STYLES = {"fault": "bold red", "target_down": "red", "target_up": "green", "restart": "yellow",
+          "maintenance": "magenta", "checkpoint_start": "cyan",
           "checkpoint_end": "cyan", "power_swing": "yellow", "job_start": "green", "job_stop": "red",
           "contention": "blue"}
 QUIET_KEYS = {"t", "type"}
@@ -45,7 +46,8 @@ def describe(event: dict[str, Any]) -> str:
         component = event.get("component") or event.get("category") or ""
         label = " · ".join(x for x in (cause, f"[{component}]" if component else "") if x)
         injected = " (injected)" if event.get("injected") else ""
-        return f"FAULT {label} · {' '.join(where)}{injected}" if label else f"FAULT {' '.join(where)}{injected}"
+        return (f"FAULT {label} · {' '.join(where)}{injected}" if label
+                else f"FAULT {' '.join(where)}{injected}")
     if kind == "restart":
         text = f"restart {job or ''}".rstrip()
         if "from_checkpoint_step" in event:
@@ -66,12 +68,12 @@ def describe(event: dict[str, Any]) -> str:
         return f"power swing {fmt.power(float(event['from_mw']))} → {fmt.power(float(event['to_mw']))}"
     if kind == "maintenance":
         parts = [event.get("cause") or "", f"[{event['component']}]" if event.get("component") else ""]
-        where = " ".join(f"{k} {event[k]:,}" if isinstance(event[k], int) else f"{k} {event[k]}"
+        place = " ".join(f"{k} {event[k]:,}" if isinstance(event[k], int) else f"{k} {event[k]}"
                          for k in ("gpu", "node", "rack") if k in event)
         text = "maintenance " + " · ".join(p for p in parts if p)
         if "duration_s" in event:
-            where = (where + " " if where else "") + f"for {float(event['duration_s']):,.0f} s"
-        return (text + (f" · {where}" if where else "")).rstrip()
+            place = (place + " " if place else "") + f"for {float(event['duration_s']):,.0f} s"
+        return (text + (f" · {place}" if place else "")).rstrip()
     if kind == "target_down":
         return f"no answer from {event.get('target', '?')}: {event.get('error', '')}".rstrip(": ")
     if kind == "target_up":
@@ -133,19 +135,20 @@ def slowed_by_links(header: dict[str, Any], job: str) -> list[str]:
     out = []
     for d in cluster.get("degraded") or []:
         pod = d.get("pod") if isinstance(d, dict) else None
-        if not isinstance(d, dict) or (pod is not None and not first // per_pod <= int(pod) <= last // per_pod):
+        if (not isinstance(d, dict)
+                or (pod is not None and not first // per_pod <= int(pod) <= last // per_pod)):
             continue
         where = f"pod {pod}" if pod is not None else "every pod"
-        out.append(f"degraded {d.get('tier')} in {where} ({float(d.get('capacity', 1)) * 100:.0f}% of its links) "
-                   f"slows {job}: its rings cross it")
+        out.append(f"degraded {d.get('tier')} in {where} ({float(d.get('capacity', 1)) * 100:.0f}% of its "
+                   f"links) slows {job}: its rings cross it")
     return out
 
 
 def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: float = 0.0,
             header: dict[str, Any] | None = None) -> list[Entry]:
-    """The log's lines: a checkpoint's start and end are one line (with how long it took), and the power swings
-    at its start and end (within `slack`, a sample interval: swings are seen in samples) fold into it; then the
-    filter."""
+    """The log's lines: a checkpoint's start and end are one line (with how long it took), and the power
+    swings at its start and end (within `slack`, a sample interval: swings are seen in samples) fold into it;
+    then the filter."""
     out: list[Entry] = []
     open_checkpoints: dict[str, Entry] = {}
     last_checkpoint: Entry | None = None
@@ -251,7 +254,8 @@ class EventLog(Panel, can_focus=True):
         self._draw()
 
     def _draw(self) -> None:
-        rows = max(1, self.size.height) if self.size.height else 8   # size: the content, inside border and padding
+        # size: the content, inside border and padding
+        rows = max(1, self.size.height) if self.size.height else 8
         width = max(20, self.size.width) if self.size.width else 60
         room = width - 11                       # after the clock
         # (entry index, clock or indent, text, style): long events wrap
@@ -279,7 +283,8 @@ class EventLog(Panel, can_focus=True):
         self._line_entry = [line[0] for line in lines]
         text = Text(no_wrap=True, overflow="ellipsis")
         if not lines:
-            text.append("no events yet" if self.mode == FILTERS[0] else f"no events ({self.mode})", style="dim")
+            text.append("no events yet" if self.mode == FILTERS[0] else f"no events ({self.mode})",
+                        style="dim")
         for k, (i, clock, words, style) in enumerate(lines):
             chosen = self.chosen == i
             text.append(clock, style="reverse" if chosen else "dim")

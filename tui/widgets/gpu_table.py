@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from typing import Any
 
 import numpy as np
 from clustertop.engine.config.phases import PHASES
@@ -17,6 +18,7 @@ from .. import format as fmt
 from .. import jobinfo
 from ..index import EventIndex
 from ..palette import PHASE_COLORS
+from ..running import running_app
 from .jobs import abbreviate as jobs_abbr
 from .panel import Panel
 
@@ -32,9 +34,10 @@ HISTORY = 24
 def lowest(score: np.ndarray, n: int) -> np.ndarray:
     """Indices of the `n` lowest scores, lowest first, ties by index: the same order on every CPU.
 
-    np.partition finds the n-th lowest value whatever code path it takes (AVX-512 or not), but which of several
-    equal values it moves in front is not defined (nor argpartition's indices): so every score below that value is
-    taken, then the first of the equal ones by index, and the pick is sorted by (score, index)."""
+    np.partition finds the n-th lowest value whatever code path it takes (AVX-512 or not), but which of
+    several equal values it moves in front is not defined (nor argpartition's indices): so every score below
+    that value is taken, then the first of the equal ones by index, and the pick is sorted by (score,
+    index)."""
     score = np.nan_to_num(np.asarray(score, dtype=np.float64), nan=np.inf)
     n = max(0, min(n, score.size))
     if n < score.size:
@@ -98,10 +101,11 @@ class GpuTable(Panel):
         self.border_title = f"worst {len(gpus)} GPUs of the view" if worst else f"GPUs {gpu0:,}–{gpu1 - 1:,}"
         if index is not None:
             self._histories(index, gpus, t, state)
-        shares = np.stack([state.mix.per_gpu(g, g + 1)[0] for g in gpus]) if gpus else np.zeros((0, len(PHASES)))
+        shares = (np.stack([state.mix.per_gpu(g, g + 1)[0] for g in gpus]) if gpus
+                  else np.zeros((0, len(PHASES))))
         hbm = jobinfo.gpu_spec(state).get("hbm_gb")
         no_util, no_power = state.missing("util"), state.missing("power_w")
-        records = []
+        records: list[dict[str, Any]] = []
         for k, gpu in enumerate(gpus):
             job = jobinfo.job_of(state, gpu)
             mem = jobinfo.measured_memory_gb(state, gpu)
@@ -123,7 +127,8 @@ class GpuTable(Panel):
         for header, w, key in COLUMNS:
             w = w or history_w
             last = header == COLUMNS[-1][0]
-            text.append(f"{header:<{w}.{w}} " if key in ("gpu", "job", "phase") or last else f"{header:>{w}} ",
+            text.append(f"{header:<{w}.{w}} " if key in ("gpu", "job", "phase") or last
+                        else f"{header:>{w}} ",
                         style="bold underline" if key == self.sort and not last else "dim")
             self._headers.append((x, x + w, key))
             x += w + 1
@@ -134,8 +139,8 @@ class GpuTable(Panel):
             text.append(f"{jobs_abbr(r['job'], 12):<12} ")
             text.append(f"{r['util'] * 100:>4.0f}% " if r["util"] >= 0 else f"{'—':>5} ")
             text.append(f"{r['power']:>5.0f}W " if r["power"] >= 0 else f"{'—':>6} ")
-            mem = f"{r['memory']:.1f}" + (f"/{float(hbm):.0f}" if hbm else "") if r["memory"] >= 0 else "—"
-            text.append(f"{mem:>8} ")
+            memory = f"{r['memory']:.1f}" + (f"/{float(hbm):.0f}" if hbm else "") if r["memory"] >= 0 else "—"
+            text.append(f"{memory:>8} ")
             used = 0
             for name, share in r["mix"]:
                 cell = f"{SHORT.get(name, name)} {share * 100:.0f}% "
@@ -151,7 +156,7 @@ class GpuTable(Panel):
     def on_resize(self, event: events.Resize) -> None:
         """How many rows fit changed: list as many GPUs as now fit."""
         self._shown = ""
-        self.call_after_refresh(self.app.redraw)   # type: ignore[attr-defined]
+        self.call_after_refresh(running_app(self).redraw)
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
@@ -161,4 +166,4 @@ class GpuTable(Panel):
             if x0 <= offset.x < x1:
                 self.sort = key
                 self._shown = ""
-                self.app.redraw()   # type: ignore[attr-defined]
+                running_app(self).redraw()

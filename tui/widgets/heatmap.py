@@ -1,9 +1,9 @@
 """The cluster heatmap: one Line-API widget drawing every GPU, two per cell (half blocks), by physical place.
 
-Per frame: aggregate the state's per-GPU array per pixel with numpy, map to colour indices, look the two pixels
-of every cell up through the layout's index maps, and merge equal neighbouring cells into one Segment whose
-Style is cached per colour pair. The frame is cached until the state's version, the view, the metric, the
-cursor, the size or the theme changes.
+Per frame: aggregate the state's per-GPU array per pixel with numpy, map to colour indices, look the two
+pixels of every cell up through the layout's index maps, and merge equal neighbouring cells into one Segment
+whose Style is cached per colour pair. The frame is cached until the state's version, the view, the metric,
+the cursor, the size or the theme changes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ..grid import levels as zoom_levels
 from ..palette import PHASE_LABELS
 
 HALF = "▀"
+MOVE_TIP = "move the cursor (shift: 8 at a time); click selects"    # one help row for the eight cursor keys
 
 
 class Heatmap(Widget, can_focus=True):
@@ -44,15 +45,14 @@ class Heatmap(Widget, can_focus=True):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k,up", "move(0, -1)", "Cursor up", show=False, key_display="h j k l  ↑ ↓",
-                tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("j,down", "move(0, 1)", "Cursor down", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("h", "move(-1, 0)", "Cursor left", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("l", "move(1, 0)", "Cursor right", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("K", "move(0, -8)", "Cursor up x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("J", "move(0, 8)", "Cursor down x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("H", "move(-8, 0)", "Cursor left x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
-        Binding("L", "move(8, 0)", "Cursor right x8", show=False, tooltip="move the cursor (shift: 8 at a time); click selects"),
+        Binding("k,up", "move(0, -1)", "Cursor up", show=False, key_display="h j k l  ↑ ↓", tooltip=MOVE_TIP),
+        Binding("j,down", "move(0, 1)", "Cursor down", show=False, tooltip=MOVE_TIP),
+        Binding("h", "move(-1, 0)", "Cursor left", show=False, tooltip=MOVE_TIP),
+        Binding("l", "move(1, 0)", "Cursor right", show=False, tooltip=MOVE_TIP),
+        Binding("K", "move(0, -8)", "Cursor up x8", show=False, tooltip=MOVE_TIP),
+        Binding("J", "move(0, 8)", "Cursor down x8", show=False, tooltip=MOVE_TIP),
+        Binding("H", "move(-8, 0)", "Cursor left x8", show=False, tooltip=MOVE_TIP),
+        Binding("L", "move(8, 0)", "Cursor right x8", show=False, tooltip=MOVE_TIP),
         Binding("enter,z", "zoom_in", "Zoom in",
                 tooltip="zoom in on the cursor: site, building, pod, rack, node"),
         Binding("backspace,Z", "zoom_out", "Zoom out", tooltip="zoom out"),
@@ -229,7 +229,8 @@ class Heatmap(Widget, can_focus=True):
             muted = fg.blend(bg, 0.45)
             dim = bg.blend(fg, 0.12)
             cursor = "#ffffff" if self.app.current_theme.dark else "#000000"
-            self._styles = palette.StyleCache(self.metric, palette.Theme(bg.hex, fg.hex, muted.hex, cursor, dim.hex))
+            self._styles = palette.StyleCache(self.metric,
+                                              palette.Theme(bg.hex, fg.hex, muted.hex, cursor, dim.hex))
             self._styles_key = key
         return self._styles
 
@@ -240,7 +241,8 @@ class Heatmap(Widget, can_focus=True):
             return np.full(lay.pixels, palette.BG, dtype=np.int16)
         missing = state.missing("power_w" if self.metric == "power" else "util")
         if self.metric == "phase":
-            colours = palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]), lay.gpu0))
+            colours = palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]),
+                                                     lay.gpu0))
             if missing is not None:        # the phase of real telemetry comes from its utilization
                 colours[lay.count(~missing) == 0] = palette.NODATA
             return colours
@@ -269,7 +271,8 @@ class Heatmap(Widget, can_focus=True):
         if lay.pixels:
             colours[lay.pixel_of(self.cursor_gpu)] = palette.CURSOR
         # The last three entries are what negative cell codes select: title, label, blank.
-        table = np.concatenate([colours, np.array([palette.TITLE, palette.LABEL, palette.BG], dtype=np.int32)])
+        table = np.concatenate([colours,
+                                np.array([palette.TITLE, palette.LABEL, palette.BG], dtype=np.int32)])
         codes = table[lay.top] * palette.COLOURS + table[lay.bottom]
         title_code = palette.TITLE * palette.COLOURS + palette.TITLE
         label_code = palette.LABEL * palette.COLOURS + palette.LABEL
@@ -302,8 +305,9 @@ class Heatmap(Widget, can_focus=True):
         return strips
 
     def job_labels(self, lay: Layout) -> list[tuple[int, int, str, str]]:
-        """(x, y, text, job) of each job's name where its GPUs begin in each panel of the view, so that at any zoom
-        a reader can tell which block is which job; labels that would overlap an earlier one are left out."""
+        """(x, y, text, job) of each job's name where its GPUs begin in each panel of the view, so that at any
+        zoom a reader can tell which block is which job; labels that would overlap an earlier one are left
+        out."""
         out: list[tuple[int, int, str, str]] = []
         taken: dict[int, list[tuple[int, int]]] = {}
         for job in sorted(self.state.jobs.values(), key=lambda j: j.first_gpu):
@@ -332,7 +336,8 @@ class Heatmap(Widget, can_focus=True):
             left, _, right = strips[y].divide([x, x + len(text), lay.width])
             strips[y] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
 
-    def _label_blocks(self, lay: Layout, strips: list[Strip], table: np.ndarray, styles: palette.StyleCache) -> None:
+    def _label_blocks(self, lay: Layout, strips: list[Strip], table: np.ndarray,
+                      styles: palette.StyleCache) -> None:
         """Write each GPU's number and value inside its block when blocks are big (rack and node views)."""
         state = self.state
         inner = lay.scale - 1

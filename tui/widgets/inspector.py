@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from clustertop.engine.config.geometry import Geometry
+from clustertop.engine.config.geometry import DIMS, Geometry
 from clustertop.engine.config.phases import PHASES
-from clustertop.engine.stream.state import ClusterState
+from clustertop.engine.stream.state import ClusterState, JobStatus
 from rich.text import Text
 
 from .. import jobinfo
@@ -71,11 +71,11 @@ class Inspector(QuietStatic):
             text.append(f"job {job.name} ", style="bold")
             r0 = jobinfo.ranks(job, gpu0)
             if gpu1 - gpu0 == 1:
-                text.append(" · ".join(f"{d.upper()} {r0[d]}" for d in jobinfo.DIMS))
+                text.append(" · ".join(f"{d.upper()} {r0[d]}" for d in DIMS))
             else:
                 r1 = jobinfo.ranks(job, min(gpu1, job.first_gpu + job.gpus) - 1)
                 spans = []
-                for d in jobinfo.DIMS:
+                for d in DIMS:
                     lo, hi = min(r0[d], r1[d]), max(r0[d], r1[d])
                     size = int(job.info.get(d, 1) or 1)
                     if size == 1:
@@ -122,6 +122,6 @@ class Inspector(QuietStatic):
         self.show_if_changed(text.plain, text)
 
 
-def _stride(job: jobinfo.JobStatus, dim: str) -> int:
-    sizes = {d: int(job.info.get(d, 1) or 1) for d in jobinfo.DIMS}
+def _stride(job: JobStatus, dim: str) -> int:
+    sizes = {d: int(job.info.get(d, 1) or 1) for d in DIMS}
     return {"tp": 1, "cp": sizes["tp"], "pp": sizes["tp"] * sizes["cp"]}.get(dim, 1)

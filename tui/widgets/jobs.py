@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from clustertop.engine.stream.state import JobStatus
 from rich.text import Text
@@ -11,6 +12,7 @@ from textual import events
 from .. import format as fmt
 from .. import jobinfo
 from ..display import DisplayState
+from ..running import running_app
 from .panel import Panel
 
 
@@ -23,7 +25,7 @@ def effective(job: JobStatus, t: float, started: float) -> float | None:
     elapsed = t - started
     if elapsed <= 0 or job.step <= 0 or job.step_time_s <= 0:
         return None
-    return min(1.0, job.step * job.step_time_s / elapsed)
+    return min(1.0, float(job.step * job.step_time_s / elapsed))
 
 
 def eta(job: JobStatus, state: DisplayState, t: float) -> tuple[str, float | None]:
@@ -46,10 +48,10 @@ def is_inference(job: JobStatus) -> bool:
     return str(job.info.get("kind", "")) == "inference"
 
 
-def _seconds(value: object) -> str:
+def _seconds(value: Any) -> str:
     """A latency: ms below a second."""
     try:
-        v = float(value)  # type: ignore[arg-type]
+        v = float(value)
     except (TypeError, ValueError):
         return "—"
     if math.isnan(v) or v < 0:   # NaN: no request finished yet
@@ -58,7 +60,8 @@ def _seconds(value: object) -> str:
 
 
 def _latency(job: JobStatus, name: str) -> str:
-    """TTFT / TPOT from the latest step event (or sample status), else the header: `<name>_s` or `<name>_ms`."""
+    """TTFT / TPOT from the latest step event (or sample status), else the header: `<name>_s` or
+    `<name>_ms`."""
     src = job._src if f"{name}_s" in job._src or f"{name}_ms" in job._src else job.info
     if f"{name}_s" in src:
         return _seconds(src[f"{name}_s"])
@@ -104,11 +107,12 @@ def status(job: JobStatus, t: float) -> tuple[str, str]:
 
 
 def tokens_at(job: JobStatus, t: float) -> float:
-    """Tokens trained by time t: the last figure moved on at the job's rate while it runs (between samples)."""
+    """Tokens trained by time t: the last figure moved on at the job's rate while it runs (between
+    samples)."""
     since = job._src.get("t")
     if stopped(job) or since is None or job.tokens_per_s <= 0:
         return float(job.tokens)
-    return float(job.tokens) + job.tokens_per_s * max(0.0, t - float(since))
+    return float(job.tokens) + float(job.tokens_per_s) * max(0.0, t - float(since))
 
 
 def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
@@ -136,7 +140,8 @@ def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
 
 
 def cost_figures(job: JobStatus) -> dict[str, str]:
-    """The plan's energy and cost per token (the header's `economics`: a step as planned, no interruptions)."""
+    """The plan's energy and cost per token (the header's `economics`: a step as planned, no
+    interruptions)."""
     econ = job.info.get("economics")
     if not isinstance(econ, dict):
         return {}
@@ -154,7 +159,8 @@ def lost_time(job: JobStatus, t: float) -> float:
 # The jobs table: (header, width, figure key or None for the name and status, sort key).
 COLUMNS: tuple[tuple[str, int, str], ...] = (
     ("state", 7, "state"), ("tok/s", 6, "tokens/s"), ("MFU", 6, "MFU"), ("s/step", 6, "step time"),
-    ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"), ("$/Mtok", 6, "$/M tokens"),
+    ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"),
+    ("$/Mtok", 6, "$/M tokens"),
     ("step", 7, "step"),
 )
 SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
@@ -181,9 +187,9 @@ def abbreviate(name: str, width: int) -> str:
 
 
 class JobsPanel(Panel):
-    """One block of figures per job; a table of fixed-width columns when there are several (sortable: `o`, or a
-    click on a header). Names that do not fit are abbreviated the same way every frame; the full names are in
-    the tooltip and in the inspector."""
+    """One block of figures per job; a table of fixed-width columns when there are several (sortable: `o`, or
+    a click on a header). Names that do not fit are abbreviated the same way every frame; the full names are
+    in the tooltip and in the inspector."""
 
     TITLE = "jobs"
 
@@ -201,7 +207,8 @@ class JobsPanel(Panel):
         if key == self._shown:
             return
         if not jobs:                 # real telemetry placed on a cluster file without [[jobs]]
-            text = Text("no jobs: the cluster file names none ([[jobs]] say which GPUs run what)", style="dim")
+            text = Text("no jobs: the cluster file names none ([[jobs]] say which GPUs run what)",
+                        style="dim")
             self.show_if_changed(key, text)
             return
         if ended:
@@ -211,13 +218,14 @@ class JobsPanel(Panel):
             for job in jobs:
                 f = figures(job, state, t)
                 text.append(f"{job.name} ", style="bold")
-                text.append(f"step {f.get('step', '—')} · {f.get('tokens/s', '—')} tok/s · MFU {f.get('MFU', '—')}\n",
-                            style="dim")
+                text.append(f"step {f.get('step', '—')} · {f.get('tokens/s', '—')} tok/s · "
+                            f"MFU {f.get('MFU', '—')}\n", style="dim")
             text.rstrip()
             self.show_if_changed(key, text)
             return
         if len(jobs) > 1:
-            self.tooltip = "\n".join(f"{job.name}: {jobinfo.model_name(job)}, {job.gpus:,} GPUs" for job in jobs)
+            self.tooltip = "\n".join(f"{job.name}: {jobinfo.model_name(job)}, {job.gpus:,} GPUs"
+                                     for job in jobs)
         self.show_if_changed(key, self._one(jobs[0], state, t, width) if len(jobs) == 1 else
                              self._many(state, t, width))
 
@@ -269,7 +277,8 @@ class JobsPanel(Panel):
             text.append("\n")
             f = figures(job, state, t)
             label, style = status(job, t)
-            text.append(f"{abbreviate(job.name, name_w):<{name_w}} ", style="bold" if not stopped(job) else style)
+            text.append(f"{abbreviate(job.name, name_w):<{name_w}} ",
+                        style="bold" if not stopped(job) else style)
             for _, w, key in columns:
                 if key == "state":
                     value = label.split(" ")[1] if " " in label else label
@@ -295,4 +304,4 @@ class JobsPanel(Panel):
             if x0 <= offset.x < x1 and key in SORTS:
                 self.sort = key
                 self._shown = ""
-                self.app.redraw()   # type: ignore[attr-defined]
+                running_app(self).redraw()

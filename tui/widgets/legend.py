@@ -11,8 +11,8 @@ from .. import jobinfo
 from ..palette import NODATA_COLOR, PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP
 from .panel import QuietStatic
 
-LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory", "idle",
-                 "failed")
+LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory",
+                 "idle", "failed")
 
 
 class Legend(QuietStatic):

@@ -1,6 +1,6 @@
-"""Link tiers: saturation of NVLink or PCIe, leaf, spine, between pods and buildings: the busiest link now, each
-pod's load at a glance (a degraded spine in one pod stands out), the hottest links, the tiers jobs share (each
-job's share and slowdown) and the degraded ones."""
+"""Link tiers: saturation of NVLink or PCIe, leaf, spine, between pods and buildings: the busiest link now,
+each pod's load at a glance (a degraded spine in one pod stands out), the hottest links, the tiers jobs share
+(each job's share and slowdown) and the degraded ones."""
 
 from __future__ import annotations
 
@@ -89,8 +89,8 @@ def degraded(state: ClusterState) -> list[str]:
 
 
 def sharing(state: ClusterState) -> list[tuple[str, list[tuple[str, float, float]]]]:
-    """Per shared tier: each job that meets others there, its share of the busiest shared block and its slowdown
-    (the engine's contention figures: header, then "contention" events), largest share first."""
+    """Per shared tier: each job that meets others there, its share of the busiest shared block and its
+    slowdown (the engine's contention figures: header, then "contention" events), largest share first."""
     tiers: dict[str, list[tuple[str, float, float]]] = {}
     for name, job in state.jobs.items():
         shares = job.contention.get("contention_shares")
@@ -107,8 +107,8 @@ def sharing(state: ClusterState) -> list[tuple[str, list[tuple[str, float, float
 
 
 class LinksPanel(Panel):
-    """One line per link tier: the busiest link now, then each pod's load (a character per pod, buildings apart)
-    or, for a site-wide tier, its recent history; the hottest links and the degraded ones below."""
+    """One line per link tier: the busiest link now, then each pod's load (a character per pod, buildings
+    apart) or, for a site-wide tier, its recent history; the hottest links and the degraded ones below."""
 
     TITLE = "links · saturation (max)"
 
@@ -117,7 +117,8 @@ class LinksPanel(Panel):
         content = self.size.width or 40    # inside border and padding
         room = max(4, content - 12 - 1 - 8 - 6)
         topo = state.topology
-        per_building = max(1, int(topo.get("gpus_per_building", 0) or 0) // max(1, int(topo.get("gpus_per_pod", 1))))
+        per_building = max(1, int(topo.get("gpus_per_building", 0) or 0)
+                           // max(1, int(topo.get("gpus_per_pod", 1))))
         text = Text(no_wrap=True, overflow="ellipsis")
         if not tiers:
             text.append("no link samples yet", style="dim")
@@ -135,7 +136,8 @@ class LinksPanel(Panel):
                     if ch == " ":
                         text.append(" ")
                         continue
-                    apart = cells[k] >= 1.5 * usual and cells[k] - usual >= 0.02    # a pod apart from the others
+                    # a pod apart from the others
+                    apart = cells[k] >= 1.5 * usual and cells[k] - usual >= 0.02
                     text.append(ch, style="bold yellow" if apart and cells[k] < 0.9 else load_style(cells[k]))
                     k += 1
             else:
@@ -143,14 +145,15 @@ class LinksPanel(Panel):
             if i < len(tiers) - 1:
                 text.append("\n")
         if tiers:
-            hot = [f"{tier_label(t, state).split(' ')[0]} {where} {v * 100:.0f}%" for t, where, v in hottest(state)
-                   if v > 0]
+            hot = [f"{tier_label(t, state).split(' ')[0]} {where} {v * 100:.0f}%"
+                   for t, where, v in hottest(state) if v > 0]
             if hot:
                 text.append("\nhottest ", style="dim")
                 text.append(" · ".join(hot))
             for tier, jobs in sharing(state):
                 text.append(f"\nshared {tier_label(tier, state).split(' ')[0]} ", style="dim")
-                text.append(" · ".join(f"{name} {share * 100:.0f}%" + (f" x{slow:.3f}" if slow > 1.0005 else "")
+                text.append(" · ".join(f"{name} {share * 100:.0f}%"
+                                       + (f" x{slow:.3f}" if slow > 1.0005 else "")
                                        for name, share, slow in jobs))
             bad = degraded(state)
             if bad:

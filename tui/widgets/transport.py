@@ -58,10 +58,12 @@ class TransportBar(QuietStatic):
         span = max(playback.limit - playback.start, 1e-9)
         bar = ["─"] * width
         if events:          # a column per event time (numpy: a long recording has tens of thousands)
-            xs = ((np.asarray(events, dtype=np.float64) - playback.start) / span * (width - 1)).astype(np.int64)
+            xs = ((np.asarray(events, dtype=np.float64) - playback.start) / span
+                  * (width - 1)).astype(np.int64)
             for x in np.unique(xs[(xs >= 0) & (xs < width)]).tolist():
                 bar[x] = "┃"
-        pos = int((playback.t - playback.start) / span * (width - 1)) if playback.limit > playback.start else 0
+        pos = (int((playback.t - playback.start) / span * (width - 1)) if playback.limit > playback.start
+               else 0)
         pos = min(max(pos, 0), width - 1)
         text.append("".join(bar[:pos]), style="green")
         text.append("●", style="bold")
