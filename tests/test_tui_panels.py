@@ -42,11 +42,11 @@ async def test_the_fault_and_restart_of_the_real_recording_are_on_screen() -> No
 
 
 def test_power_reads_in_kw_below_a_megawatt_and_with_separators() -> None:
-    from clustertop.tui import format as fmt
+    from clustertop.engine.config import units
 
-    assert fmt.power(0.0123) == "12.3 kW"                         # 8 GPUs: not "0.01 MW"
-    assert fmt.power(24.56) == "24.56 MW"
-    assert fmt.power(2789.75) == "2,789.8 MW" and fmt.power(5000.0) == "5,000.0 MW"
+    assert units.power(0.0123) == "12.3 kW"                         # 8 GPUs: not "0.01 MW"
+    assert units.power(24.56) == "24.56 MW"
+    assert units.power(2789.75) == "2,789.8 MW" and units.power(5000.0) == "5,000.0 MW"
 
 
 def test_live_title_names_the_scenario_once_and_a_point_by_its_name() -> None:
@@ -228,8 +228,9 @@ async def test_drill_down_lists_each_gpu_at_rack_zoom_and_the_worst_at_site_zoom
         await pilot.pause()
         assert app.screen.query_one(Heatmap).view.level == "rack" and table.display
         rows = rendered(table).splitlines()
-        assert rows[0].split()[:5] == ["GPU", "job", "util", "power", "memory"]
+        assert rows[0].split()[:6] == ["GPU", "job", "util", "power", "mem", "GB"]
         body = [row for row in rows[1:] if row.strip()]
+        assert all("/85.9" in row for row in body)          # 80 GiB of HBM, in GB as memory in use is
         assert [row.split()[0] for row in body] == [str(g) for g in range(16)]
         assert all("pretrain" in row and "cmp" in row and "%" in row for row in body)
         assert all(any(ch in row for ch in "▁▂▃▄▅▆▇█") for row in body)   # a history per GPU

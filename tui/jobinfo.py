@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import escape
 from clustertop.engine.config.geometry import DIMS, JobGeometry
 from clustertop.engine.stream.state import ClusterState, JobStatus
@@ -70,6 +71,13 @@ def cluster(state: ClusterState) -> dict[str, Any]:
 def gpu_spec(state: ClusterState) -> dict[str, Any]:
     gpu = cluster(state).get("gpu", {})
     return gpu if isinstance(gpu, dict) else {"name": str(gpu)}
+
+
+def capacity_gb(state: ClusterState) -> float | None:
+    """A GPU's memory in GB: the header's `hbm_gb` is the catalog's figure, in GiB as GPUs are sold (80 GiB is
+    85.9 GB), so it is converted before it stands beside memory in use, which is in GB."""
+    hbm = gpu_spec(state).get("hbm_gb")
+    return units.gib_to_gb(float(hbm)) if isinstance(hbm, (int, float)) and hbm > 0 else None
 
 
 def describe(state: ClusterState, source: str = "") -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from clustertop.engine.config.phases import CODE, PHASE_LABELS, PHASES
+from clustertop.engine.config.phases import CODE, PHASES
 from rich.color import Color
 from rich.style import Style
 
@@ -142,7 +142,6 @@ __all__ = [
     "NODATA",
     "NODATA_COLOR",
     "PHASE_COLORS",
-    "PHASE_LABELS",
     "StyleCache",
     "Theme",
     "known_phases",

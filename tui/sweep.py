@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.sweep.results import RANKS, facts, ranked
 from rich.markup import escape
@@ -22,8 +23,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
-
-from . import format as fmt
 
 
 def _value(value: Any) -> Text:
@@ -230,7 +229,7 @@ class SweepApp(App[Any]):
             return [right(str(rank)), right(str(record.get("index", ""))), *point, *cells,
                     Text("out of memory", style="red")]
         tflops, mfu = fig["TFLOP/s/GPU"], fig["MFU"]
-        cells = [right(f"{gpus:,}"), right(f"{fig['step s']:.3f}", "bold"), right(fmt.si(fig["tokens/s"])),
+        cells = [right(f"{gpus:,}"), right(f"{fig['step s']:.3f}", "bold"), right(units.si(fig["tokens/s"])),
                     right(f"{tflops:.0f}" if tflops is not None else "—"),
                     right(f"{mfu * 100:.1f}%" if mfu is not None else "—"),
                     right(f"{mem:.1f}" if mem is not None else "—")]

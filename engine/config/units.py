@@ -132,6 +132,14 @@ def gb(value: float | None, decimals: int = 1) -> str:
     return f"{value:,.{decimals}f} GB" if value is not None and _known(value) else DASH
 
 
+def memory_cell(used_gb: float | None, capacity_gb: float | None) -> str:
+    """Memory in use against a capacity for a narrow table cell whose header says GB: '62.4/85.9'."""
+    if used_gb is None or not _known(used_gb):
+        return DASH
+    return f"{used_gb:,.1f}/{capacity_gb:,.1f}" if capacity_gb is not None and _known(capacity_gb) else \
+        f"{used_gb:,.1f}"
+
+
 def memory(used_gb: float | None, capacity_gb: float | None) -> str:
     """Memory in use against a GPU's capacity, both in GB, the capacity also in GiB as it is sold:
     '70.6 GB of 85.9 GB (80 GiB)'."""

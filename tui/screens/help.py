@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from clustertop.engine.config.phases import PHASE_LABELS
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..keys import dashboard_rows
-from ..palette import PHASE_COLORS, PHASE_LABELS
+from ..palette import PHASE_COLORS
 
 
 def help_text() -> Table:

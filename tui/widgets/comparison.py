@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clustertop.engine.config import units
 from rich.table import Table
 from rich.text import Text
 
-from .. import format as fmt
 from ..display import DisplayState, spent, tokens_kept
 from .panel import Panel
 
@@ -38,15 +38,15 @@ def _per_token(state: DisplayState, dollars: bool) -> float | None:
 FIGURES: tuple[Figure, ...] = (
     ("GPUs", lambda s: float(s.gpus), lambda v: f"{v:,.0f}", True),
     ("step time", lambda s: _job(s, "step_time_s"), lambda v: f"{v:.2f} s", False),
-    ("tokens/s", lambda s: _job(s, "tokens_per_s"), fmt.si, True),
+    ("tokens/s", lambda s: _job(s, "tokens_per_s"), units.si, True),
     ("TFLOP/s per GPU", lambda s: _job(s, "tflops_per_gpu"), lambda v: f"{v:.0f}", True),
     ("MFU", lambda s: _job(s, "mfu"), lambda v: f"{v * 100:.1f}%", True),
     ("mean utilization", lambda s: s.mean("util") if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
-    ("site power", lambda s: s.site_mw if s.samples else None, fmt.power, False),
-    ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, fmt.si,
+    ("site power", lambda s: s.site_mw if s.samples else None, units.power, False),
+    ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, units.si,
      True),
     ("energy per token so far", lambda s: _per_token(s, False), lambda v: f"{v:,.2f} J", False),
-    ("cost per M tokens so far", lambda s: _per_token(s, True), fmt.usd, False),
+    ("cost per M tokens so far", lambda s: _per_token(s, True), units.usd, False),
 )
 
 

@@ -10,13 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import escape
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.message import Message
 
-from .. import format as fmt
 from ..display import DisplayState
 from ..playback import format_clock
 from .panel import Panel
@@ -53,19 +53,19 @@ def describe(event: dict[str, Any]) -> str:
         if "from_checkpoint_step" in event:
             text += f" from step {event['from_checkpoint_step']:,}"
         if "lost_s" in event:
-            text += f", {float(event['lost_s']):.0f}\u00a0s of work lost"
+            text += f", {float(event['lost_s']):,.0f}\u00a0s of work lost"
         if event.get("lost_steps"):
             steps = int(event["lost_steps"])
             text += f" ({steps:,}\u00a0step{'s' if steps != 1 else ''})"
         if "downtime_s" in event:
-            text += f", down {float(event['downtime_s']):.0f}\u00a0s"
+            text += f", down {float(event['downtime_s']):,.0f}\u00a0s"
         return text
     if kind == "checkpoint_start":
         return f"checkpoint {job or ''} step {event.get('step', '?')} …"
     if kind == "checkpoint_end":
         return f"checkpoint {job or ''} step {event.get('step', '?')} written"
     if kind == "power_swing" and "from_mw" in event and "to_mw" in event:
-        return f"power swing {fmt.power(float(event['from_mw']))} → {fmt.power(float(event['to_mw']))}"
+        return f"power swing {units.power(float(event['from_mw']))} → {units.power(float(event['to_mw']))}"
     if kind == "maintenance":
         parts = [event.get("cause") or "", f"[{event['component']}]" if event.get("component") else ""]
         place = " ".join(f"{k} {event[k]:,}" if isinstance(event[k], int) else f"{k} {event[k]}"
@@ -161,14 +161,14 @@ def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: flo
             entry.end = t
             ok = event.get("ok", True)
             entry.text = (f"checkpoint {job} step {event.get('step', '?')} "
-                          f"{'written' if ok else 'failed'} in {t - entry.t:.1f}\u00a0s")
+                          f"{'written' if ok else 'failed'} in {t - entry.t:,.1f}\u00a0s")
             last_checkpoint = entry
             continue
         if kind == "power_swing" and last_checkpoint is not None and "to_mw" in event and (
                 last_checkpoint.t - 1e-6 <= t <= (last_checkpoint.end or last_checkpoint.t) + slack + 1e-6):
             if not last_checkpoint.swings:
-                last_checkpoint.swings.append(fmt.power(float(event.get("from_mw", 0.0))))
-            last_checkpoint.swings.append(fmt.power(float(event["to_mw"])))
+                last_checkpoint.swings.append(units.power(float(event.get("from_mw", 0.0))))
+            last_checkpoint.swings.append(units.power(float(event["to_mw"])))
             continue
         entry = Entry(t, kind, describe(event), STYLES.get(kind, ""))
         if kind == "checkpoint_start":

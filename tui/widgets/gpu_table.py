@@ -9,24 +9,22 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-from clustertop.engine.config.phases import PHASES
+from clustertop.engine.config import units
+from clustertop.engine.config.phases import PHASE_SHORT, PHASES
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 from textual import events
 
-from .. import format as fmt
-from .. import jobinfo
+from .. import charts, jobinfo
 from ..index import EventIndex
 from ..palette import PHASE_COLORS
 from ..running import running_app
 from .jobs import abbreviate as jobs_abbr
 from .panel import Panel
 
-SHORT = {"compute": "cmp", "tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "ep": "EP", "bubble": "bub",
-         "optimizer": "opt", "checkpoint": "ckpt", "failed": "FAIL", "memory": "mem", "idle": "idle"}
 # (header, width, sort key)
 COLUMNS = (("GPU", 9, "gpu"), ("job", 12, "job"), ("util", 5, "util"), ("power", 6, "power"),
-           ("memory", 8, "memory"), ("time in phases", 20, "phase"), ("util history", 0, "util"))
+           ("mem GB", 11, "memory"), ("time in phases", 20, "phase"), ("util history", 0, "util"))
 PHASES_W = 20
 HISTORY = 24
 
@@ -103,7 +101,7 @@ class GpuTable(Panel):
             self._histories(index, gpus, t, state)
         shares = (np.stack([state.mix.per_gpu(g, g + 1)[0] for g in gpus]) if gpus
                   else np.zeros((0, len(PHASES))))
-        hbm = jobinfo.gpu_spec(state).get("hbm_gb")
+        capacity = jobinfo.capacity_gb(state)
         no_util, no_power = state.missing("util"), state.missing("power_w")
         records: list[dict[str, Any]] = []
         for k, gpu in enumerate(gpus):
@@ -139,18 +137,18 @@ class GpuTable(Panel):
             text.append(f"{jobs_abbr(r['job'], 12):<12} ")
             text.append(f"{r['util'] * 100:>4.0f}% " if r["util"] >= 0 else f"{'—':>5} ")
             text.append(f"{r['power']:>5.0f}W " if r["power"] >= 0 else f"{'—':>6} ")
-            memory = f"{r['memory']:.1f}" + (f"/{float(hbm):.0f}" if hbm else "") if r["memory"] >= 0 else "—"
-            text.append(f"{memory:>8} ")
+            memory = units.memory_cell(r["memory"] if r["memory"] >= 0 else None, capacity)
+            text.append(f"{memory:>11} ")
             used = 0
             for name, share in r["mix"]:
-                cell = f"{SHORT.get(name, name)} {share * 100:.0f}% "
+                cell = f"{PHASE_SHORT.get(name, name)} {share * 100:.0f}% "
                 if used + len(cell) + 1 > PHASES_W:
                     break
                 text.append("■", style=PHASE_COLORS.get(name, ""))
                 text.append(cell)
                 used += len(cell) + 1
             text.append(" " * max(0, PHASES_W + 1 - used))
-            text.append(fmt.sparkline(self._history.get(r["gpu"], ()), history_w, 0.0, 1.0), style="cyan")
+            text.append(charts.sparkline(self._history.get(r["gpu"], ()), history_w, 0.0, 1.0), style="cyan")
         self.show_if_changed(repr((text.plain, self.sort)), text)
 
     def on_resize(self, event: events.Resize) -> None:

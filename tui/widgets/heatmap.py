@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 from clustertop.engine.config.geometry import Geometry
-from clustertop.engine.config.phases import PHASES
+from clustertop.engine.config.phases import PHASE_LABELS, PHASES
 from clustertop.engine.stream.state import ClusterState
 from rich.segment import Segment
 from textual import events
@@ -27,7 +27,6 @@ from textual.widget import Widget
 from .. import palette
 from ..grid import Layout, View, layout
 from ..grid import levels as zoom_levels
-from ..palette import PHASE_LABELS
 
 HALF = "▀"
 MOVE_TIP = "move the cursor (shift: 8 at a time); click selects"    # one help row for the eight cursor keys

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+from clustertop.engine.config import units
 from clustertop.engine.config.geometry import DIMS, Geometry
-from clustertop.engine.config.phases import PHASES
+from clustertop.engine.config.phases import PHASE_LABELS, PHASES
 from clustertop.engine.stream.state import ClusterState, JobStatus
 from rich.text import Text
 
 from .. import jobinfo
-from ..palette import PHASE_COLORS, PHASE_LABELS
+from ..palette import PHASE_COLORS
 from .panel import QuietStatic
 
 
@@ -95,15 +96,15 @@ class Inspector(QuietStatic):
                                    f"{float(util[0]) * 100:.0f}%"))
             text.append(" · power " + ("no data" if no_power is not None and no_power[gpu0] else
                                        f"{float(power[0]):.0f} W"))
-            hbm = jobinfo.gpu_spec(state).get("hbm_gb")
+            capacity = jobinfo.capacity_gb(state)
             mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu0)["pp"]) if job else None
             measured = jobinfo.measured_memory_gb(state, gpu0)
             if measured is not None:
                 mem = measured
             if mem is not None:
-                text.append(f" · memory {mem:.1f}" + (f" / {float(hbm):.0f} GB" if hbm else " GB"))
-            elif hbm:
-                text.append(f" · memory — / {float(hbm):.0f} GB", style="dim")
+                text.append(f" · memory {units.memory(mem, capacity)}")
+            elif capacity is not None:
+                text.append(f" · memory — of {units.gb(capacity)}", style="dim")
             text.append(" · ", style="dim")
             shares_text(text, shares, 3)
         else:

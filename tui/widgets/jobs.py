@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from clustertop.engine.config import units
 from clustertop.engine.stream.state import JobStatus
 from rich.text import Text
 from textual import events
 
-from .. import format as fmt
 from .. import jobinfo
 from ..display import DisplayState
 from ..running import running_app
@@ -78,16 +78,16 @@ def inference_figures(job: JobStatus, state: DisplayState, t: float) -> dict[str
     src = job._src
     label, left = eta(job, state, t)
     out = {
-        "tokens/s": fmt.si(job.tokens_per_s) if job.tokens_per_s else "—",
+        "tokens/s": units.si(job.tokens_per_s) if job.tokens_per_s else "—",
         "TTFT": _latency(job, "ttft"),
         "TPOT": _latency(job, "tpot"),
     }
     for key, name in (("requests_per_s", "requests/s"), ("batch", "batch")):
         if src.get(key) is not None:
-            out[name] = fmt.si(float(src[key])) if key == "requests_per_s" else f"{src[key]:,}"
-    out["tokens"] = fmt.si(job.tokens) if job.tokens else "0"
+            out[name] = units.si(float(src[key])) if key == "requests_per_s" else f"{src[key]:,}"
+    out["tokens"] = units.si(job.tokens) if job.tokens else "0"
     out["interrupts"] = f"{job.interruptions:,}"
-    out[label] = fmt.duration(left) if left else "—"
+    out[label] = units.duration(left) if left else "—"
     return out
 
 
@@ -99,7 +99,7 @@ def stopped(job: JobStatus) -> bool:
 def status(job: JobStatus, t: float) -> tuple[str, str]:
     """(short status, style): running, down for how long, or stopped and why."""
     if job.down:
-        since = f" {fmt.duration(t - job.down_since)}" if job.down_since is not None else ""
+        since = f" {units.duration(t - job.down_since)}" if job.down_since is not None else ""
         return f"▲ down{since}", "bold red"
     if job.running:
         return "● running", "green"
@@ -126,15 +126,15 @@ def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
     return {
         "step": f"{job.step:,}",
         "step time": f"{job.step_time_s:.2f} s" if job.step_time_s and live else "—",
-        "tokens/s": fmt.si(job.tokens_per_s) if job.tokens_per_s and live else "—",
+        "tokens/s": units.si(job.tokens_per_s) if job.tokens_per_s and live else "—",
         "TFLOP/s/GPU": f"{job.tflops_per_gpu:.0f}" if job.tflops_per_gpu and live else "—",
         "MFU": f"{job.mfu * 100:.1f}%" if job.mfu and live else "—",
         "effective": f"{eff * 100:.1f}%" if eff is not None else "—",
-        "tokens": fmt.si(tokens) if tokens else "0",
-        label: fmt.duration(left) if left else "—",
+        "tokens": units.si(tokens) if tokens else "0",
+        label: units.duration(left) if left else "—",
         "interrupts": f"{job.interruptions:,}",
-        "tokens lost": fmt.si(job.tokens_lost) if job.tokens_lost else "0",
-        "time lost": fmt.duration(lost_time(job, t)) if lost_time(job, t) else "0",
+        "tokens lost": units.si(job.tokens_lost) if job.tokens_lost else "0",
+        "time lost": units.duration(lost_time(job, t)) if lost_time(job, t) else "0",
         **cost_figures(job),
     }
 
@@ -147,7 +147,7 @@ def cost_figures(job: JobStatus) -> dict[str, str]:
         return {}
     j, usd = econ.get("energy_j_per_token"), econ.get("usd_per_mtoken")
     return {"J/token": f"{j:,.2f}" if isinstance(j, (int, float)) else "—",
-            "$/M tokens": fmt.usd(usd) if isinstance(usd, (int, float)) else "—"}
+            "$/M tokens": units.usd(usd) if isinstance(usd, (int, float)) else "—"}
 
 
 def lost_time(job: JobStatus, t: float) -> float:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from clustertop.engine.config.phases import PHASES
+from clustertop.engine.config.phases import PHASE_LABELS, PHASES
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
 from .. import jobinfo
-from ..palette import NODATA_COLOR, PHASE_COLORS, PHASE_LABELS, POWER_RAMP, UTIL_RAMP
+from ..palette import NODATA_COLOR, PHASE_COLORS, POWER_RAMP, UTIL_RAMP
 from .panel import QuietStatic
 
 LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory",

@@ -9,8 +9,7 @@ from clustertop.engine.config.geometry import TIERS
 from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
-from .. import format as fmt
-from .. import jobinfo
+from .. import charts, jobinfo
 from ..display import DisplayState
 from .panel import Panel
 
@@ -57,7 +56,7 @@ def pod_strip(loads: np.ndarray, width: int, pods_per_building: int) -> tuple[st
     for k, load in enumerate(cells):
         if gaps and k and (k * group) % per_building == 0:
             out.append(" ")
-        out.append(fmt.SPARKS[min(len(fmt.SPARKS) - 1, max(0, round(load / top * (len(fmt.SPARKS) - 1))))])
+        out.append(charts.spark(load / top))
     return "".join(out), cells
 
 
@@ -126,7 +125,7 @@ class LinksPanel(Panel):
             loads = state.links[tier]
             load = float(loads.max()) if loads.size else 0.0
             text.append(f"{tier_label(tier, state):<12.12} ", style="bold" if load >= 0.9 else "")
-            text.append(fmt.bar(load, 8), style=load_style(load))
+            text.append(charts.bar(load, 8), style=load_style(load))
             text.append(f" {load * 100:3.0f}% ", style=load_style(load))
             if loads.size > 1:
                 strip, cells = pod_strip(loads, room, per_building if scope(state, tier) == "pod" else 1)
@@ -141,7 +140,7 @@ class LinksPanel(Panel):
                     text.append(ch, style="bold yellow" if apart and cells[k] < 0.9 else load_style(cells[k]))
                     k += 1
             else:
-                text.append(fmt.sparkline(state.link_history.get(tier, ()), room, 0.0, 1.0), style="cyan")
+                text.append(charts.sparkline(state.link_history.get(tier, ()), room, 0.0, 1.0), style="cyan")
             if i < len(tiers) - 1:
                 text.append("\n")
         if tiers:

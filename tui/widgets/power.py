@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from clustertop.engine.config import units
 from rich.text import Text
 
-from .. import format as fmt
-from .. import jobinfo
+from .. import charts, jobinfo
 from ..display import DisplayState, spent, tokens_kept
 from .panel import Panel
 
@@ -26,32 +26,32 @@ def power_text(state: DisplayState, width: int) -> Text:
     history = list(state.site_mw_history)
     text = Text()
     text.append("site ", style="dim")
-    text.append(fmt.power(state.site_mw) + " ", style="bold")
+    text.append(units.power(state.site_mw) + " ", style="bold")
     gpu_mw = float(state.power_w.sum(dtype="float64")) / 1e6
-    text.append(f"  GPUs {fmt.power(gpu_mw)}", style="dim")
+    text.append(f"  GPUs {units.power(gpu_mw)}", style="dim")
     per_gpu = state.mean("power_w")
     text.append(f" · {per_gpu:,.0f} W/GPU\n" if per_gpu is not None else " · no data\n", style="dim")
     low, high = (min(history), max(history)) if history else (0.0, 0.0)
     budget = jobinfo.cluster(state).get("site_power_budget_mw") or state.budget_mw
     top = max(high, float(budget)) if budget else high
-    text.append(fmt.sparkline(history, width, 0.0, top or 1.0), style="yellow")
-    text.append(f"\nrange {fmt.power(low)} – {fmt.power(high)} ", style="dim")
-    text.append(f"  swing {fmt.power(high - low)}", style="bold" if high - low >= 10 else "dim")
+    text.append(charts.sparkline(history, width, 0.0, top or 1.0), style="yellow")
+    text.append(f"\nrange {units.power(low)} – {units.power(high)} ", style="dim")
+    text.append(f"  swing {units.power(high - low)}", style="bold" if high - low >= 10 else "dim")
     if state.energy_mwh > 0:
         mwh, usd = spent(state)
         tokens = tokens_kept(state)
         text.append("\nso far ", style="dim")
-        text.append(fmt.energy(mwh) + (f" · {fmt.usd(usd)}" if usd is not None else ""))
+        text.append(units.energy(mwh) + (f" · {units.usd(usd)}" if usd is not None else ""))
         if tokens > 0:
             text.append("\nper token ", style="dim")
             text.append(f"{mwh * 3.6e9 / tokens:,.1f} J", style="bold")
             if usd is not None:
-                text.append(f" · {fmt.usd(usd / tokens * 1e6)} per million", style="bold")
+                text.append(f" · {units.usd(usd / tokens * 1e6)} per million", style="bold")
     if budget:
         share = state.site_mw / float(budget)
         over = state.over_budget or share > 1
-        text.append(f"\nbudget {fmt.power(float(budget))} ", style="dim")
-        text.append(fmt.bar(share, 10), style="red" if over else "green")
+        text.append(f"\nbudget {units.power(float(budget))} ", style="dim")
+        text.append(charts.bar(share, 10), style="red" if over else "green")
         text.append(f" {share * 100:.1f}%", style="red bold" if over else "")
         if over:
             text.append("  OVER BUDGET", style="bold red")

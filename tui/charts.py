@@ -1,12 +1,10 @@
-"""Text the panels draw: sparklines and bars. Figures are formatted by engine/config/units.py, as the command
-line formats them (the panels call it as `fmt.power(...)` etc.)."""
+"""Text charts the panels draw: sparklines and bars. (Figures are formatted by engine/config/units.py, as the
+command line formats them.)"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-
-from clustertop.engine.config.units import duration, energy, power, si, usd
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -20,11 +18,12 @@ def sparkline(values: Iterable[float], width: int, low: float | None = None,
     lo = min(data) if low is None else low
     hi = max(data) if high is None else high
     span = hi - lo
-    out = []
-    for v in data:
-        x = 0.0 if span <= 0 else (v - lo) / span
-        out.append(SPARKS[min(len(SPARKS) - 1, max(0, round(x * (len(SPARKS) - 1))))])
-    return "".join(out)
+    return "".join(spark(0.0 if span <= 0 else (v - lo) / span) for v in data)
+
+
+def spark(fraction: float) -> str:
+    """One block character for a fraction 0..1 of the full height."""
+    return SPARKS[min(len(SPARKS) - 1, max(0, round(fraction * (len(SPARKS) - 1))))]
 
 
 def bar(fraction: float, width: int) -> str:
@@ -35,5 +34,3 @@ def bar(fraction: float, width: int) -> str:
     partial = " ▏▎▍▌▋▊▉"[rest] if rest else ""
     return ("█" * full + partial).ljust(width)[:width]
 
-
-__all__ = ["bar", "duration", "energy", "power", "si", "sparkline", "usd"]
