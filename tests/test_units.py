@@ -40,7 +40,8 @@ def test_memory_says_gb_and_gib_plainly() -> None:
     assert units.gib_to_gb(80.0) == pytest.approx(85.899, abs=1e-3)
     assert units.memory(70.6, units.gib_to_gb(80.0)) == "70.6 GB of 85.9 GB (80 GiB)"
     assert units.memory(64.25, None) == "64.2 GB"
-    assert units.memory_cell(62.4, units.gib_to_gb(80.0)) == "62.4/85.9" and units.memory_cell(None, 85.9) == "—"
+    assert units.memory_cell(62.4, units.gib_to_gb(80.0)) == "62.4/85.9"
+    assert units.memory_cell(None, 85.9) == "—"
 
 
 def test_durations() -> None:
