@@ -301,10 +301,15 @@ def test_dashboard_shows_accepted_hostile_recordings(name: str, tmp_path: Path) 
 
 
 def test_dashboard_shows_a_giant_header_with_one_small_job(tmp_path: Path) -> None:
+    """A header claiming 10M GPUs, each its own node, rack, pod and building, and one job of 16: the dashboard
+    draws the site at once, with the samples' figures, zooms into a building and back, and switches metric."""
     import asyncio
 
     from clustertop.tui.app import ClusterTopApp
     from clustertop.tui.sources.recording import RecordingSource
+    from clustertop.tui.widgets.heatmap import Heatmap
+    from clustertop.tui.widgets.legend import Legend
+    from tui_pilot import rendered
 
     lines = ((Path(__file__).parent / "hostile" / "recordings" / "valid_prefix.jsonl").read_bytes()
              .split(b"\n"))
@@ -315,12 +320,26 @@ def test_dashboard_shows_a_giant_header_with_one_small_job(tmp_path: Path) -> No
                for i in range(3)]
     path = tmp_path / "giant.jsonl"
     path.write_bytes(b"\n".join([json.dumps(header).encode(), *samples]) + b"\n")
+    seen: dict[str, object] = {}
 
     async def play() -> None:
         app = ClusterTopApp([RecordingSource(str(path))], start_t=0.0, paused=True)
         async with app.run_test(size=(120, 40)) as pilot:
-            for key in ("end", "z", "z", "backspace", "m"):
-                await pilot.press(key)
+            heatmap, legend = app.screen.query_one(Heatmap), app.screen.query_one(Legend)
+            await pilot.press("end")
             await pilot.pause()
+            seen["title"] = str(app.screen.query_one("#map").border_title)
+            seen["legend at end"] = rendered(legend)
+            await pilot.press("z")
+            await pilot.pause()
+            seen["zoomed"] = (heatmap.view.level, heatmap.view.index)
+            await pilot.press("backspace", "m")
+            await pilot.pause()
+            seen["back"], seen["metric"] = heatmap.view.level, heatmap.metric
+            seen["legend of power"] = rendered(legend)
 
     asyncio.run(play())
+    assert "10,000,000 GPUs" in str(seen["title"])
+    assert "mean 2%" in str(seen["legend at end"])                  # the last sample: every GPU at 2%
+    assert seen["zoomed"] == ("building", 0) and seen["back"] == "site" and seen["metric"] == "power"
+    assert "mean 0 W" in str(seen["legend of power"])               # no power readings: 0 W, not a crash
