@@ -3,8 +3,6 @@ and `record --control`."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +12,7 @@ from clustertop.engine.config import scenario
 from clustertop.engine.sim import control
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import protocol
-from fake_plan import CLI_WITH_FAKE_PLANNER, SMALL, fake_planner, write_scenario
 
-TESTS = str(Path(__file__).parent)
 QUIET = """
 [faults]
 enabled = false
@@ -30,6 +26,17 @@ straggler_sigma = 0.0
 slow_gpu_fraction = 0.0
 diurnal_amplitude = 0.0
 """
+
+
+@pytest.fixture
+def quiet_run(scenario_file: Any, texts: Any, planner: Any) -> Any:
+    """`quiet_run(seconds)`: a Run of the small scenario, quiet, for that long, sampled every second."""
+
+    def run(seconds: float) -> Run:
+        return Run(scenario.load(scenario_file(texts.small + QUIET)), planner=planner, duration_s=seconds,
+                   sample_s=1.0)
+
+    return run
 
 
 def test_protocol_round_trip_and_the_engine_decodes_with_it() -> None:
@@ -84,9 +91,8 @@ class Lines:
         self.flushes += 1
 
 
-def test_paced_run_follows_speed_pause_resume_and_injects(tmp_path: Any) -> None:
-    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=120.0,
-            sample_s=1.0)
+def test_paced_run_follows_speed_pause_resume_and_injects(quiet_run: Any) -> None:
+    r = quiet_run(120.0)
     script = Script({3: [protocol.speed(100)], 10: [protocol.pause()], 12: [protocol.inject_fault(13)],
                      13: [protocol.inject_fault(64)], 15: [protocol.resume()]}, eof_at=20)
     script.run = r
@@ -109,9 +115,8 @@ def test_paced_run_follows_speed_pause_resume_and_injects(tmp_path: Any) -> None
     assert r.summary["interruptions_unexpected"] == 1
 
 
-def test_the_fault_is_written_while_paused(tmp_path: Any) -> None:
-    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=10.0,
-            sample_s=1.0)
+def test_the_fault_is_written_while_paused(quiet_run: Any) -> None:
+    r = quiet_run(10.0)
     sink = Lines()
     seen: list[int] = []
 
@@ -126,26 +131,24 @@ def test_the_fault_is_written_while_paused(tmp_path: Any) -> None:
     assert seen[4] == 1          # the next look after the command: written, though still paused
 
 
-def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, *args], input=stdin,
-                          capture_output=True, timeout=60, check=False)
-
-
-def test_record_control_writes_the_same_stream(tmp_path: Path) -> None:
-    path = write_scenario(tmp_path, SMALL + "\n[faults]\nrate_scale = 3000.0\n")   # faults, stragglers...
+def test_record_control_writes_the_same_stream(tmp_path: Path, scenario_file: Any, texts: Any,
+                                               fake_cli: Any) -> None:
+    path = scenario_file(texts.small + "\n[faults]\nrate_scale = 3000.0\n")   # faults, stragglers...
     plain, paced = tmp_path / "plain.jsonl", tmp_path / "paced.jsonl"
-    assert cli("record", path, "-o", str(plain), "--duration", "2h").returncode == 0
-    done = cli("record", path, "-o", str(paced), "--duration", "2h", "--control",
-               stdin=protocol.encode(protocol.speed(1e6)))
+    assert fake_cli("record", path, "-o", str(plain), "--duration", "2h").returncode == 0
+    done = fake_cli("record", path, "-o", str(paced), "--duration", "2h", "--control",
+                    stdin=protocol.encode(protocol.speed(1e6)))
     assert done.returncode == 0, done.stderr
     assert paced.read_bytes() == plain.read_bytes() and b'"type":"fault"' in plain.read_bytes()
 
 
-def test_record_control_paces_and_injects(tmp_path: Path) -> None:
-    path = write_scenario(tmp_path, SMALL + QUIET)
+def test_record_control_paces_and_injects(tmp_path: Path, scenario_file: Any, texts: Any,
+                                          fake_cli: Any) -> None:
+    path = scenario_file(texts.small + QUIET)
     out = tmp_path / "live.jsonl"
     commands = protocol.encode(protocol.speed(20)) + protocol.encode(protocol.inject_fault(13))
-    done = cli("record", path, "-o", str(out), "--duration", "10s", "--control", "--json", stdin=commands)
+    done = fake_cli("record", path, "-o", str(out), "--duration", "10s", "--control", "--json",
+                    stdin=commands)
     assert done.returncode == 0, done.stderr
     summary = orjson.loads(done.stdout)
     assert summary["wall_seconds"] >= 0.45                        # 10 simulated seconds at 20 per second
@@ -153,7 +156,7 @@ def test_record_control_paces_and_injects(tmp_path: Path) -> None:
     events = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     (fault,) = [e for e in events if e["type"] == "fault"]
     assert fault["gpu"] == 13 and fault["injected"] and fault["t"] < 1.0
-    unpaced = cli("record", path, "-o", str(tmp_path / "fast.jsonl"), "--duration", "10s", "--json")
+    unpaced = fake_cli("record", path, "-o", str(tmp_path / "fast.jsonl"), "--duration", "10s", "--json")
     assert orjson.loads(unpaced.stdout)["wall_seconds"] < 0.3
 
 
@@ -167,10 +170,9 @@ class SlowWhenBlocked(Script):
         return got
 
 
-def test_a_pause_is_not_simulated_time(tmp_path: Any) -> None:
+def test_a_pause_is_not_simulated_time(quiet_run: Any) -> None:
     """Defect: after space, 10 s, space at 100x the engine's clock jumped 1,000 simulated seconds."""
-    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=600.0,
-            sample_s=1.0)
+    r = quiet_run(600.0)
     script = SlowWhenBlocked({2: [protocol.speed(100)], 4: [protocol.pause()], 6: [protocol.resume()]},
                              eof_at=10)
     script.run = r
@@ -180,9 +182,8 @@ def test_a_pause_is_not_simulated_time(tmp_path: Any) -> None:
     assert sim[7] - sim[6] <= 5.0 + 1e-9              # one tick at 100x after the resume, not 1,000 s
 
 
-def test_run_to_drives_the_clock_and_faults_land_at_the_time_given(tmp_path: Any) -> None:
-    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=60.0,
-            sample_s=1.0)
+def test_run_to_drives_the_clock_and_faults_land_at_the_time_given(quiet_run: Any) -> None:
+    r = quiet_run(60.0)
     script = Script({2: [protocol.speed(1e6), protocol.run_to(7.0)], 6: [protocol.run_to(9.5)],
                      8: [protocol.inject_fault(13, t=12.25)], 9: [protocol.run_to(11.0)]}, eof_at=12)
     script.run = r

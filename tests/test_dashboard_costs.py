@@ -15,18 +15,17 @@ from clustertop.engine.stream.state import ClusterState
 from clustertop.tui.display import DisplayState, spent, tokens_kept
 from clustertop.tui.index import EventIndex
 from clustertop.tui.widgets import comparison, jobs, links, power
-from fake_plan import QUIET, SMALL, write_scenario
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory, texts: Any) -> tuple[Path, dict[str, Any]]:
     """A 60 s recording of a small scenario and its `record --json` summary."""
     tmp = tmp_path_factory.mktemp("costs")
-    out = tmp / "run.jsonl.gz"
+    small, out = tmp / "small.toml", tmp / "run.jsonl.gz"
+    small.write_text(texts.small + texts.quiet)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = main(["record", write_scenario(tmp, SMALL + QUIET), "--duration", "60s", "--sample", "1s",
-                     "-o", str(out), "--json"])
+        code = main(["record", str(small), "--duration", "60s", "--sample", "1s", "-o", str(out), "--json"])
     assert code == 0
     return out, json.loads(printed.getvalue())
 

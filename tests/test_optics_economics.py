@@ -18,7 +18,6 @@ from clustertop.engine.config.scenario import Scenario, parse
 from clustertop.engine.model.estimate import estimate_job
 from clustertop.engine.model.power import PowerModel
 from clustertop.engine.stream import reader
-from fake_plan import SMALL, write_scenario
 
 
 def parsed(cluster: dict[str, Any], economics: dict[str, Any] | None = None) -> Scenario:
@@ -110,19 +109,20 @@ def test_dollars_per_million_tokens_owned_and_rented() -> None:
     assert r["run_54d_usd"] == pytest.approx(16384 * 2.5 * 54 * 24, rel=1e-6)
 
 
-def test_economics_table_overrides_the_defaults_and_is_checked(tmp_path: Path) -> None:
+def test_economics_table_overrides_the_defaults_and_is_checked(scenario_file: Any) -> None:
     s = parsed({"gpu": "h100-sxm-80gb", "gpus": 16},
                {"electricity_usd_per_mwh": 50.0, "depreciation_years": 4})
     assert (s.economics.electricity_usd_per_mwh, s.economics.depreciation_years) == (50.0, 4.0)
     assert s.economics.capex_usd_per_accelerator == 30000.0
-    path = write_scenario(tmp_path, 'name = "e"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\n'
-                          'model = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\n[economics]\n'
-                          "electricity_usd_per_mwh = -5.0\n")
+    path = scenario_file('name = "e"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\n'
+                         'model = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\n[economics]\n'
+                         "electricity_usd_per_mwh = -5.0\n")
     assert main(["estimate", path]) == 2
 
 
-def test_record_header_carries_the_scale_up_optics_and_each_jobs_figures(tmp_path: Path) -> None:
-    path = write_scenario(tmp_path, SMALL)
+def test_record_header_carries_the_scale_up_optics_and_each_jobs_figures(tmp_path: Path,
+                                                                          scenario_file: Any) -> None:
+    path = scenario_file()
     out = tmp_path / "r.jsonl"
     assert main(["record", path, "-o", str(out), "--duration", "20s"]) == 0
     header = next(reader.iter_events(str(out)))

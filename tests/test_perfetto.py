@@ -13,18 +13,16 @@ from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream.recorder import Recorder
-from fake_plan import MIXED, checkpoint_for, fake_planner, write_scenario
 
 
 @pytest.fixture
-def trace(tmp_path: Path) -> dict[str, Any]:
-    run = Run(scenario.load(write_scenario(tmp_path, MIXED)), planner=fake_planner, duration_s=12.0,
-              sample_s=0.25)
+def trace(tmp_path: Path, scenario_file: Any, texts: Any, planner: Any, checkpoint: Any) -> dict[str, Any]:
+    run = Run(scenario.load(scenario_file(texts.mixed)), planner=planner, duration_s=12.0, sample_s=0.25)
 
     def later(run: Run) -> Any:
         yield run.env.timeout(5.0)
         run.emit("fault", gpu=70, cause="GPU HBM3 memory")      # a cluster-wide instant
-        run.interrupt(run.tracks[0], checkpoint_for(1.0))
+        run.interrupt(run.tracks[0], checkpoint(1.0))
 
     run.add_process(later)
     recording = tmp_path / "r.jsonl.gz"

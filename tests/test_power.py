@@ -11,19 +11,25 @@ from clustertop.engine.config.phases import CODE
 from clustertop.engine.model.power import PowerModel
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import schema
-from fake_plan import QUIET, SMALL, fake_planner, write_scenario
 
 
-def cluster(gpu: str = "h100-sxm-80gb", budget: float | None = None, tmp_path: Any = None) -> Any:
-    text = SMALL.replace('gpu = "h100-sxm-80gb"', f'gpu = "{gpu}"')
-    if budget is not None:
-        text = text.replace("[cluster]\n", f"[cluster]\nsite_power_budget_mw = {budget}\n")
-    return scenario.load(write_scenario(tmp_path, text)).cluster
+@pytest.fixture
+def cluster(scenario_file: Any, texts: Any) -> Any:
+    """`cluster(gpu="h100-sxm-80gb", budget=None)`: the small scenario's cluster, of those GPUs, with that
+    site power budget (MW)."""
+
+    def load(gpu: str = "h100-sxm-80gb", budget: float | None = None) -> Any:
+        text = texts.small.replace('gpu = "h100-sxm-80gb"', f'gpu = "{gpu}"')
+        if budget is not None:
+            text = text.replace("[cluster]\n", f"[cluster]\nsite_power_budget_mw = {budget}\n")
+        return scenario.load(scenario_file(text)).cluster
+
+    return load
 
 
-def test_phase_power_per_gpu_type(tmp_path: Any) -> None:
+def test_phase_power_per_gpu_type(cluster: Any) -> None:
     for name, gpu in catalog.gpus().items():
-        model = PowerModel.of(cluster(name, tmp_path=tmp_path))
+        model = PowerModel.of(cluster(name))
         w = model.phase_w
         assert w[CODE["compute"]] == gpu.tdp_w
         assert w[CODE["optimizer"]] == w[CODE["memory"]] == gpu.memory_bound_w
@@ -45,8 +51,8 @@ def test_server_overhead_figures() -> None:
         assert 0.3 * gpu.tdp_w < gpu.server_overhead() < 1.1 * gpu.tdp_w
 
 
-def test_site_formula_and_swing_threshold(tmp_path: Any) -> None:
-    model = PowerModel.of(cluster(tmp_path=tmp_path))
+def test_site_formula_and_swing_threshold(cluster: Any) -> None:
+    model = PowerModel.of(cluster())
     # 16,384 H100s computing: ((700 + 575) W x 1.1 (storage, switches) + the optics) x 1.2 (PUE) = 28.0 MW.
     assert model.optics_w > 0
     assert model.site_mw(16384 * 700.0, 16384) == pytest.approx((16384 * 1275 * 1.1 + model.optics_w) * 1.2
@@ -55,19 +61,14 @@ def test_site_formula_and_swing_threshold(tmp_path: Any) -> None:
     assert model.swing_threshold_mw(500.0) == 2.0                    # 2 MW at a large site
     assert model.describe()["phase_w"]["failed"] == 0.0 and model.describe()["site_power_budget_mw"] is None
     assert not model.over_budget(1e6)
-    budgeted = PowerModel.of(cluster(budget=0.08, tmp_path=tmp_path))
+    budgeted = PowerModel.of(cluster(budget=0.08))
     assert budgeted.over_budget(0.081) and not budgeted.over_budget(0.079)
 
 
-def run(tmp_path: Any, text: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
-    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, **kw)
-    return r, [orjson.loads(line) for line in r.lines()]
-
-
-def test_checkpoints_swing_the_site_and_the_extremes_bracket_it(tmp_path: Any) -> None:
-    text = SMALL + QUIET + '\n[checkpoint]\ninterval = "5s"\nstorage_tb_s = 0.05\n'
-    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, duration_s=40.0,
-            sample_s=0.5)
+def test_checkpoints_swing_the_site_and_the_extremes_bracket_it(scenario_file: Any, texts: Any,
+                                                                planner: Any) -> None:
+    text = texts.small + texts.quiet + '\n[checkpoint]\ninterval = "5s"\nstorage_tb_s = 0.05\n'
+    r = Run(scenario.load(scenario_file(text)), planner=planner, duration_s=40.0, sample_s=0.5)
     instants: list[float] = []
 
     def probe(run: Run) -> Any:                 # the site's power at 4,000 instants, read as the run goes
@@ -100,18 +101,18 @@ def test_checkpoints_swing_the_site_and_the_extremes_bracket_it(tmp_path: Any) -
     assert lo - 1e-4 <= min(means + instants) and max(means + instants) <= hi + 1e-4
 
 
-def test_small_changes_are_not_swings(tmp_path: Any) -> None:
-    text = SMALL + QUIET.replace("diurnal_amplitude = 0.0", "diurnal_amplitude = 0.02") + \
+def test_small_changes_are_not_swings(simulate: Any, texts: Any) -> None:
+    text = texts.small + texts.quiet.replace("diurnal_amplitude = 0.0", "diurnal_amplitude = 0.02") + \
         '\n[checkpoint]\ninterval = "10h"\n'
-    r, events = run(tmp_path, text, duration_s=3 * 3600.0, sample_s=600.0)
+    r, events = simulate(text, duration_s=3 * 3600.0, sample_s=600.0)
     assert r.tracks[0].factor != 1.0                      # the clocks changed a dozen times...
     assert not [e for e in events if e["type"] == "power_swing"]     # ...at the same power
 
 
-def test_budget_in_the_header_samples_and_swings(tmp_path: Any) -> None:
-    text = SMALL.replace("[cluster]\n", "[cluster]\nsite_power_budget_mw = 0.08\n") + QUIET + \
+def test_budget_in_the_header_samples_and_swings(simulate: Any, texts: Any) -> None:
+    text = texts.small.replace("[cluster]\n", "[cluster]\nsite_power_budget_mw = 0.08\n") + texts.quiet + \
         '\n[checkpoint]\ninterval = "5s"\nstorage_tb_s = 0.05\n'
-    _, events = run(tmp_path, text, duration_s=20.0, sample_s=0.5)
+    _, events = simulate(text, duration_s=20.0, sample_s=0.5)
     assert events[0]["power"]["site_power_budget_mw"] == 0.08
     over = [e for e in events if e["type"] == "sample" and e.get("over_budget")]
     under = [e for e in events if e["type"] == "sample" and not e.get("over_budget")]
@@ -122,8 +123,8 @@ def test_budget_in_the_header_samples_and_swings(tmp_path: Any) -> None:
     assert any(e.get("over_budget") for e in swings)
 
 
-def test_failed_gpus_draw_nothing_but_their_host_does(tmp_path: Any) -> None:
-    r = Run(scenario.load(write_scenario(tmp_path, SMALL + QUIET)), planner=fake_planner, duration_s=4.0,
+def test_failed_gpus_draw_nothing_but_their_host_does(scenario_file: Any, texts: Any, planner: Any) -> None:
+    r = Run(scenario.load(scenario_file(texts.small + texts.quiet)), planner=planner, duration_s=4.0,
             sample_s=1.0)
 
     def fail(run: Run) -> Any:

@@ -20,24 +20,22 @@ from clustertop.engine.stream.reader import Reader, fold, iter_events, iter_line
 from clustertop.engine.stream.recorder import Recorder
 from clustertop.engine.stream.state import ClusterState
 from clustertop.tui.index import EventIndex
-from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, fake_planner, write_scenario
 
-TESTS = str(Path(__file__).parent)
+RECORDINGS = Path(__file__).parent.parent / "recordings"
 
 
-def write_recording(path: Path, scenario_path: str, **kw: Any) -> Run:
-    run = Run(scenario.load(scenario_path), planner=fake_planner, **kw)
+def record(run: Run, path: Path) -> Path:
+    """The run recorded to `path` (gzip when it ends in .gz)."""
     sink = Recorder(open(path, "wb"), compress=str(path).endswith(".gz"))  # noqa: SIM115
     run.run(sink)
     sink.close()
-    return run
+    return path
 
 
 @pytest.fixture
-def recording(tmp_path: Path) -> Path:
-    path = tmp_path / "r.jsonl"
-    write_recording(path, write_scenario(tmp_path), duration_s=30.0, sample_s=0.25)
-    return path
+def recording(tmp_path: Path, scenario_file: Any, planner: Any) -> Path:
+    run = Run(scenario.load(scenario_file()), planner=planner, duration_s=30.0, sample_s=0.25)
+    return record(run, tmp_path / "r.jsonl")
 
 
 def same_state(a: ClusterState, b: ClusterState) -> None:
@@ -74,7 +72,7 @@ def test_lazy_arrays_are_decoded_in_place(recording: Path) -> None:
     assert len({a.tobytes() for a in seen}) > 10
 
 
-def test_all_sources_agree(recording: Path, tmp_path: Path) -> None:
+def test_all_sources_agree(recording: Path, tmp_path: Path, scenario_file: Any, planner: Any) -> None:
     data = recording.read_bytes()
     packed = tmp_path / "r.jsonl.gz"
     packed.write_bytes(gzip.compress(data))
@@ -82,8 +80,7 @@ def test_all_sources_agree(recording: Path, tmp_path: Path) -> None:
     same_state(fold(str(packed)), expected)                                  # gzip by magic bytes
     same_state(fold(io.BufferedReader(io.BytesIO(data))), expected)          # a stream (stdin, a pipe)
     same_state(fold(io.BufferedReader(io.BytesIO(gzip.compress(data)))), expected)
-    engine_run = Run(scenario.load(write_scenario(tmp_path)), planner=fake_planner, duration_s=30.0,
-                     sample_s=0.25)
+    engine_run = Run(scenario.load(scenario_file()), planner=planner, duration_s=30.0, sample_s=0.25)
     events = list(iter_lines_events(engine_run.lines()))                    # an in-process engine
     state = ClusterState(events[0])
     for event in events[1:]:
@@ -100,7 +97,7 @@ def test_stdin_pipe(recording: Path) -> None:
     assert done.stdout.split() == [b"30.0", b"121", str(int(30 // 0.7531)).encode()]
 
 
-def test_corrupt_middle_line_names_it(recording: Path, tmp_path: Path) -> None:
+def test_corrupt_middle_line_names_it(recording: Path, tmp_path: Path, fake_cli: Any) -> None:
     lines = recording.read_bytes().split(b"\n")
     lines[9] = lines[9][: len(lines[9]) // 2]
     bad = tmp_path / "bad.jsonl"
@@ -109,8 +106,7 @@ def test_corrupt_middle_line_names_it(recording: Path, tmp_path: Path) -> None:
         fold(str(bad))
     with pytest.raises(UserError, match=r":10: "):
         list(iter_events(str(bad)))
-    done = subprocess.run([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, "export", str(bad), "-o",
-                           str(tmp_path / "t.json")], capture_output=True, timeout=60, check=False)
+    done = fake_cli("export", str(bad), "-o", str(tmp_path / "t.json"))
     assert done.returncode == 2 and b"bad.jsonl:10:" in done.stderr and b"Traceback" not in done.stderr
     assert done.stderr.count(b"\n") == 1 and not (tmp_path / "t.json").exists()
 
@@ -186,11 +182,11 @@ def test_gzip_cut_short_warns(recording: Path, tmp_path: Path) -> None:
 
 
 @pytest.fixture(params=[".jsonl", ".jsonl.gz"])
-def long_recording(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def long_recording(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   scenario_file: Any, texts: Any, planner: Any) -> Path:
     monkeypatch.setattr(recorder, "MEMBER_BYTES", 32 << 10)     # many gzip members in a short recording
-    path = tmp_path / f"long{request.param}"
-    write_recording(path, write_scenario(tmp_path, MIXED), duration_s=400.0, sample_s=0.5)
-    return path
+    run = Run(scenario.load(scenario_file(texts.mixed)), planner=planner, duration_s=400.0, sample_s=0.5)
+    return record(run, tmp_path / f"long{request.param}")
 
 
 def test_index_has_every_keyframe(long_recording: Path) -> None:
@@ -289,7 +285,7 @@ def test_the_shape_fast_path_agrees_with_the_full_check_on_every_digit() -> None
 
     rng = np.random.default_rng(7)
     tried = 0
-    for path in sorted((Path(TESTS).parent / "recordings").glob("*.jsonl.gz")):
+    for path in sorted(RECORDINGS.glob("*.jsonl.gz")):
         reader = Reader(str(path))
         header, checks = reader.header, EventChecks(reader.header)
         for line in [orjson.dumps(e) for e in reader.events() if e["type"] != "sample"]:

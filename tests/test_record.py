@@ -6,7 +6,6 @@ import gzip
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,11 @@ import pytest
 from clustertop.cli import main
 from clustertop.engine.config import scenario
 from clustertop.engine.stream import reader
-from fake_plan import CLI_WITH_FAKE_PLANNER, MIXED, QUIET, SMALL, fake_planner, write_scenario
-
-TESTS = str(Path(__file__).parent)
 
 
 @pytest.fixture(autouse=True)
-def fake_cost_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_run, "default_planner", fake_planner)
+def fake_cost_model(monkeypatch: pytest.MonkeyPatch, planner: Any) -> None:
+    monkeypatch.setattr(engine_run, "default_planner", planner)
 
 
 RUN_KEYS = {"interruptions_unexpected", "interruptions_planned", "effective_training_time", "site_mw_min",
@@ -32,17 +28,12 @@ RUN_KEYS = {"interruptions_unexpected", "interruptions_planned", "effective_trai
 
 
 @pytest.fixture
-def small(tmp_path: Path) -> str:
-    return write_scenario(tmp_path, SMALL + QUIET)
+def small(scenario_file: Any, texts: Any) -> str:
+    return scenario_file(texts.small + texts.quiet)
 
 
 def record(*args: str) -> int:
     return main(["record", *args])
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, *args], capture_output=True,
-                          timeout=timeout, check=False)
 
 
 def test_record_plain_and_gzip_same_lines(small: str, tmp_path: Path) -> None:
@@ -64,13 +55,13 @@ def test_same_options_byte_identical(small: str, tmp_path: Path) -> None:
         assert a.read_bytes() == b.read_bytes()
 
 
-def test_json_summary(small: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_summary(small: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], planner: Any) -> None:
     out = tmp_path / "r.jsonl.gz"
     assert record(small, "-o", str(out), "--duration", "20s", "--json") == 0
     summary = orjson.loads(capsys.readouterr().out)
     assert {"steps", "tokens", "sim_seconds", "wall_seconds", "events", "bytes"} <= set(summary)
     assert summary["bytes"] == out.stat().st_size
-    plan = fake_planner(scenario.load(small), scenario.load(small).jobs[0])
+    plan = planner(scenario.load(small), scenario.load(small).jobs[0])
     assert plan is not None
     assert summary["sim_seconds"] == 20.0 and summary["steps"] == int(20.0 // plan.step_time_s)
     assert summary["tokens"] == summary["steps"] * 64 * 4096
@@ -78,8 +69,9 @@ def test_json_summary(small: str, tmp_path: Path, capsys: pytest.CaptureFixture[
         assert summary["events"] == sum(1 for _ in f) - 1
 
 
-def test_json_summary_has_the_run_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_scenario(tmp_path, SMALL + "\n[faults]\nrate_scale = 3000.0\nplanned_per_day = 10.0\n")
+def test_json_summary_has_the_run_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          scenario_file: Any, texts: Any) -> None:
+    path = scenario_file(texts.small + "\n[faults]\nrate_scale = 3000.0\nplanned_per_day = 10.0\n")
     out = tmp_path / "r.jsonl"
     assert record(path, "-o", str(out), "--duration", "1d", "--json") == 0
     summary = orjson.loads(capsys.readouterr().out)
@@ -113,8 +105,8 @@ def test_json_summary_has_the_run_figures(tmp_path: Path, capsys: pytest.Capture
                                                  + summary["interruptions_planned"])
 
 
-def test_record_to_stdout_pipes_into_the_reader(small: str) -> None:
-    done = cli("record", small, "-o", "-", "--duration", "5s")
+def test_record_to_stdout_pipes_into_the_reader(small: str, fake_cli: Any) -> None:
+    done = fake_cli("record", small, "-o", "-", "--duration", "5s")
     assert done.returncode == 0, done.stderr
     events = list(reader.iter_events(_BytesIO(done.stdout)))
     assert events[0]["type"] == "header" and events[-1]["type"] == "sample" and events[-1]["t"] == 5.0
@@ -163,18 +155,18 @@ def test_unwritable_output(small: str, tmp_path: Path, capsys: pytest.CaptureFix
     assert not (locked / "r.jsonl").exists()
 
 
-def test_bad_scenario_subprocess_one_line(tmp_path: Path) -> None:
+def test_bad_scenario_subprocess_one_line(tmp_path: Path, fake_cli: Any) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "bad"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\n'
                    'model = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\ntp = 3\n')
-    done = cli("record", str(bad), "-o", str(tmp_path / "r.jsonl"))
+    done = fake_cli("record", str(bad), "-o", str(tmp_path / "r.jsonl"))
     assert done.returncode == 2 and done.stderr.count(b"\n") == 1 and b"Traceback" not in done.stderr
     assert not (tmp_path / "r.jsonl").exists()
 
 
-def test_job_that_does_not_fit_is_recorded(tmp_path: Path) -> None:
+def test_job_that_does_not_fit_is_recorded(tmp_path: Path, scenario_file: Any, texts: Any) -> None:
     out = tmp_path / "r.jsonl"
-    assert record(write_scenario(tmp_path, MIXED + QUIET), "-o", str(out), "--duration", "2s") == 0
+    assert record(scenario_file(texts.mixed + texts.quiet), "-o", str(out), "--duration", "2s") == 0
     state = reader.fold(str(out))
     assert state.jobs["too-big"].running is False and state.jobs["too-big"].stop_reason == "out of memory"
     assert state.jobs["train"].running and state.jobs["train"].step == 2
@@ -182,10 +174,10 @@ def test_job_that_does_not_fit_is_recorded(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_killed_recorder_leaves_a_readable_prefix(suffix: str, small: str, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+                                                  capsys: pytest.CaptureFixture[str], fake_cli: Any) -> None:
     out = tmp_path / f"killed{suffix}"
-    proc = subprocess.Popen([sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, "record", small, "-o",
-                             str(out), "--duration", "30d", "--sample", "1s"], stderr=subprocess.PIPE)
+    proc = subprocess.Popen(fake_cli.command("record", small, "-o", str(out), "--duration", "30d", "--sample",
+                                             "1s"), stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while (not out.exists() or out.stat().st_size < 200_000) and time.monotonic() < deadline:

@@ -1,7 +1,7 @@
 """Faults, checkpoints, restarts and maintenance in the engine run
 (engine/sim/faults.py JobDriver, engine/sim/run.py).
 
-On the 64-GPU `small` cluster of tests/fake_plan.py (steps of ~0.75 s): scheduled faults ([[faults.inject]]),
+On the 64-GPU `small` cluster of tests/fakes/plan.py (steps of ~0.75 s): scheduled faults ([[faults.inject]]),
 exact restart times, the work lost, the hardware shown failed, spares, and the counts in the summary.
 """
 
@@ -22,7 +22,6 @@ from clustertop.engine.sim import faults, lifecycle
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import schema
 from clustertop.engine.stream.state import ClusterState
-from fake_plan import MIXED, SMALL, fake_planner, write_scenario
 
 TOKENS = 64 * 4096          # tokens per step of the small job
 
@@ -34,15 +33,16 @@ diurnal_amplitude = 0.0
 """
 
 
-def scenario_text(faults_table: str = "", checkpoint: str = "", extra: str = "", base: str = SMALL) -> str:
-    """The small scenario with no random faults or stragglers, plus the given tables."""
-    return (base + STILL + "\n[faults]\nenabled = false\ndetection = \"5s\"\nrestart = \"20s\"\n"
-            + faults_table + "\n[checkpoint]\n" + checkpoint + "\n" + extra)
+@pytest.fixture
+def scenario_text(texts: Any) -> Any:
+    """`scenario_text(faults_table="", checkpoint="", extra="")`: the small scenario with no random faults or
+    stragglers, plus the given tables."""
 
+    def text(faults_table: str = "", checkpoint: str = "", extra: str = "") -> str:
+        return (texts.small + STILL + "\n[faults]\nenabled = false\ndetection = \"5s\"\nrestart = \"20s\"\n"
+                + faults_table + "\n[checkpoint]\n" + checkpoint + "\n" + extra)
 
-def run(tmp_path: Any, text: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
-    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, **kw)
-    return r, [orjson.loads(line) for line in r.lines()]
+    return text
 
 
 def of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -65,9 +65,9 @@ def period(r: Run) -> float:
 # ----- a fault: detection, restart from the checkpoint, the work lost ---------------------------------------
 
 
-def test_fault_restarts_from_the_last_checkpoint(tmp_path: Any) -> None:
+def test_fault_restarts_from_the_last_checkpoint(simulate: Any, scenario_text: Any) -> None:
     text = scenario_text(inject(("33s", 13)), 'interval = "10s"\nstorage_tb_s = 0.1')
-    r, events = run(tmp_path, text, duration_s=80.0, sample_s=1.0)
+    r, events = simulate(text, duration_s=80.0, sample_s=1.0)
     p = period(r)
     write = checkpoint.checkpoint_plan(r.scenario, r.scenario.jobs[0]).write_s
     assert write == pytest.approx(14 * 8.03e9 / 0.1e12, rel=0.01)  # 14 bytes per parameter at 0.1 TB/s
@@ -109,9 +109,9 @@ def test_fault_restarts_from_the_last_checkpoint(tmp_path: Any) -> None:
     assert r.summary["checkpoints"] == sum(e["ok"] for e in ends)
 
 
-def test_the_reducer_follows_the_restart(tmp_path: Any) -> None:
+def test_the_reducer_follows_the_restart(simulate: Any, scenario_text: Any) -> None:
     text = scenario_text(inject(("33s", 13)), 'interval = "10s"')
-    _, events = run(tmp_path, text, duration_s=60.0, sample_s=5.0)
+    _, events = simulate(text, duration_s=60.0, sample_s=5.0)
     state = ClusterState(events[0])
     for e in events[1:]:
         state.apply(e)
@@ -128,9 +128,9 @@ def test_the_reducer_follows_the_restart(tmp_path: Any) -> None:
     assert [e["type"] for e in events if e["type"] in ("fault", "restart")] == ["fault", "restart"]
 
 
-def test_a_fault_while_down_extends_the_downtime(tmp_path: Any) -> None:
+def test_a_fault_while_down_extends_the_downtime(simulate: Any, scenario_text: Any) -> None:
     text = scenario_text(inject(("33s", 13), ("45s", 40)), 'interval = "10s"')
-    r, events = run(tmp_path, text, duration_s=90.0, sample_s=1.0)
+    r, events = simulate(text, duration_s=90.0, sample_s=1.0)
     first, second = of(events, "fault")
     assert "extends_downtime" not in first and second["extends_downtime"] is True and second["node"] == 5
     (restart,) = of(events, "restart")
@@ -142,28 +142,28 @@ def test_a_fault_while_down_extends_the_downtime(tmp_path: Any) -> None:
     assert r.summary["interruptions_unexpected"] == 2
 
 
-def test_no_spare_left_waits_for_the_repair(tmp_path: Any) -> None:
+def test_no_spare_left_waits_for_the_repair(simulate: Any, scenario_text: Any) -> None:
     text = scenario_text('spare_nodes = 1\nrepair = "100s"\n' + inject(("33s", 13), ("40s", 40)),
                          'interval = "10s"')
-    _, events = run(tmp_path, text, duration_s=200.0, sample_s=5.0)
+    _, events = simulate(text, duration_s=200.0, sample_s=5.0)
     (restart,) = of(events, "restart")
     assert restart["t"] == pytest.approx(133.0)  # one spare; the second node is the first one repaired
     text = scenario_text('spare_nodes = 0\nrepair = "100s"\n' + inject(("33s", 13)), 'interval = "10s"')
-    _, events = run(tmp_path, text, duration_s=200.0, sample_s=5.0)
+    _, events = simulate(text, duration_s=200.0, sample_s=5.0)
     (restart,) = of(events, "restart")
     assert restart["t"] == pytest.approx(133.0)
     # A software fault needs no hardware: detection and restart only.
     text = scenario_text('spare_nodes = 0\n[[faults.inject]]\nat = "33s"\ngpu = 13\ncause = "Software bug"\n',
                          'interval = "10s"')
-    _, events = run(tmp_path, text, duration_s=100.0, sample_s=5.0)
+    _, events = simulate(text, duration_s=100.0, sample_s=5.0)
     (fault,) = of(events, "fault")
     assert fault["scope"] == "job" and of(events, "restart")[0]["t"] == pytest.approx(58.0)
     assert CODE["failed"] not in set(schema.rle_decode(samples(events)[40.0]["phase"]))
 
 
-def test_a_fault_during_a_checkpoint_write_aborts_it(tmp_path: Any) -> None:
+def test_a_fault_during_a_checkpoint_write_aborts_it(simulate: Any, scenario_text: Any) -> None:
     text = scenario_text(inject(("12s", 13)), 'interval = "10s"\nstorage_tb_s = 0.0225')   # a 5 s write
-    r, events = run(tmp_path, text, duration_s=60.0, sample_s=1.0)
+    r, events = simulate(text, duration_s=60.0, sample_s=1.0)
     p = period(r)
     start, end = of(events, "checkpoint_start")[0], of(events, "checkpoint_end")[0]
     assert start["t"] == pytest.approx(math.ceil(10 / p) * p, abs=1e-6)
@@ -174,9 +174,9 @@ def test_a_fault_during_a_checkpoint_write_aborts_it(tmp_path: Any) -> None:
     assert r.summary["checkpoints"] == sum(e["ok"] for e in of(events, "checkpoint_end"))
 
 
-def test_asynchronous_checkpoints_write_behind_training(tmp_path: Any) -> None:
+def test_asynchronous_checkpoints_write_behind_training(simulate: Any, scenario_text: Any) -> None:
     text = scenario_text(inject(("14s", 13)), 'interval = "10s"\nmode = "async"\nstorage_tb_s = 0.0225')
-    r, events = run(tmp_path, text, duration_s=60.0, sample_s=1.0)
+    r, events = simulate(text, duration_s=60.0, sample_s=1.0)
     p = period(r)
     plan = checkpoint.checkpoint_plan(r.scenario, r.scenario.jobs[0])
     # The snapshot to host memory: each GPU's weights (sharded over TP 2 x PP 4) and ZeRO-1 optimizer shard.
@@ -192,8 +192,8 @@ def test_asynchronous_checkpoints_write_behind_training(tmp_path: Any) -> None:
     assert end["ok"] is False and end["t"] == 14.0          # the fault came before the write was complete
     assert of(events, "restart")[0]["from_checkpoint_step"] == 0
     # Without the fault the write completes behind training, and a restart would resume from it.
-    r2, events2 = run(tmp_path, scenario_text("", 'interval = "10s"\nmode = "async"\nstorage_tb_s = 0.0225'),
-                      duration_s=30.0, sample_s=1.0)
+    r2, events2 = simulate(scenario_text("", 'interval = "10s"\nmode = "async"\nstorage_tb_s = 0.0225'),
+                           duration_s=30.0, sample_s=1.0)
     start2, end2 = of(events2, "checkpoint_start")[0], of(events2, "checkpoint_end")[0]
     assert end2["ok"] and end2["t"] == pytest.approx(start2["t"] + plan.stall_s + plan.write_s, abs=1e-6)
     assert [e for e in of(events2, "step") if start2["t"] < e["t"] < end2["t"]]       # training went on
@@ -201,10 +201,10 @@ def test_asynchronous_checkpoints_write_behind_training(tmp_path: Any) -> None:
     assert r2.tracks[0].driver is not None and r2.tracks[0].driver.saved.step == last["step"]
 
 
-def test_maintenance_checkpoints_then_stops_for_its_window(tmp_path: Any) -> None:
+def test_maintenance_checkpoints_then_stops_for_its_window(scenario_text: Any, scenario_file: Any,
+                                                           planner: Any) -> None:
     text = scenario_text('planned = "30s"\n', 'interval = "1h"\nstorage_tb_s = 0.1')
-    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, duration_s=70.0,
-            sample_s=1.0)
+    r = Run(scenario.load(scenario_file(text)), planner=planner, duration_s=70.0, sample_s=1.0)
 
     def calendar(run: Run) -> Any:
         yield run.env.timeout(20.0)
@@ -224,9 +224,10 @@ def test_maintenance_checkpoints_then_stops_for_its_window(tmp_path: Any) -> Non
     assert r.summary["interruptions_planned"] == 1 and r.summary["interruptions_unexpected"] == 0
 
 
-def test_a_fault_on_gpus_without_a_job(tmp_path: Any) -> None:
-    text = MIXED + STILL + '\n[faults]\nenabled = false\nrepair = "10s"\n' + inject(("2s", 90), ("2s", 70))
-    r, events = run(tmp_path, text, duration_s=20.0, sample_s=1.0)
+def test_a_fault_on_gpus_without_a_job(simulate: Any, texts: Any) -> None:
+    text = (texts.mixed + STILL + '\n[faults]\nenabled = false\nrepair = "10s"\n'
+            + inject(("2s", 90), ("2s", 70)))
+    r, events = simulate(text, duration_s=20.0, sample_s=1.0)
     assert [(e["gpu"], "job" in e) for e in of(events, "fault")] == [(70, False), (90, False)]
     assert not of(events, "restart") and r.summary["interruptions_unexpected"] == 0
     phase = schema.rle_decode(samples(events)[5.0]["phase"])
@@ -234,24 +235,24 @@ def test_a_fault_on_gpus_without_a_job(tmp_path: Any) -> None:
     assert CODE["failed"] not in set(schema.rle_decode(samples(events)[15.0]["phase"]))      # repaired
 
 
-def test_injections_are_checked_when_the_scenario_loads(tmp_path: Any) -> None:
+def test_injections_are_checked_when_the_scenario_loads(scenario_text: Any, scenario_file: Any) -> None:
     for entry, message in ((inject(("5s", 64)), "GPU 64 is not in the cluster"),
                            ('\n[[faults.inject]]\nat = "5s"\ngpu = 3\ncause = "Faulty GPUs"\n',
                             "did you mean"),
                            ('\n[[faults.inject]]\ngpu = 3\n', r"faults\.inject\[0\]\.at: missing"),
                            ('\n[[faults.inject]]\nat = "soon"\ngpu = 3\n', "expected a duration")):
         with pytest.raises(UserError, match=message) as info:
-            scenario.load(write_scenario(tmp_path, scenario_text(entry)))
+            scenario.load(scenario_file(scenario_text(entry)))
         assert "\n" not in str(info.value)
 
 
 # ----- random faults and maintenance over a run -------------------------------------------------------------
 
 
-def test_random_interruptions_are_the_scheduled_ones(tmp_path: Any) -> None:
+def test_random_interruptions_are_the_scheduled_ones(simulate: Any, texts: Any) -> None:
     """Every drawn fault and maintenance reaches the job, including those that arrive while it is down."""
-    text = SMALL + STILL + "\n[faults]\nrate_scale = 3000.0\nplanned_per_day = 20.0\n"
-    r, events = run(tmp_path, text, duration_s=86400.0, sample_s=600.0)
+    text = texts.small + STILL + "\n[faults]\nrate_scale = 3000.0\nplanned_per_day = 20.0\n"
+    r, events = simulate(text, duration_s=86400.0, sample_s=600.0)
     day = 86400.0
     drawn = faults.schedule(0, 64, 8, 0.0, day, r.seed, 3000.0, stream="train/")
     planned = faults.planned(0.0, day, 20.0, r.seed, "train")
@@ -271,10 +272,10 @@ def test_random_interruptions_are_the_scheduled_ones(tmp_path: Any) -> None:
     assert r.summary["effective_training_time"] == pytest.approx(kept.kept_productive_s() / day, abs=1e-4)
 
 
-def test_same_seed_same_faults_and_bytes(tmp_path: Any) -> None:
-    text = SMALL + "\n[faults]\nrate_scale = 3000.0\n"
-    path = write_scenario(tmp_path, text)
-    a = b"".join(Run(scenario.load(path), planner=fake_planner, duration_s=7200.0).lines())
-    b = b"".join(Run(scenario.load(path), planner=fake_planner, duration_s=7200.0).lines())
-    c = b"".join(Run(scenario.load(path), planner=fake_planner, duration_s=7200.0, seed=8).lines())
+def test_same_seed_same_faults_and_bytes(scenario_file: Any, texts: Any, planner: Any) -> None:
+    text = texts.small + "\n[faults]\nrate_scale = 3000.0\n"
+    path = scenario_file(text)
+    a = b"".join(Run(scenario.load(path), planner=planner, duration_s=7200.0).lines())
+    b = b"".join(Run(scenario.load(path), planner=planner, duration_s=7200.0).lines())
+    c = b"".join(Run(scenario.load(path), planner=planner, duration_s=7200.0, seed=8).lines())
     assert a == b and a != c and b'"type":"fault"' in a and b'"type":"fault"' in c

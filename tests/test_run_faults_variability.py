@@ -7,25 +7,27 @@ import math
 from typing import Any
 
 import numpy as np
-import orjson
 import pytest
-from clustertop.engine.config import scenario
 from clustertop.engine.config.phases import CODE
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import schema
-from fake_plan import SMALL, fake_planner, write_scenario
 
 NO_FAULTS = "\n[faults]\nenabled = false\nrate_scale = 0.0\nplanned_per_day = 0.0\n"
 
 
-def run(tmp_path: Any, variability: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
-    text = SMALL + NO_FAULTS + "\n[variability]\n" + variability
-    r = Run(scenario.load(write_scenario(tmp_path, text)), planner=fake_planner, **kw)
-    return r, [orjson.loads(line) for line in r.lines()]
+@pytest.fixture
+def run(simulate: Any, texts: Any) -> Any:
+    """`run(variability, **run_options)`: the small scenario without faults, with that [variability] table,
+    simulated: the Run and its events."""
+
+    def run(variability: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
+        return simulate(texts.small + NO_FAULTS + "\n[variability]\n" + variability, **kw)
+
+    return run
 
 
-def test_the_job_waits_for_its_slowest_gpu(tmp_path: Any) -> None:
-    r, events = run(tmp_path, "straggler_sigma = 0.0\nslow_gpu_fraction = 0.1\nslow_gpu_factor = 0.8\n"
+def test_the_job_waits_for_its_slowest_gpu(run: Any) -> None:
+    r, events = run("straggler_sigma = 0.0\nslow_gpu_fraction = 0.1\nslow_gpu_factor = 0.8\n"
                     "diurnal_amplitude = 0.0\n", duration_s=120.0, sample_s=60.0)
     assert r.speeds is not None
     slow = np.flatnonzero(r.speeds < 1.0)
@@ -48,8 +50,8 @@ def test_the_job_waits_for_its_slowest_gpu(tmp_path: Any) -> None:
         assert util[g] - util[peers[0]] == pytest.approx(100 * compute[stage[g]] * 0.25 / 1.25, abs=1.0)
 
 
-def test_stragglers_are_patched_into_the_symmetric_runs_exactly(tmp_path: Any) -> None:
-    r, events = run(tmp_path, "straggler_sigma = 0.02\nslow_gpu_fraction = 0.05\ndiurnal_amplitude = 0.0\n",
+def test_stragglers_are_patched_into_the_symmetric_runs_exactly(run: Any) -> None:
+    r, events = run("straggler_sigma = 0.02\nslow_gpu_fraction = 0.05\ndiurnal_amplitude = 0.0\n",
                     duration_s=10.0, sample_s=0.37)
     st = r.tracks[0].stragglers
     assert st is not None and 0 < st.gpus.size < 64
@@ -63,8 +65,8 @@ def test_stragglers_are_patched_into_the_symmetric_runs_exactly(tmp_path: Any) -
                 assert len(set(got[others[stage[others] == s]])) == 1
 
 
-def test_site_power_includes_the_stragglers(tmp_path: Any) -> None:
-    r, events = run(tmp_path, "straggler_sigma = 0.0\nslow_gpu_fraction = 0.1\nslow_gpu_factor = 0.8\n"
+def test_site_power_includes_the_stragglers(run: Any) -> None:
+    r, events = run("straggler_sigma = 0.0\nslow_gpu_fraction = 0.1\nslow_gpu_factor = 0.8\n"
                     "diurnal_amplitude = 0.0\n", duration_s=30.0, sample_s=3.0)
     for e in events:
         if e["type"] == "sample" and e["t"] > 0:
@@ -73,10 +75,9 @@ def test_site_power_includes_the_stragglers(tmp_path: Any) -> None:
             assert e["site_mw"] == pytest.approx(expected, abs=64 * 0.5 * 1.32 / 1e6 + 1e-4)
 
 
-def test_day_and_night(tmp_path: Any) -> None:
+def test_day_and_night(run: Any) -> None:
     amplitude = 0.02
-    r, events = run(tmp_path,
-                    f"straggler_sigma = 0.0\nslow_gpu_fraction = 0.0\ndiurnal_amplitude = {amplitude}\n",
+    r, events = run(f"straggler_sigma = 0.0\nslow_gpu_fraction = 0.0\ndiurnal_amplitude = {amplitude}\n",
                     duration_s=86400.0, sample_s=3600.0)
     nominal = r.tracks[0].plan
     assert nominal is not None
@@ -98,8 +99,8 @@ def test_day_and_night(tmp_path: Any) -> None:
         sum(e["step_time_s"] for e in events if e["type"] == "step") / 86400.0, abs=1e-4)
 
 
-def test_no_variability_is_the_cost_model_exactly(tmp_path: Any) -> None:
-    r, events = run(tmp_path, "straggler_sigma = 0.0\nslow_gpu_fraction = 0.0\ndiurnal_amplitude = 0.0\n",
+def test_no_variability_is_the_cost_model_exactly(run: Any) -> None:
+    r, events = run("straggler_sigma = 0.0\nslow_gpu_fraction = 0.0\ndiurnal_amplitude = 0.0\n",
                     duration_s=20.0, sample_s=1.0)
     assert r.speeds is None and r.tracks[0].stragglers is None
     assert events[0]["jobs"][0]["speed"] == 1.0 and events[0]["jobs"][0]["slow_gpus"] == []

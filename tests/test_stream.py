@@ -16,19 +16,21 @@ from clustertop.engine.sim.run import Run
 from clustertop.engine.sim.sampling import PHASE_UTIL, default_sample_interval
 from clustertop.engine.stream import schema
 from clustertop.engine.stream.state import ClusterState
-from fake_plan import MIXED, QUIET, SMALL, checkpoint_for, fake_planner, write_scenario
 
 # The stream's mechanics are tested on a cluster with no faults, no checkpoints and no stragglers (those
 # have their own tests in test_run_faults*.py): steps then follow the cost model's plan exactly.
 
 
-def quiet(directory: Any, text: str = SMALL, name: str = "small.toml") -> str:
-    return write_scenario(directory, text + QUIET, name)
+@pytest.fixture
+def run_events(planner: Any) -> Any:
+    """`run_events(path, **run_options)`: the engine's run of a scenario file (with the fake planner unless
+    `planner=` says otherwise) and its events, decoded."""
 
+    def run_events(path: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
+        run = Run(scenario.load(path), planner=kw.pop("planner", planner), **kw)
+        return run, [orjson.loads(line) for line in run.lines()]
 
-def run_events(path: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
-    run = Run(scenario.load(path), planner=kw.pop("planner", fake_planner), **kw)
-    return run, [orjson.loads(line) for line in run.lines()]
+    return run_events
 
 
 def stage_values(event: dict[str, Any], key: str, tp: int = 2, pp: int = 4) -> np.ndarray:
@@ -37,8 +39,8 @@ def stage_values(event: dict[str, Any], key: str, tp: int = 2, pp: int = 4) -> n
 
 
 @pytest.fixture
-def small(tmp_path: Any) -> str:
-    return quiet(tmp_path)
+def small(scenario_file: Any, texts: Any) -> str:
+    return scenario_file(texts.small + texts.quiet)
 
 
 # ----- run-length encoding ----------------------------------------------------------------------------------
@@ -61,7 +63,7 @@ def test_rle_round_trip() -> None:
 # ----- header and ordering ----------------------------------------------------------------------------------
 
 
-def test_header_replays_without_the_scenario(small: str) -> None:
+def test_header_replays_without_the_scenario(small: str, run_events: Any) -> None:
     _run, events = run_events(small, duration_s=5.0, sample_s=1.0)
     header = events[0]
     assert header["type"] == "header" and header["schema_version"] == schema.SCHEMA_VERSION
@@ -79,7 +81,7 @@ def test_header_replays_without_the_scenario(small: str) -> None:
     assert state.jobs["train"].running and state.jobs["train"].step > 0
 
 
-def test_times_never_decrease_and_samples_are_regular(small: str) -> None:
+def test_times_never_decrease_and_samples_are_regular(small: str, run_events: Any) -> None:
     _, events = run_events(small, duration_s=10.0, sample_s=0.3)
     times = [e["t"] for e in events[1:]]
     assert times == sorted(times)
@@ -88,12 +90,12 @@ def test_times_never_decrease_and_samples_are_regular(small: str) -> None:
     assert np.allclose(np.diff(samples[:-1]), 0.3)
 
 
-def test_same_seed_same_bytes(tmp_path: Any) -> None:
-    path = write_scenario(tmp_path, MIXED)
-    a = b"".join(Run(scenario.load(path), planner=fake_planner, sample_s=0.5).lines())
-    b = b"".join(Run(scenario.load(path), planner=fake_planner, sample_s=0.5).lines())
+def test_same_seed_same_bytes(scenario_file: Any, texts: Any, planner: Any) -> None:
+    path = scenario_file(texts.mixed)
+    a = b"".join(Run(scenario.load(path), planner=planner, sample_s=0.5).lines())
+    b = b"".join(Run(scenario.load(path), planner=planner, sample_s=0.5).lines())
     assert a == b
-    c = b"".join(Run(scenario.load(path), planner=fake_planner, sample_s=0.5, seed=4).lines())
+    c = b"".join(Run(scenario.load(path), planner=planner, sample_s=0.5, seed=4).lines())
     assert c != a and b'"seed":4' in c
 
 
@@ -111,7 +113,7 @@ def test_default_interval_suits_the_duration() -> None:
 # ----- steps ------------------------------------------------------------------------------------------------
 
 
-def test_steps_follow_the_plan(small: str) -> None:
+def test_steps_follow_the_plan(small: str, run_events: Any) -> None:
     run, events = run_events(small, duration_s=30.0, sample_s=5.0)
     plan = run.tracks[0].plan
     assert plan is not None
@@ -126,8 +128,8 @@ def test_steps_follow_the_plan(small: str) -> None:
     assert run.stats.steps == len(steps) and run.stats.tokens == steps[-1]["tokens_total"]
 
 
-def test_fast_forward_does_not_simulate_steps_one_by_one(small: str) -> None:
-    run = Run(scenario.load(small), planner=fake_planner, duration_s=86400.0, sample_s=3600.0)
+def test_fast_forward_does_not_simulate_steps_one_by_one(small: str, planner: Any) -> None:
+    run = Run(scenario.load(small), planner=planner, duration_s=86400.0, sample_s=3600.0)
     woken = 0
     step = run.env.step
 
@@ -146,7 +148,7 @@ def test_fast_forward_does_not_simulate_steps_one_by_one(small: str) -> None:
 # ----- samples follow the schedule --------------------------------------------------------------------------
 
 
-def test_pipeline_fills_and_drains(small: str) -> None:
+def test_pipeline_fills_and_drains(small: str, run_events: Any) -> None:
     run, events = run_events(small, duration_s=1.6, sample_s=0.01)
     samples = [e for e in events if e["type"] == "sample"]
     util = np.array([stage_values(e, "util") for e in samples])     # (samples, stages)
@@ -165,7 +167,7 @@ def test_pipeline_fills_and_drains(small: str) -> None:
     assert {CODE["tp"], CODE["dp"], CODE["optimizer"]} & names
 
 
-def test_samples_are_exact_means(small: str) -> None:
+def test_samples_are_exact_means(small: str, run_events: Any) -> None:
     run, events = run_events(small, duration_s=7.0, sample_s=0.37)
     plan = run.tracks[0].plan.plan
     power = run.power.phase_w
@@ -189,7 +191,7 @@ def plan_phase_at(plan: StepPlan, stage: int, times: np.ndarray) -> np.ndarray:
     return codes[np.searchsorted(starts, times % plan.step_time_s, side="right") - 1]
 
 
-def test_long_interval_means_match_the_plan_shares(small: str) -> None:
+def test_long_interval_means_match_the_plan_shares(small: str, run_events: Any) -> None:
     run, events = run_events(small, duration_s=600.0, sample_s=300.0)
     plan = run.tracks[0].plan.plan
     sample = [e for e in events if e["type"] == "sample"][-1]
@@ -201,7 +203,7 @@ def test_long_interval_means_match_the_plan_shares(small: str) -> None:
         assert stage_values(sample, "phase")[s] == CODE["compute"]
 
 
-def test_power_and_site_mw(small: str) -> None:
+def test_power_and_site_mw(small: str, run_events: Any) -> None:
     run, events = run_events(small, duration_s=3.0, sample_s=1.0)
     gpu = run.scenario.cluster.gpu
     first = events[2]
@@ -217,7 +219,7 @@ def test_power_and_site_mw(small: str) -> None:
             assert e["site_mw"] == pytest.approx(expected, abs=64 * 0.5 * 1.32 / 1e6 + 1e-4)
 
 
-def test_links_per_pod_and_building(small: str) -> None:
+def test_links_per_pod_and_building(small: str, run_events: Any) -> None:
     run, events = run_events(small, duration_s=2.0, sample_s=1.0)
     header = events[0]
     assert header["link_scope"] == {"node": "pod", "leaf": "pod", "spine": "pod", "core": "pod",
@@ -233,8 +235,8 @@ def test_links_per_pod_and_building(small: str) -> None:
     assert links[tiers["dp"]] != 0
 
 
-def test_job_that_does_not_fit(tmp_path: Any) -> None:
-    _run, events = run_events(quiet(tmp_path, MIXED), duration_s=3.0, sample_s=1.0)
+def test_job_that_does_not_fit(run_events: Any, scenario_file: Any, texts: Any) -> None:
+    _run, events = run_events(scenario_file(texts.mixed + texts.quiet), duration_s=3.0, sample_s=1.0)
     header = events[0]
     assert [j["fits"] for j in header["jobs"]] == [True, False]
     stops = [e for e in events if e["type"] == "job_stop"]
@@ -251,13 +253,13 @@ def test_job_that_does_not_fit(tmp_path: Any) -> None:
 # ----- hooks for faults, checkpoints and power --------------------------------------------------------------
 
 
-def test_perturbation_pauses_the_job_and_resumes(small: str) -> None:
+def test_perturbation_pauses_the_job_and_resumes(small: str, planner: Any, checkpoint: Any) -> None:
     """A checkpoint-like perturbation: the job's GPUs write for 2 s, then training resumes from that step."""
-    run = Run(scenario.load(small), planner=fake_planner, duration_s=10.0, sample_s=1.0)
+    run = Run(scenario.load(small), planner=planner, duration_s=10.0, sample_s=1.0)
 
     def source(run: Run) -> Any:
         yield run.env.timeout(4.0)
-        run.interrupt(run.tracks[0], checkpoint_for(2.0))
+        run.interrupt(run.tracks[0], checkpoint(2.0))
 
     run.add_process(source)
     events = [orjson.loads(line) for line in run.lines()]
@@ -276,9 +278,9 @@ def test_perturbation_pauses_the_job_and_resumes(small: str) -> None:
     assert samples[5.0]["site_mw"] < samples[3.0]["site_mw"]
 
 
-def test_override_marks_gpus_exactly(small: str) -> None:
+def test_override_marks_gpus_exactly(small: str, planner: Any) -> None:
     """A failed node (8 GPUs) for the second half of one sample interval, then repaired."""
-    run = Run(scenario.load(small), planner=fake_planner, duration_s=4.0, sample_s=1.0)
+    run = Run(scenario.load(small), planner=planner, duration_s=4.0, sample_s=1.0)
 
     def fault(run: Run) -> Any:
         yield run.env.timeout(1.5)
@@ -288,7 +290,7 @@ def test_override_marks_gpus_exactly(small: str) -> None:
 
     run.add_process(fault)
     samples = {e["t"]: e for e in map(orjson.loads, run.lines()) if e["type"] == "sample"}
-    ref = Run(scenario.load(small), planner=fake_planner, duration_s=4.0, sample_s=1.0)
+    ref = Run(scenario.load(small), planner=planner, duration_s=4.0, sample_s=1.0)
     plain = {e["t"]: e for e in map(orjson.loads, ref.lines()) if e["type"] == "sample"}
     for t in (1.0, 4.0):
         assert samples[t] == plain[t]
@@ -305,9 +307,9 @@ def test_plan_must_cover_the_stages(small: str) -> None:
         Run(scenario.load(small), planner=lambda s, j: bad)
 
 
-def test_site_power_between_samples(small: str) -> None:
+def test_site_power_between_samples(small: str, planner: Any) -> None:
     """Issue 6 reads exact site power at any instant or over any window (power swings within a step)."""
-    run = Run(scenario.load(small), planner=fake_planner, duration_s=10.0, sample_s=1.0)
+    run = Run(scenario.load(small), planner=planner, duration_s=10.0, sample_s=1.0)
     list(run.lines())
     period = run.tracks[0].plan.step_time_s
     instants = [run.site_mw(2 * period + x) for x in np.linspace(0, period, 200, endpoint=False)]
@@ -317,8 +319,8 @@ def test_site_power_between_samples(small: str) -> None:
     assert mean == pytest.approx(float(np.mean(instants)), rel=0.01)
 
 
-def test_overlapping_overrides_stay_physical(small: str) -> None:
-    run = Run(scenario.load(small), planner=fake_planner, duration_s=3.0, sample_s=1.0)
+def test_overlapping_overrides_stay_physical(small: str, planner: Any) -> None:
+    run = Run(scenario.load(small), planner=planner, duration_s=3.0, sample_s=1.0)
 
     def faults(run: Run) -> Any:
         yield run.env.timeout(1.2)
@@ -336,8 +338,8 @@ def test_overlapping_overrides_stay_physical(small: str) -> None:
     assert set(phase[:8]) == {CODE["failed"]} and set(phase[8:24]) == {CODE["checkpoint"]}
 
 
-def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
-    run = Run(scenario.load(small), planner=fake_planner, duration_s=12.0, sample_s=1.0)
+def test_fault_during_a_checkpoint_replaces_it(small: str, planner: Any, checkpoint: Any) -> None:
+    run = Run(scenario.load(small), planner=planner, duration_s=12.0, sample_s=1.0)
 
     def fault(run: Run, track: Any) -> Any:
         run.emit("fault", job=track.job.name)
@@ -348,7 +350,7 @@ def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
 
     def source(run: Run) -> Any:
         yield run.env.timeout(2.0)
-        run.interrupt(run.tracks[0], checkpoint_for(3.0))
+        run.interrupt(run.tracks[0], checkpoint(3.0))
         yield run.env.timeout(1.0)
         run.interrupt(run.tracks[0], fault)
 
@@ -361,12 +363,12 @@ def test_fault_during_a_checkpoint_replaces_it(small: str) -> None:
     assert steps[0]["step"] == 1 and steps[0]["tokens_total"] == 64 * 4096        # restarted from step 0
 
 
-def test_phase_mix_is_each_gpus_time_shares(small: str) -> None:
+def test_phase_mix_is_each_gpus_time_shares(small: str, planner: Any) -> None:
     """Defect: the phase view showed one phase per GPU ("computing 100%" at 60-74% utilization). Samples carry
     each GPU's shares; they agree with util (compute counts 1, memory-bound 0.5) and with the dominant phase,
     a failed node shows as its own run, and a sample without them (an older recording) falls back to the
     dominant phase."""
-    run = Run(scenario.load(small), planner=fake_planner, duration_s=4.0, sample_s=1.0)
+    run = Run(scenario.load(small), planner=planner, duration_s=4.0, sample_s=1.0)
 
     def fault(run: Run) -> Any:
         yield run.env.timeout(1.5)
@@ -399,19 +401,20 @@ def test_phase_mix_is_each_gpus_time_shares(small: str) -> None:
     assert np.allclose(older.mix.per_gpu(0, older.gpus).sum(axis=1), 1.0)
 
 
-def test_a_degraded_pod_tier_carries_its_load_on_the_links_left(tmp_path: Any) -> None:
+def test_a_degraded_pod_tier_carries_its_load_on_the_links_left(run_events: Any, scenario_file: Any,
+                                                                texts: Any, planner: Any) -> None:
     """congested-fabric: half of pod 1's spine links down; the same traffic is twice the load there."""
-    plain = quiet(tmp_path)
-    degraded = quiet(tmp_path, SMALL + '\n[[cluster.degraded]]\ntier = "spine"\npod = 1\ncapacity = 0.5\n',
-                     "degraded.toml")
+    plain = scenario_file(texts.small + texts.quiet)
+    degraded = scenario_file(texts.small + '\n[[cluster.degraded]]\ntier = "spine"\npod = 1\ncapacity = 0.5\n'
+                             + texts.quiet, "degraded.toml")
     import dataclasses
 
-    def planner(s: Any, j: Any) -> Any:          # the fake plan, with traffic on the spine
-        plan = fake_planner(s, j)
+    def on_the_spine(s: Any, j: Any) -> Any:          # the fake plan, with traffic on the spine
+        plan = planner(s, j)
         return dataclasses.replace(plan, tier_load={**plan.tier_load, "spine": 0.3})
 
     def links(path: str) -> dict[str, Any]:
-        events = run_events(path, duration_s=3.0, sample_s=1.0, planner=planner)[1]
+        events = run_events(path, duration_s=3.0, sample_s=1.0, planner=on_the_spine)[1]
         return [e for e in events if e["type"] == "sample"][-1]["links"]
 
     a, b = links(plain), links(degraded)

@@ -15,7 +15,6 @@ from clustertop.engine.stream import schema
 from clustertop.engine.stream.lines import SAMPLE_KEYS, rle_json, sample_line
 from clustertop.engine.stream.recorder import ListSink
 from clustertop.engine.telemetry.frames import TelemetryStream
-from fake_plan import QUIET, SMALL, fake_planner, write_scenario
 
 SIM = Path(__file__).parent.parent / "engine" / "sim"
 
@@ -51,9 +50,10 @@ def test_a_sample_line_is_its_parts_in_the_schemas_order_as_values_or_bytes() ->
     assert over["over_budget"] is True
 
 
-def test_a_simulated_and_a_telemetry_header_share_the_streams_keys(tmp_path: Path) -> None:
-    s = scenario.load(write_scenario(tmp_path, SMALL + QUIET))
-    simulated = Run(s, planner=fake_planner).header()
+def test_a_simulated_and_a_telemetry_header_share_the_streams_keys(scenario_file: Any, texts: Any,
+                                                                    planner: Any) -> None:
+    s = scenario.load(scenario_file(texts.small + texts.quiet))
+    simulated = Run(s, planner=planner).header()
     stream = TelemetryStream(ListSink(), name=s.name, cluster=s.cluster, jobs=s.jobs, source="prometheus",
                              step_s=1.0, start_unix=0.0, duration_s=10.0)
     real = stream.header()

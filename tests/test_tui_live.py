@@ -7,22 +7,25 @@ import asyncio
 import itertools
 import sys
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from clustertop.tui.app import ClusterTopApp
 from clustertop.tui.playback import format_clock
 from clustertop.tui.sources.live import LiveSource
-from fake_plan import CLI_WITH_FAKE_PLANNER, SMALL, write_scenario
 from test_control import QUIET
 
-TESTS = str(Path(__file__).parent)
 
-
-def live_source(tmp_path: Path, duration: str = "2h") -> LiveSource:
-    path = write_scenario(tmp_path, SMALL + QUIET)
-    command = [sys.executable, "-c", CLI_WITH_FAKE_PLANNER, TESTS, "record", path, "-o", "-", "--control",
-               "--duration", duration]
-    return LiveSource(path, command=command)
+@pytest.fixture
+def live_source(scenario_file: Any, texts: Any, fake_cli: Any) -> Iterator[LiveSource]:
+    """The small scenario, quiet, live: `record --control` for 2 h in a child process with the fake planner;
+    closed (the child stopped) when the test ends."""
+    path = scenario_file(texts.small + QUIET)
+    source = LiveSource(path, command=fake_cli.command("record", path, "-o", "-", "--control", "--duration",
+                                                       "2h"))
+    yield source
+    source.close()
 
 
 def faults(source: LiveSource) -> list[dict[str, object]]:
@@ -31,13 +34,12 @@ def faults(source: LiveSource) -> list[dict[str, object]]:
     return [e for e in events if e["type"] == "fault"]
 
 
-def test_pause_stops_the_engine_and_a_fault_lands_at_the_time_on_screen(tmp_path: Path) -> None:
+def test_pause_stops_the_engine_and_a_fault_lands_at_the_time_on_screen(live_source: LiveSource) -> None:
     """Defects: after space, 10 s, space the clock jumped 18 simulated minutes; a fault injected after a pause
     landed ~2 minutes later than shown."""
-    source = live_source(tmp_path)
 
     async def go() -> None:
-        app = ClusterTopApp([source], speed=100.0)
+        app = ClusterTopApp([live_source], speed=100.0)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause(0.8)
             assert app.playback.follow and app.playback.t > 10.0          # live, at 100x
@@ -45,12 +47,12 @@ def test_pause_stops_the_engine_and_a_fault_lands_at_the_time_on_screen(tmp_path
             shown = app.playback.t
             await pilot.pause(1.5)                                        # 150 simulated seconds at 100x
             assert app.playback.t == shown and app.playback.edge == shown
-            assert source.index.end_t <= shown + 1e-6                     # the engine went no further
+            assert live_source.index.end_t <= shown + 1e-6                # the engine went no further
             await pilot.press("i")
             deadline = time.monotonic() + 10
-            while not faults(source) and time.monotonic() < deadline:
+            while not faults(live_source) and time.monotonic() < deadline:
                 await pilot.pause(0.1)
-            (fault,) = faults(source)
+            (fault,) = faults(live_source)
             assert abs(float(fault["t"]) - shown) < 1e-5                   # at the time on screen
             assert app.playback.t == shown
             assert any(f"at {format_clock(shown)}" in str(n.message) for n in app._notifications)
@@ -60,18 +62,14 @@ def test_pause_stops_the_engine_and_a_fault_lands_at_the_time_on_screen(tmp_path
             moved = app.playback.t - shown
             assert 0 < moved <= (time.monotonic() - wall) * 100 + 5        # from where it paused: no jump
 
-    try:
-        asyncio.run(go())
-    finally:
-        source.close()
+    asyncio.run(go())
 
 
-def test_the_clock_ticks_between_samples(tmp_path: Path) -> None:
+def test_the_clock_ticks_between_samples(live_source: LiveSource) -> None:
     """Defect: live at 1x the screen changed every 2-5 s. The clock on screen moves every frame."""
-    source = live_source(tmp_path)
 
     async def go() -> None:
-        app = ClusterTopApp([source], speed=1.0)
+        app = ClusterTopApp([live_source], speed=1.0)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause(0.3)
             seen = []
@@ -81,10 +79,7 @@ def test_the_clock_ticks_between_samples(tmp_path: Path) -> None:
             assert all(b > a for a, b in itertools.pairwise(seen))              # a new time every 0.15 s
             assert seen[-1] - seen[0] < 2.0                                # at 1x, not faster
 
-    try:
-        asyncio.run(go())
-    finally:
-        source.close()
+    asyncio.run(go())
 
 
 def test_record_to_stdout_never_draws_a_progress_bar(monkeypatch) -> None:
