@@ -5,8 +5,8 @@ the simulation gives for the same per-GPU watts."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import fake_telemetry as ft
 import numpy as np
 import pytest
 from clustertop.engine.config import scenario
@@ -14,7 +14,6 @@ from clustertop.engine.config.facility import IT_OVERHEAD
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream.reader import Reader
 from clustertop.engine.telemetry.importer import import_prometheus
-from fake_plan import fake_planner
 
 
 def site_mw(path: Path) -> dict[float, float]:
@@ -22,14 +21,15 @@ def site_mw(path: Path) -> dict[float, float]:
     return {e["t"]: e["site_mw"] for e in Reader(str(path)).events() if e["type"] == "sample"}
 
 
-def test_an_imported_run_and_its_simulated_twin_compute_site_power_alike(tmp_path: Path) -> None:
-    path, data = ft.simulate(tmp_path)
-    names = ft.hosts(8)
-    util = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, names, 8)
-    power = ft.range_dump(tmp_path / "power.json", ft.POWER, data, names, 8)
+def test_an_imported_run_and_its_simulated_twin_compute_site_power_alike(
+        tmp_path: Path, simulated_run: Any, telemetry: Any, planner: Any) -> None:
+    path, data = simulated_run.scenario, simulated_run.frames
+    names = telemetry.hosts(8)
+    util = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, names, 8)
+    power = telemetry.range_dump(tmp_path / "power.json", telemetry.POWER, data, names, 8)
     import_prometheus([str(util), str(power)], path, str(tmp_path / "real.jsonl"))
-    imported, simulated = site_mw(tmp_path / "real.jsonl"), site_mw(tmp_path / "sim.jsonl")
-    run = Run(scenario.load(path), planner=fake_planner)
+    imported, simulated = site_mw(tmp_path / "real.jsonl"), site_mw(Path(simulated_run.recording))
+    run = Run(scenario.load(path), planner=planner)
     assert run.power.optics_w > 0                      # the site's transceivers draw: they must be counted
     assert sorted(imported) == sorted(simulated) == [t for t, _, _ in data]
     for t, _, watts in data:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any
 
-import fake_telemetry as ft
 import numpy as np
 import orjson
 import pytest
@@ -26,41 +26,38 @@ racks_per_pod = 2
 """
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
-    return ft.simulate(tmp_path_factory.mktemp("sim"))
-
-
 def events(path: Path) -> list[dict]:
     reader = Reader(str(path))
     return [reader.header, *reader.events()]
 
 
-def test_a_simulated_run_exported_and_imported_back_is_the_same(sim, tmp_path: Path) -> None:
-    scenario, data = sim
-    names = ft.hosts(8)
-    util = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, names, 8, shuffle=1)
-    power = ft.range_dump(tmp_path / "power.json.gz", ft.POWER, data, names, 8, shuffle=2)
+def test_a_simulated_run_exported_and_imported_back_is_the_same(
+        simulated_run: Any, telemetry: Any, tmp_path: Path) -> None:
+    scenario, data = simulated_run.scenario, simulated_run.frames
+    names = telemetry.hosts(8)
+    util = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, names, 8, shuffle=1)
+    power = telemetry.range_dump(tmp_path / "power.json.gz", telemetry.POWER, data, names, 8, shuffle=2)
     power.write_bytes(gzip.compress(power.read_bytes()))             # a gzip dump reads the same
     out = tmp_path / "real.jsonl.gz"
     assert main(["import", "prometheus", str(power), str(util), "--cluster", scenario, "-o", str(out)]) == 0
-    back = ft.frames(str(out))
+    back = telemetry.frames(str(out))
     assert [t for t, _, _ in back] == [t for t, _, _ in data]
     for (_, u, p), (_, u2, p2) in zip(data, back):
         assert np.array_equal(u, u2) and np.array_equal(p, p2)
     header = Reader(str(out)).header
     assert header["sampling"] == "instant" and header["sample_interval_s"] == 1.0
-    assert header["telemetry"]["start_unix"] == ft.T0 and header["duration_s"] == 10.0
+    assert header["telemetry"]["start_unix"] == telemetry.T0 and header["duration_s"] == 10.0
     assert header["telemetry"]["hosts"] == names       # natural order: gpu-node-2 before gpu-node-10
     assert [j["name"] for j in header["jobs"]] == ["train"]  # the scenario's jobs say which GPUs run what
     assert all("missing" not in e for e in events(out)[1:])
 
 
-def test_compare_opens_an_imported_recording_beside_its_scenario(sim, tmp_path: Path) -> None:
+def test_compare_opens_an_imported_recording_beside_its_scenario(
+        simulated_run: Any, telemetry: Any, tmp_path: Path) -> None:
     from clustertop.commands.compare import open_side
 
-    scenario, data = sim
-    dump = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, ft.hosts(8), 8)
+    scenario, data = simulated_run.scenario, simulated_run.frames
+    dump = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, telemetry.hosts(8), 8)
     out = tmp_path / "real.jsonl.gz"
     assert main(["import", "prometheus", str(dump), "--cluster", scenario, "-o", str(out)]) == 0
     side = open_side(str(out))
@@ -70,12 +67,14 @@ def test_compare_opens_an_imported_recording_beside_its_scenario(sim, tmp_path: 
     assert state.mean("power_w") is None
 
 
-def test_missing_series_and_gaps_are_missing_not_zero(sim, tmp_path: Path) -> None:
-    _scenario, data = sim
-    names = ft.hosts(8)
-    util = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, names, 8,
-                         gaps=lambda gpu, t: (gpu < 8 and 3 <= t <= 5) or 7 <= t <= 8)
-    power = ft.range_dump(tmp_path / "power.json", ft.POWER, data, names, 8, gaps=lambda gpu, t: 7 <= t <= 8)
+def test_missing_series_and_gaps_are_missing_not_zero(
+        simulated_run: Any, telemetry: Any, tmp_path: Path) -> None:
+    data = simulated_run.frames
+    names = telemetry.hosts(8)
+    util = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, names, 8,
+                                gaps=lambda gpu, t: (gpu < 8 and 3 <= t <= 5) or 7 <= t <= 8)
+    power = telemetry.range_dump(tmp_path / "power.json", telemetry.POWER, data, names, 8,
+                                 gaps=lambda gpu, t: 7 <= t <= 8)
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER_ONLY)
     out = tmp_path / "real.jsonl"
@@ -93,10 +92,11 @@ def test_missing_series_and_gaps_are_missing_not_zero(sim, tmp_path: Path) -> No
     assert samples[4.0]["util"]["v"][0] == 0                               # placeholder under the flag
 
 
-def test_hosts_list_places_nodes_and_leaves_out_the_others(sim, tmp_path: Path, capsys) -> None:
-    _scenario, data = sim
-    names = ft.hosts(8)
-    util = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, names, 8)
+def test_hosts_list_places_nodes_and_leaves_out_the_others(
+        simulated_run: Any, telemetry: Any, tmp_path: Path, capsys) -> None:
+    data = simulated_run.frames
+    names = telemetry.hosts(8)
+    util = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, names, 8)
     order = list(reversed(names[:6]))     # 6 hosts mapped (reversed); gpu-node-7 and -8 are not in the list
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER_ONLY.replace("racks_per_pod = 2",
@@ -104,7 +104,7 @@ def test_hosts_list_places_nodes_and_leaves_out_the_others(sim, tmp_path: Path, 
     out = tmp_path / "real.jsonl"
     assert main(["import", "prometheus", str(util), "--cluster", str(cluster), "-o", str(out)]) == 0
     assert "skipped 16 series from hosts not in cluster.hosts" in capsys.readouterr().err
-    back = ft.frames(str(out))
+    back = telemetry.frames(str(out))
     _, u, _ = data[5]
     _, u2, _ = back[5]
     assert np.array_equal(u2[:8], u[5 * 8:6 * 8])       # node 0 is gpu-node-6 (the list's first)
@@ -114,8 +114,16 @@ def test_hosts_list_places_nodes_and_leaves_out_the_others(sim, tmp_path: Path, 
     assert state.missing("util")[48:].all() and not state.missing("util")[:48].any()
 
 
-def _series(metric: str, labels: dict[str, str], points: list[tuple[float, float]]) -> dict:
-    return {"metric": {"__name__": metric, **labels}, "values": [[ft.T0 + t, repr(v)] for t, v in points]}
+@pytest.fixture
+def series_of(telemetry: Any) -> Any:
+    """`series_of(metric, labels, points)`: one series of a range dump, its points (t, value) from the dumps'
+    start."""
+
+    def series(metric: str, labels: dict[str, str], points: list[tuple[float, float]]) -> dict:
+        return {"metric": {"__name__": metric, **labels},
+                "values": [[telemetry.T0 + t, repr(v)] for t, v in points]}
+
+    return series
 
 
 def _dump(path: Path, series: list[dict]) -> Path:
@@ -124,19 +132,19 @@ def _dump(path: Path, series: list[dict]) -> Path:
 
 
 def test_xid_errors_are_faults_with_the_code_named_and_links_come_from_nvlink_and_nic_counters(
-        tmp_path: Path) -> None:
+        tmp_path: Path, series_of: Any) -> None:
     gpu = {"Hostname": "n1", "gpu": "3", "instance": "10.0.0.1:9400"}
     ticks = [float(t) for t in range(0, 60, 15)]
     series = [
-        _series(dcgm.GPU_UTIL, gpu, [(t, 90.0) for t in ticks]),
-        _series(dcgm.XID, gpu, [(0.0, 13.0), (15.0, 13.0), (30.0, 79.0), (45.0, 79.0)]),   # 13 was before
-        _series(dcgm.NVLINK_TX, gpu, [(t, 225e9) for t in ticks]),                    # half of NVLink 4's 450
-        _series(dcgm.NVLINK_RX, gpu, [(t, 45e9) for t in ticks]),
-        _series(dcgm.FB_USED, gpu, [(t, 40960.0) for t in ticks]),                     # 40 GiB in MiB
+        series_of(dcgm.GPU_UTIL, gpu, [(t, 90.0) for t in ticks]),
+        series_of(dcgm.XID, gpu, [(0.0, 13.0), (15.0, 13.0), (30.0, 79.0), (45.0, 79.0)]),  # 13 was before
+        series_of(dcgm.NVLINK_TX, gpu, [(t, 225e9) for t in ticks]),                  # half of NVLink 4's 450
+        series_of(dcgm.NVLINK_RX, gpu, [(t, 45e9) for t in ticks]),
+        series_of(dcgm.FB_USED, gpu, [(t, 40960.0) for t in ticks]),                   # 40 GiB in MiB
         # the node's NIC (node_exporter on port 9100): 12.5 GB/s of 50 GB/s after the first reading
-        _series(dcgm.IB_TX, {"instance": "10.0.0.1:9100", "device": "mlx5_0", "port": "1"},
-                [(t, 12.5e9 * t) for t in ticks]),
-        _series("node_cpu_seconds_total", {"instance": "10.0.0.1:9100"}, [(t, t) for t in ticks]),
+        series_of(dcgm.IB_TX, {"instance": "10.0.0.1:9100", "device": "mlx5_0", "port": "1"},
+                  [(t, 12.5e9 * t) for t in ticks]),
+        series_of("node_cpu_seconds_total", {"instance": "10.0.0.1:9100"}, [(t, t) for t in ticks]),
     ]
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 16"))
@@ -187,9 +195,9 @@ def test_bad_dumps_are_one_line_and_write_nothing(tmp_path: Path, capsys, conten
     assert not out.exists()
 
 
-def test_more_hosts_than_nodes_is_refused(sim, tmp_path: Path, capsys) -> None:
-    _scenario, data = sim
-    util = ft.range_dump(tmp_path / "util.json", ft.UTIL, data, ft.hosts(8), 8)
+def test_more_hosts_than_nodes_is_refused(simulated_run: Any, telemetry: Any, tmp_path: Path, capsys) -> None:
+    data = simulated_run.frames
+    util = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, telemetry.hosts(8), 8)
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 48"))
     assert main(["import", "prometheus", str(util), "--cluster", str(cluster),
@@ -197,15 +205,16 @@ def test_more_hosts_than_nodes_is_refused(sim, tmp_path: Path, capsys) -> None:
     assert "more than the cluster's 6 nodes report GPUs" in capsys.readouterr().err
 
 
-def test_dumps_of_consecutive_windows_are_written_window_by_window(sim, tmp_path: Path) -> None:
+def test_dumps_of_consecutive_windows_are_written_window_by_window(
+        simulated_run: Any, telemetry: Any, tmp_path: Path) -> None:
     """Two dumps of 5 s each, given in reverse order: read by time, the first window written before the second
     is read (the window's grid is dropped once written), the same samples as one dump."""
     from clustertop.engine.telemetry import importer
 
-    scenario, data = sim
-    names = ft.hosts(8)
-    early = ft.range_dump(tmp_path / "a.json", ft.UTIL, data[:6], names, 8)
-    late = ft.range_dump(tmp_path / "b.json", ft.UTIL, data[6:], names, 8)
+    scenario, data = simulated_run.scenario, simulated_run.frames
+    names = telemetry.hosts(8)
+    early = telemetry.range_dump(tmp_path / "a.json", telemetry.UTIL, data[:6], names, 8)
+    late = telemetry.range_dump(tmp_path / "b.json", telemetry.UTIL, data[6:], names, 8)
     out = tmp_path / "real.jsonl"
     job = importer.Importer([str(late), str(early)], scenario, str(out))
     written_before_second: list[int] = []
@@ -219,18 +228,18 @@ def test_dumps_of_consecutive_windows_are_written_window_by_window(sim, tmp_path
     job._read = spy       # type: ignore[method-assign]
     job.run()
     assert written_before_second == [6]
-    back = ft.frames(str(out))
+    back = telemetry.frames(str(out))
     assert [t for t, _, _ in back] == [t for t, _, _ in data]
     assert all(np.array_equal(u, u2) for (_, u, _), (_, u2, _) in zip(data, back))
 
 
-def test_dumps_the_fast_path_does_not_take_read_the_same(tmp_path: Path) -> None:
+def test_dumps_the_fast_path_does_not_take_read_the_same(tmp_path: Path, series_of: Any) -> None:
     """A label value holding `]]}`, an empty series, a NaN point and a pretty-printed file (ijson reads what
     orjson's slices do not take) give the same readings as the compact dump."""
     from clustertop.engine.telemetry import promjson
 
     gpu = {"Hostname": "n1", "gpu": "0"}
-    series = [_series(dcgm.GPU_UTIL, {**gpu, "gpu": str(k)}, [(0.0, 10.0 + k), (15.0, 20.0 + k)])
+    series = [series_of(dcgm.GPU_UTIL, {**gpu, "gpu": str(k)}, [(0.0, 10.0 + k), (15.0, 20.0 + k)])
               for k in range(3)]
     series[1]["metric"]["note"] = 'odd "]]}" value'
     series[2]["values"][1][1] = "NaN"

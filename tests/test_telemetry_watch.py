@@ -9,18 +9,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import fake_telemetry as ft
 import numpy as np
 import pytest
 from clustertop.engine.stream.reader import Reader
 from clustertop.engine.telemetry import dcgm, exposition
 from prometheus_client.parser import text_string_to_metric_families
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list]:
-    return ft.simulate(tmp_path_factory.mktemp("sim"))
 
 
 def watch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -36,17 +31,16 @@ def decode(rle: dict) -> np.ndarray:
     return np.repeat(rle["v"], rle["n"])
 
 
-def test_exporters_watched_headless_give_the_run_and_a_target_down_event(sim, tmp_path: Path) -> None:
-    scenario, data = sim
-    replay = ft.Replay(data, ft.hosts(8), 8)
-    replay.k = 5
-    with ft.Exporters(replay) as farm:
-        farm.broken[2] = (500, b"oops")
-        urls = farm.urls[:4], farm.urls[4:]          # two --exporter flags, comma-separated lists
-        out, record = tmp_path / "w.jsonl", tmp_path / "rec.jsonl.gz"
-        done = watch("--exporter", ",".join(urls[0]), "--exporter", ",".join(urls[1]), "--cluster", scenario,
-                     "--interval", "0.5s", "--timeout", "5s", "--duration", "1s", "-o", str(out),
-                     "--record", str(record))
+def test_exporters_watched_headless_give_the_run_and_a_target_down_event(
+        simulated_run: Any, exporters: Any, tmp_path: Path) -> None:
+    scenario, data = simulated_run.scenario, simulated_run.frames
+    exporters.replay.k = 5
+    exporters.broken[2] = (500, b"oops")
+    urls = exporters.urls[:4], exporters.urls[4:]          # two --exporter flags, comma-separated lists
+    out, record = tmp_path / "w.jsonl", tmp_path / "rec.jsonl.gz"
+    done = watch("--exporter", ",".join(urls[0]), "--exporter", ",".join(urls[1]), "--cluster", scenario,
+                 "--interval", "0.5s", "--timeout", "5s", "--duration", "1s", "-o", str(out),
+                 "--record", str(record))
     assert done.returncode == 0, done.stderr
     got = samples(out)
     assert [s["t"] for s in got] == [0.0, 0.5, 1.0]
@@ -56,22 +50,21 @@ def test_exporters_watched_headless_give_the_run_and_a_target_down_event(sim, tm
     assert np.array_equal(util[~missing], data[5][1][~missing])
     assert np.array_equal(decode(got[0]["power_w"])[~missing], np.rint(data[5][2][~missing]))
     down = [e for e in Reader(str(out)).events() if e["type"] == "target_down"]
-    assert (len(down) == 1 and down[0]["target"] == farm.urls[2]
+    assert (len(down) == 1 and down[0]["target"] == exporters.urls[2]
             and down[0]["error"] == "HTTP 500 Internal Server Error")
     assert Reader(str(record)).header["telemetry"]["source"] == "exporter"
     assert [s["t"] for s in samples(record)] == [0.0, 0.5, 1.0]      # --record got the same stream
 
 
-def test_prometheus_watched_headless_without_a_cluster_file(sim, tmp_path: Path) -> None:
-    _scenario, data = sim
-    replay = ft.Replay(data, ft.hosts(8), 8)
-    replay.k = 7
+def test_prometheus_watched_headless_without_a_cluster_file(
+        simulated_run: Any, prometheus: Any, telemetry: Any, tmp_path: Path) -> None:
+    data = simulated_run.frames
+    prometheus.replay.k = 7
     out = tmp_path / "p.jsonl"
-    with ft.FakeServer(ft.prometheus(replay)) as prom:
-        done = watch("--prometheus", prom.url, "--interval", "0.5s", "--duration", "0.5s", "-o", str(out))
+    done = watch("--prometheus", prometheus.url, "--interval", "0.5s", "--duration", "0.5s", "-o", str(out))
     assert done.returncode == 0, done.stderr
     header = Reader(str(out)).header
-    assert header["topology"]["gpus"] == 64 and header["telemetry"]["hosts"] == ft.hosts(8)
+    assert header["topology"]["gpus"] == 64 and header["telemetry"]["hosts"] == telemetry.hosts(8)
     assert "drawn as h100-sxm-80gb" in done.stderr               # no modelName: said, and H100 assumed
     got = samples(out)
     assert len(got) == 2 and "missing" not in got[0]
@@ -90,7 +83,7 @@ def test_prometheus_watched_headless_without_a_cluster_file(sim, tmp_path: Path)
     (lambda url: ["--exporter", "file:///etc/passwd"], "is not an http:// or https:// URL"),
     (lambda url: ["--exporter", f"{url}/metrics", "--interval", "0.01s"], "expected 0.05 s to 86400 s"),
 ])
-def test_what_does_not_answer_right_is_one_line(tmp_path: Path, make, message: str) -> None:
+def test_what_does_not_answer_right_is_one_line(tmp_path: Path, http_server: Any, make, message: str) -> None:
     def route(path: str, query: dict) -> tuple[int, str, bytes]:
         if path == "/slow":
             time.sleep(1.0)
@@ -103,15 +96,15 @@ def test_what_does_not_answer_right_is_one_line(tmp_path: Path, make, message: s
         return 404, "text/plain", b"404 page not found"
 
     out = tmp_path / "w.jsonl"
-    with ft.FakeServer(route) as server:
-        done = watch("--interval", "1s", *make(server.url), "-o", str(out), timeout=30)
+    server = http_server(route)
+    done = watch("--interval", "1s", *make(server.url), "-o", str(out), timeout=30)
     assert done.returncode == 2
     assert (done.stderr.count("\n") == 1 and message in done.stderr
             and "Traceback" not in done.stderr), done.stderr
     assert not out.exists()
 
 
-def test_the_dashboard_watches_exporters(sim, tmp_path: Path) -> None:
+def test_the_dashboard_watches_exporters(simulated_run: Any, exporters: Any) -> None:
     """The app over a WatchSource (the child `clustertop watch ... -o -`): the heatmap shows the node that
     does not answer as no data, the legend counts it, the inspector names the host, the event log the dead
     exporter."""
@@ -122,44 +115,41 @@ def test_the_dashboard_watches_exporters(sim, tmp_path: Path) -> None:
     from clustertop.tui.widgets.inspector import Inspector
     from clustertop.tui.widgets.legend import Legend
 
-    scenario, data = sim
-    replay = ft.Replay(data, ft.hosts(8), 8)
-    replay.k = 4
-    with ft.Exporters(replay) as farm:
-        farm.broken[0] = (503, b"down for maintenance")
-        source = WatchSource("8 exporters", ["--exporter", ",".join(farm.urls), "--cluster", scenario,
-                                             "--interval", "0.3s", "--timeout", "5s"])
+    exporters.replay.k = 4
+    exporters.broken[0] = (503, b"down for maintenance")
+    source = WatchSource("8 exporters", ["--exporter", ",".join(exporters.urls), "--cluster",
+                                         simulated_run.scenario, "--interval", "0.3s", "--timeout", "5s"])
 
-        async def run() -> None:
-            app = ClusterTopApp([source])
-            async with app.run_test(size=(160, 45)) as pilot:
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and source.index.keyframe_count() < 2:
-                    await pilot.pause(0.1)
-                await pilot.pause(0.3)
-                app.frame()
-                state = app.states[0]
-                assert state.missing("util") is not None and state.missing("util")[:8].all()
-                heatmap = app.screen.query_one(Heatmap)
-                colours = heatmap.pixel_colours(heatmap.layout_info)
-                from clustertop.tui import palette
-                assert (colours[:8] == palette.NODATA).all() and (colours[8:] != palette.NODATA).all()
-                assert "no data 8 GPUs" in str(app.screen.query_one(Legend)._shown)
-                assert "host 127.0.0.2" in str(app.screen.query_one(Inspector)._shown)
-                assert "503 Service Unavailable" in str(app.screen.query_one(EventLog)._shown)
-                assert "watch 8 exporters" in app.sub_title
+    async def run() -> None:
+        app = ClusterTopApp([source])
+        async with app.run_test(size=(160, 45)) as pilot:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and source.index.keyframe_count() < 2:
+                await pilot.pause(0.1)
+            await pilot.pause(0.3)
+            app.frame()
+            state = app.states[0]
+            assert state.missing("util") is not None and state.missing("util")[:8].all()
+            heatmap = app.screen.query_one(Heatmap)
+            colours = heatmap.pixel_colours(heatmap.layout_info)
+            from clustertop.tui import palette
+            assert (colours[:8] == palette.NODATA).all() and (colours[8:] != palette.NODATA).all()
+            assert "no data 8 GPUs" in str(app.screen.query_one(Legend)._shown)
+            assert "host 127.0.0.2" in str(app.screen.query_one(Inspector)._shown)
+            assert "503 Service Unavailable" in str(app.screen.query_one(EventLog)._shown)
+            assert "watch 8 exporters" in app.sub_title
 
-        try:
-            asyncio.run(run())
-        finally:
-            source.close()
+    try:
+        asyncio.run(run())
+    finally:
+        source.close()
 
 
-def test_fast_exporter_parse_is_the_librarys() -> None:
+def test_fast_exporter_parse_is_the_librarys(telemetry: Any) -> None:
     """Plain lines (fast path), escaped label values, spaces and a timestamp (prometheus-client's path), other
     metrics and comments: the same samples as prometheus-client's parser gives."""
-    values = {ft.UTIL: np.array([87.0] * 8), ft.POWER: np.array([512.25] * 8)}
-    page = ft.exporter_page(values, "dgx-01", 0, 8, extra=(
+    values = {telemetry.UTIL: np.array([87.0] * 8), telemetry.POWER: np.array([512.25] * 8)}
+    page = telemetry.exporter_page(values, "dgx-01", 0, 8, extra=(
         '# HELP node_load1 load\nnode_load1 3.5\n'
         'DCGM_FI_DEV_FB_USED{gpu="0",Hostname="dgx \\"01\\"",note="a\\\\b"} 40960 1717000000000\n'
         'DCGM_FI_DEV_XID_ERRORS{gpu="1", Hostname="dgx-01"} 79\n'
