@@ -7,14 +7,11 @@ import io
 import itertools
 import os
 import re
-import subprocess
-import sys
 import threading
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import fake_estimate
 import orjson
 import pytest
 from clustertop.engine.config import overrides, scenario
@@ -150,8 +147,8 @@ def test_apply_copies_only_what_changes() -> None:
 
 # ---- the cross product and dp ------------------------------------------------------------------------------
 
-def test_cross_product_in_order(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
+def test_cross_product_in_order(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], estimator)
     assert sw.size == 12
     recs, ranking, _ = records(sw, workers=1)
     assert [r["index"] for r in recs] == list(range(12))
@@ -160,8 +157,8 @@ def test_cross_product_in_order(tmp_path: Path) -> None:
     assert ranking.total == 12 and ranking.fit + ranking.oom + ranking.invalid == 12
 
 
-def test_dp_is_derived_when_tp_or_pp_vary(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
+def test_dp_is_derived_when_tp_or_pp_vary(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], estimator)
     assert sw.derived == ("jobs[0].dp",)
     for i in range(sw.size):
         job = scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs[0]
@@ -170,9 +167,8 @@ def test_dp_is_derived_when_tp_or_pp_vary(tmp_path: Path) -> None:
     assert all(r["jobs"][0]["gpus"] == 64 for r in recs if "jobs" in r)
 
 
-def test_dp_follows_the_cluster_and_other_jobs_keep_their_size(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path, TWO_JOBS), ["cluster.gpus=128,256", "jobs[0].tp=4,8"],
-                    fake_estimate.estimate_json)
+def test_dp_follows_the_cluster_and_other_jobs_keep_their_size(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path, TWO_JOBS), ["cluster.gpus=128,256", "jobs[0].tp=4,8"], estimator)
     assert sw.derived == ("jobs[0].dp", "jobs[1].dp")
     shapes = []
     for i in range(sw.size):
@@ -181,9 +177,9 @@ def test_dp_follows_the_cluster_and_other_jobs_keep_their_size(tmp_path: Path) -
     assert shapes == [(32, 8, 32, 96, 12), (32, 4, 32, 96, 12), (32, 8, 32, 224, 28), (32, 4, 32, 224, 28)]
 
 
-def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
+def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path, estimator: Any) -> None:
     base = write(tmp_path, SMALL.replace("dp = 4\n", "dp = 4\ngpus = 64\n"))
-    sw = plan(base, ["cluster.gpus=64,128"], fake_estimate.estimate_json)
+    sw = plan(base, ["cluster.gpus=64,128"], estimator)
     assert sw.derived == ("jobs[0].dp", "jobs[0].gpus")
     jobs = [scenario.parse(sw.data(i), scenario.Context(sw.path)).jobs[0] for i in range(2)]
     assert [(j.gpus, j.dp) for j in jobs] == [(64, 4), (128, 8)]
@@ -196,17 +192,17 @@ def test_a_job_that_fills_the_cluster_follows_it(tmp_path: Path) -> None:
         jobs[ranking.best(1)[0].index].dp, jobs[ranking.best(1)[0].index].gpus)
 
 
-def test_dp_is_kept_when_varied_or_when_nothing_changes_the_gpus(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["jobs[0].tp=4,8", "jobs[0].dp=4,8"], fake_estimate.estimate_json)
+def test_dp_is_kept_when_varied_or_when_nothing_changes_the_gpus(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=4,8", "jobs[0].dp=4,8"], estimator)
     assert sw.derived == ()
     recs, _, _ = records(sw, workers=1)
     assert [r["jobs"][0]["gpus"] if "jobs" in r else r["error"][:12]
             for r in recs] == [32, 64, 64, "jobs[0].dp: "]
-    assert plan(write(tmp_path), ["jobs[0].zero=0,1"], fake_estimate.estimate_json).derived == ()
+    assert plan(write(tmp_path), ["jobs[0].zero=0,1"], estimator).derived == ()
 
 
-def test_invalid_points_are_counted_with_their_reason(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["jobs[0].tp=3,8", "jobs[0].micro_batch=1,3"], fake_estimate.estimate_json)
+def test_invalid_points_are_counted_with_their_reason(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=3,8", "jobs[0].micro_batch=1,3"], estimator)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.invalid == 3 and ranking.fit + ranking.oom == 1
     assert [("error" in r) for r in recs] == [True, True, False, True]
@@ -217,36 +213,34 @@ def test_invalid_points_are_counted_with_their_reason(tmp_path: Path) -> None:
     assert ranking.reason_summary() == [(2, recs[0]["error"]), (1, recs[3]["error"])]
 
 
-def test_records_carry_the_estimate_json(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["cluster.scale_out=roce-400g,ib-ndr-400g"], fake_estimate.estimate_json)
+def test_records_carry_the_estimate_json(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["cluster.scale_out=roce-400g,ib-ndr-400g"], estimator)
     recs, _, _ = records(sw, workers=1)
     for rec, fabric in zip(recs, ["roce-400g", "ib-ndr-400g"]):
         data = overrides.apply(tomllib.loads(SMALL), [(("cluster", "scale_out"), fabric)])
-        expected = fake_estimate.estimate_json(scenario.parse(data, scenario.Context("x")))
+        expected = estimator(scenario.parse(data, scenario.Context("x")))
         assert rec == {"index": rec["index"], "point": {"cluster.scale_out": fabric}, **expected}
         assert set(rec["jobs"][0]) >= {"name", "gpus", "step_time_s", "tokens_per_s", "mfu",
                                        "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen"}
 
 
-def _raising(s: Scenario) -> dict[str, Any]:
-    if s.jobs[0].tp == 2:
-        raise ZeroDivisionError("boom")
-    return fake_estimate.estimate_json(s)
+def test_estimator_errors_do_not_stop_the_sweep(tmp_path: Path, estimator: Any) -> None:
+    def raising(s: Scenario) -> dict[str, Any]:
+        if s.jobs[0].tp == 2:
+            raise ZeroDivisionError("boom")
+        return estimator(s)
 
+    def model_refuses(s: Scenario) -> dict[str, Any]:
+        if s.jobs[0].tp == 2:
+            raise UserError("jobs[0].tp: the model cannot run this layout", "somewhere")
+        return estimator(s)
 
-def _model_refuses(s: Scenario) -> dict[str, Any]:
-    if s.jobs[0].tp == 2:
-        raise UserError("jobs[0].tp: the model cannot run this layout", "somewhere")
-    return fake_estimate.estimate_json(s)
-
-
-def test_estimator_errors_do_not_stop_the_sweep(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4"], _raising)
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4"], raising)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.failed == 1 and ranking.total == 3
     assert recs[1]["error"] == "the estimator failed: ZeroDivisionError: boom"
     assert "jobs" in recs[0] and "jobs" in recs[2]
-    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4"], _model_refuses)
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4"], model_refuses)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.invalid == 1 and recs[1]["error"] == "jobs[0].tp: the model cannot run this layout"
 
@@ -275,8 +269,8 @@ def test_best_by_step_time_and_out_of_memory_last(tmp_path: Path) -> None:
         "bounded heaps keep the best"
 
 
-def test_tokens_per_gpu_when_the_gpu_counts_differ(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["cluster.gpus=64,128,256", "jobs[0].tp=4,8"], fake_estimate.estimate_json)
+def test_tokens_per_gpu_when_the_gpu_counts_differ(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["cluster.gpus=64,128,256", "jobs[0].tp=4,8"], estimator)
     recs, ranking, _ = records(sw, workers=1, top=6)
     assert ranking.objective == RATE_PER_GPU
     rate = {r["index"]: r["jobs"][0]["tokens_per_s"] / r["jobs"][0]["gpus"]
@@ -287,12 +281,12 @@ def test_tokens_per_gpu_when_the_gpu_counts_differ(tmp_path: Path) -> None:
     assert gpus == {64, 128, 256}
 
 
-@pytest.mark.parametrize("axes, estimator", [
-    (["jobs[0].tp=8,2,4,1,16"], _by_tp),
-    (["cluster.gpus=64,128,256", "jobs[0].tp=4,8,16"], fake_estimate.estimate_json),
-])
-def test_the_dashboard_table_ranks_as_the_sweep_does(tmp_path: Path, axes: list[str], estimator: Any) -> None:
-    sw = plan(write(tmp_path), axes, estimator)
+@pytest.mark.parametrize("axes, by_tp", [(["jobs[0].tp=8,2,4,1,16"], True),
+                                         (["cluster.gpus=64,128,256", "jobs[0].tp=4,8,16"], False)],
+                         ids=["axes0-_by_tp", "axes1-estimate_json"])
+def test_the_dashboard_table_ranks_as_the_sweep_does(tmp_path: Path, axes: list[str], by_tp: bool,
+                                                      estimator: Any) -> None:
+    sw = plan(write(tmp_path), axes, _by_tp if by_tp else estimator)
     recs, ranking, _ = records(sw, workers=1, top=100)
     table, by = ranked(recs)
     assert by == ranking.objective
@@ -303,8 +297,8 @@ def test_the_dashboard_table_ranks_as_the_sweep_does(tmp_path: Path, axes: list[
 
 # ---- workers -----------------------------------------------------------------------------------------------
 
-def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:
-    sw = plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
+def test_one_and_two_workers_give_identical_records(tmp_path: Path, estimator: Any) -> None:
+    sw = plan("llama3-405b-16k", FLAGSHIP_AXES, estimator)
     assert sw.size == 1000
     one, r1, data1 = records(sw, workers=1)
     _, r2, data2 = records(sw, workers=2)
@@ -315,13 +309,13 @@ def test_one_and_two_workers_give_identical_records(tmp_path: Path) -> None:
     assert [o.index for o in r1.best()] == [o.index for o in r2.best()] == [o.index for o in r3.best()]
 
 
-def test_a_record_point_rebuilds_its_scenario() -> None:
-    sw = plan("llama3-405b-16k", FLAGSHIP_AXES, fake_estimate.estimate_json)
+def test_a_record_point_rebuilds_its_scenario(estimator: Any) -> None:
+    sw = plan("llama3-405b-16k", FLAGSHIP_AXES, estimator)
     recs, ranking, _ = records(sw, workers=1)
     for o in ranking.best(3):
         rec = recs[o.index]
         built, table = point_scenario("llama3-405b-16k", rec["point"])
-        assert fake_estimate.estimate_json(built)["jobs"] == rec["jobs"]
+        assert estimator(built)["jobs"] == rec["jobs"]
         assert table == sw.data(o.index)          # the table the sweep loaded: what a TOML of the point holds
     invalid = next(r for r in recs if "error" in r)
     with pytest.raises(UserError) as err:
@@ -329,16 +323,16 @@ def test_a_record_point_rebuilds_its_scenario() -> None:
     assert invalid["error"] in str(err.value)
 
 
-def test_two_workers_run_in_two_processes(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4,8"], fake_estimate.pid_estimator)
+def test_two_workers_run_in_two_processes(tmp_path: Path, pid_estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4,8"], pid_estimator)
     recs, _, _ = records(sw, workers=2)
     pids = {r["pid"] for r in recs if "pid" in r}
     assert len(pids) == 2 and os.getpid() not in pids
 
 
 def test_workers_started_beside_other_threads_are_spawned_and_give_the_same_records(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], fake_estimate.estimate_json)
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, estimator: Any) -> None:
+    sw = plan(write(tmp_path), ["jobs[0].tp=1,2,4,8", "jobs[0].pp=1,2,4"], estimator)
     _, _, expected = records(sw, workers=1)
     methods: list[str | None] = []
     get_context = pool.multiprocessing.get_context
@@ -356,17 +350,14 @@ def test_workers_started_beside_other_threads_are_spawned_and_give_the_same_reco
     assert methods == ["spawn", "fork"] and spawned == forked == expected
 
 
-def test_a_worker_that_dies_ends_the_sweep_in_one_line(tmp_path: Path) -> None:
+def test_a_worker_that_dies_ends_the_sweep_in_one_line(tmp_path: Path, child_cli: Any,
+                                                       dying_estimator: Any) -> None:
     """As when the OOM killer takes a worker. multiprocessing.Pool started another worker and waited forever
     for the task the dead one had taken."""
-    code = ("import sys, fake_estimate, clustertop.commands.sweep as command; "
-            "from clustertop.cli import main; "
-            "command.ESTIMATOR = fake_estimate.dies_at_tp_4; sys.exit(main(sys.argv[1:]))")
     out = tmp_path / "r.jsonl"
-    argv = [sys.executable, "-c", code, "sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2,4,8", "--vary",
-            "jobs[0].pp=1,2,4", "--workers", "2", "-o", str(out)]
-    done = subprocess.run(argv, capture_output=True, timeout=60, check=False,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+    cli = child_cli({"clustertop.commands.sweep.ESTIMATOR": dying_estimator})
+    done = cli("sweep", write(tmp_path), "--vary", "jobs[0].tp=1,2,4,8", "--vary", "jobs[0].pp=1,2,4",
+               "--workers", "2", "-o", str(out))
     err = done.stderr.decode()
     assert done.returncode == 2 and err.count("\n") == 1, err
     assert re.fullmatch(r"clustertop: sweep: worker process \d+ died with points to run "
@@ -377,9 +368,9 @@ def test_a_worker_that_dies_ends_the_sweep_in_one_line(tmp_path: Path) -> None:
 
 # ---- --best-to ---------------------------------------------------------------------------------------------
 
-def test_best_point_round_trips_through_the_loader(tmp_path: Path) -> None:
+def test_best_point_round_trips_through_the_loader(tmp_path: Path, estimator: Any) -> None:
     sw = plan(write(tmp_path), ["jobs[0].tp=2,4,8", "jobs[0].pp=1,2", "jobs[0].recompute=none,full"],
-                    fake_estimate.estimate_json)
+                    estimator)
     recs, ranking, _ = records(sw, workers=1)
     best = ranking.best(1)[0]
     path = tmp_path / "best.toml"
@@ -396,7 +387,7 @@ def test_best_point_round_trips_through_the_loader(tmp_path: Path) -> None:
     assert set(raw["jobs"][0]) == {*tomllib.loads(SMALL)["jobs"][0], "recompute"}, \
         "the base's keys and the point's"
     assert raw["jobs"][0]["dp"] == job.dp
-    assert fake_estimate.estimate_json(loaded)["jobs"] == recs[best.index]["jobs"], "the same estimate"
+    assert estimator(loaded)["jobs"] == recs[best.index]["jobs"], "the same estimate"
 
 
 def test_toml_writer_round_trips() -> None:
@@ -411,11 +402,10 @@ def test_toml_writer_round_trips() -> None:
     assert tomllib.loads(text) == data
 
 
-def test_large_sweeps_are_refused_before_running(tmp_path: Path) -> None:
+def test_large_sweeps_are_refused_before_running(tmp_path: Path, estimator: Any) -> None:
     values = ",".join(str(i) for i in range(1, 4001))
     with pytest.raises(UserError, match="at most 10,000,000"):
-        plan(write(tmp_path), [f"seed={values}", f"jobs[0].global_batch={values}"],
-             fake_estimate.estimate_json)
+        plan(write(tmp_path), [f"seed={values}", f"jobs[0].global_batch={values}"], estimator)
 
 
 INLINE = SMALL.replace('model = "llama3.1-8b"\n', "") + """\
@@ -429,25 +419,24 @@ vocab = 128256
 """
 
 
-def test_inline_model_keys_vary(tmp_path: Path) -> None:
-    sw = plan(write(tmp_path, INLINE), ["jobs[0].model.layers=16,32,1"], fake_estimate.estimate_json)
+def test_inline_model_keys_vary(tmp_path: Path, estimator: Any) -> None:
+    sw = plan(write(tmp_path, INLINE), ["jobs[0].model.layers=16,32,1"], estimator)
     recs, _, _ = records(sw, workers=1)
     assert [r["point"] for r in recs] == [{"jobs[0].model.layers": n} for n in (16, 32, 1)]
     assert recs[2]["error"] == "jobs[0].pp: pp = 2 exceeds the model's 1 layers; expected pp <= layers"
     small, large = (r["jobs"][0]["memory_gb"]["weights"] for r in recs[:2])
     assert small < large
     with pytest.raises(UserError, match=r"jobs\[0\]\.model is varied too"):
-        plan(write(tmp_path, INLINE), ["jobs[0].model=llama3.1-8b", "jobs[0].model.layers=16,32"],
-                   fake_estimate.estimate_json)
+        plan(write(tmp_path, INLINE), ["jobs[0].model=llama3.1-8b", "jobs[0].model.layers=16,32"], estimator)
 
 
-def test_tables_a_point_shares_with_the_base_are_checked_once_and_changed_ones_again(tmp_path: Path) -> None:
+def test_tables_a_point_shares_with_the_base_are_checked_once_and_changed_ones_again(tmp_path: Path,
+                                                                                     estimator: Any) -> None:
     # the injected fault's GPU 100 exists in a 128-GPU cluster, not in a 64-GPU one: the faults table is the
     # base's own object at every point, but the cluster it is checked against changes, so it is checked again
     text = SMALL.replace("gpus = 64", "gpus = 128").replace("dp = 4", "dp = 8") + \
         "[[faults.inject]]\nat = \"1h\"\ngpu = 100\ncause = \"Faulty GPU\"\n"
-    sw = plan(write(tmp_path, text), ["cluster.gpus=128,64,256", "jobs[0].tp=8,3"],
-                    fake_estimate.estimate_json)
+    sw = plan(write(tmp_path, text), ["cluster.gpus=128,64,256", "jobs[0].tp=8,3"], estimator)
     recs, ranking, _ = records(sw, workers=1)
     assert ranking.total == 6 and ranking.invalid == 4
     assert "error" not in recs[0] and "error" not in recs[4]

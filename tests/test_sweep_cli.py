@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import clustertop.commands.sweep as sweep_command
-import fake_estimate
 import orjson
 import pytest
 from clustertop.cli import main
@@ -23,10 +22,10 @@ from test_sweep import SMALL, write
 
 
 @pytest.fixture(autouse=True)
-def stand_in_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def stand_in_model(monkeypatch: pytest.MonkeyPatch, estimator: Any) -> None:
     """A stand-in estimator instead of the performance model:
     these tests are about the command, not the model."""
-    monkeypatch.setattr(sweep_command, "ESTIMATOR", fake_estimate.estimate_json)
+    monkeypatch.setattr(sweep_command, "ESTIMATOR", estimator)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

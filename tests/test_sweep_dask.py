@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import clustertop.commands.sweep as sweep_command
-import fake_estimate
 import pytest
 from clustertop.cli import main
 from clustertop.engine.sweep.results import Ranking
@@ -23,8 +23,8 @@ def local_records(sw: Sweep) -> tuple[bytes, Ranking]:
 
 
 def test_threads_cluster_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep_command, "ESTIMATOR", fake_estimate.estimate_json)
+                                         monkeypatch: pytest.MonkeyPatch, estimator: Any) -> None:
+    monkeypatch.setattr(sweep_command, "ESTIMATOR", estimator)
     local, remote = tmp_path / "local.jsonl", tmp_path / "dask.jsonl"
     argv = ["sweep", "llama3-405b-16k", *[f"--vary={v}" for v in FLAGSHIP_AXES], "--top", "5"]
     assert main([*argv, "-o", str(local), "--workers", "1"]) == 0
@@ -39,8 +39,8 @@ def test_threads_cluster_through_the_cli(tmp_path: Path, capsys: pytest.CaptureF
     assert dask_out[dask_out.index("best 5"):] == table
 
 
-def test_two_worker_processes() -> None:
-    sw = plan("llama3-405b-16k", FLAGSHIP_AXES[:4], fake_estimate.estimate_json)
+def test_two_worker_processes(estimator: Any) -> None:
+    sw = plan("llama3-405b-16k", FLAGSHIP_AXES[:4], estimator)
     expected, ranking = local_records(sw)
     with LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
         sink = io.BytesIO()
