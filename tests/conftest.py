@@ -57,11 +57,11 @@ def checkpoint() -> Callable[[float], Any]:
 @pytest.fixture
 def simulate(scenario_file: Callable[..., str],
              planner: Callable[..., Any]) -> Callable[..., tuple[Run, list[dict[str, Any]]]]:
-    """`simulate(text, name="small.toml", planner=planner, **run_options)`: the text written as a scenario
-    file and run by the engine (the fake planner by default): the Run and every event it wrote, decoded."""
+    """`simulate(text, **run_options)`: the text written as a scenario file and run by the engine with the
+    fake planner: the Run and every event it wrote, decoded."""
 
-    def run(text: str, name: str = "small.toml", **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
-        r = Run(scenario.load(scenario_file(text, name)), planner=kw.pop("planner", planner), **kw)
+    def run(text: str, **kw: Any) -> tuple[Run, list[dict[str, Any]]]:
+        r = Run(scenario.load(scenario_file(text)), planner=planner, **kw)
         return r, [orjson.loads(line) for line in r.lines()]
 
     return run
