@@ -54,29 +54,20 @@ class JobStatus:
                  "first_gpu", "gpus", "info", "interruptions", "name", "running", "stop_reason",
                  "time_lost_s", "tokens_lost")
 
-    def __init__(self, name: str, first_gpu: int, gpus: int, running: bool = False, step: int = 0,
-                 step_time_s: float = 0.0, tokens_per_s: float = 0.0, tflops_per_gpu: float = 0.0,
-                 mfu: float = 0.0, tokens: float = 0.0, info: dict[str, Any] | None = None,
-                 stop_reason: str = "", interruptions: int = 0, tokens_lost: int = 0, checkpoints: int = 0,
-                 effective_training_time: float | None = None, down: bool = False) -> None:
-        self.name = name
-        self.first_gpu = first_gpu
-        self.gpus = gpus
-        self.running = running
-        self.info: dict[str, Any] = info if info is not None else {}   # the header's job entry (layout)
-        self.stop_reason = stop_reason
-        self.interruptions = interruptions
-        self.tokens_lost = tokens_lost
-        self.checkpoints = checkpoints
-        self.effective_training_time = effective_training_time
-        self.down = down
+    def __init__(self, name: str, first_gpu: int, gpus: int, info: dict[str, Any]) -> None:
+        """A job of the header (`info`, its entry: the layout) before any event about it."""
+        self.name, self.first_gpu, self.gpus, self.info = name, first_gpu, gpus, info
+        self.running = self.down = False
+        self.stop_reason = ""
+        self.interruptions = self.tokens_lost = self.checkpoints = 0
+        self.effective_training_time: float | None = None
         self.down_since: float | None = None
         self.time_lost_s = 0.0
         # jobs sharing tiers: contention_slowdown, contention_tier, contention_shares (header, then
         # "contention")
-        self.contention: dict[str, Any] = {k: self.info[k] for k in CONTENTION_KEYS if k in self.info}
-        self._src: dict[str, Any] = {"step": step, "step_time_s": step_time_s, "tokens_per_s": tokens_per_s,
-                                     "tflops_per_gpu": tflops_per_gpu, "mfu": mfu, "tokens_total": tokens}
+        self.contention: dict[str, Any] = {k: info[k] for k in CONTENTION_KEYS if k in info}
+        figures = ("step", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "tokens_total")
+        self._src: dict[str, Any] = dict.fromkeys(figures, 0)
 
     step = _kpi("step", "steps completed")
     step_time_s = _kpi("step_time_s", "seconds per step")
