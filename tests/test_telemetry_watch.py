@@ -81,7 +81,7 @@ def test_prometheus_watched_headless_without_a_cluster_file(
     (lambda url: ["--prometheus", f"{url}/html"], "answer is not JSON"),
     (lambda url: ["--prometheus", f"{url}/matrix"], "resultType is 'matrix'; expected \"vector\""),
     (lambda url: ["--exporter", "file:///etc/passwd"], "is not an http:// or https:// URL"),
-    (lambda url: ["--exporter", f"{url}/metrics", "--interval", "0.01s"], "expected 0.05 s to 86400 s"),
+    (lambda url: ["--exporter", f"{url}/metrics", "--interval", "0.01s"], "expected 0.05 s to 86,400 s"),
 ])
 def test_what_does_not_answer_right_is_one_line(tmp_path: Path, http_server: Any, make, message: str) -> None:
     def route(path: str, query: dict) -> tuple[int, str, bytes]:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.stream import schema
 from clustertop.engine.stream.reader import Reader
@@ -71,7 +72,7 @@ class EventIndex:
             if note is not None and index.count % 4096 == 0 and time.monotonic() - last_note > 2.0:
                 last_note = time.monotonic()
                 note(f"reading {path}: {index.count:,} events, t = {index.end_t:,.0f} s "
-                     f"({last_note - started:.0f} s)")
+                     f"({units.seconds(round(last_note - started))})")
         if index.keyframe_count() == 0:
             raise UserError("has a header but no sample events; expected a recording with at least one "
                             "sample", path)

@@ -15,6 +15,7 @@ import signal
 import sys
 from typing import Any
 
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.outfile import check_output
 from clustertop.engine.config.units import parse_duration
@@ -28,7 +29,7 @@ def _seconds(text: str | None, flag: str, low: float, high: float) -> float | No
     except ValueError as exc:
         raise UserError(str(exc), flag) from None
     if not low <= value <= high:
-        raise UserError(f"expected {low:g} s to {high:g} s, got {text}", flag)
+        raise UserError(f"expected {units.seconds(low)} to {units.seconds(high)}, got {text}", flag)
     return value
 
 

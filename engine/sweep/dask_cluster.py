@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+from ..config import units
 from ..config.errors import UserError
 from .evaluate import chunk_size, message, ranges, run_chunk
 from .results import Outcome
@@ -55,7 +56,7 @@ def _connect(client_class: Any, address: str) -> Any:
         raise UserError(f"--dask: {address!r} is not a Dask scheduler address ({message(exc)}); expected "
                         "tcp://HOST:PORT") from None
     except Exception as exc:  # noqa: BLE001  (OSError, a reply the deserializer chokes on, MemoryError...)
-        why = f"no answer in {DASK_TIMEOUT_S:g} s" if isinstance(exc, TimeoutError) else \
+        why = f"no answer in {units.seconds(DASK_TIMEOUT_S)}" if isinstance(exc, TimeoutError) else \
             message(exc)[:200] or type(exc).__name__
         raise UserError(f"--dask: cannot connect to the Dask scheduler at {address}: {why}; expected the "
                         "address of a running dask scheduler") from None

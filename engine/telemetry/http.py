@@ -10,6 +10,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ..config import units
+
 MAX_BYTES = 64 << 20
 READ = 1 << 16
 
@@ -73,7 +75,7 @@ def get(url: str, timeout: float, limit: int = MAX_BYTES, accept: str = "*/*") -
             size = 0
             while True:
                 if time.monotonic() > deadline:
-                    raise FetchError(f"no complete answer within {timeout:g} s")
+                    raise FetchError(f"no complete answer within {units.seconds(timeout)}")
                 chunk = answer.read(READ)
                 if not chunk:
                     return b"".join(chunks)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import scenario
+from ..config import scenario, units
 from ..config.errors import UserError
 from ..config.outfile import check_output
 from ..stream import schema
@@ -147,8 +147,8 @@ class Importer:
         for info in self.infos:
             if info.step and abs(info.step - self.step) > 1e-6 * self.step and \
                     abs(info.step / self.step - round(info.step / self.step)) < 1e-6:
-                self.note(f"{info.path}: step {info.step:g} s where other dumps have {self.step:g} s: its "
-                          "GPUs show as missing on the steps in between")
+                self.note(f"{info.path}: step {units.seconds(info.step)} where other dumps have "
+                          f"{units.seconds(self.step)}: its GPUs show as missing on the steps in between")
 
     def k(self, unix: float | np.ndarray) -> np.ndarray:
         return np.rint((np.asarray(unix, dtype=np.float64) - self.t0) / self.step).astype(np.int64)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..config import catalog, scenario
+from ..config import catalog, scenario, units
 from ..config.cluster import Cluster, parse_cluster
 from ..config.errors import UserError
 from ..config.infile import read_capped
@@ -307,7 +307,8 @@ class Watcher:
             skipped = int((now - due) // self.interval)
             rounds += skipped
             due += skipped * self.interval
-            self.note(f"a round took longer than the interval ({self.interval:g} s): {skipped} skipped")
+            self.note(f"a round took longer than the interval ({units.seconds(self.interval)}): "
+                      f"{skipped:,} skipped")
         if duration is not None and rounds * self.interval > duration + 1e-9:
             return False
         self.rounds = rounds
