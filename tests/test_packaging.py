@@ -87,8 +87,8 @@ def test_the_checkout_never_shadows_the_installed_package(tmp_path: Path) -> Non
         out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
                              check=True)
         package, engine, alone = out.stdout.split()
-        source = [str(ROOT / folder) for folder in PACKAGE_DIR.values()]      # cli/, engine/, tui/, scenarios/
-        assert not package.startswith(tuple(source)) and not engine.startswith(tuple(source)), (cwd, out.stdout)
+        source = tuple(str(ROOT / folder) for folder in PACKAGE_DIR.values())   # cli/, engine/, tui/, ...
+        assert not package.startswith(source) and not engine.startswith(source), (cwd, out.stdout)
         assert Path(engine).parent.parent == Path(package).parent, \
             "clustertop.engine is not inside clustertop"
         if cwd == tmp_path:
