@@ -140,8 +140,8 @@ async def _live_lag(seconds: float = 8.0, command: list[str] | None = None) -> t
     arrivals: deque[tuple[float, float]] = deque(maxlen=100_000)
     add = source.index.add
 
-    def timed_add(event: dict[str, Any], line: bytes | None = None) -> None:
-        add(event, line)
+    def timed_add(event: dict[str, Any]) -> None:
+        add(event)
         arrivals.append((time.monotonic(), float(event["t"])))
 
     source.index.add = timed_add   # type: ignore[method-assign]
