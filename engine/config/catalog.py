@@ -49,6 +49,8 @@ class GPU:
     flash3_full_tflops: float = 490.0
     hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
     kernel_overhead_us: float = 4.0       # a kernel's fixed cost in a stream of kernels (ramp-up, tail)
+    serving_overhead_us: float = 100.0    # a serving engine's fixed cost per iteration (scheduling, sampling,
+                                          # launching the iteration's CUDA graph): engine/model/serving_cost.py
     server_overhead_w: float | None = None   # host, NICs, fans and PSU losses per GPU (None:
                                              # scaled from H100)
 
@@ -172,6 +174,7 @@ GPU_SPEC: dict[str, Field] = {
     "flash3_full_tflops": optional("float", None, low=0.0, high=1e5),
     "hbm_efficiency": optional("float", None, positive=True, high=1.0),
     "kernel_overhead_us": optional("float", None, low=0.0, high=1e4),
+    "serving_overhead_us": optional("float", None, low=0.0, high=1e6),
     "server_overhead_w": optional("float", None, low=0.0, high=1e5),
 }
 

@@ -29,7 +29,8 @@ class Field:
     low: float | None = None      # inclusive lower bound
     high: float | None = None     # inclusive upper bound ("absurd size" guard)
     choices: tuple[str, ...] = ()
-    auto: bool = False            # also accepts the string "auto"
+    auto: bool = False            # also accepts the string `word` ("auto")
+    word: str = "auto"
     positive: bool = False        # strictly greater than zero
     parse: Callable[[Any], Any] | None = None   # converter for strings (durations); raises ValueError
     doc: str = ""
@@ -66,16 +67,16 @@ def _describe(field: Field) -> str:
         return field.doc
     if field.choices:
         options = ", ".join(f'"{c}"' for c in field.choices)
-        return f"one of {options}" + (' or "auto"' if field.auto else "")
+        return f"one of {options}" + (f' or "{field.word}"' if field.auto else "")
     base = _TYPE_NAMES.get(field.kind, field.kind)
     if field.auto:
-        base += ' or "auto"'
+        base += f' or "{field.word}"'
     return base
 
 
 def check_value(ctx: Context, path: str, field: Field, value: Any) -> Any:
-    if field.auto and value == "auto":
-        return "auto"
+    if field.auto and value == field.word:
+        return field.word
     if field.parse is not None and isinstance(value, str):
         try:
             return field.parse(value)

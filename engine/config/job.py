@@ -37,10 +37,19 @@ class Job:
     first_gpu: int
     gpus: int
     kind: str = "training"       # "training" | "inference"
-    request_rate: float = 0.0    # inference: requests per second arriving at the whole job
+    request_rate: float | str = 0.0   # inference: requests per second arriving at the whole job, or "max":
+                                      #   every request queued at once (an offline throughput benchmark)
     prompt_tokens: int = 0       # inference: mean prompt length
     output_tokens: int = 0       # inference: mean generated tokens per request
-    max_batch: int = 0           # inference: sequences one replica decodes at once (continuous batching)
+    max_batch: int = 0           # inference: sequences one replica runs at once (in-flight batching)
+    max_tokens_per_step: int = 8192   # inference: tokens one iteration packs (decode tokens + prefill chunks)
+    kv_cache_fraction: float = 0.90   # inference: share of the memory left after weights and activations
+                                      #   that the paged K/V cache takes
+    kv_cache_dtype: str = "auto"      # inference: "fp8" | "bf16" | "auto" (as the weights)
+    length_spread: float = 0.7        # inference: coefficient of variation of prompt and output lengths
+                                      #   (0: every request the same, as benchmarks run)
+    requests: int = 0                 # inference: a benchmark of this many requests, measured whole
+                                      #   (0: the steady state)
     # The software stack (docs/performance-model.md "Software stack");
     # the defaults are Megatron-LM's current ones
     attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" |
@@ -72,10 +81,15 @@ JOB_SPEC: dict[str, Field] = {
                         doc="an integer (required for training)"),
     "global_batch": optional("int", None, positive=True, high=100_000_000,
                              doc="an integer (required for training)"),
-    "request_rate": optional("float", None, positive=True, high=1e9),
+    "request_rate": optional("float", None, positive=True, high=1e9, auto=True, word="max"),
     "prompt_tokens": optional("int", 1024, positive=True, high=10_000_000),
     "output_tokens": optional("int", 256, positive=True, high=10_000_000),
     "max_batch": optional("int", 256, positive=True, high=1_000_000),
+    "max_tokens_per_step": optional("int", None, positive=True, high=10_000_000),
+    "kv_cache_fraction": optional("float", None, positive=True, high=1.0),
+    "kv_cache_dtype": optional("str", None, choices=("auto", "fp8", "bf16")),
+    "length_spread": optional("float", None, low=0.0, high=4.0),
+    "requests": optional("int", None, positive=True, high=10_000_000),
     "micro_batch": optional("int", 1, positive=True, high=100_000, auto=True),
     "tp": optional("int", 1, positive=True, high=MAX_GPUS),
     "cp": optional("int", 1, positive=True, high=MAX_GPUS),
@@ -101,6 +115,11 @@ JOB_SPEC: dict[str, Field] = {
 }
 
 
+# keys only an inference job takes (a training job's are refused)
+SERVING_KEYS = ("request_rate", "max_tokens_per_step", "kv_cache_fraction", "kv_cache_dtype", "length_spread",
+                "requests")
+
+
 def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int,
               sections: Sections | None = None) -> Job:
     """A [[jobs]] table checked against its cluster: the model, the layout and the GPUs it takes."""
@@ -113,9 +132,9 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
         for key in ("seq_len", "global_batch"):
             if j[key] is None:
                 raise ctx.error(f"{path}.{key}", "missing required key for a training job (an integer)")
-        if j["request_rate"] is not None:
-            raise ctx.error(f"{path}.request_rate",
-                            'only inference jobs take requests; set kind = "inference"')
+        for key in SERVING_KEYS:
+            if j[key] is not None:
+                raise ctx.error(f"{path}.{key}", 'only inference jobs take requests; set kind = "inference"')
     first, dp, gpus = _placement(ctx, path, j, cluster, next_gpu)
     _check_layout(ctx, path, j, model, dp)
     _check_hardware(ctx, path, j, cluster)
@@ -125,6 +144,10 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                zero=j["zero"], schedule=j["schedule"], sequence_parallel=j["sequence_parallel"],
                first_gpu=first, gpus=gpus, kind=j["kind"], request_rate=j["request_rate"] or 0.0,
                prompt_tokens=j["prompt_tokens"], output_tokens=j["output_tokens"], max_batch=j["max_batch"],
+               max_tokens_per_step=j["max_tokens_per_step"] or 8192,
+               kv_cache_fraction=j["kv_cache_fraction"] or 0.90, kv_cache_dtype=j["kv_cache_dtype"] or "auto",
+               length_spread=0.7 if j["length_spread"] is None else j["length_spread"],
+               requests=j["requests"] or 0,
                attention_kernel=j["attention_kernel"], dropout=j["dropout"],
                overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
                overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],
@@ -214,13 +237,15 @@ def _check_hardware(ctx: Context, path: str, j: dict[str, Any], cluster: Cluster
                         "fused attention figure (Hopper and newer); expected \"flash2\" or \"auto\"")
     if j["precision"] == "fp8" and not cluster.gpu.fp8_tflops:
         raise ctx.error(f"{path}.precision", f"{cluster.gpu.name} has no FP8 tensor cores; expected \"bf16\"")
+    if j["kv_cache_dtype"] == "fp8" and not cluster.gpu.fp8_tflops:
+        raise ctx.error(f"{path}.kv_cache_dtype", f"{cluster.gpu.name} has no FP8 support; expected \"bf16\"")
 
 
 def _inference_defaults(ctx: Context, path: str, j: dict[str, Any]) -> None:
     """An inference job serves requests: its "sequence" is a prompt plus its output, one per replica slot."""
     if j["request_rate"] is None:
         raise ctx.error(f"{path}.request_rate", "missing required key for an inference job "
-                        "(requests per second, a number)")
+                        '(requests per second, a number, or "max" for an offline benchmark)')
     for key in ("cp", "virtual_stages"):
         if j[key] not in (1, None):
             raise ctx.error(f"{path}.{key}", f"inference jobs are modelled without {key}; expected 1")

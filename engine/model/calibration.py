@@ -270,7 +270,8 @@ class Prediction:
 
 def scenario(row: Row) -> Scenario:
     """A row's scenario, validated like a scenario file."""
-    file = REFERENCE_FILE if row.source in ("llama3", "bloom") else CALIBRATION_FILE
+    file = REFERENCE_FILE if row.source in ("llama3", "bloom") else \
+        "serving_runs.toml" if row.source.startswith("trtllm") else CALIBRATION_FILE
     return parse(row.scenario, Context(f"engine/config/catalogs/{file}: {row.name}"), file)
 
 
@@ -296,6 +297,9 @@ def predict(row: Row, gpu_overrides: dict[str, GPU] | None = None) -> Prediction
 
 def measure_of(measure: str, est: JobEstimate) -> float | None:
     """The estimate in a row's measure."""
+    if est.kind == "inference":
+        from .serving_calibration import measure_of as serving_measure
+        return serving_measure(measure, est)
     if not est.fits or est.tokens_per_s is None:
         return None
     job = est.job

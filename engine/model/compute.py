@@ -199,7 +199,7 @@ ADD_BYTES = 6.0                  # a residual add: two reads, one write
 CROSS_ENTROPY_BYTES = ((10.0, 6.0), (14.0, 22.0))
 
 
-def _elementwise(model: Model, moe: bool, sh: Shard) -> tuple[float, float, int]:
+def elementwise(model: Model, moe: bool, sh: Shard) -> tuple[float, float, int]:
     """(norm + residual bytes, activation-function + rotary + dispatch bytes, kernels) of one forward per GPU
     per microbatch."""
     h, t, T = model.hidden, sh.tp, sh.tokens
@@ -255,7 +255,7 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
         a_fwd = attention_time(gpu, sh.attention, done_attn, sh.seq_len, sh.cp, head_dim, backward=False)
         a_bwd = attention_time(gpu, sh.attention, done_attn, sh.seq_len, sh.cp, head_dim, backward=True)
 
-    nr, act, kernels = _elementwise(model, moe, sh)
+    nr, act, kernels = elementwise(model, moe, sh)
     cast_fwd, cast_bwd = _fp8_casts(gemms) if sh.precision == "fp8" else (0.0, 0.0)
     casts = len(gemms) if cast_fwd else 0
     m_fwd = memory_time(gpu, nr + act + cast_fwd, kernels + casts)

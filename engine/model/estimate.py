@@ -259,35 +259,28 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
 
     cluster = scenario.cluster
     r = serve(scenario, job)
-    memory_gb = {"weights": round(r.weights_gb, 2), "kv_cache": round(r.kv_cache_gb, 2),
-                 "reserve": round(r.reserve_gb, 2)}
+    m = r.memory
+    memory_gb = m.breakdown_gb()
     common: dict[str, Any] = {
         "name": job.name, "gpus": job.gpus, "memory_gb": memory_gb,
-        "memory_gb_per_gpu": round(r.weights_gb + r.kv_cache_gb + r.reserve_gb, 2),
-        "capacity_gb": round(r.capacity_gb, 2), "chosen": {}, "tiers": _tiers(cluster, job), "job": job,
-        "stack": software_stack(job, cluster.gpu),
+        "memory_gb_per_gpu": round(sum(memory_gb.values()), 2), "capacity_gb": round(m.capacity / 1e9, 2),
+        "chosen": {}, "tiers": _tiers(cluster, job), "job": job, "stack": software_stack(job, cluster.gpu),
         "kind": "inference"}
-    if not r.fits:
-        return JobEstimate(fits=False, step_time_s=None, tokens_per_s=None, model_tflops_per_gpu=None,
-                           hardware_tflops_per_gpu=None, mfu=None, breakdown_s={}, plan=None,
-                           note="the weights leave no room for one sequence's K/V cache: add GPUs to tp or "
-                                "pp",
-                           **common)
-    step = r.plan.step_time_s if r.plan is not None else r.decode_s
-    busy = r.busy
-    breakdown = {"prefill": round(step * busy * r.prefill_share, 6),
-                 "decode": round(step * busy * (1 - r.prefill_share), 6),
-                 "idle": round(step * max(0.0, 1 - busy), 6)}
-    serving = {"requests_per_s": round(r.requests_per_s, 3), "batch_limit": r.batch_limit,
-               "mean_batch": round(r.mean_batch, 2), "busy": round(r.busy, 4),
-               "prefill_share": round(r.prefill_share, 4), "prefill_s": round(r.prefill_s, 6),
-               "decode_step_s": round(r.decode_s, 6)}
+    step = r.plan.step_time_s if r.plan is not None else 1.0
+    breakdown = {k: round(step * v, 6) for k, v in r.breakdown.items() if v > 0}
+    serving = {"requests_per_s": round(r.requests_per_s, 3), "ttft_mean_s": round(r.ttft.mean, 6),
+               "tpot_mean_s": round(r.tpot.mean, 6), "ttft_p99_s": round(r.ttft.p99, 6),
+               "tpot_p99_s": round(r.tpot.p99, 6), "itl_mean_s": round(r.itl_mean_s, 6),
+               "batch_limit": r.batch_limit, "mean_batch": round(r.mean_batch, 2), "busy": round(r.busy, 4),
+               "saturated": r.saturated, "preemptions": r.preemptions, "kv_cache_dtype": m.kv_dtype,
+               "kv_cache_tokens": m.kv_tokens}
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=r.tokens_per_s,
                        model_tflops_per_gpu=r.model_tflops_per_gpu,
                        hardware_tflops_per_gpu=r.model_tflops_per_gpu,
                        mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision),
                        breakdown_s=breakdown,
-                       plan=r.plan if plan else None, ttft_s=r.ttft_s, tpot_s=r.tpot_s, serving=serving,
+                       plan=r.plan if plan else None, ttft_s=r.ttft.median, tpot_s=r.tpot.median,
+                       serving=serving,
                        economics=_economics(scenario, job, breakdown, step, r.tokens_per_s) if r.tokens_per_s
                        else dict(econ.NO_FIGURES), **common)
 

@@ -1,5 +1,5 @@
 """The performance model against published training runs: every row of the calibration set
-(model/calibration.py).
+(model/calibration.py); and the serving model against published serving runs (model/serving_calibration.py).
 
 Each row is a scenario, the figure its source published and that source's measure (tokens/s per GPU, or
 TFLOP/s per GPU in its FLOPs convention); the prediction is put in the same measure. The report gives each
@@ -15,6 +15,7 @@ import itertools
 import statistics
 from dataclasses import dataclass
 
+from . import serving_calibration
 from .calibration import SKIPPED, Prediction, predict, rows
 
 ORDER = (("llama3-405b-8k", "llama3-405b-16k", "llama3-405b-16k-128k"),
@@ -31,16 +32,22 @@ class Report:
         return self.order_ok and all(p.error is not None and abs(p.error) <= p.row.tolerance
                                      for p in self.predictions)
 
-    def mape(self, which: str = "all", source: str | None = None) -> float:
-        """Mean absolute error over the rows ("all", "fit" or "held out"), of one source or every one."""
+    def mape(self, which: str = "all", source: str | None = None, measure: str | None = None) -> float:
+        """Mean absolute error over the rows ("all", "fit" or "held out"), of one source (and measure) or
+        every one."""
         errors = [abs(p.error) for p in self.predictions if p.error is not None
                   and (source is None or p.row.source == source)
+                  and (measure is None or p.row.measure == measure)
                   and (which == "all" or p.row.fit == (which == "fit"))]
         return statistics.mean(errors) if errors else 0.0
 
     @property
     def sources(self) -> list[str]:
         return list(dict.fromkeys(p.row.source for p in self.predictions))
+
+    @property
+    def measures(self) -> list[str]:
+        return list(dict.fromkeys(p.row.measure for p in self.predictions))
 
 
 def run(names: list[str] | None = None) -> Report:
@@ -51,6 +58,12 @@ def run(names: list[str] | None = None) -> Report:
     values = [v for v in order if v is not None]
     ok = len(values) == len(order) and all(a > b for a, b in itertools.pairwise(values))
     return Report(predictions, ok if all(n in by for n in ORDER[0]) else True)
+
+
+def run_serving(names: list[str] | None = None) -> Report:
+    """Predict every serving row (engine/model/serving_calibration.py), or those named."""
+    return Report(tuple(predict(row) for row in serving_calibration.rows() if not names or row.name in names),
+                  True)
 
 
 def skipped() -> dict[str, str]:
