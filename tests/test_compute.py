@@ -40,7 +40,8 @@ def test_gemm_efficiency_depends_on_shape() -> None:
     big = 2 * 8192 * 8192 * 8192 / cm.gemm_time(H100, "bf16", 8192, 8192, 8192)
     skinny = 2 * 8192 * 128 * 8192 / cm.gemm_time(H100, "bf16", 8192, 128, 8192)
     small = 2 * 256**3 / cm.gemm_time(H100, "bf16", 256, 256, 256)
-    assert big / 1e12 == pytest.approx(H100.bf16_tflops * H100.gemm_efficiency, rel=0.06)
+    main_loop = H100.bf16_tflops * H100.gemm_efficiency * 1e12
+    assert 0.9 * main_loop < big < main_loop          # the main loop, and what of the reads it does not hide
     assert skinny < 0.6 * big
     assert small < 0.3 * big
 

@@ -20,8 +20,9 @@ def _gemm_tflops(gpu, m: int, n: int, k: int) -> float:  # type: ignore[no-untyp
 
 def test_the_gemm_model_reproduces_the_measured_h100_table() -> None:
     # the table was measured one kernel at a time, at burst clocks: the shape constants of the catalog with
-    # the fit's burst main-loop efficiency (0.88) and a lone kernel's latency (6 us)
-    burst = dataclasses.replace(H100, gemm_efficiency=0.88, kernel_overhead_us=6.0)
+    # the fit's burst main-loop efficiency (0.88) and a lone kernel's latency (6 us); a kernel repeated alone
+    # keeps its operands (50 MB at most) in the 50 MB L2, so nothing waits on HBM (overlap 1)
+    burst = dataclasses.replace(H100, gemm_efficiency=0.88, kernel_overhead_us=6.0, gemm_overlap=1.0)
     kernels._gemm.cache_clear()
     table = TABLES["gemm_h100_bf16_tflops"]
     logs = []
@@ -39,13 +40,15 @@ def test_the_gemm_model_reproduces_the_measured_h100_table() -> None:
 
 def test_small_and_skinny_gemms_waste_the_gpu() -> None:
     big = _gemm_tflops(H100, 8192, 8192, 8192)
-    assert big == pytest.approx(H100.bf16_tflops * H100.gemm_efficiency, rel=0.05)
+    main_loop = H100.bf16_tflops * H100.gemm_efficiency
+    assert 0.9 * main_loop < big < main_loop          # the main loop, and what of the reads it does not hide
     assert _gemm_tflops(H100, 8192, 128, 8192) < 0.6 * big        # one tile row: few tiles for 132 SMs
     assert _gemm_tflops(H100, 256, 256, 256) < 0.1 * big          # fixed costs dominate
 
 
 def test_a100_gemms_follow_its_sms_and_peak() -> None:
-    ratio = _gemm_tflops(A100, 8192, 8192, 8192) / _gemm_tflops(H100, 8192, 8192, 8192)
+    a100, h100 = (dataclasses.replace(g, gemm_overlap=1.0) for g in (A100, H100))   # the main loops alone
+    ratio = _gemm_tflops(a100, 8192, 8192, 8192) / _gemm_tflops(h100, 8192, 8192, 8192)
     expected = (A100.bf16_tflops * A100.gemm_efficiency) / (H100.bf16_tflops * H100.gemm_efficiency)
     assert ratio == pytest.approx(expected, rel=0.03)
 

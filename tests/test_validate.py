@@ -128,8 +128,17 @@ def test_cli_json_has_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
     for row in data["rows"]:
         assert {"source", "name", "published", "predicted", "measure", "error"} <= set(row)
         assert row["error"] == pytest.approx(row["predicted"] / row["published"] - 1, abs=1e-3)
-    assert data["mape"] == pytest.approx(statistics.mean(abs(r["error"]) for r in data["rows"]), abs=1e-3)
-    assert set(data["sources"]) == {r["source"] for r in data["rows"]}
+    training = [r for r in data["rows"] if r["kind"] == "training"]
+    serving = [r for r in data["rows"] if r["kind"] == "serving"]
+    assert len(training) + len(serving) == len(data["rows"]) and serving
+    assert data["mape"] == pytest.approx(statistics.mean(abs(r["error"]) for r in training), abs=1e-3)
+    assert set(data["sources"]) == {r["source"] for r in training}
+    # the serving section: its rows in their own measures, a MAPE per source and per measure
+    assert {r["measure"] for r in serving} == {"output tokens/s", "ttft ms", "itl ms"}
+    for source, mape in data["serving"]["sources"].items():
+        errors = [abs(r["error"]) for r in serving if r["source"] == source]
+        assert mape == pytest.approx(statistics.mean(errors), abs=1e-3)
+    assert set(data["serving"]["measures"]) == {r["measure"] for r in serving}
 
 
 def test_cli_table_names_every_row_and_the_means(capsys: pytest.CaptureFixture[str]) -> None:

@@ -141,29 +141,39 @@ def _memory_lines(e: JobEstimate) -> list[str]:
 
 
 def _inference_lines(e: JobEstimate) -> list[str]:
-    j = e.job
+    j, s = e.job, e.serving
     first = j.first_gpu
+    rate = "every request at once (offline)" if j.request_rate == "max" else f"{float(j.request_rate):,g} requests/s"
+    spread = f", lengths spread {j.length_spread:g}" if j.length_spread else ", fixed lengths"
     out = [(f"job {e.name} (inference): {j.model.name} on {units.count(e.gpus, 'GPU')} "
-            f"({first:,}-{first + e.gpus - 1:,}), "
-            f"{j.request_rate:g} requests/s, prompts ~{j.prompt_tokens:,} tokens, "
-            f"answers ~{j.output_tokens:,}")]
-    out.append(f"  layout      TP {j.tp}  PP {j.pp}  replicas {j.dp}" + (f"  EP {j.ep}" if j.ep > 1 else "")
-               + f"; {j.precision}, continuous batching up to {j.max_batch} sequences")
-    if e.fits and e.tokens_per_s is not None:
-        s = e.serving
-        out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, "
-                   f"{s['requests_per_s']:,.1f} requests/s")
-        out.append(f"  latency     TTFT {1000 * (e.ttft_s or 0):.0f} ms (median), "
-                   f"TPOT {1000 * (e.tpot_s or 0):.1f} ms (median)")
-        out.append(f"  replica     busy {100 * s['busy']:.0f}% (prefill {100 * s['prefill_share']:.0f}% of "
-                   f"it, compute-bound; decode HBM-bound), mean batch {s['mean_batch']:.1f} of "
-                   f"{s['batch_limit']}")
-        out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   "
-                   f"MFU {100 * (e.mfu or 0):.1f}%")
-        out.extend(_energy_lines(e))
-    else:
-        out.append("  serving     - (does not fit in GPU memory)")
+            f"({first:,}-{first + e.gpus - 1:,}), {rate}, prompts ~{j.prompt_tokens:,} tokens, "
+            f"answers ~{j.output_tokens:,}{spread}")]
+    out.append(f"  layout      TP {j.tp}  PP {j.pp}  replicas {j.dp:,}" + (f"  EP {j.ep}" if j.ep > 1 else "")
+               + f"; {j.precision}, in-flight batching of up to {j.max_batch:,} requests and "
+               f"{j.max_tokens_per_step:,} tokens per iteration (chunked prefill)")
+    if e.tokens_per_s is None:
+        return out + _memory_lines(e)
+    state = "SATURATED: the replicas serve less than is offered" if s["saturated"] else "keeps up"
+    out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, {s['requests_per_s']:,.1f} requests/s; "
+               + state)
+    for label, key, median in (("TTFT", "ttft", e.ttft_s), ("TPOT", "tpot", e.tpot_s)):
+        out.append(f"  {label}        {units.latency(median)} median, {units.latency(s[key + '_mean_s'])} mean, "
+                   f"{units.latency(s[key + '_p99_s'])} p99")
+    out.append(f"  batch       mean {s['mean_batch']:,.1f} decoding, at most {s['batch_limit']:,} (the K/V cache: "
+               f"{s['kv_cache_tokens']:,} tokens in {s['kv_cache_dtype']}); busy {100 * s['busy']:.0f}%"
+               + (f"; {s['preemptions']:,} preemptions" if s["preemptions"] else ""))
+    step = e.step_time_s or 1.0
+    parts = [f"{SERVING_PARTS.get(k, k)} {100 * v / step:.1f}%" for k, v in e.breakdown_s.items()]
+    out.append("  time        " + ", ".join(parts))
+    out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   MFU {100 * (e.mfu or 0):.1f}%")
+    out.extend(_energy_lines(e))
     return out + _memory_lines(e)
+
+
+# an iteration's parts (engine/model/serving_cost.py) as the time line says them
+SERVING_PARTS = {"gemm": "GEMMs and weights", "decode_attention": "K/V reads", "prefill_attention": "prefill attention",
+                 "elementwise": "elementwise", "communication": "TP/EP comm", "output": "logits",
+                 "overhead": "engine overhead", "idle": "idle"}
 
 
 def _stack(stack: dict[str, object]) -> str:

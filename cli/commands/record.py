@@ -23,6 +23,7 @@ from clustertop.engine.config.outfile import check_output
 from clustertop.engine.config.units import format_duration, parse_duration
 from clustertop.engine.sim import control
 from clustertop.engine.sim import run as engine_run
+from clustertop.engine.sim import summary as run_summary
 from clustertop.engine.stream.recorder import Recorder
 from clustertop.progress import RunBar, wanted
 
@@ -69,8 +70,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if args.json:
-        jobs = {t.job.name: {"steps": t.step, "tokens": t.tokens_total, "fits": t.plan is not None}
-                for t in sim.tracks}
+        jobs = run_summary.jobs(sim.tracks)
         summary: dict[str, Any] = {
             "scenario": s.name, "output": args.output, "seed": sim.seed, "steps": stats.steps,
             "tokens": stats.tokens, "sim_seconds": stats.sim_seconds,

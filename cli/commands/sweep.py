@@ -16,10 +16,11 @@ import time
 from typing import Any, TextIO
 
 import orjson
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.outfile import Output, open_output
 from clustertop.engine.sweep.pool import available_cpus
-from clustertop.engine.sweep.results import Outcome, Ranking
+from clustertop.engine.sweep.results import Facts, Outcome, Ranking, parse_slo
 from clustertop.engine.sweep.run import processes, sweep_to
 from clustertop.engine.sweep.signals import held
 from clustertop.engine.sweep.space import Estimator, Sweep, best_scenario, plan, point_label
@@ -49,7 +50,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, best: Output | None) -> int:
+    slo = parse_slo(args.slo) if args.slo else None
     sw = plan(args.scenario, args.vary, ESTIMATOR)
+    if slo is not None and not any(j.get("kind") == "inference" for j in sw.source["jobs"]):
+        raise UserError(f"--slo: {sw.name} has no inference job (kind = \"inference\"); an SLO is of serving")
     to_stdout = args.output == "-"
     report: TextIO = sys.stderr if to_stdout else sys.stdout
     out = open_output(args.output) if args.output else None
@@ -61,7 +65,7 @@ def _sweep(args: argparse.Namespace, best: Output | None) -> int:
     try:
         with terminate_quietly():
             ranking = sweep_to(sw, sink, top=max(args.top, 1), workers=args.workers, dask=args.dask,
-                               rank=args.rank,
+                               rank=args.rank, slo=slo,
                                progress=lambda r: bar.update(r.total, f"{r.total:,}/{sw.size:,} points, "
                                                                       f"{bar.rate(r.total):,.0f}/s, "
                                                                       f"{r.invalid:,} invalid"))
@@ -70,15 +74,24 @@ def _sweep(args: argparse.Namespace, best: Output | None) -> int:
         _close(sink, out)
     _summary(sw, ranking, args, time.perf_counter() - started, report)
     top = ranking.best(args.top)
-    if top:
+    serving = slo is not None
+    if top and (top[0].fits or not ranking.missed):
         print(file=report)
         oom = " (out-of-memory points last)" if not top[-1].fits else ""
-        print(f"best {len(top)} by {ranking.objective}{oom}:", file=report)
-        print(_table(sw, top), file=report)
+        within = f" within the SLO ({slo})" if serving else ""
+        print(f"best {len(top)}{within} by {ranking.objective}{oom}:", file=report)
+        print(_table(sw, top, serving), file=report)
+    elif ranking.missed:
+        near = ranking.nearest()
+        print(file=report)
+        print(f"no point meets the SLO; the {len(near)} closest (by their worst latency over its limit):",
+              file=report)
+        print(_table(sw, near, serving), file=report)
     if best is not None:
         winner = ranking.best(1)
         if not winner or not winner[0].fits:
-            raise UserError(f"no point fits in memory; nothing written to {args.best_to}")
+            why = "meets the SLO" if slo is not None and ranking.fit else "fits in memory"
+            raise UserError(f"no point {why}; nothing written to {args.best_to}")
         best.write(best_scenario(sw, winner[0].index, ranking.objective).encode())
         best.close()
         print(f"wrote the best point ({point_label(sw, winner[0].index)}) to {escape(args.best_to)}",
@@ -93,6 +106,9 @@ def _summary(sw: Sweep, ranking: Ranking, args: argparse.Namespace, elapsed: flo
           f"{where})", file=report)
     print(f"  {ranking.fit:,} fit, {ranking.oom:,} out of memory, {ranking.invalid:,} invalid (skipped)"
           + (f", {ranking.failed:,} failed in the estimator" if ranking.failed else ""), file=report)
+    if ranking.slo is not None:
+        print(f"  {ranking.fit - ranking.missed:,} meet the SLO ({ranking.slo}, keeping up with the offered "
+              f"rate), {ranking.missed:,} miss it (not ranked)", file=report)
     reasons = ranking.reason_summary()
     for count, message in reasons[:MAX_REASONS]:
         print(f"  {count:>7,} x {message}", file=report)
@@ -153,11 +169,14 @@ def _close(sink: Output | GzipSink | None, out: Output | None) -> None:
         out.close()
 
 
-def _table(sw: Sweep, best: list[Outcome]) -> str:
-    """The best points, one row each: the varied values, then what the estimate says."""
+def _table(sw: Sweep, best: list[Outcome], serving: bool = False) -> str:
+    """The best points, one row each: the varied values, then what the estimate says (`serving`: with the
+    serving jobs' requests/s and their worst TTFT and TPOT, 99th percentiles)."""
     single = len(sw.source["jobs"]) == 1
     keys = [a.key.removeprefix("jobs[0].") if single else a.key for a in sw.axes]
     header = ["#", *keys, "GPUs", "step s", "tokens/s", "tok/s/GPU", "MFU", "$/Mtok", "mem GB/GPU"]
+    if serving:
+        header += ["req/s", "TTFT p99", "TPOT p99"]
     rows = [header]
     for rank, o in enumerate(best, start=1):
         record: dict[str, Any] = orjson.loads(o.line)
@@ -172,11 +191,27 @@ def _table(sw: Sweep, best: list[Outcome]) -> str:
                        "-" if math.isnan(usd) else f"{usd:.3f}"]
         else:
             numbers = ["OOM", "-", "-", "-", "-"]
-        rows.append([str(rank), *values, f"{point.gpus:,}", *numbers, f"{point.memory_gb:.1f}"])
+        row = [str(rank), *values, f"{point.gpus:,}", *numbers, f"{point.memory_gb:.1f}"]
+        if serving:
+            row += _serving_cells(record, point)
+        rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     left = set(range(1, 1 + len(keys)))
     return "\n".join("  ".join(c.ljust(w) if i in left else c.rjust(w)
                               for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows)
+
+
+def _serving_cells(record: dict[str, Any], point: Facts) -> list[str]:
+    """A point's serving figures: requests/s of its serving jobs, their worst TTFT and TPOT (p99), or that
+    they fall behind the offered rate."""
+    jobs = [j for j in record.get("jobs") or [] if j.get("kind") == "inference"]
+    if not point.fits or not jobs:
+        return ["-", "-", "-"]
+    rate = sum(float(j.get("requests_per_s") or 0.0) for j in jobs)
+    if point.saturated:
+        return [f"{rate:,.0f}", "saturated", "saturated"]
+    latency = dict(point.latency)
+    return [f"{rate:,.0f}", units.latency(latency["ttft"]), units.latency(latency["tpot"])]
 
 
 def _show(value: Any) -> str:

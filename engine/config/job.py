@@ -212,10 +212,10 @@ def _check_layout(ctx: Context, path: str, j: dict[str, Any], model: Model, dp: 
             raise ctx.error(f"{path}.ep", f"ep = {ep} must divide dp*cp = {dp * cp} (experts are sharded "
                             "across data-parallel ranks)")
     mb = j["micro_batch"]
-    if j["global_batch"] % dp:
+    if j["kind"] == "training" and j["global_batch"] % dp:     # (a serving replica batches requests)
         raise ctx.error(f"{path}.global_batch", f"{j['global_batch']} sequences do not split evenly over "
                         f"dp = {dp}; expected a multiple of {dp}")
-    if mb != "auto" and j["global_batch"] % (dp * mb):
+    if j["kind"] == "training" and mb != "auto" and j["global_batch"] % (dp * mb):
         raise ctx.error(f"{path}.global_batch", f"{j['global_batch']} is not divisible by dp*micro_batch = "
                         f"{dp}*{mb} = {dp * mb}; expected a multiple of {dp * mb}")
     v = j["virtual_stages"]

@@ -57,6 +57,15 @@ def duration(seconds: float | None) -> str:
     return format_duration(max(0.0, seconds)) if seconds is not None and _known(seconds) else DASH
 
 
+def latency(value: float | None) -> str:
+    """A request's latency: '7.3 ms', '1.23 s', '1m26s'; a dash when not known."""
+    if value is None or not _known(value):
+        return DASH
+    if value < 1:
+        return f"{value * 1000:.1f} ms"
+    return f"{value:.2f} s" if value < 60 else format_duration(value)
+
+
 def seconds(value: float) -> str:
     """A time in seconds for messages: '1,193 s', '0.25 s'."""
     return f"{value:,g} s"

@@ -168,20 +168,21 @@ def _timeline(cost: IterationCost, out: Outcome, t0: float, t1: float) -> tuple[
     """Over [t0, t1]: the share of the time in each part of an iteration (and idle), the mean decode batch per
     iteration and the share of the time the replica is busy."""
     iterations = decode = busy = 0.0
-    prefill = context = 0.0
-    for start, seconds, k, n, p, c in out.trace:
+    prefill = context = work = 0.0
+    for start, seconds, k, n, p, c, w in out.trace:
         if start + seconds <= t0 or start >= t1:
             continue
         iterations += k
         decode += n * k
         prefill += p
         context += c * k
+        work += w
         busy += seconds
     span = max(t1 - t0, 1e-9)
     if not iterations:
         return {"idle": 1.0}, 0.0, 0.0
     mean = Iteration(round(decode / iterations), context / iterations, round(prefill / iterations),
-                     0.0, round(decode / iterations))
+                     work / iterations, round(decode / iterations))
     parts = cost.parts(mean)
     whole = sum(parts.values())
     busy = min(busy, span)
@@ -200,7 +201,7 @@ def _plan(job: Job, out: Outcome, t0: float, tokens_per_s: float, flops_per_s: f
     start = steps[0][0]
     intervals: list[Interval] = []
     iterations = 0
-    for begin, seconds, k, n, p, _ in steps:
+    for begin, seconds, k, n, p, _, _ in steps:
         a, b = begin - start, begin - start + seconds
         if intervals and a > intervals[-1].end_s:
             intervals.append(Interval(intervals[-1].end_s, a, CODE["idle"]))

@@ -14,7 +14,14 @@ with t0 the kernel's fixed cost. Fitted on H100 (log RMS 6% over the table, with
 latency included); in a stream of kernels the next one's launch overlaps the current one and t0 is the
 catalog's `kernel_overhead_us` (4 us). Other GPUs use the same shape
 constants with their own SM count and peak (A100: 108 SMs at 312 TF/s), and their own sustained main-loop
-efficiency (gpus.toml). The GEMM is also never faster than moving its operands through HBM.
+efficiency (gpus.toml). The GEMM also streams its operands through HBM, and the two overlap only in part: it
+takes the longer of the main loop and the reads, plus the share of the shorter that does not hide under it
+(`gemm_overlap` of gpus.toml: 0.6 hidden on H100). That matters where the two are of a size: the GEMMs of a
+serving batch of tens to hundreds of tokens, where reading the weights and the tensor cores' work are
+comparable (TensorRT-LLM's online runs: inter-token latency and TTFT rise with the load well before the GEMMs
+are compute-bound; fitted on their fitting rows, docs/performance-model.md 12). A training GEMM of thousands of
+tokens is compute-bound several times over and loses a few percent. The measured table above repeats one
+kernel whose operands (50 MB at most) stay in the 50 MB L2: nothing waits on HBM there.
 
 Fused attention (FlashAttention-style: scores never stored) by sequence length, fitted to the FA2 table of
 calibration_runs.toml `flash_attention2_tflops` (fwd + bwd TF/s, head dim 128, FLOPs counted as FA2's
@@ -68,7 +75,8 @@ def _tiled(gpu: GPU, precision: str, m: float, n: float, k: float, batch: float,
         t += 2 * split * m * n * 4 / hbm_rate(gpu)              # FP32 partial sums written and reduced
     elem = 1 if precision == "fp8" else BF16
     traffic = batch * ((m * k + k * n) * elem + m * n * BF16)
-    return max(t, traffic / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
+    memory = traffic / hbm_rate(gpu)
+    return max(t, memory) + (1.0 - gpu.gemm_overlap) * min(t, memory) + gpu.kernel_overhead_us * 1e-6
 
 
 @lru_cache(maxsize=65536)

@@ -51,8 +51,9 @@ class Outcome:
     done: np.ndarray              # time of the last token (NaN: never)
     preemptions: int = 0
     end: float = 0.0              # when the simulation stopped
-    # (start, seconds, iterations, decode tokens per iteration, prefill tokens in all, context) of each step
-    trace: list[tuple[float, float, int, int, int, float]] = field(default_factory=list)
+    # (start, seconds, iterations, decode tokens per iteration, prefill tokens in all, context per iteration,
+    # prefill attention work in all) of each step
+    trace: list[tuple[float, float, int, int, int, float, float]] = field(default_factory=list)
 
 
 class Engine:
@@ -137,7 +138,7 @@ class Engine:
         finishing = sum(1 for (_, c, _), e in zip(chunks, entries) if c >= e[1])
         it = Iteration(s.n_dec, context, prefill, work, s.n_dec + finishing)
         dt = self.cost.seconds(it)
-        out.trace.append((t, dt, 1, s.n_dec, prefill, context))
+        out.trace.append((t, dt, 1, s.n_dec, prefill, context, work))
         t += dt
         s.x += 1
         for (_, c, _), entry in zip(chunks, entries):
@@ -172,7 +173,7 @@ class Engine:
             k = min(k, _iterations_before(float(req.arrival[s.next_arrival]) - t, fixed + b * c0, b * n))
         k = max(1, k)
         seconds = k * (fixed + b * c0) + b * n * k * (k - 1) / 2
-        out.trace.append((t, seconds, k, n, 0, c0 + n * (k - 1) / 2))
+        out.trace.append((t, seconds, k, n, 0, c0 + n * (k - 1) / 2, 0.0))
         t += seconds
         s.x += k
         s.finish_until(s.x - 1, t, out)

@@ -275,6 +275,8 @@ class JobDriver:
         track = self.track
         self.run.switch(track, Constant("idle", track.job.pp))
         self.down, self.down_since, self.down_reason = True, self.env.now, reason
+        if not self.training:           # a serving job keeps what it served: it resumes where it stopped
+            self.saved = Saved(track.step, track.tokens_total, track.productive_s)
         self.down_faults = 0
         self.loss = (track.step - self.saved.step, track.tokens_total - self.saved.tokens,
                      track.productive_s - self.saved.productive_s)

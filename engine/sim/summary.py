@@ -1,6 +1,6 @@
 """What a run reports when it ends: its counts (lines, steps, samples) and the summary of `record --json`.
 
-The summary: interruptions (unexpected and planned), the effective training time (the share of the run whose
+The summary: each job's steps, tokens and requests (serving), interruptions (unexpected and planned), the effective training time (the share of the run whose
 work was kept), the site's lowest and highest instantaneous power, checkpoints, and the site's energy and
 cost, in all and per token kept (work lost to a fault and redone costs twice).
 """
@@ -39,6 +39,19 @@ def summary(tracks: list[JobTrack], site: SitePower, energy_mwh: float, econ: Ec
         "site_mw_max": round(site.max_mw, 4) if math.isfinite(site.max_mw) else None,
         "checkpoints": sum(d.checkpoints for d in drivers),
         **_energy(tracks, energy_mwh, econ, gpus, end)}
+
+
+def jobs(tracks: list[JobTrack]) -> dict[str, dict[str, Any]]:
+    """Each job's progress at the end: steps and tokens (kept: a restart rolls a training job back to its
+    checkpoint), and a serving job's requests served (its plan's requests per step, over its steps)."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tracks:
+        entry: dict[str, Any] = {"steps": t.step, "tokens": t.tokens_total, "fits": t.plan is not None}
+        if t.job.is_inference and t.plan is not None:
+            per_step = t.plan.plan.serving.get("requests_per_s", 0.0) * t.plan.plan.step_time_s
+            entry["requests"] = round(t.step * per_step)
+        out[t.job.name] = entry
+    return out
 
 
 def _energy(tracks: list[JobTrack], energy_mwh: float, econ: Economics, gpus: int,

@@ -11,6 +11,9 @@ and tokens per step, otherwise by tokens/s per GPU (highest first); then the poi
 per GPU (closest to fitting first); invalid points last. Ties go to the earlier point. A point's step time is
 its slowest job's, its throughput and GPUs all its jobs'.
 
+`clustertop sweep --slo ttft=2s,tpot=50ms` ranks only the points whose serving jobs keep up with their offered
+rate and meet every limit (`Slo`); the others are counted, not ranked.
+
 `clustertop sweep --rank NAME` ranks the fitting points by one objective of `RANKS` instead: step time,
 tokens/s per GPU, dollars per million tokens (all its jobs' dollars per hour over all their tokens), joules
 per token (their facility power over their tokens/s) or tokens/s per MW. A record without the figure (written
@@ -28,6 +31,7 @@ from typing import Any
 import orjson
 
 from ..config.errors import UserError, quote
+from ..config.units import parse_duration
 from ..stream.checks import Check, boolean, count, fields, number, or_null, show, table, text
 from ..stream.reader import open_lines
 
@@ -39,6 +43,10 @@ RATE_PER_MW = "tokens/s per MW"
 # --rank NAME -> the objective it ranks by
 RANKS = {"step_time": STEP_TIME, "tokens_per_s_per_gpu": RATE_PER_GPU, "usd_per_mtoken": USD_PER_MTOKEN,
          "energy_j_per_token": J_PER_TOKEN, "tokens_per_s_per_mw": RATE_PER_MW}
+# --slo KEY=DURATION: the serving figure each key limits (an estimate's JSON); `ttft` and `tpot` are the 99th
+# percentiles, as serving SLOs are written
+SLO_FIGURES = {"ttft": "ttft_p99_s", "tpot": "tpot_p99_s", "ttft_median": "ttft_s", "tpot_median": "tpot_s",
+               "ttft_mean": "ttft_mean_s", "tpot_mean": "tpot_mean_s"}
 SAME_TOKENS = 0.01        # tokens per step within 1% are the same shape (the record's figures are rounded)
 _NUMBER = re.compile(r"\d[\d,._]*")  # numbers masked in invalid points' reasons, to count them by kind
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?(\.[A-Za-z_][A-Za-z0-9_-]*(\[\d{1,4}\])?){0,7}")
@@ -71,6 +79,8 @@ class Facts:
     memory_gb: float = 0.0         # the largest per-GPU footprint of the jobs
     usd_per_hour: float = math.nan     # all jobs together (nan: a record without the figure)
     power_mw: float = math.nan         # all jobs' facility power
+    latency: tuple[tuple[str, float], ...] = ()    # serving: each SLO figure, the worst of the serving jobs
+    saturated: bool = False                         # serving: a job is offered more than it serves
 
     @property
     def fits(self) -> bool:
@@ -95,8 +105,12 @@ def facts(record: dict[str, Any]) -> Facts:
         return Facts(index, "oom", gpus=gpus, memory_gb=memory)
     steps = [float(j["step_time_s"]) for j in jobs]
     rates = [float(j.get("tokens_per_s") or 0.0) for j in jobs]
+    serving = [j for j in jobs if j.get("kind") == "inference"]
+    latency = tuple((key, max(float(j.get(field) or math.inf) for j in serving))
+                    for key, field in SLO_FIGURES.items()) if serving else ()
     return Facts(index, "ok", max(steps), sum(rates), gpus, sum(r * s for r, s in zip(rates, steps)), memory,
-                 _total(jobs, "usd_per_hour"), _total(jobs, "power_mw"))
+                 _total(jobs, "usd_per_hour"), _total(jobs, "power_mw"), latency,
+                 any(bool(j.get("saturated")) for j in serving))
 
 
 def _total(jobs: list[dict[str, Any]], key: str) -> float:
@@ -157,13 +171,53 @@ class _Best:
         return [o for _, o in sorted(self.heap, reverse=True)]
 
 
+@dataclass(frozen=True)
+class Slo:
+    """Serving targets (`--slo ttft=2s,tpot=50ms`): the most each latency may be, in seconds."""
+
+    limits: tuple[tuple[str, float], ...]
+
+    def met(self, f: Facts) -> bool:
+        """Every serving job of the point keeps up with what it is offered and meets every limit."""
+        return self.miss(f) <= 1.0
+
+    def miss(self, f: Facts) -> float:
+        """How far the point is from the SLO: its worst latency over its limit (at most 1: met); infinite when
+        a serving job falls behind its offered rate (its latencies grow with the queue) or there is none."""
+        latency = dict(f.latency)
+        if not latency or f.saturated:
+            return math.inf
+        return max(latency[k] / v for k, v in self.limits)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} <= {v * 1000:,g} ms" for k, v in self.limits)
+
+
+def parse_slo(text: str) -> Slo:
+    """`ttft=2s,tpot=50ms` as an Slo; UserError naming --slo otherwise."""
+    limits: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep or key not in SLO_FIGURES:
+            raise UserError(f"--slo {quote(text)}: {quote(part.strip())} is not KEY=DURATION; expected keys "
+                            f"{', '.join(SLO_FIGURES)} (ttft and tpot: the 99th percentile), e.g. "
+                            "ttft=2s,tpot=50ms")
+        try:
+            limits[key] = parse_duration(value.strip())
+        except ValueError as exc:
+            raise UserError(f"--slo {key}: {exc}") from None
+    return Slo(tuple(limits.items()))
+
+
 class Ranking:
     """Counts, reasons and the best points of a sweep, fed one outcome at a time in point order, ranked by the
     keys above (the best `top` of each kind are kept). `rank`: a key of RANKS to rank the fitting points by
     (None: step time, or tokens/s per GPU once their shapes differ)."""
 
-    def __init__(self, top: int, rank: str | None = None) -> None:
+    def __init__(self, top: int, rank: str | None = None, slo: Slo | None = None) -> None:
         self.top = max(1, top)
+        self.slo = slo
+        self.missed = 0                             # fitting points that miss the SLO (not ranked)
         self.chosen = RANKS[rank] if rank is not None else None
         self._by_chosen = _Best(self.top)
         self.total = self.fit = self.oom = self.invalid = self.failed = 0
@@ -172,6 +226,7 @@ class Ranking:
         self._by_step = _Best(self.top)
         self._by_rate = _Best(self.top)
         self._oom = _Best(self.top)
+        self._nearest = _Best(self.top)            # the fitting points closest to meeting the SLO
         self._first: Facts | None = None            # the first fitting point
         self._varied = False                        # some fitting point has another shape
 
@@ -185,6 +240,10 @@ class Ranking:
             self.failed += 1
             if len(self.failures) < 3:
                 self.failures.append(o.reason)
+        elif o.fits and self.slo is not None and not self.slo.met(o.facts):
+            self.fit += 1
+            self.missed += 1
+            self._nearest.add((self.slo.miss(o.facts), o.index), o)
         elif o.fits:
             self.fit += 1
             if self._first is None:
@@ -209,6 +268,10 @@ class Ranking:
         fitting = self._by_chosen if self.chosen is not None else \
             self._by_step if self.objective == STEP_TIME else self._by_rate
         return (fitting.sorted() + self._oom.sorted())[: self.top if n is None else n]
+
+    def nearest(self) -> list[Outcome]:
+        """The fitting points that miss the SLO, closest first (by their worst latency over its limit)."""
+        return self._nearest.sorted()
 
     def reason_summary(self) -> list[tuple[int, str]]:
         """(count, first message) per kind of invalid point (messages alike but for numbers), most frequent

@@ -9,7 +9,7 @@ from typing import Protocol
 from ..config.errors import UserError
 from .evaluate import chunk_size, ranges, run_chunk
 from .pool import available_cpus, run_pool
-from .results import Outcome, Ranking
+from .results import Outcome, Ranking, Slo
 from .space import Sweep
 
 
@@ -51,10 +51,10 @@ def _local(sweep: Sweep, workers: int | None) -> tuple[list[tuple[int, int]], in
 
 def sweep_to(sweep: Sweep, sink: RecordSink | None = None, top: int = 10, workers: int | None = None,
              dask: str | None = None, progress: Callable[[Ranking], None] | None = None,
-             rank: str | None = None) -> Ranking:
+             rank: str | None = None, slo: Slo | None = None) -> Ranking:
     """Run the sweep, writing every record to `sink` in point order (flushed per chunk); rank as it goes (by
-    `rank`, a key of RANKS, when given)."""
-    ranking = Ranking(top, rank)
+    `rank`, a key of RANKS, when given; only the points that meet `slo`, when given)."""
+    ranking = Ranking(top, rank, slo)
     chunks = run(sweep, workers, dask)
     try:
         for chunk in chunks:
