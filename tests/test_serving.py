@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 import pytest
 from clustertop.cli import main
+from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.fields import Context
 from clustertop.engine.config.scenario import Scenario, parse
 from clustertop.engine.model.estimate import estimate_job
@@ -78,13 +79,17 @@ def test_the_cache_admits_only_what_it_can_hold_to_the_end() -> None:
     assert max(n for _, _, _, n, _, _, _ in out.trace) == 2
 
 
-def test_a_request_longer_than_the_cache_is_preempted_and_served_again() -> None:
-    # admission counts the committed tokens, so only a request that cannot fit alone fills the cache: it is
-    # preempted, prefilled again with what it generated, and the others are still served
-    req = Requests(np.array([0.0, 0.0]), np.array([200, 200]), np.array([100, 7000]))
+def test_a_request_longer_than_the_whole_cache_is_refused_and_the_others_served() -> None:
+    req = Requests(np.array([0.0, 0.0, 0.5]), np.array([200, 200, 300]), np.array([100, 7000, 50]))
     out = Engine(Flat(), kv_tokens=6_000, budget=8192, max_batch=64).run(req)
-    assert out.preemptions > 0
-    assert np.isfinite(out.done[0])
+    assert out.rejected == 1
+    assert np.isnan(out.done[1]) and np.isfinite(out.done[[0, 2]]).all()
+
+
+def test_a_job_whose_every_request_is_longer_than_the_cache_is_a_user_error() -> None:
+    s = scenario(prompt_tokens=2_000_000, output_tokens=10, length_spread=0.0)
+    with pytest.raises(UserError, match="no request fits"):
+        estimate_job(s, s.jobs[0])
 
 
 def test_the_same_requests_give_the_same_outcome() -> None:

@@ -161,7 +161,8 @@ def _inference_lines(e: JobEstimate) -> list[str]:
                    f"{units.latency(s[key + '_p99_s'])} p99")
     out.append(f"  batch       mean {s['mean_batch']:,.1f} decoding, at most {s['batch_limit']:,} (the K/V cache: "
                f"{s['kv_cache_tokens']:,} tokens in {s['kv_cache_dtype']}); busy {100 * s['busy']:.0f}%"
-               + (f"; {s['preemptions']:,} preemptions" if s["preemptions"] else ""))
+               + (f"; {s['preemptions']:,} preemptions" if s["preemptions"] else "")
+               + (f"; {s['rejected']:,} requests longer than the cache refused" if s["rejected"] else ""))
     step = e.step_time_s or 1.0
     parts = [f"{SERVING_PARTS.get(k, k)} {100 * v / step:.1f}%" for k, v in e.breakdown_s.items()]
     out.append("  time        " + ", ".join(parts))

@@ -272,8 +272,8 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
                "tpot_mean_s": round(r.tpot.mean, 6), "ttft_p99_s": round(r.ttft.p99, 6),
                "tpot_p99_s": round(r.tpot.p99, 6), "itl_mean_s": round(r.itl_mean_s, 6),
                "batch_limit": r.batch_limit, "mean_batch": round(r.mean_batch, 2), "busy": round(r.busy, 4),
-               "saturated": r.saturated, "preemptions": r.preemptions, "kv_cache_dtype": m.kv_dtype,
-               "kv_cache_tokens": m.kv_tokens}
+               "saturated": r.saturated, "preemptions": r.preemptions, "rejected": r.rejected,
+               "kv_cache_dtype": m.kv_dtype, "kv_cache_tokens": m.kv_tokens}
     return JobEstimate(fits=True, step_time_s=step, tokens_per_s=r.tokens_per_s,
                        model_tflops_per_gpu=r.model_tflops_per_gpu,
                        hardware_tflops_per_gpu=r.model_tflops_per_gpu,

@@ -69,6 +69,7 @@ class ServingResult:
     busy: float                  # share of the time a replica runs iterations
     saturated: bool              # the replicas serve less than is offered (or the benchmark is offline)
     preemptions: int
+    rejected: int                # requests (of one replica's simulated ones) longer than its whole cache
     model_tflops_per_gpu: float  # 2 x active parameters per processed token
     breakdown: dict[str, float] = field(default_factory=dict)    # share of the time by part of an iteration
     plan: StepPlan | None = None
@@ -93,6 +94,11 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
     limit = memory.batch_limit(job.prompt_tokens + job.output_tokens, job.max_batch)
     engine = Engine(cost, memory.kv_tokens, job.max_tokens_per_step, job.max_batch)
     out = engine.run(req)
+    if out.rejected == len(req):
+        raise UserError(f"{job.name}: no request fits a replica's K/V cache of {memory.kv_tokens:,} tokens "
+                        f"({job.prompt_tokens:,} prompt + {job.output_tokens:,} output tokens each); expected "
+                        "shorter requests, more tp or pp, fp8 K/V or a larger kv_cache_fraction",
+                        scenario.path or None)
     result = _measure(job, cost, memory, limit, req, out)
     if len(_CACHE) > 256:
         _CACHE.clear()
@@ -151,7 +157,7 @@ def _measure(job: Job, cost: IterationCost, memory: ServingMemory, limit: int, r
     replicas = job.dp
     plan = _plan(job, out, t0, tokens / span, flops, memory, ttft, tpot, requests_per_s=completed)
     return ServingResult(memory, limit, tokens / span * replicas, completed * replicas, ttft, tpot, itl,
-                         mean_batch, busy, completed < SATURATED * offered, out.preemptions,
+                         mean_batch, busy, completed < SATURATED * offered, out.preemptions, out.rejected,
                          flops / (job.tp * job.pp) / 1e12, shares, plan)
 
 

@@ -7,8 +7,9 @@ admitted ones (first come, first served). A request is admitted while the replic
 and the cache is sure to hold every running request to its end with this one too (TensorRT-LLM's
 guaranteed-no-evict policy; vLLM and SGLang admit more eagerly and preempt); its K/V blocks are taken as its
 context grows. Should the cache still fill, the newest running request is preempted: its blocks are freed and
-it waits at the head of the queue, to be prefilled again (prompt and the tokens generated so far). A prompt's last chunk produces
-its first token; each later iteration one more, until its output length.
+it waits at the head of the queue, to be prefilled again (prompt and the tokens generated so far). A request
+whose prompt and output could not fit the cache even alone is refused on arrival, as the engines refuse it.
+A prompt's last chunk produces its first token; each later iteration one more, until its output length.
 
 An iteration costs engine/model/serving_cost.py's `IterationCost`. Between events (an arrival that can be
 admitted, a request finishing, the cache filling) every iteration is the same batch one token of context
@@ -50,6 +51,7 @@ class Outcome:
     first: np.ndarray             # time of the first token (NaN: never)
     done: np.ndarray              # time of the last token (NaN: never)
     preemptions: int = 0
+    rejected: int = 0             # requests longer than the whole cache: refused on arrival, as engines do
     end: float = 0.0              # when the simulation stopped
     # (start, seconds, iterations, decode tokens per iteration, prefill tokens in all, context per iteration,
     # prefill attention work in all) of each step
@@ -73,9 +75,14 @@ class Engine:
         t = 0.0
         while s.next_arrival < n or s.queue or s.prefilling or s.decoding:
             while s.next_arrival < n and arrival[s.next_arrival] <= t:
-                s.queue.append(s.next_arrival)
+                if self._fits_alone(s, s.next_arrival):
+                    s.queue.append(s.next_arrival)
+                else:
+                    out.rejected += 1
                 s.next_arrival += 1
             if not (s.queue or s.prefilling or s.decoding):
+                if s.next_arrival == n:                      # the last arrivals were refused
+                    break
                 t = float(arrival[s.next_arrival])          # idle until the next request arrives
                 continue
             if t >= until:
@@ -88,6 +95,11 @@ class Engine:
             t = self._iteration(s, t, chunks, out, req)
         out.end = t
         return out
+
+    def _fits_alone(self, s: _State, rid: int) -> bool:
+        """Whether the request's whole context fits the cache with nothing else running (else no schedule
+        ever serves it: vLLM and TensorRT-LLM refuse it)."""
+        return int(s.prompt[rid] + s.left[rid]) + BLOCK_TOKENS // 2 + self.watermark <= self.capacity
 
     # ---- one iteration -----------------------------------------------------------------------------------
 
