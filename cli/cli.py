@@ -156,8 +156,9 @@ def _sweep_flags(p: argparse.ArgumentParser) -> None:
                    help="rank the points that fit by this objective (default: step time, or tokens/s per GPU "
                         "once the points differ in GPUs or tokens per step)")
     p.add_argument("--slo", metavar="KEY=D,...",
-                   help="serving targets a point must meet to be ranked, e.g. ttft=2s,tpot=50ms (99th percentiles; "
-                        "ttft_median, tpot_mean, ... also); a point whose replicas cannot keep up misses it")
+                   help="serving targets a point must meet to be ranked, e.g. ttft=2s,tpot=50ms (99th "
+                        "percentiles; ttft_median, tpot_mean, ... also); a point whose replicas cannot "
+                        "keep up misses it")
     p.add_argument("--best-to", metavar="FILE.toml", help="write the best point as a ready scenario file")
     p.add_argument("--workers", type=int, metavar="N", help="local worker processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on an existing Dask distributed scheduler")

@@ -154,7 +154,8 @@ def test_latency_grows_with_the_load_and_the_replica_saturates() -> None:
 
 
 def test_an_offline_benchmark_fills_the_batch_and_a_larger_batch_serves_more() -> None:
-    small, large = (served(request_rate="max", requests=1000, max_batch=b, length_spread=0.0) for b in (64, 256))
+    small, large = (served(request_rate="max", requests=1000, max_batch=b, length_spread=0.0)
+                    for b in (64, 256))
     assert small.saturated and small.mean_batch > 0.9 * 64 and large.mean_batch > 0.9 * 256
     assert large.tokens_per_s > 1.3 * small.tokens_per_s     # decode reads the weights once for the batch
     assert large.itl_mean_s > small.itl_mean_s               # ... at a longer iteration
@@ -174,7 +175,8 @@ def write(tmp_path: Path, **job: Any) -> str:
     return str(path)
 
 
-def test_estimate_json_reports_the_serving_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_estimate_json_reports_the_serving_figures(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", write(tmp_path), "--json"]) == 0
     job = orjson.loads(capsys.readouterr().out)["jobs"][0]
     keys = {"tokens_per_s", "requests_per_s", "ttft_s", "tpot_s", "ttft_mean_s", "tpot_mean_s", "ttft_p99_s",
@@ -202,7 +204,8 @@ def test_bad_serving_settings_end_in_one_line(tmp_path: Path, capsys: pytest.Cap
 def test_training_settings_refuse_serving_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "t.toml"
     path.write_text('name = "t"\ndescription = "t"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n[[jobs]]\n'
-                    'name = "pre"\nmodel = "llama3.1-8b"\nseq_len = 8192\nglobal_batch = 64\nmax_tokens_per_step = 4096\n')
+                    'name = "pre"\nmodel = "llama3.1-8b"\nseq_len = 8192\nglobal_batch = 64\n'
+                    'max_tokens_per_step = 4096\n')
     assert main(["estimate", str(path)]) == 2
     assert "inference" in capsys.readouterr().err
 

@@ -143,7 +143,8 @@ def _memory_lines(e: JobEstimate) -> list[str]:
 def _inference_lines(e: JobEstimate) -> list[str]:
     j, s = e.job, e.serving
     first = j.first_gpu
-    rate = "every request at once (offline)" if j.request_rate == "max" else f"{float(j.request_rate):,g} requests/s"
+    rate = ("every request at once (offline)" if j.request_rate == "max"
+            else f"{float(j.request_rate):,g} requests/s")
     spread = f", lengths spread {j.length_spread:g}" if j.length_spread else ", fixed lengths"
     out = [(f"job {e.name} (inference): {j.model.name} on {units.count(e.gpus, 'GPU')} "
             f"({first:,}-{first + e.gpus - 1:,}), {rate}, prompts ~{j.prompt_tokens:,} tokens, "
@@ -154,13 +155,14 @@ def _inference_lines(e: JobEstimate) -> list[str]:
     if e.tokens_per_s is None:
         return out + _memory_lines(e)
     state = "SATURATED: the replicas serve less than is offered" if s["saturated"] else "keeps up"
-    out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, {s['requests_per_s']:,.1f} requests/s; "
-               + state)
+    out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, "
+               f"{s['requests_per_s']:,.1f} requests/s; " + state)
     for label, key, median in (("TTFT", "ttft", e.ttft_s), ("TPOT", "tpot", e.tpot_s)):
-        out.append(f"  {label}        {units.latency(median)} median, {units.latency(s[key + '_mean_s'])} mean, "
-                   f"{units.latency(s[key + '_p99_s'])} p99")
-    out.append(f"  batch       mean {s['mean_batch']:,.1f} decoding, at most {s['batch_limit']:,} (the K/V cache: "
-               f"{s['kv_cache_tokens']:,} tokens in {s['kv_cache_dtype']}); busy {100 * s['busy']:.0f}%"
+        out.append(f"  {label}        {units.latency(median)} median, "
+                   f"{units.latency(s[key + '_mean_s'])} mean, {units.latency(s[key + '_p99_s'])} p99")
+    out.append(f"  batch       mean {s['mean_batch']:,.1f} decoding, at most {s['batch_limit']:,} "
+               f"(the K/V cache: {s['kv_cache_tokens']:,} tokens in {s['kv_cache_dtype']}); "
+               f"busy {100 * s['busy']:.0f}%"
                + (f"; {s['preemptions']:,} preemptions" if s["preemptions"] else "")
                + (f"; {s['rejected']:,} requests longer than the cache refused" if s["rejected"] else ""))
     step = e.step_time_s or 1.0
@@ -172,8 +174,9 @@ def _inference_lines(e: JobEstimate) -> list[str]:
 
 
 # an iteration's parts (engine/model/serving_cost.py) as the time line says them
-SERVING_PARTS = {"gemm": "GEMMs and weights", "decode_attention": "K/V reads", "prefill_attention": "prefill attention",
-                 "elementwise": "elementwise", "communication": "TP/EP comm", "output": "logits",
+SERVING_PARTS = {"gemm": "GEMMs and weights", "decode_attention": "K/V reads",
+                 "prefill_attention": "prefill attention", "elementwise": "elementwise",
+                 "communication": "TP/EP comm", "output": "logits",
                  "overhead": "engine overhead", "idle": "idle"}
 
 

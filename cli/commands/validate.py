@@ -62,7 +62,8 @@ def as_json(report: Report, serving: Report) -> dict[str, object]:
     """{"rows": [...], "sources": {SOURCE: MAPE}, "mape": MAPE, ..., "serving": {...}}, errors as signed
     fractions; the training figures over the training rows, the serving ones under "serving"."""
     return {
-        "rows": [_row(p, "training") for p in report.predictions] + [_row(p, "serving") for p in serving.predictions],
+        "rows": ([_row(p, "training") for p in report.predictions]
+                 + [_row(p, "serving") for p in serving.predictions]),
         "sources": {s: round(report.mape(source=s), 4) for s in report.sources},
         "mape": round(report.mape(), 4),
         "mape_fit": round(report.mape("fit"), 4),
@@ -72,8 +73,8 @@ def as_json(report: Report, serving: Report) -> dict[str, object]:
         "skipped": skipped(),
         "serving": {"sources": {s: round(serving.mape(source=s), 4) for s in serving.sources},
                     "measures": {m: round(serving.mape(measure=m), 4) for m in serving.measures},
-                    "mape_fit": round(serving.mape("fit"), 4), "mape_held_out": round(serving.mape("held out"), 4),
-                    "ok": serving.ok},
+                    "mape_fit": round(serving.mape("fit"), 4),
+                    "mape_held_out": round(serving.mape("held out"), 4), "ok": serving.ok},
     }
 
 

@@ -48,10 +48,11 @@ class GPU:
     flash3_tflops: float = 490.0          # FA3 / cuDNN fused attention (Hopper and newer); 0: not available
     flash3_full_tflops: float = 490.0
     hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
-    gemm_overlap: float = 0.6             # share of the shorter of a GEMM's weight stream and main loop hidden
+    gemm_overlap: float = 0.6             # share of the shorter of a GEMM's weight stream and main loop
+                                          # hidden under the longer (engine/model/kernels.py)
     kernel_overhead_us: float = 4.0       # a kernel's fixed cost in a stream of kernels (ramp-up, tail)
-    serving_overhead_us: float = 100.0    # a serving engine's fixed cost per iteration (scheduling, sampling,
-                                          # launching the iteration's CUDA graph): engine/model/serving_cost.py
+    serving_overhead_us: float = 100.0    # a serving engine's fixed cost per iteration (scheduling,
+                                          # sampling, launching the iteration's CUDA graph): serving_cost.py
     server_overhead_w: float | None = None   # host, NICs, fans and PSU losses per GPU (None:
                                              # scaled from H100)
 

@@ -62,7 +62,7 @@ class JobEstimate:
     kind: str = "training"               # "training" | "inference"
     ttft_s: float | None = None          # inference: median time to first token
     tpot_s: float | None = None          # inference: median time per output token
-    serving: dict[str, float] = field(default_factory=dict)   # inference: the other serving figures
+    serving: dict[str, Any] = field(default_factory=dict)     # inference: the other serving figures
     stack: dict[str, Any] = field(default_factory=dict)       # the software stack (software_stack)
     economics: dict[str, Any] = field(default_factory=lambda: dict(econ.NO_FIGURES))   # economics.figures
     busy_s: dict[str, float] = field(default_factory=dict)    # seconds per step each dimension

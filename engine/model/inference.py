@@ -3,8 +3,8 @@
 One representative replica serves its share of the job's requests (the rate divided over the DP replicas):
 its memory (engine/model/serving_memory.py: weights, activations, a paged K/V cache), its scheduler
 (engine/model/serving_engine.py: chunked prefill within a token budget, admission by free cache blocks,
-preemption when the cache is full) and the cost of each iteration (engine/model/serving_cost.py: GEMMs bound by
-the weights' reads or the tensor cores, the K/V cache read, attention, the TP all-reduces, the engine's own
+preemption when the cache is full) and the cost of each iteration (engine/model/serving_cost.py: GEMMs bound
+by the weights' reads or the tensor cores, the K/V cache read, attention, the TP all-reduces, the engine's own
 overhead) give every request's time to its first token and between its tokens, and the replica's throughput.
 
 Requests are Poisson arrivals with lengths of the job's means, fixed (`length_spread = 0`: as benchmarks run)
@@ -59,7 +59,7 @@ class Latency:
 @dataclass(frozen=True)
 class ServingResult:
     memory: ServingMemory
-    batch_limit: int             # requests of the mean context a replica's cache (and max_batch) holds at once
+    batch_limit: int             # requests of the mean context a replica's cache (and max_batch) holds
     tokens_per_s: float          # output tokens per second, whole job
     requests_per_s: float        # completed requests per second, whole job
     ttft: Latency                # time to first token
@@ -81,9 +81,10 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
     cluster = scenario.cluster
     memory = serving_memory(cluster, job)
     if not memory.fits:
-        raise UserError(f"{job.name}: {job.model.name} in {job.precision} takes {memory.weights / GB:,.1f} GB of "
-                        f"weights and {memory.activations / GB:,.1f} GB of activations per GPU on tp = {job.tp}, "
-                        f"pp = {job.pp}, leaving no room for a K/V cache in {memory.capacity / GB:,.1f} GB; "
+        raise UserError(f"{job.name}: {job.model.name} in {job.precision} takes {memory.weights / GB:,.1f} "
+                        f"GB of weights and {memory.activations / GB:,.1f} GB of activations per GPU on "
+                        f"tp = {job.tp}, pp = {job.pp}, leaving no room for a K/V cache in "
+                        f"{memory.capacity / GB:,.1f} GB; "
                         "expected more tp or pp, or fp8 weights", scenario.path or None)
     key = (cluster, job, scenario.seed)
     found = _CACHE.get(key)
@@ -96,8 +97,8 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
     out = engine.run(req)
     if out.rejected == len(req):
         raise UserError(f"{job.name}: no request fits a replica's K/V cache of {memory.kv_tokens:,} tokens "
-                        f"({job.prompt_tokens:,} prompt + {job.output_tokens:,} output tokens each); expected "
-                        "shorter requests, more tp or pp, fp8 K/V or a larger kv_cache_fraction",
+                        f"({job.prompt_tokens:,} prompt + {job.output_tokens:,} output tokens each); "
+                        "expected shorter requests, more tp or pp, fp8 K/V or a larger kv_cache_fraction",
                         scenario.path or None)
     result = _measure(job, cost, memory, limit, req, out)
     if len(_CACHE) > 256:
@@ -166,11 +167,13 @@ def _window(job: Job, req: Requests, out: Outcome) -> tuple[float, float]:
     completion) to the last one's arrival (offline: the window's last completion)."""
     if job.request_rate == "max":            # between the warm-up's completions and the drain's
         done = np.sort(out.done[np.isfinite(out.done)])
-        return float(done[min(WARMUP_REQUESTS, done.size - 1)]), float(done[max(0, done.size - 1 - WARMUP_REQUESTS)])
+        last = done.size - 1
+        return float(done[min(WARMUP_REQUESTS, last)]), float(done[max(0, last - WARMUP_REQUESTS)])
     return float(req.arrival[WARMUP_REQUESTS]), float(req.arrival[-1])
 
 
-def _timeline(cost: IterationCost, out: Outcome, t0: float, t1: float) -> tuple[dict[str, float], float, float]:
+def _timeline(cost: IterationCost, out: Outcome, t0: float,
+              t1: float) -> tuple[dict[str, float], float, float]:
     """Over [t0, t1]: the share of the time in each part of an iteration (and idle), the mean decode batch per
     iteration and the share of the time the replica is busy."""
     iterations = decode = busy = 0.0
@@ -225,6 +228,7 @@ def _plan(job: Job, out: Outcome, t0: float, tokens_per_s: float, flops_per_s: f
     serving = {"ttft_s": round(ttft.median, 6), "tpot_s": round(tpot.median, 6),
                "requests_per_s": round(requests_per_s * job.dp, 4)}
     used = (memory.weights + memory.activations + memory.reserve + memory.kv_cache) / GB
-    return StepPlan(step_time_s=span, stages=stages, tier_load=load, tokens=round(tokens_per_s * span * job.dp),
-                    model_flops=flops_per_s * span * job.dp, memory_gb=(round(used, 2),) * job.pp,
+    return StepPlan(step_time_s=span, stages=stages, tier_load=load,
+                    tokens=round(tokens_per_s * span * job.dp), model_flops=flops_per_s * span * job.dp,
+                    memory_gb=(round(used, 2),) * job.pp,
                     serving=serving)

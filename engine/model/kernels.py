@@ -19,8 +19,8 @@ takes the longer of the main loop and the reads, plus the share of the shorter t
 (`gemm_overlap` of gpus.toml: 0.6 hidden on H100). That matters where the two are of a size: the GEMMs of a
 serving batch of tens to hundreds of tokens, where reading the weights and the tensor cores' work are
 comparable (TensorRT-LLM's online runs: inter-token latency and TTFT rise with the load well before the GEMMs
-are compute-bound; fitted on their fitting rows, docs/performance-model.md 12). A training GEMM of thousands of
-tokens is compute-bound several times over and loses a few percent. The measured table above repeats one
+are compute-bound; fitted on their fitting rows, docs/performance-model.md 12). A training GEMM of thousands
+of tokens is compute-bound several times over and loses a few percent. The measured table above repeats one
 kernel whose operands (50 MB at most) stay in the 50 MB L2: nothing waits on HBM there.
 
 Fused attention (FlashAttention-style: scores never stored) by sequence length, fitted to the FA2 table of

@@ -1,14 +1,14 @@
 """Published serving runs as scenarios: TensorRT-LLM's offline throughput tables and online serving
 measurements (engine/config/catalogs/serving_runs.toml, with sources), for `clustertop validate`.
 
-Each run is written as it ran: one TP group of a DGX/HGX node, the source's precision (FP8 weights and K/V cache
-on H100 and H200, FP16 on A100: the same cost as BF16), the source's batch limits (4,096 sequences and 8,192
-tokens per iteration for trtllm-bench) and K/V share (95% of the free memory), fixed request lengths, and the
-benchmark's request count measured whole (ramp-up and drain included, as trtllm-bench reports it). The
+Each run is written as it ran: one TP group of a DGX/HGX node, the source's precision (FP8 weights and K/V
+cache on H100 and H200, FP16 on A100: the same cost as BF16), the source's batch limits (4,096 sequences and
+8,192 tokens per iteration for trtllm-bench) and K/V share (95% of the free memory), fixed request lengths,
+and the benchmark's request count measured whole (ramp-up and drain included, as trtllm-bench reports it). The
 online table (release 0.14, Triton backend, BF16) sends 500 requests at a rate; the load the server saw is the
 rate the benchmark achieved (its client sent fewer than asked at the higher rates), so that is the scenario's
-`request_rate`, and at "inf" every request is sent at once (`request_rate = "max"`). A run is saturated when its
-mean TTFT passes a second (requests queue) or every request is sent at once; its TTFT is compared below
+`request_rate`, and at "inf" every request is sent at once (`request_rate = "max"`). A run is saturated when
+its mean TTFT passes a second (requests queue) or every request is sent at once; its TTFT is compared below
 saturation only (above, it grows with the queue, i.e. with the benchmark's length) and its throughput at
 saturation only (below, it is the offered rate).
 """

@@ -1,12 +1,12 @@
 """What one iteration of a serving engine costs on one replica (TP x PP GPUs), from first principles.
 
-An in-flight batching engine (TensorRT-LLM, vLLM, SGLang) runs the whole model once per iteration over a packed
-batch of tokens: one decode token for every running request and chunks of prompts being prefilled, up to a
-token budget. Per layer, on each GPU of the replica:
+An in-flight batching engine (TensorRT-LLM, vLLM, SGLang) runs the whole model once per iteration over a
+packed batch of tokens: one decode token for every running request and chunks of prompts being prefilled, up
+to a token budget. Per layer, on each GPU of the replica:
 
 - the GEMMs (QKV, output projection, the MLP or the experts a batch touches) at the batch's token count: at a
   few tokens they are bound by reading the weights from HBM, at thousands by the tensor cores
-  (engine/model/kernels.py's tiled-GEMM model covers both); FP8 weights move half the bytes and run at FP8 rate;
+  (engine/model/kernels.py's tiled-GEMM model covers both); FP8 weights move half the bytes, at FP8 rate;
 - decode attention: every running request's K/V cache is read once (paged attention: HBM-bound, the K/V
   precision's bytes per token), and a prompt chunk's attention over its prefix runs in the fused kernel;
 - the memory-bound elementwise work (norms, residual adds, activation, rotary) over the batch;
@@ -62,7 +62,7 @@ def touched_experts(experts: int, per_token: int, tokens: float) -> float:
     E (1 - (1 - k/E)^T). A decode batch of 8 tokens on 128 experts of which each takes 8 touches ~50."""
     if experts <= 0 or tokens <= 0:
         return 0.0
-    return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+    return float(experts * (1.0 - (1.0 - per_token / experts) ** tokens))
 
 
 @dataclass(frozen=True)
@@ -127,8 +127,8 @@ class IterationCost:
         found = self._fixed.get(key)
         if found is None:
             gemm, elementwise = self._layers(key[0])
-            found = self._fixed[key] = (gemm + elementwise + self._communication(key[0]) + self._output(key[1])
-                                        + self.overhead)
+            found = self._fixed[key] = (gemm + elementwise + self._communication(key[0])
+                                        + self._output(key[1]) + self.overhead)
         return found
 
     def prefill_attention(self, work: float, tokens: int) -> float:
@@ -151,7 +151,8 @@ class IterationCost:
             g = sum(gemm_time(self.gpu, self.job.precision, m, nn, k, c)
                     for m, nn, k, c in _gemms(self.job, moe, tokens))
             gemm += n * g
-            elementwise += n * memory_time(self.gpu, _elementwise_bytes(self.job, moe, tokens), SERVING_KERNELS)
+            nbytes = _elementwise_bytes(self.job, moe, tokens)
+            elementwise += n * memory_time(self.gpu, nbytes, SERVING_KERNELS)
         return gemm, elementwise
 
     def _communication(self, tokens: float) -> float:
@@ -160,7 +161,8 @@ class IterationCost:
         if self.tp_route is not None:
             t += 2 * self.layers * self._allreduce(tokens * model.hidden * BF16)
         if self.pp_route is not None:
-            t += (job.pp - 1) / job.pp * col.p2p(self.cluster, self.pp_route, tokens * model.hidden * BF16).time_s
+            hop = col.p2p(self.cluster, self.pp_route, tokens * model.hidden * BF16).time_s
+            t += (job.pp - 1) / job.pp * hop
         if self.ep_route is not None:
             moved = tokens * model.experts_per_token * model.hidden * BF16
             t += 2 * self.moe_layers * col.all_to_all(self.cluster, self.ep_route, moved).time_s
@@ -179,7 +181,7 @@ class IterationCost:
         link, n = self.cluster.node_link, self.job.tp
         alpha, bw = link.latency_us * 1e-6, link.gb_s * 1e9
         one_shot = alpha + (n - 1) * nbytes / bw                   # read every peer's whole buffer
-        two_shot = 2 * alpha + 2 * (n - 1) / n * nbytes / bw       # reduce-scatter, then all-gather, peer to peer
+        two_shot = 2 * alpha + 2 * (n - 1) / n * nbytes / bw       # reduce-scatter, then all-gather
         return min(one_shot, two_shot, nccl)
 
     def _output(self, sampled: float) -> float:
@@ -197,14 +199,16 @@ def _gemms(job: Job, moe: bool, tokens: float) -> list[tuple[float, float, float
     MLP, or the router, the experts the batch touches and the shared experts."""
     model, t = job.model, job.tp
     h, d, T = model.hidden, model.dim_head, tokens
-    out = [(T, model.heads * d / t + cm.kv_width_per_rank(model, t), h, 1.0), (T, h, model.heads * d / t, 1.0)]
+    q = model.heads * d / t
+    out = [(T, q + cm.kv_width_per_rank(model, t), h, 1.0), (T, h, q, 1.0)]
     up = 2 if model.ffn_activation == "swiglu" else 1
     if not moe:
         return out + [(T, up * model.ffn / t, h, 1.0), (T, h, model.ffn / t, 1.0)]
     local = model.experts / job.ep
     # each of the EP group's ranks gets T x k / ep copies of the group's T x ep tokens on average, spread
     # over the local experts those tokens touch; each touched expert reads its weights once
-    touched = min(local, max(1.0, touched_experts(model.experts, model.experts_per_token, T * job.ep) / job.ep))
+    group = touched_experts(model.experts, model.experts_per_token, T * job.ep)
+    touched = min(local, max(1.0, group / job.ep))
     per_expert = T * model.experts_per_token / touched
     out += [(T, model.experts, h, 1.0), (per_expert, up * model.moe_ffn / t, h, touched),
             (per_expert, h, model.moe_ffn / t, touched)]
@@ -214,12 +218,13 @@ def _gemms(job: Job, moe: bool, tokens: float) -> list[tuple[float, float, float
     return out
 
 
-# Memory-bound kernels of a layer in a serving engine: the two fused residual-add + norms, the MLP's activation
-# (or the experts' routing), the rotary embedding with the K/V cache write, and the attention kernel's own cost.
+# Memory-bound kernels of a layer in a serving engine: the two fused residual-add + norms, the MLP's
+# activation (or the experts' routing), the rotary embedding with the K/V cache write, and the attention
+# kernel's own cost.
 SERVING_KERNELS = 5
-# Bytes per element they move: a fused add + norm reads the residual and the input and writes both (4 + 6), the
-# activation reads the gate and up halves and writes their product (6 per FFN element), rotary reads and writes
-# Q and K in place (4).
+# Bytes per element they move: a fused add + norm reads the residual and the input and writes both (4 + 6),
+# the activation reads the gate and up halves and writes their product (6 per FFN element), rotary reads and
+# writes Q and K in place (4).
 ADD_NORM_BYTES = 10.0
 ACTIVATION_BYTES = 6.0
 ROTARY_BYTES = 4.0
@@ -230,7 +235,8 @@ def _elementwise_bytes(job: Job, moe: bool, tokens: float) -> float:
     model, t = job.model, job.tp
     ffn = model.moe_ffn * (model.experts_per_token + model.shared_experts) if moe else model.ffn
     d_qk, _, _ = cm.attention_dims(model)
-    rotary = ROTARY_BYTES * (model.heads * d_qk / t + cm.kv_width_per_rank(model, t) / 2) if model.rotary else 0.0
+    rotary = (ROTARY_BYTES * (model.heads * d_qk / t + cm.kv_width_per_rank(model, t) / 2)
+              if model.rotary else 0.0)
     per_token = 2 * ADD_NORM_BYTES * model.hidden + ACTIVATION_BYTES * ffn / t + rotary
     if moe:
         per_token += 4 * model.experts_per_token * model.hidden * BF16        # permute and unpermute

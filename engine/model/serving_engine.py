@@ -169,7 +169,7 @@ class Engine:
     # ---- runs of identical decode iterations -------------------------------------------------------------
 
     def _can_skip(self, s: _State) -> bool:
-        """Only decoding, and nothing waiting could be admitted: the next iterations differ only in context."""
+        """Only decoding, nothing waiting could be admitted: the next iterations differ only in context."""
         return bool(s.decoding) and not s.prefilling and s.n_dec > 0
 
     def _decode_run(self, s: _State, t: float, out: Outcome, req: Requests) -> float:
@@ -220,7 +220,7 @@ class _State:
         self.n_dec = 0
         self.offset = 0                                         # sum of (context at entry - entry iteration)
         self.kv_prefill = 0                                     # tokens of prompts being prefilled
-        self.last_sum = 0                                       # sum of the decoding requests' last iterations
+        self.last_sum = 0                                       # sum of the decoding requests' last steps
 
     def context(self, x: int) -> float:
         """The decoding requests' contexts, summed, at iteration x."""

@@ -1,5 +1,5 @@
-"""Where a serving replica's GPU memory goes: weights, the iteration's activations, the runtime's reserve and a
-paged K/V cache.
+"""Where a serving replica's GPU memory goes: weights, the iteration's activations, the runtime's reserve and
+a paged K/V cache.
 
 The weights are the model's parameters split over TP and PP (routed experts also over EP) at the job's
 precision, the embeddings and output layer in BF16 (FP8 builds keep them so). Activations are one iteration's
@@ -19,6 +19,7 @@ from ..config.cluster import Cluster
 from ..config.job import Job
 from . import compute as cm
 from . import memory as mem
+from .kernels import BF16
 from .serving_cost import WEIGHT_BYTES, kv_bytes_per_token, kv_dtype
 
 BLOCK_TOKENS = 64          # tokens of one K/V block (TensorRT-LLM's default tokens_per_block; vLLM uses 16)
@@ -68,7 +69,7 @@ def weights_bytes(job: Job) -> float:
     params = (dense * cm.layer_params_per_gpu(model, False, job.tp, job.ep)
               + moe * cm.layer_params_per_gpu(model, True, job.tp, job.ep)) / job.pp
     embeddings = cm.embedding_params(model) / (job.tp * job.pp)
-    return params * WEIGHT_BYTES[job.precision] + embeddings * cm.BF16
+    return float(params * WEIGHT_BYTES[job.precision] + embeddings * BF16)
 
 
 def activation_bytes(job: Job) -> float:
@@ -79,9 +80,9 @@ def activation_bytes(job: Job) -> float:
     ffn = model.moe_ffn * (model.experts_per_token + model.shared_experts) if model.is_moe else model.ffn
     up = 2 if model.ffn_activation == "swiglu" else 1
     widest = max(model.heads * model.dim_head / t + cm.kv_width_per_rank(model, t), up * ffn / t)
-    working = tokens * (widest + 2 * model.hidden) * cm.BF16
+    working = tokens * (widest + 2 * model.hidden) * BF16
     logits = min(tokens, job.max_batch) * model.vocab / t * 4
-    return working + logits
+    return float(working + logits)
 
 
 def serving_memory(cluster: Cluster, job: Job) -> ServingMemory:

@@ -1,8 +1,9 @@
 """What a run reports when it ends: its counts (lines, steps, samples) and the summary of `record --json`.
 
-The summary: each job's steps, tokens and requests (serving), interruptions (unexpected and planned), the effective training time (the share of the run whose
-work was kept), the site's lowest and highest instantaneous power, checkpoints, and the site's energy and
-cost, in all and per token kept (work lost to a fault and redone costs twice).
+The summary: each job's steps, tokens and requests (serving), interruptions (unexpected and planned), the
+effective training time (the share of the run whose work was kept), the site's lowest and highest
+instantaneous power, checkpoints, and the site's energy and cost, in all and per token kept (work lost to a
+fault and redone costs twice).
 """
 
 from __future__ import annotations
