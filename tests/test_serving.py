@@ -92,6 +92,13 @@ def test_a_job_whose_every_request_is_longer_than_the_cache_is_a_user_error() ->
         estimate_job(s, s.jobs[0])
 
 
+def test_the_frontend_adds_its_latency_to_every_first_token_and_nothing_else() -> None:
+    direct, served_ = served(frontend_latency_ms=0.0), served(frontend_latency_ms=20.0)
+    assert served_.ttft.median - direct.ttft.median == pytest.approx(0.020)
+    assert served_.ttft.p99 - direct.ttft.p99 == pytest.approx(0.020)
+    assert served_.tpot == direct.tpot and served_.tokens_per_s == direct.tokens_per_s
+
+
 def test_the_same_requests_give_the_same_outcome() -> None:
     a, b = served(length_spread=0.7), served(length_spread=0.7)
     assert a == b
@@ -192,6 +199,7 @@ def test_estimate_json_reports_the_serving_figures(tmp_path: Path,
     ({"kv_cache_fraction": 1.5}, "kv_cache_fraction"),
     ({"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
     ({"request_rate": "lots"}, "request_rate"),
+    ({"frontend_latency_ms": -1}, "frontend_latency_ms"),
     ({"model": "llama3.1-405b", "precision": "bf16"}, "leaving no room for a K/V cache"),
 ])
 def test_bad_serving_settings_end_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],

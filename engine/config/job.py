@@ -14,6 +14,10 @@ from .errors import quote
 from .fields import Context, Field, Sections, catalog_entry, check_table_memo, optional
 
 MAX_PIPELINE_STAGES = 16_384   # each stage is costed on its own (Llama 3 405B ran 16)
+# A served request's time outside the engine, in its TTFT: the HTTP hop, the tokenizer and the first token's
+# detokenizing (Triton's ensemble around TensorRT-LLM). FITTED on TensorRT-LLM's online TTFT fitting rows
+# (docs/performance-model.md 12); 0 for an engine measured directly (trtllm-bench).
+FRONTEND_LATENCY_MS = 3.5
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class Job:
                                       #   (0: every request the same, as benchmarks run)
     requests: int = 0                 # inference: a benchmark of this many requests, measured whole
                                       #   (0: the steady state)
+    frontend_latency_ms: float = FRONTEND_LATENCY_MS   # inference: the request's path outside the engine
+                                      #   (HTTP, tokenizer, the first token's detokenizing), in every TTFT
     # The software stack (docs/performance-model.md "Software stack");
     # the defaults are Megatron-LM's current ones
     attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" |
@@ -90,6 +96,7 @@ JOB_SPEC: dict[str, Field] = {
     "kv_cache_dtype": optional("str", None, choices=("auto", "fp8", "bf16")),
     "length_spread": optional("float", None, low=0.0, high=4.0),
     "requests": optional("int", None, positive=True, high=10_000_000),
+    "frontend_latency_ms": optional("float", None, low=0.0, high=60_000.0),
     "micro_batch": optional("int", 1, positive=True, high=100_000, auto=True),
     "tp": optional("int", 1, positive=True, high=MAX_GPUS),
     "cp": optional("int", 1, positive=True, high=MAX_GPUS),
@@ -117,7 +124,7 @@ JOB_SPEC: dict[str, Field] = {
 
 # keys only an inference job takes (a training job's are refused)
 SERVING_KEYS = ("request_rate", "max_tokens_per_step", "kv_cache_fraction", "kv_cache_dtype", "length_spread",
-                "requests")
+                "requests", "frontend_latency_ms")
 
 
 def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int,
@@ -148,6 +155,8 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                kv_cache_fraction=j["kv_cache_fraction"] or 0.90, kv_cache_dtype=j["kv_cache_dtype"] or "auto",
                length_spread=0.7 if j["length_spread"] is None else j["length_spread"],
                requests=j["requests"] or 0,
+               frontend_latency_ms=(FRONTEND_LATENCY_MS if j["frontend_latency_ms"] is None
+                                    else j["frontend_latency_ms"]),
                attention_kernel=j["attention_kernel"], dropout=j["dropout"],
                overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
                overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],

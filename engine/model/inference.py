@@ -145,7 +145,7 @@ def _measure(job: Job, cost: IterationCost, memory: ServingMemory, limit: int, r
     span = max(t1 - t0, 1e-9)
     tokens = float(req.output[served].sum())
     ok = measured & np.isfinite(out.done)
-    ttft = Latency.of((out.first - req.arrival)[ok])
+    ttft = Latency.of((out.first - req.arrival)[ok] + job.frontend_latency_ms / 1000)
     steps = req.output - 1
     several = ok & (steps > 0)
     tpot = Latency.of(((out.done - out.first) / np.maximum(steps, 1))[several])
