@@ -98,3 +98,37 @@ def test_a_recorded_inference_job_is_shown_as_one(base: scenario.Scenario) -> No
         state.apply(orjson.loads(line))
     shown = figures(state.jobs[job["name"]], state, state.t)
     assert "MFU" not in shown and shown["TTFT"].endswith(("ms", "s")) and shown["TTFT"] != "—"
+    # the header carries the serving figures of `estimate --json`; the panel shows them under their own names
+    serving = est.serving
+    assert job["ttft_p99_s"] == pytest.approx(serving["ttft_p99_s"], abs=1e-6)
+    assert job["batch_limit"] == serving["batch_limit"] and job["saturated"] is serving["saturated"]
+    assert job["mean_batch"] == pytest.approx(serving["mean_batch"], abs=0.01)
+    assert 0.0 < job["kv_cache_use"] <= 1.0
+    assert shown["batch"] == f"{job['mean_batch']:,.0f}/{job['batch_limit']:,}"
+    assert shown["KV cache"] == f"{100 * job['kv_cache_use']:.0f}%"
+    assert shown["saturated"] == ("YES" if job["saturated"] else "no")
+
+
+def test_the_jobs_table_gives_serving_figures_their_own_columns() -> None:
+    from clustertop.tui.display import DisplayState
+    from clustertop.tui.widgets.jobs import JobsPanel
+
+    topology = {"gpus": 128, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64,
+                "gpus_per_building": 64, "nodes": 16, "racks": 8, "pods": 2, "buildings": 1}
+    jobs = [{"name": "train", "kind": "training", "first_gpu": 0, "gpus": 64, "tp": 8, "dp": 8},
+            {"name": "chat", "kind": "inference", "first_gpu": 64, "gpus": 64, "tp": 4, "dp": 16,
+             "ttft_s": 0.25, "tpot_s": 0.03, "requests_per_s": 120.0}]
+    header = {"type": "header", "topology": topology, "jobs": jobs, "gpus": 128, "sample_interval_s": 1.0}
+    state = DisplayState(header)
+    for name in ("train", "chat"):
+        state.apply({"t": 0.0, "type": "job_start", "job": name})
+    panel = JobsPanel()
+    _, both = panel.columns(120, 5, serving=True)
+    _, training = panel.columns(120, 5)
+    assert [c[0] for c in both[:5]] == ["state", "tok/s", "req/s", "TTFT", "TPOT"]
+    assert "req/s" not in [c[0] for c in training] and "MFU" in [c[0] for c in training]
+    text = panel._many(state, 0.0, 120).plain.splitlines()
+    chat = next(line for line in text if line.startswith("chat"))
+    train = next(line for line in text if line.startswith("train"))
+    assert "250 ms" in chat and "30 ms" in chat and "120" in chat
+    assert "ms" not in train                   # a training job has no latencies: its serving cells are "—"

@@ -154,11 +154,18 @@ def _measure(job: Job, cost: IterationCost, memory: ServingMemory, limit: int, r
     completed = float(served.sum()) / span
     _, active = cm.total_params(job.model)
     flops = 2.0 * active * float((req.output[served] + req.prompt[served]).sum()) / span
-    shares, mean_batch, busy = _timeline(cost, out, t0, t1)
+    shares, mean_batch, busy, context = _timeline(cost, out, t0, t1)
     replicas = job.dp
-    plan = _plan(job, out, t0, tokens / span, flops, memory, ttft, tpot, requests_per_s=completed)
+    saturated = completed < SATURATED * offered
+    # what the recording's header says of the job (docs/events.md), the dashboard's serving figures
+    serving = {"ttft_s": round(ttft.median, 6), "tpot_s": round(tpot.median, 6),
+               "ttft_p99_s": round(ttft.p99, 6), "tpot_p99_s": round(tpot.p99, 6),
+               "requests_per_s": round(completed * replicas, 4), "mean_batch": round(mean_batch, 2),
+               "batch_limit": limit, "kv_cache_use": round(min(1.0, context / max(1, memory.kv_tokens)), 4),
+               "saturated": saturated}
+    plan = _plan(job, out, t0, tokens / span, flops, memory, serving)
     return ServingResult(memory, limit, tokens / span * replicas, completed * replicas, ttft, tpot, itl,
-                         mean_batch, busy, completed < SATURATED * offered, out.preemptions, out.rejected,
+                         mean_batch, busy, saturated, out.preemptions, out.rejected,
                          flops / (job.tp * job.pp) / 1e12, shares, plan)
 
 
@@ -173,9 +180,10 @@ def _window(job: Job, req: Requests, out: Outcome) -> tuple[float, float]:
 
 
 def _timeline(cost: IterationCost, out: Outcome, t0: float,
-              t1: float) -> tuple[dict[str, float], float, float]:
+              t1: float) -> tuple[dict[str, float], float, float, float]:
     """Over [t0, t1]: the share of the time in each part of an iteration (and idle), the mean decode batch per
-    iteration and the share of the time the replica is busy."""
+    iteration, the share of the time the replica is busy and the decoding requests' mean context (tokens in
+    the cache) per iteration."""
     iterations = decode = busy = 0.0
     prefill = context = work = 0.0
     for start, seconds, k, n, p, c, w in out.trace:
@@ -189,7 +197,7 @@ def _timeline(cost: IterationCost, out: Outcome, t0: float,
         busy += seconds
     span = max(t1 - t0, 1e-9)
     if not iterations:
-        return {"idle": 1.0}, 0.0, 0.0
+        return {"idle": 1.0}, 0.0, 0.0, 0.0
     mean = Iteration(round(decode / iterations), context / iterations, round(prefill / iterations),
                      work / iterations, round(decode / iterations))
     parts = cost.parts(mean)
@@ -197,11 +205,11 @@ def _timeline(cost: IterationCost, out: Outcome, t0: float,
     busy = min(busy, span)
     shares = {k: v / whole * busy / span for k, v in parts.items()} if whole > 0 else {}
     shares["idle"] = max(0.0, 1.0 - busy / span)
-    return shares, decode / iterations, busy / span
+    return shares, decode / iterations, busy / span, context / iterations
 
 
 def _plan(job: Job, out: Outcome, t0: float, tokens_per_s: float, flops_per_s: float, memory: ServingMemory,
-          ttft: Latency, tpot: Latency, requests_per_s: float) -> StepPlan | None:
+          serving: dict[str, Any]) -> StepPlan | None:
     """A stretch of the measured timeline that the engine run repeats: iterations mostly prefilling are
     compute-bound, decode iterations bound by the weights' and the cache's reads, and the gaps idle."""
     steps = [s for s in out.trace if s[0] >= t0]
@@ -225,8 +233,6 @@ def _plan(job: Job, out: Outcome, t0: float, tokens_per_s: float, flops_per_s: f
     span = intervals[-1].end_s
     stages = tuple(tuple(intervals) for _ in range(job.pp))
     load = {"node": 0.05 if job.tp > 1 else 0.0}
-    serving = {"ttft_s": round(ttft.median, 6), "tpot_s": round(tpot.median, 6),
-               "requests_per_s": round(requests_per_s * job.dp, 4)}
     used = (memory.weights + memory.activations + memory.reserve + memory.kv_cache) / GB
     return StepPlan(step_time_s=span, stages=stages, tier_load=load,
                     tokens=round(tokens_per_s * span * job.dp), model_flops=flops_per_s * span * job.dp,

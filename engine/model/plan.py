@@ -44,7 +44,7 @@ class StepPlan:
     tokens: int = 0
     model_flops: float = 0.0       # per step, whole job (model FLOPs: no recomputation)
     memory_gb: tuple[float, ...] = ()   # memory per GPU of each pipeline stage (GB)
-    serving: dict[str, float] = field(default_factory=dict)   # inference: ttft_s, tpot_s (medians)
+    serving: dict[str, Any] = field(default_factory=dict)     # inference: the header's serving figures
 
 
 def extend_run(run1: PipelineRun, run2: PipelineRun, m1: int, m2: int,

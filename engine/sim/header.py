@@ -51,7 +51,7 @@ def _job(scenario: Scenario, track: JobTrack, topology: Geometry, power: PowerMo
     memory = plan.plan.memory_gb
     if memory:      # memory per GPU: one figure, or one per pipeline stage when they differ
         entry["memory_gb"] = memory[0] if len(set(memory)) == 1 else list(memory)
-    entry.update(plan.plan.serving)       # inference: median TTFT and TPOT
+    entry.update(plan.plan.serving)       # inference: latencies, requests/s, batch, K/V cache use
     if shared is not None:
         entry.update(shared.header(track.index))
     st = track.stragglers

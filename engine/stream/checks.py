@@ -107,8 +107,11 @@ _TOPOLOGY.update({key: count for key in ("nodes", "racks", "pods", "buildings")}
 _LAYOUT = {key: positive for key in ("tp", "cp", "pp", "dp", "ep")}
 _JOB = {"name": text, "first_gpu": count, "gpus": positive, **_LAYOUT, "model": or_null(text),
         "kind": text, "fits": boolean, "memory_gb": or_null(numbers), "speed": or_null(number)}
-_JOB.update({key: or_null(number) for key in ("step_time_s", "mfu", "ttft_s", "tpot_s",
-                                                "effective_training_time", "tokens_target", "train_tokens")})
+_JOB.update({key: or_null(number) for key in ("step_time_s", "mfu", "ttft_s", "tpot_s", "ttft_p99_s",
+                                                "tpot_p99_s", "requests_per_s", "mean_batch", "batch_limit",
+                                                "kv_cache_use", "effective_training_time", "tokens_target",
+                                                "train_tokens")})
+_JOB["saturated"] = or_null(boolean)
 _JOB.update({"step_time_alone_s": or_null(number), "contention_slowdown": or_null(number),
              "contention_tier": or_null(text), "contention_shares": lambda v: _shares(v)})
 _GPU = {"name": text, **{key: or_null(number) for key in ("hbm_gb", "tdp_w", "idle_w", "bf16_tflops")}}

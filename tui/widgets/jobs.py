@@ -59,6 +59,18 @@ def _seconds(value: Any) -> str:
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
 
 
+def _serving(job: JobStatus, key: str) -> Any:
+    """A serving figure from the latest step event (or sample status), else the header's."""
+    return job._src[key] if key in job._src else job.info.get(key)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or None (absent, null, not a number: a hostile recording)."""
+    if type(value) not in (int, float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _latency(job: JobStatus, name: str) -> str:
     """TTFT / TPOT from the latest step event (or sample status), else the header: `<name>_s` or
     `<name>_ms`."""
@@ -74,17 +86,23 @@ def _latency(job: JobStatus, name: str) -> str:
 
 
 def inference_figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
-    """An inference job: throughput and latency instead of MFU (what the step events carry; "—" if absent)."""
-    src = job._src
+    """An inference job: requests/s, latencies, batch and K/V cache use instead of MFU (the step events'
+    figures, else the header's; "—" if absent)."""
     label, left = eta(job, state, t)
+    live = not stopped(job)
+    rate = _number(_serving(job, "requests_per_s"))
+    mean, limit = _number(_serving(job, "mean_batch")), _number(_serving(job, "batch_limit"))
+    kv = _number(_serving(job, "kv_cache_use"))
+    saturated = _serving(job, "saturated")
     out = {
-        "tokens/s": units.si(job.tokens_per_s) if job.tokens_per_s else "—",
-        "TTFT": _latency(job, "ttft"),
-        "TPOT": _latency(job, "tpot"),
+        "tokens/s": units.si(job.tokens_per_s) if job.tokens_per_s and live else "—",
+        "requests/s": units.si(rate) if rate is not None and live else "—",
+        **{name: _latency(job, key) if live else "—" for name, key in (
+            ("TTFT", "ttft"), ("TPOT", "tpot"), ("TTFT p99", "ttft_p99"), ("TPOT p99", "tpot_p99"))},
+        "batch": (f"{mean:,.0f}/{limit:,.0f}" if limit else f"{mean:,.0f}") if mean is not None else "—",
+        "KV cache": f"{100 * kv:.0f}%" if kv is not None else "—",
+        "saturated": ("YES" if saturated else "no") if type(saturated) is bool else "—",
     }
-    for key, name in (("requests_per_s", "requests/s"), ("batch", "batch")):
-        if src.get(key) is not None:
-            out[name] = units.si(float(src[key])) if key == "requests_per_s" else f"{src[key]:,}"
     out["tokens"] = units.si(job.tokens) if job.tokens else "0"
     out["interrupts"] = f"{job.interruptions:,}"
     out[label] = units.duration(left) if left else "—"
@@ -156,13 +174,16 @@ def lost_time(job: JobStatus, t: float) -> float:
     return job.time_lost_s + max(0.0, down)
 
 
-# The jobs table: (header, width, figure key or None for the name and status, sort key).
+# The jobs table: (header, width, figure key or None for the name and status, sort key). A serving job's
+# columns follow tok/s when the table has one.
 COLUMNS: tuple[tuple[str, int, str], ...] = (
     ("state", 7, "state"), ("tok/s", 6, "tokens/s"), ("MFU", 6, "MFU"), ("s/step", 6, "step time"),
     ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"),
     ("$/Mtok", 6, "$/M tokens"),
     ("step", 7, "step"),
 )
+SERVING_COLUMNS: tuple[tuple[str, int, str], ...] = (
+    ("req/s", 6, "requests/s"), ("TTFT", 6, "TTFT"), ("TPOT", 6, "TPOT"))
 SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
 
 
@@ -218,8 +239,12 @@ class JobsPanel(Panel):
             for job in jobs:
                 f = figures(job, state, t)
                 text.append(f"{job.name} ", style="bold")
-                text.append(f"step {f.get('step', '—')} · {f.get('tokens/s', '—')} tok/s · "
-                            f"MFU {f.get('MFU', '—')}\n", style="dim")
+                if is_inference(job):
+                    text.append(f"{f.get('tokens/s', '—')} tok/s · {f.get('requests/s', '—')} req/s · "
+                                f"TTFT {f.get('TTFT', '—')}\n", style="dim")
+                else:
+                    text.append(f"step {f.get('step', '—')} · {f.get('tokens/s', '—')} tok/s · "
+                                f"MFU {f.get('MFU', '—')}\n", style="dim")
             text.rstrip()
             self.show_if_changed(key, text)
             return
@@ -247,13 +272,16 @@ class JobsPanel(Panel):
         text.rstrip()
         return text
 
-    def columns(self, width: int, longest: int) -> tuple[int, list[tuple[str, int, str]]]:
+    def columns(self, width: int, longest: int,
+                serving: bool = False) -> tuple[int, list[tuple[str, int, str]]]:
         """The name column's width (the longest name, up to half the panel) and the columns that fit after it
-        (in COLUMNS order). Depends on the names and the width only: the same every frame."""
+        (in COLUMNS order, the serving ones after tok/s when a job serves). Depends on the names, the width
+        and whether a job serves only: the same every frame."""
         name_w = min(max(longest, 4), max(12, width // 2))
         shown: list[tuple[str, int, str]] = []
         used = name_w + 1
-        for column in COLUMNS:
+        order = COLUMNS[:2] + SERVING_COLUMNS + COLUMNS[2:] if serving else COLUMNS
+        for column in order:
             if used + column[1] + 1 > width:
                 break
             shown.append(column)
@@ -262,7 +290,8 @@ class JobsPanel(Panel):
 
     def _many(self, state: DisplayState, t: float, width: int) -> Text:
         jobs = sorted(state.jobs.values(), key=lambda job: sort_value(job, self.sort, state, t))
-        name_w, columns = self.columns(width, max(len(job.name) for job in jobs))
+        name_w, columns = self.columns(width, max(len(job.name) for job in jobs),
+                                       any(is_inference(job) for job in jobs))
         text = Text(no_wrap=True, overflow="ellipsis")
         self._headers = []
         x = 0
@@ -285,8 +314,6 @@ class JobsPanel(Panel):
                     text.append(f"{value[:w]:>{w}} ", style=style)
                     continue
                 value = f.get(key, "—")
-                if is_inference(job) and key in ("MFU", "step time"):
-                    value = f.get("TTFT" if key == "MFU" else "TPOT", "—")
                 value = value.removesuffix(" s") if key == "step time" else value
                 text.append(f"{value[-w:]:>{w}} ", style="dim" if value == "—" else "")
         return text
