@@ -137,7 +137,7 @@ ALLOWED = {
 
 def _imports(path: Path, package: str) -> set[str]:
     """What a module imports of the tree, as dotted names under their part ("config.scenario.Job",
-    "model.power.PowerModel", "tui.format", "cli.signals"), absolute or relative."""
+    "model.power.PowerModel", "tui.charts", "cli.signals"), absolute or relative."""
     parts = package.split(".")
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):

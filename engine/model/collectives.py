@@ -1,7 +1,7 @@
 """Collective communication costs on the link tiers a group really crosses
 (alpha-beta, nccl-tests conventions).
 
-A group's members are placed by the job's layout (engine/model/layout.py order: TP, CP, PP, DP). From the
+A group's members are placed in the job's rank order (engine/config/geometry.py: TP, CP, PP, DP). From the
 placement follow: how many members share a node (q), how many nodes the group spans (k), the outermost tier it
 crosses, and how much an oversubscribed tier slows it down when every group of the dimension communicates at
 once (they do: all replicas run in lockstep). Times use the measured bus bandwidth of each fabric (busbw: the
@@ -84,7 +84,8 @@ def _block_sizes(topo: Geometry) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (see layout.py)."""
+    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (rank order:
+    engine/config/geometry.py)."""
 
     first_gpu: int
     gpus: int
@@ -104,7 +105,7 @@ def placement(job: Job | Placement) -> Placement:
 def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     """Job-local GPU indices of every group over `dims`, shape (groups, size), members in ring order."""
     grid = np.arange(job.gpus).reshape(job.dp, job.pp, job.cp, job.tp)
-    if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/model/layout.py)
+    if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/config/geometry.py)
         grid = grid.reshape(job.dp // job.ep, job.ep, job.pp, job.cp, job.tp)
         names = ["dpo", "ep", "pp", "cp", "tp"]
         want = ["ep"]

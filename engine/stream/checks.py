@@ -1,7 +1,7 @@
 """The stream's header and events checked against the schema (docs/events.md), once, in the reader.
 
-Every field a reader of the stream uses (the reducer, the seek index, the Perfetto export, the dashboard) is
-checked here for its type and range, so that a recording with valid JSON but wrong types ends in one line
+Every field a reader of the stream uses (the reducer, the Perfetto export, the dashboard and its seek index)
+is checked here for its type and range, so that a recording with valid JSON but wrong types ends in one line
 naming the line and key, not a traceback somewhere downstream. What the readers do not use is not checked:
 unknown keys and unknown event types pass (newer writers may add them), and sample keys beyond the ones below
 are free.
