@@ -174,8 +174,6 @@ def _part_files() -> list[tuple[Path, str]]:
     for folder, part in PARTS.items():
         base = ROOT / folder
         paths = list(base.rglob("*.py")) if base.is_dir() else []
-        if folder == "engine/sweep" and (ROOT / "engine" / "sweep.py").is_file():
-            paths.append(ROOT / "engine" / "sweep.py")
         files += [(path, part) for path in paths if "__pycache__" not in path.parts]
     files += [(ROOT / "engine" / "__init__.py", "config")]
     return files

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from ..config.errors import UserError
-from ..config.phases import PHASES
 
 SCHEMA = "clustertop.events"
 SCHEMA_VERSION = 1
@@ -131,7 +130,6 @@ def check_header(obj: Any, where: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "PHASES",
     "SCHEMA",
     "SCHEMA_VERSION",
     "check_header",
