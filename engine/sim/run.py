@@ -49,7 +49,7 @@ from ..stream.recorder import ListSink, Sink
 from . import faults, hooks, variability
 from .activity import Activity, CompiledPlan, Constant, Running, Segment
 from .header import run_header
-from .lifecycle import PLANNED, JobDriver, SparePool
+from .lifecycle import PLANNED, JobDriver, Maintenance, SparePool
 from .overrides import Override
 from .sampling import INSTANT, MAX_SAMPLES, Measurement, Sampler, default_sample_interval
 from .sharing import SharedTiers
@@ -194,7 +194,8 @@ class Run:
         self.switch(track, Running(plan, now, track.step if step is None else step,
                                    track.tokens_total if tokens is None else tokens))
 
-    def interrupt(self, track: JobTrack, perturbation: Any) -> None:
+    def interrupt(self, track: JobTrack,
+                  perturbation: hooks.Perturbation | faults.Fault | Maintenance) -> None:
         """Interrupt the job's process with a Perturbation (engine/sim/hooks.py: run inside it, it may
         switch, wait, emit and resume), an engine.sim.faults.Fault, or engine.sim.lifecycle.PLANNED
         (maintenance).
