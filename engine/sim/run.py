@@ -163,7 +163,10 @@ class Run:
         return hooks.rng(self.seed, name)
 
     def add_process(self, factory: Callable[[Run], Generator[Any, Any, None]]) -> None:
-        """A SimPy process started with the run (before the sampler), e.g. a fault or checkpoint source."""
+        """A SimPy process started with the run (before the sampler), e.g. a fault or checkpoint source.
+
+        `factory` is called with the whole Run (its env, tracks, emit, interrupt, override, rng...), not
+        with one of the narrow interfaces of engine/sim/hooks.py that the parts Run wires itself see."""
         self._extra.append(factory)
 
     def emit(self, kind: str, **fields: Any) -> None:

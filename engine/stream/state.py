@@ -208,6 +208,8 @@ class ClusterState:
         self.gpus = int(self.topology["gpus"])
         self.link_scope = link_scope(header)
         self.t = 0.0
+        # samples folded into this state: 0 means nothing measured yet. Not a count of the stream's samples up
+        # to t: a state the dashboard rebuilds for a seek (tui/index.py) starts from one keyframe, so 1.
         self.samples = 0
         self._util = _Lazy(np.zeros(self.gpus, dtype=np.float32), scale=0.01)   # 0..1 (percent on the wire)
         self._power = _Lazy(np.zeros(self.gpus, dtype=np.float32))
