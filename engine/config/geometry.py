@@ -103,6 +103,11 @@ class Geometry:
     def buildings(self) -> int:
         return _count(self.gpus, self.gpus_per_building)
 
+    def block_sizes(self) -> dict[str, int]:
+        """GPUs of the block whose uplinks cross each tier above the leaf: a rack's cross the spine, a pod's
+        the core, a building's the campus."""
+        return {"spine": self.gpus_per_rack, "core": self.gpus_per_pod, "campus": self.gpus_per_building}
+
     def size(self, level: str) -> int:
         """GPUs in one container of `level` (LEVELS; the site is all of them)."""
         return {"site": self.gpus, "building": self.gpus_per_building, "pod": self.gpus_per_pod,

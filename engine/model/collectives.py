@@ -73,15 +73,6 @@ class Comm:
 NO_COMM = Comm(0.0, {})
 
 
-def _oversub(cluster: Cluster) -> dict[str, float]:
-    return {"spine": cluster.rack_oversubscription, "core": cluster.pod_oversubscription,
-            "campus": cluster.building_oversubscription}
-
-
-def _block_sizes(topo: Geometry) -> dict[str, int]:
-    return {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (rank order:
@@ -140,7 +131,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     q = int(np.sum(node[0] == node[0, 0]))
     k = len(np.unique(node[0]))
     tier = TIERS[_outermost(topo, groups)]
-    oversub = _oversub(cluster)
+    oversub = cluster.oversubscription()
     crossing: dict[str, float] = {}
     demands: dict[str, np.ndarray] = {}
     tier_slowdown: dict[str, float] = {}
@@ -152,7 +143,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
         net_share = (size - q) / size if pattern == "all2all" else \
             float(np.count_nonzero(_leaves(node))) * q / groups.size
         for t in NET_TIERS:
-            block = _block_sizes(topo)[t]
+            block = topo.block_sizes()[t]
             src_block = groups // block
             if pattern == "all2all":
                 same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
@@ -297,7 +288,7 @@ def _load(cluster: Cluster, r: Route, node_bytes: float, net_bytes: float, time_
         leaf = min(1.0, net_bytes / time_s / _net_line(cluster))
         load["leaf"] = leaf
         for t, frac in r.crossing.items():
-            load[t] = min(1.0, leaf * frac * _oversub(cluster)[t])
+            load[t] = min(1.0, leaf * frac * cluster.oversubscription()[t])
     return load
 
 
