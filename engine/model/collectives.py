@@ -32,9 +32,9 @@ from ..config import catalog
 from ..config.cluster import Cluster
 from ..config.geometry import TIERS, Geometry
 from ..config.job import Job
+from ..config.units import GB
 from . import scaleup
 
-GB = 1e9
 NET_TIERS = ("spine", "core", "campus")
 
 
