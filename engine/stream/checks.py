@@ -109,8 +109,11 @@ _JOB = {"name": text, "first_gpu": count, "gpus": positive, **_LAYOUT, "model": 
         "kind": text, "fits": boolean, "memory_gb": or_null(numbers), "speed": or_null(number)}
 _JOB.update({key: or_null(number) for key in ("step_time_s", "mfu", "ttft_s", "tpot_s",
                                                 "effective_training_time", "tokens_target", "train_tokens")})
-_JOB.update({"step_time_alone_s": or_null(number), "contention_slowdown": or_null(number),
-             "contention_tier": or_null(text), "contention_shares": lambda v: _shares(v)})
+# schema.CONTENTION_KEYS, in a job's header entry and in a contention event
+_CONTENTION_FIGURES: dict[str, Check] = {"contention_slowdown": or_null(number),
+                                         "contention_tier": or_null(text),
+                                         "contention_shares": lambda v: _shares(v)}
+_JOB.update({"step_time_alone_s": or_null(number), **_CONTENTION_FIGURES})
 _GPU = {"name": text, **{key: or_null(number) for key in ("hbm_gb", "tdp_w", "idle_w", "bf16_tflops")}}
 _CLUSTER = {"node_fabric": text, "site_power_budget_mw": or_null(number),
             "pod_oversubscription": or_null(number)}
@@ -256,8 +259,7 @@ def _shares(value: Any) -> str | None:
                  if (why := number(share)) or (why := text(tier))), None)
 
 
-_CONTENTION = {"job": text, "contention_slowdown": or_null(number), "contention_tier": or_null(text),
-               "contention_shares": _shares}
+_CONTENTION = {"job": text, **_CONTENTION_FIGURES}
 
 
 def _list_of(check: Check, what: str) -> Check:

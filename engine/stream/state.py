@@ -25,8 +25,6 @@ from ..config.geometry import JobGeometry, stage_of
 from ..config.phases import CODE, PHASES
 from . import schema
 
-CONTENTION_KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
-
 
 def _kpi(key: str, doc: str) -> property:
     """A job figure read from the latest step event or sample status (folding a step is one assignment)."""
@@ -65,7 +63,7 @@ class JobStatus:
         self.time_lost_s = 0.0
         # jobs sharing tiers: contention_slowdown, contention_tier, contention_shares (header, then
         # "contention")
-        self.contention: dict[str, Any] = {k: info[k] for k in CONTENTION_KEYS if k in info}
+        self.contention: dict[str, Any] = {k: info[k] for k in schema.CONTENTION_KEYS if k in info}
         figures = ("step", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "tokens_total")
         self._src: dict[str, Any] = dict.fromkeys(figures, 0)
 
@@ -360,7 +358,7 @@ class ClusterState:
         for name, job in self.jobs.items():
             if job.contention or name in now:
                 entry = now.get(name, {})
-                job.contention = {k: entry[k] for k in CONTENTION_KEYS if k in entry}
+                job.contention = {k: entry[k] for k in schema.CONTENTION_KEYS if k in entry}
 
     def _checkpoint_end(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job") or "")
