@@ -14,6 +14,7 @@ from typing import NoReturn
 import clustertop
 from clustertop import signals
 from clustertop.commands.scenarios import DEFAULT_SCENARIO
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import UserError, escape
 
 DESCRIPTION = f"""\
@@ -77,6 +78,21 @@ def _speed(text: str) -> float:
             from None
     if not 0.1 <= value <= 1e6:
         raise argparse.ArgumentTypeError(f"expected 0.1 to 1000000 simulated seconds per second, got {text}")
+    return value
+
+
+def duration_flag(text: str | None, flag: str, low: float = 0.0,
+                  high: float = units.MAX_DURATION_S) -> float | None:
+    """A duration flag's seconds ("90s", "6h"; None when it was not given), from `low` to `high`; a UserError
+    naming the flag otherwise (record and watch check theirs when they run, after the parser)."""
+    if text is None:
+        return None
+    try:
+        value = units.parse_duration(text)
+    except ValueError as exc:
+        raise UserError(str(exc), flag) from None
+    if not low <= value <= high:
+        raise UserError(f"expected {units.seconds(low)} to {units.seconds(high)}, got {text}", flag)
     return value
 
 

@@ -32,7 +32,15 @@ def test_counts_and_seconds_separate_thousands() -> None:
     assert units.seconds(1193.0) == "1,193 s"
     assert units.seconds(1200.0) == "1,200 s"
     assert units.seconds(0.25) == "0.25 s"
+    assert units.seconds(0.05) == "0.05 s" and units.seconds(42.5) == "42.5 s"
     assert units.si(2.52e6) == "2.52M" and units.si(9890.0) == "9.89k" and units.si(None) == "—"
+
+
+@pytest.mark.parametrize("value,text", [(1_234_567.8, "1,234,568 s"), (86_400.0, "86,400 s"),
+                                        (10 * 365 * 86400.0, "315,360,000 s"), (999.5, "999.5 s")])
+def test_large_seconds_are_whole_with_separators(value: float, text: str) -> None:
+    """Never the exponent form of `g` ('1.23457e+06 s'): a long run's times read whole."""
+    assert units.seconds(value) == text
 
 
 def test_memory_says_gb_and_gib_plainly() -> None:

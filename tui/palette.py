@@ -137,7 +137,6 @@ def phase_colour(codes: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
-    "CODE",
     "METRICS",
     "NODATA",
     "NODATA_COLOR",

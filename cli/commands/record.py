@@ -17,10 +17,11 @@ import time
 from typing import Any
 
 import orjson
+from clustertop.cli import duration_flag
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.outfile import check_output
-from clustertop.engine.config.units import format_duration, parse_duration
+from clustertop.engine.config.units import format_duration
 from clustertop.engine.sim import control
 from clustertop.engine.sim import run as engine_run
 from clustertop.engine.sim import summary as run_summary
@@ -28,17 +29,10 @@ from clustertop.engine.stream.recorder import Recorder
 from clustertop.progress import RunBar, wanted
 
 
-def _duration(text: str, flag: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise UserError(str(exc), flag) from None
-
-
 def main(args: argparse.Namespace) -> int:
     s = scenario.load(args.scenario)
-    duration = _duration(args.duration, "--duration") if args.duration is not None else s.duration_s
-    sample = _duration(args.sample, "--sample") if args.sample is not None else None
+    duration = duration_flag(args.duration, "--duration") or s.duration_s
+    sample = duration_flag(args.sample, "--sample")
     if args.seed is not None and not 0 <= args.seed < 2**63:
         raise UserError(f"expected an integer from 0 to 2^63-1, got {args.seed}", "--seed")
     if sample is not None and sample > duration:

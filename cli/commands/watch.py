@@ -15,22 +15,9 @@ import signal
 import sys
 from typing import Any
 
-from clustertop.engine.config import units
+from clustertop.cli import duration_flag
 from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.outfile import check_output
-from clustertop.engine.config.units import parse_duration
-
-
-def _seconds(text: str | None, flag: str, low: float, high: float) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = parse_duration(text)
-    except ValueError as exc:
-        raise UserError(str(exc), flag) from None
-    if not low <= value <= high:
-        raise UserError(f"expected {units.seconds(low)} to {units.seconds(high)}, got {text}", flag)
-    return value
 
 
 def child_args(args: argparse.Namespace) -> list[str]:
@@ -92,9 +79,9 @@ def _url(text: str) -> str:
 def main(args: argparse.Namespace) -> int:
     if bool(args.prometheus) == bool(args.exporter):
         raise UserError("expected either --prometheus URL or --exporter URL[,URL...]", "watch")
-    interval = _seconds(args.interval, "--interval", 0.05, 86400.0) or 5.0
-    timeout = _seconds(args.timeout, "--timeout", 0.05, 600.0) or min(10.0, max(0.5, 0.8 * interval))
-    duration = _seconds(args.duration, "--duration", 0.0, 10 * 365 * 86400.0)
+    interval = duration_flag(args.interval, "--interval", 0.05, 86400.0) or 5.0
+    timeout = duration_flag(args.timeout, "--timeout", 0.05, 600.0) or min(10.0, max(0.5, 0.8 * interval))
+    duration = duration_flag(args.duration, "--duration")
     if args.prometheus:
         _url(args.prometheus)
     else:

@@ -149,8 +149,6 @@ class Model:
         return self.head_dim or self.hidden // self.heads
 
 
-_BIG = 10**9
-
 GPU_SPEC: dict[str, Field] = {
     "bf16_tflops": Field("float", positive=True, high=1e5),
     "fp8_tflops": optional("float", positive=True, high=1e5),

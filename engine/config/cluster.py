@@ -76,6 +76,12 @@ class Cluster:
         """The optical transceivers of its fabric and their power (engine/config/optics.py), counted once."""
         return site_optics(self)
 
+    def oversubscription(self) -> dict[str, float]:
+        """Each tier above the leaf, by the oversubscription of the uplinks that cross it
+        (Geometry.block_sizes): a rack's (spine), a pod's (core), a building's (campus)."""
+        return {"spine": self.rack_oversubscription, "core": self.pod_oversubscription,
+                "campus": self.building_oversubscription}
+
     @property
     def node_link(self) -> Fabric:
         """The fabric GPUs of one scale-up domain talk over: the GPU's scale-up links,

@@ -5,8 +5,12 @@ GPUs are numbered 0..N-1 in physical order: consecutive GPUs share a node, conse
 on; the last pod (and building) may be partial. A job takes consecutive GPUs from its first one, and its
 parallel ranks follow the Llama 3 order (section 3.3.2): TP innermost, then CP, PP, DP outermost, so that TP
 stays inside the scale-up domain and DP, whose traffic overlaps with compute, takes the outer tiers; EP shards
-experts across consecutive DP ranks. Everything here is arithmetic on indices, vectorized with numpy; the
-model, the simulation, the stream, the Perfetto export and the dashboard all place GPUs through this module.
+experts across consecutive DP ranks. Everything here is arithmetic on indices, vectorized with numpy.
+
+The simulation (its tracks and samples), the stream's reducer, the Perfetto export and the dashboard find a
+job's stages and ranks through JobGeometry; the model finds tiers through Geometry, and layout.py its strides
+through JobGeometry, but collectives.members (a (dp, pp, cp, tp) grid) and step._net (stages every tp * cp
+GPUs) derive the same order from the job's sizes themselves: a change of RANK_ORDER must change them too.
 """
 
 from __future__ import annotations
@@ -98,6 +102,11 @@ class Geometry:
     @property
     def buildings(self) -> int:
         return _count(self.gpus, self.gpus_per_building)
+
+    def block_sizes(self) -> dict[str, int]:
+        """GPUs of the block whose uplinks cross each tier above the leaf: a rack's cross the spine, a pod's
+        the core, a building's the campus."""
+        return {"spine": self.gpus_per_rack, "core": self.gpus_per_pod, "campus": self.gpus_per_building}
 
     def size(self, level: str) -> int:
         """GPUs in one container of `level` (LEVELS; the site is all of them)."""

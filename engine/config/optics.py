@@ -80,10 +80,9 @@ def site_optics(cluster: Cluster) -> SiteOptics:
     nic_gbps = cluster.scale_out.gb_s * 8
     where = Geometry.of(cluster)
     links: list[tuple[str, int, float]] = []
-    for tier, per, over in (("spine", where.gpus_per_rack, cluster.rack_oversubscription),
-                            ("core", where.gpus_per_pod, cluster.pod_oversubscription),
-                            ("campus", where.gpus_per_building, cluster.building_oversubscription)):
-        n = _uplinks(cluster.gpus, per, nic_share, over)
+    over = cluster.oversubscription()
+    for tier, per in where.block_sizes().items():
+        n = _uplinks(cluster.gpus, per, nic_share, over[tier])
         if n:
             links.append((tier, n, nic_gbps))
     if cluster.scale_up == "torus-3d":

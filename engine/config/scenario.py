@@ -225,7 +225,7 @@ def load(arg: str) -> Scenario:
 
 def parse(data: dict[str, Any], ctx: Context, path: str = "", sections: Sections | None = None) -> Scenario:
     """Validate a scenario's raw table. `sections`: a sweep's memo of the tables its points share
-    (see _section)."""
+    (see fields.memo_section)."""
     top = check_table_memo(sections, ctx, "", data, TOP_SPEC)
     cluster = memo_section(sections, "cluster", (top["cluster"],), lambda: check_cluster(ctx, top["cluster"]))
     raw_jobs = top["jobs"]

@@ -67,8 +67,11 @@ def latency(value: float | None) -> str:
 
 
 def seconds(value: float) -> str:
-    """A time in seconds for messages: '1,193 s', '0.25 s'."""
-    return f"{value:,g} s"
+    """A time in seconds for messages: '0.25 s', '42.5 s'; from 1,000 s whole seconds with thousands
+    separators ('1,193 s', '1,234,568 s': `g` alone would write '1.23457e+06 s')."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f} s"
+    return f"{value:g} s"
 
 
 def count(n: float, noun: str) -> str:

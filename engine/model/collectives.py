@@ -1,7 +1,7 @@
 """Collective communication costs on the link tiers a group really crosses
 (alpha-beta, nccl-tests conventions).
 
-A group's members are placed by the job's layout (engine/model/layout.py order: TP, CP, PP, DP). From the
+A group's members are placed in the job's rank order (engine/config/geometry.py: TP, CP, PP, DP). From the
 placement follow: how many members share a node (q), how many nodes the group spans (k), the outermost tier it
 crosses, and how much an oversubscribed tier slows it down when every group of the dimension communicates at
 once (they do: all replicas run in lockstep). Times use the measured bus bandwidth of each fabric (busbw: the
@@ -32,9 +32,9 @@ from ..config import catalog
 from ..config.cluster import Cluster
 from ..config.geometry import TIERS, Geometry
 from ..config.job import Job
+from ..config.units import GB
 from . import scaleup
 
-GB = 1e9
 NET_TIERS = ("spine", "core", "campus")
 
 
@@ -73,18 +73,10 @@ class Comm:
 NO_COMM = Comm(0.0, {})
 
 
-def _oversub(cluster: Cluster) -> dict[str, float]:
-    return {"spine": cluster.rack_oversubscription, "core": cluster.pod_oversubscription,
-            "campus": cluster.building_oversubscription}
-
-
-def _block_sizes(topo: Geometry) -> dict[str, int]:
-    return {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
-
-
 @dataclass(frozen=True)
 class Placement:
-    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (see layout.py)."""
+    """Where a job's ranks sit: all that the groups of its parallel dimensions depend on (rank order:
+    engine/config/geometry.py)."""
 
     first_gpu: int
     gpus: int
@@ -104,7 +96,7 @@ def placement(job: Job | Placement) -> Placement:
 def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     """Job-local GPU indices of every group over `dims`, shape (groups, size), members in ring order."""
     grid = np.arange(job.gpus).reshape(job.dp, job.pp, job.cp, job.tp)
-    if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/model/layout.py)
+    if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/config/geometry.py)
         grid = grid.reshape(job.dp // job.ep, job.ep, job.pp, job.cp, job.tp)
         names = ["dpo", "ep", "pp", "cp", "tp"]
         want = ["ep"]
@@ -139,7 +131,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     q = int(np.sum(node[0] == node[0, 0]))
     k = len(np.unique(node[0]))
     tier = TIERS[_outermost(topo, groups)]
-    oversub = _oversub(cluster)
+    oversub = cluster.oversubscription()
     crossing: dict[str, float] = {}
     demands: dict[str, np.ndarray] = {}
     tier_slowdown: dict[str, float] = {}
@@ -151,7 +143,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
         net_share = (size - q) / size if pattern == "all2all" else \
             float(np.count_nonzero(_leaves(node))) * q / groups.size
         for t in NET_TIERS:
-            block = _block_sizes(topo)[t]
+            block = topo.block_sizes()[t]
             src_block = groups // block
             if pattern == "all2all":
                 same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
@@ -296,7 +288,7 @@ def _load(cluster: Cluster, r: Route, node_bytes: float, net_bytes: float, time_
         leaf = min(1.0, net_bytes / time_s / _net_line(cluster))
         load["leaf"] = leaf
         for t, frac in r.crossing.items():
-            load[t] = min(1.0, leaf * frac * _oversub(cluster)[t])
+            load[t] = min(1.0, leaf * frac * cluster.oversubscription()[t])
     return load
 
 

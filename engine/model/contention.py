@@ -43,8 +43,7 @@ QUANTUM = 20           # others' connections per block are counted in 1/20ths: r
 
 
 def _blocks(topo: Geometry) -> dict[str, int]:
-    sizes = {"spine": topo.gpus_per_rack, "core": topo.gpus_per_pod, "campus": topo.gpus_per_building}
-    return {tier: -(-topo.gpus // size) for tier, size in sizes.items()}
+    return {tier: -(-topo.gpus // size) for tier, size in topo.block_sizes().items()}
 
 
 def footprint(cluster: Cluster, est: JobEstimate, step_s: float) -> dict[str, np.ndarray]:

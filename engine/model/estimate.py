@@ -26,6 +26,7 @@ from ..config.errors import UserError, quote
 from ..config.geometry import DIMS, Geometry
 from ..config.job import Job
 from ..config.scenario import Scenario
+from ..config.units import GB
 from . import chunks, contention, pipeline, scaleup, step
 from . import collectives as col
 from . import compute as cm
@@ -215,8 +216,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
               if getattr(job, k) == "auto"}
     tiers = _tiers(cluster, job)
     mem_gb = best.memory.parts_gb()
-    total_gb = round(best.memory.total / mem.GB, 2)
-    cap = round(mem.capacity_bytes(cluster.gpu) / mem.GB, 2)
+    total_gb = round(best.memory.total / GB, 2)
+    cap = round(mem.capacity_bytes(cluster.gpu) / GB, 2)
     common: dict[str, Any] = {"name": job.name, "gpus": job.gpus, "memory_gb": mem_gb,
                                "memory_gb_per_gpu": total_gb, "capacity_gb": cap, "chosen": chosen,
                                "tiers": tiers, "job": resolved, "microbatches": best.microbatches,

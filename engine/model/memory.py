@@ -20,11 +20,9 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from ..config.catalog import GPU, Model
+from ..config.units import GB, GiB
 from .compute import attention_dims, kv_width_per_rank
 from .kernels import BF16
-
-GiB = 2**30
-GB = 1e9
 
 # CUDA context, cuBLAS/cuDNN workspaces and NCCL channel buffers: about 1.5 GB per process in practice
 # (PyTorch issue discussions report 0.5-1 GB of context on H100, NCCL ~0.3-1 GB with many communicators).

@@ -19,7 +19,10 @@ from ..config.phases import CODE, PHASES
 from .pipeline import Intervals, PipelineRun
 
 BUBBLE = CODE["bubble"]
-# Where a stage's intervals tie on start and end, they sort by their phase's name (NAME_RANK[code]).
+# The place of each code's phase name in alphabetical order. merge_runs walks a stage's intervals sorted by
+# (start, end, NAME_RANK[code]): of two with the same start and end, the one whose phase name comes first
+# covers that time and the other is dropped. (The schedule's codes were once name-sorted; this keeps plans
+# as they were.)
 NAME_RANK = np.array([sorted(PHASES).index(name) for name in PHASES], dtype=np.int8)
 
 

@@ -28,8 +28,7 @@ import math
 import numpy as np
 
 from ..config.cluster import MESHES, TORUS_DIMS, Cluster
-
-GB = 1e9
+from ..config.units import GB
 
 
 def coordinates(cluster: Cluster, gpus: np.ndarray) -> np.ndarray:

@@ -28,6 +28,7 @@ from ..config.cluster import Cluster
 from ..config.geometry import TIERS, Geometry
 from ..config.job import Job
 from ..config.phases import CODE, PHASES
+from ..config.units import GB
 from . import chunks as chunking
 from . import collectives as col
 from . import compute as cm
@@ -443,7 +444,7 @@ class JobModel:
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, busy, step)
-        memory = tuple(round(total / mem.GB, 2) for total in self.memory(cfg).total.tolist())
+        memory = tuple(round(total / GB, 2) for total in self.memory(cfg).total.tolist())
         return (StepPlan(step_time_s=step, stages=_stage_intervals(runs, p), tier_load=tier_load,
                          tokens=tokens, model_flops=flops, memory_gb=memory), step, breakdown, busy)
 

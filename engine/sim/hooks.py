@@ -3,6 +3,7 @@
 As in SimPy (a small core, hook methods), a part of the run gets only what it uses, never the whole Run: the
 simulated time (the SimPy environment), a way to write an event, a random stream of its own, and, for what
 runs inside a job's process, the hooks that change what the job does (docs/events.md, "Extending the run").
+The exception is a process added with Run.add_process: its factory is called with the Run itself.
 """
 
 from __future__ import annotations

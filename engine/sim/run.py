@@ -49,7 +49,7 @@ from ..stream.recorder import ListSink, Sink
 from . import faults, hooks, variability
 from .activity import Activity, CompiledPlan, Constant, Running, Segment
 from .header import run_header
-from .lifecycle import PLANNED, JobDriver, SparePool
+from .lifecycle import PLANNED, JobDriver, Maintenance, SparePool
 from .overrides import Override
 from .sampling import INSTANT, MAX_SAMPLES, Measurement, Sampler, default_sample_interval
 from .sharing import SharedTiers
@@ -163,7 +163,10 @@ class Run:
         return hooks.rng(self.seed, name)
 
     def add_process(self, factory: Callable[[Run], Generator[Any, Any, None]]) -> None:
-        """A SimPy process started with the run (before the sampler), e.g. a fault or checkpoint source."""
+        """A SimPy process started with the run (before the sampler), e.g. a fault or checkpoint source.
+
+        `factory` is called with the whole Run (its env, tracks, emit, interrupt, override, rng...), not
+        with one of the narrow interfaces of engine/sim/hooks.py that the parts Run wires itself see."""
         self._extra.append(factory)
 
     def emit(self, kind: str, **fields: Any) -> None:
@@ -194,7 +197,8 @@ class Run:
         self.switch(track, Running(plan, now, track.step if step is None else step,
                                    track.tokens_total if tokens is None else tokens))
 
-    def interrupt(self, track: JobTrack, perturbation: Any) -> None:
+    def interrupt(self, track: JobTrack,
+                  perturbation: hooks.Perturbation | faults.Fault | Maintenance) -> None:
         """Interrupt the job's process with a Perturbation (engine/sim/hooks.py: run inside it, it may
         switch, wait, emit and resume), an engine.sim.faults.Fault, or engine.sim.lifecycle.PLANNED
         (maintenance).

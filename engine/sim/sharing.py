@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from ..model.estimate import JobEstimate
     from .track import JobTrack
 
-KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
-
 
 class SharedTiers:
     """The run's jobs' steps with their neighbours: the set of jobs running and each job's plan for it.
@@ -60,8 +58,9 @@ class SharedTiers:
         for track in tracks:
             if track.index in running and track.plan is not None:
                 self._switch(track, solved[track.index])
+        figures = schema.CONTENTION_KEYS
         self.emit(schema.CONTENTION, running=[tracks[i].job.name for i in sorted(running)],
-                  jobs=[{"job": tracks[i].job.name, **{k: solved[i].contention.get(k) for k in KEYS}}
+                  jobs=[{"job": tracks[i].job.name, **{k: solved[i].contention.get(k) for k in figures}}
                         for i in sorted(running) if solved[i].contention])
 
     def _compile(self, index: int, est: JobEstimate) -> CompiledPlan:

@@ -1,7 +1,7 @@
 """The stream's header and events checked against the schema (docs/events.md), once, in the reader.
 
-Every field a reader of the stream uses (the reducer, the seek index, the Perfetto export, the dashboard) is
-checked here for its type and range, so that a recording with valid JSON but wrong types ends in one line
+Every field a reader of the stream uses (the reducer, the Perfetto export, the dashboard and its seek index)
+is checked here for its type and range, so that a recording with valid JSON but wrong types ends in one line
 naming the line and key, not a traceback somewhere downstream. What the readers do not use is not checked:
 unknown keys and unknown event types pass (newer writers may add them), and sample keys beyond the ones below
 are free.
@@ -112,8 +112,11 @@ _JOB.update({key: or_null(number) for key in ("step_time_s", "mfu", "ttft_s", "t
                                                 "kv_cache_use", "effective_training_time", "tokens_target",
                                                 "train_tokens")})
 _JOB["saturated"] = or_null(boolean)
-_JOB.update({"step_time_alone_s": or_null(number), "contention_slowdown": or_null(number),
-             "contention_tier": or_null(text), "contention_shares": lambda v: _shares(v)})
+# schema.CONTENTION_KEYS, in a job's header entry and in a contention event
+_CONTENTION_FIGURES: dict[str, Check] = {"contention_slowdown": or_null(number),
+                                         "contention_tier": or_null(text),
+                                         "contention_shares": lambda v: _shares(v)}
+_JOB.update({"step_time_alone_s": or_null(number), **_CONTENTION_FIGURES})
 _GPU = {"name": text, **{key: or_null(number) for key in ("hbm_gb", "tdp_w", "idle_w", "bf16_tflops")}}
 _CLUSTER = {"node_fabric": text, "site_power_budget_mw": or_null(number),
             "pod_oversubscription": or_null(number)}
@@ -259,8 +262,7 @@ def _shares(value: Any) -> str | None:
                  if (why := number(share)) or (why := text(tier))), None)
 
 
-_CONTENTION = {"job": text, "contention_slowdown": or_null(number), "contention_tier": or_null(text),
-               "contention_shares": _shares}
+_CONTENTION = {"job": text, **_CONTENTION_FIGURES}
 
 
 def _list_of(check: Check, what: str) -> Check:

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from ..config.errors import UserError
-from ..config.phases import PHASES
 
 SCHEMA = "clustertop.events"
 SCHEMA_VERSION = 1
@@ -46,6 +45,9 @@ CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 POWER_SWING = "power_swing"
 CONTENTION = "contention"
+# A job's figures with its neighbours (engine/model/contention.py): in its header entry, and per job in a
+# "contention" event.
+CONTENTION_KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
 
 # Where each tier's load is given in a sample's "links": one value per pod for the links of a pod (inside it,
 # and its uplinks to the other pods), one per building for a building's links to the others (header
@@ -131,7 +133,6 @@ def check_header(obj: Any, where: str) -> dict[str, Any]:
 
 
 __all__ = [
-    "PHASES",
     "SCHEMA",
     "SCHEMA_VERSION",
     "check_header",

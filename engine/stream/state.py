@@ -25,8 +25,6 @@ from ..config.geometry import JobGeometry, stage_of
 from ..config.phases import CODE, PHASES
 from . import schema
 
-CONTENTION_KEYS = ("contention_slowdown", "contention_tier", "contention_shares")
-
 
 def _kpi(key: str, doc: str) -> property:
     """A job figure read from the latest step event or sample status (folding a step is one assignment)."""
@@ -65,7 +63,7 @@ class JobStatus:
         self.time_lost_s = 0.0
         # jobs sharing tiers: contention_slowdown, contention_tier, contention_shares (header, then
         # "contention")
-        self.contention: dict[str, Any] = {k: info[k] for k in CONTENTION_KEYS if k in info}
+        self.contention: dict[str, Any] = {k: info[k] for k in schema.CONTENTION_KEYS if k in info}
         figures = ("step", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "tokens_total")
         self._src: dict[str, Any] = dict.fromkeys(figures, 0)
 
@@ -208,6 +206,8 @@ class ClusterState:
         self.gpus = int(self.topology["gpus"])
         self.link_scope = link_scope(header)
         self.t = 0.0
+        # samples folded into this state: 0 means nothing measured yet. Not a count of the stream's samples up
+        # to t: a state the dashboard rebuilds for a seek (tui/index.py) starts from one keyframe, so 1.
         self.samples = 0
         self._util = _Lazy(np.zeros(self.gpus, dtype=np.float32), scale=0.01)   # 0..1 (percent on the wire)
         self._power = _Lazy(np.zeros(self.gpus, dtype=np.float32))
@@ -358,7 +358,7 @@ class ClusterState:
         for name, job in self.jobs.items():
             if job.contention or name in now:
                 entry = now.get(name, {})
-                job.contention = {k: entry[k] for k in CONTENTION_KEYS if k in entry}
+                job.contention = {k: entry[k] for k in schema.CONTENTION_KEYS if k in entry}
 
     def _checkpoint_end(self, event: dict[str, Any]) -> None:
         job = self.jobs.get(event.get("job") or "")

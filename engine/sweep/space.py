@@ -2,8 +2,9 @@
 
 Point `i` is the i-th combination in `itertools.product` order (the last axis varies fastest): the base
 scenario's raw table with the point's values set, as the scenario loader takes it. dp is derived when it is
-left out: see `_derive_rule` and docs/sweep.md. Nothing here imports the performance model: the dashboard
-rebuilds the scenario of a results file's point with `point_scenario` without loading it.
+left out: see `_derive_rule` and docs/sweep.md. Nothing here imports the performance model: `clustertop
+replay` (cli/commands/replay.py) rebuilds the scenario of a results file's point with `point_scenario`, to
+run it in the dashboard, without loading the model.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Sweep:
     axes: tuple[Axis, ...]
     derived: tuple[str, ...]      # keys dropped from every point so the loader derives them ("jobs[0].dp")
     estimator: Estimator | None   # None: the performance model (engine/sweep/evaluate.py estimate_json)
-    # the loader's memo of the tables every point shares with `base` (engine/config/scenario.py _section)
+    # the loader's memo of the tables every point shares with `base` (engine/config/fields.py memo_section)
     sections: Sections = field(default_factory=dict, compare=False, repr=False)
 
     @property

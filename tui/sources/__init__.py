@@ -61,4 +61,4 @@ class Source:
         return self.index.advance(state, cursor, t1)
 
 
-__all__ = ["EventIndex", "Source"]
+__all__ = ["Source"]

@@ -63,7 +63,9 @@ class GpuTable(Panel):
         self.sort = "gpu"
         self._headers: list[tuple[int, int, str]] = []
         self._history: dict[int, deque[float]] = {}
-        self._history_at: tuple[int, tuple[int, ...]] | None = None    # (samples folded, GPUs)
+        # (the index's samples at or before t, GPUs) of the histories kept (not state.samples: after a seek
+        # that counts only those folded since the keyframe)
+        self._history_at: tuple[int, tuple[int, ...]] | None = None
 
     def rows_for(self, state: ClusterState, gpu0: int, gpu1: int, worst: bool, count: int) -> list[int]:
         """The GPUs to list: all of a small view, or the worst `count` of a large one (no loop over GPUs)."""
