@@ -26,6 +26,7 @@ from ..config.errors import UserError
 from ..config.job import Job
 from ..config.phases import CODE
 from ..config.scenario import Scenario
+from ..config.units import GB
 from . import compute as cm
 from .plan import Interval, StepPlan
 from .serving_cost import Iteration, IterationCost
@@ -36,7 +37,6 @@ WINDOW_REQUESTS = 2000       # completed requests measured after warm-up
 WARMUP_REQUESTS = 200
 PLAN_ITERATIONS = 400        # iterations of the measured timeline that make up the repeated plan
 SATURATED = 0.97             # served below this share of the offered rate: the replicas are saturated
-GB = 1e9
 _CACHE: dict[tuple[Any, ...], ServingResult] = {}
 
 

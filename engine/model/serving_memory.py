@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 from ..config.cluster import Cluster
 from ..config.job import Job
+from ..config.units import GB
 from . import compute as cm
 from . import memory as mem
 from .kernels import BF16
 from .serving_cost import WEIGHT_BYTES, kv_bytes_per_token, kv_dtype
 
 BLOCK_TOKENS = 64          # tokens of one K/V block (TensorRT-LLM's default tokens_per_block; vLLM uses 16)
-GB = 1e9
 
 
 @dataclass(frozen=True)
