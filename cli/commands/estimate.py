@@ -11,6 +11,7 @@ from clustertop.engine.config.phases import PHASE_LABELS
 
 if TYPE_CHECKING:
     from clustertop.engine.model.estimate import JobEstimate, ScenarioEstimate
+    from clustertop.engine.model.uncertainty import Band
 
 
 
@@ -105,6 +106,9 @@ def _job_lines(e: JobEstimate) -> list[str]:
         out.append("  stack       " + _stack(e.stack))
     if e.fits and e.step_time_s is not None:
         out.append(f"  step        {e.step_time_s:,.3f} s   {units.si(e.tokens_per_s or 0)} tokens/s")
+        band = e.step_time_range_s()
+        if band is not None and e.band is not None:
+            out.append(f"  likely      {band[0]:,.2f}-{band[1]:,.2f} s per step: " + _trust(e.band))
         out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   "
                    f"MFU {100 * (e.mfu or 0):.1f}%")
         out.append(f"  hardware    {e.hardware_tflops_per_gpu:,.1f} TFLOP/s per GPU (counting recomputation)")
@@ -157,6 +161,9 @@ def _inference_lines(e: JobEstimate) -> list[str]:
     state = "SATURATED: the replicas serve less than is offered" if s["saturated"] else "keeps up"
     out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, "
                f"{s['requests_per_s']:,.1f} requests/s; " + state)
+    band = e.tokens_per_s_range()
+    if band is not None and e.band is not None:
+        out.append(f"  likely      {units.si(band[0])}-{units.si(band[1])} tokens/s out: " + _trust(e.band))
     for label, key, median in (("TTFT", "ttft", e.ttft_s), ("TPOT", "tpot", e.tpot_s)):
         out.append(f"  {label}        {units.latency(median)} median, "
                    f"{units.latency(s[key + '_mean_s'])} mean, {units.latency(s[key + '_p99_s'])} p99")
@@ -193,3 +200,12 @@ def _stack(stack: dict[str, object]) -> str:
     if stack.get("dropout"):
         parts.append(f"dropout {stack['dropout']}")
     return "; ".join(parts)
+
+
+def _trust(band: Band) -> str:
+    """Where a band comes from: "90% of 30 published runs like it (h100-sxm-80gb, megatron) came within
+    12.8%"."""
+    from clustertop.engine.model.uncertainty import COVERAGE
+
+    return (f"{100 * COVERAGE:.0f}% of {band.runs} published runs like it ({band.alike}) came within "
+            f"{100 * band.uncertainty:.1f}% (clustertop validate)")

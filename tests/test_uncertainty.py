@@ -1,0 +1,81 @@
+"""The error band on every estimate (engine/model/uncertainty.py): its data is `validate`'s, it is honest (the
+stated share of published runs falls inside it, each run left out of its own band), and `estimate` says it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import orjson
+import pytest
+from clustertop.cli import main
+from clustertop.engine.model import uncertainty, validate
+from clustertop.engine.model.uncertainty import Residual, band_of
+
+
+def test_the_residuals_are_what_validate_gives_now() -> None:
+    # scripts/residuals.py writes them; a change to the model that moves any row must rewrite them
+    now = validate.residuals(validate.run(), validate.run_serving())
+    assert [dataclasses.asdict(r) for r in uncertainty.residuals()] == [dataclasses.asdict(r) for r in now]
+
+
+def coverage(kind: str, fit: bool) -> tuple[float, int]:
+    """The share of `kind` rows (fitting or held out) inside the band drawn from every other row."""
+    rows = uncertainty.residuals()
+    mine = [r for r in rows if r.kind == kind and r.fit == fit]
+    inside = 0
+    for r in mine:
+        band = band_of([x for x in rows if x is not r], kind, r.gpu, r.size, r.stack)
+        assert band is not None
+        inside += abs(r.error) <= band.uncertainty
+    return inside / len(mine), len(mine)
+
+
+@pytest.mark.parametrize("kind", ["training", "serving"])
+@pytest.mark.parametrize("fit", [True, False], ids=["fitted", "held-out"])
+def test_the_band_holds_the_share_it_states(kind: str, fit: bool) -> None:
+    share, n = coverage(kind, fit)
+    assert n >= 30
+    assert share >= uncertainty.COVERAGE
+
+
+def test_the_quantile_is_the_conformal_one() -> None:
+    errors = [0.01 * i for i in range(1, 20)]          # 19 runs: the 18th smallest covers 90% of a 20th
+    assert uncertainty.quantile(errors) == pytest.approx(0.18)
+    assert uncertainty.quantile(errors[:8]) is None    # 8 runs cannot promise 90%
+
+
+def test_too_few_runs_alike_widen_the_match() -> None:
+    rows = [Residual(f"r{i}", "training", "h100", "small", "megatron", True, 0.01 * i) for i in range(12)]
+    rows += [Residual(f"t{i}", "training", "tpu", "small", "megatron", True, 0.5) for i in range(3)]
+    close = band_of(rows, "training", "h100", "small", "megatron")
+    assert close is not None and close.runs == 12 and close.alike == "h100, small, megatron"
+    wide = band_of(rows, "training", "tpu", "small", "megatron")     # 3 TPU runs: every megatron run
+    assert wide is not None and wide.runs == 15 and wide.alike == "megatron" and wide.uncertainty == 0.5
+
+
+def write(tmp_path: Path, job: str) -> str:
+    path = tmp_path / "t.toml"
+    path.write_text('name = "t"\ndescription = "t"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 64\n'
+                    'gpus_per_node = 8\n[faults]\nenabled = false\n[[jobs]]\nname = "j"\n' + job)
+    return str(path)
+
+
+def test_estimate_gives_the_step_with_its_band(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, 'model = "llama3.1-8b"\nseq_len = 8192\nglobal_batch = 128\ntp = 2\n')
+    assert main(["estimate", path, "--json"]) == 0
+    job = orjson.loads(capsys.readouterr().out)["jobs"][0]
+    u, (low, high), step = job["uncertainty"], job["step_time_range_s"], job["step_time_s"]
+    assert 0.02 < u < 0.5
+    assert low == pytest.approx(step * (1 - u), rel=1e-3) and high == pytest.approx(step * (1 + u), rel=1e-3)
+    assert main(["estimate", path]) == 0
+    text = capsys.readouterr().out
+    assert f"{low:,.2f}-{high:,.2f} s per step" in text and "published runs like it" in text
+
+
+def test_a_job_that_does_not_fit_has_no_band(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, 'model = "llama3.1-405b"\nseq_len = 8192\nglobal_batch = 64\ntp = 1\n'
+                           'recompute = "none"\n')
+    assert main(["estimate", path, "--json"]) == 0
+    job = orjson.loads(capsys.readouterr().out)["jobs"][0]
+    assert not job["fits"] and job["step_time_range_s"] is None and job["tokens_per_s_range"] is None
