@@ -88,6 +88,18 @@ def test_unfused_attention_stores_and_moves_the_scores() -> None:
     assert selective.memory_gb["activations"] < unfused.memory_gb["activations"]    # scores recomputed
 
 
+def test_one_fused_softmax_kernel_passes_over_the_scores_once_op_by_op_three_times() -> None:
+    from clustertop.engine.model.compute import SOFTMAX_BYTES
+
+    short = {"gpu": "a100-sxm-80gb", "seq_len": 4096, "recompute": "full"}
+    flash, fused, op_by_op = (estimate(attention_kernel=k, **short).breakdown_s["compute"]
+                              for k in ("flash2", "fused_softmax", "unfused"))
+    assert flash < fused < op_by_op
+    # the difference is the elementwise passes alone: the same GEMMs, more bytes per score
+    assert SOFTMAX_BYTES["unfused"][0] > 3 * SOFTMAX_BYTES["fused_softmax"][0]
+    assert estimate(attention_kernel="fused_softmax", **short).stack["attention_kernel"] == "fused_softmax"
+
+
 def test_dropout_keeps_masks() -> None:
     assert estimate(dropout=0.1).memory_gb["activations"] > estimate().memory_gb["activations"]
 

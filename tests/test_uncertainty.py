@@ -52,6 +52,8 @@ def test_too_few_runs_alike_widen_the_match() -> None:
     assert close is not None and close.runs == 12 and close.alike == "h100, small, megatron"
     wide = band_of(rows, "training", "tpu", "small", "megatron")     # 3 TPU runs: every megatron run
     assert wide is not None and wide.runs == 15 and wide.alike == "megatron" and wide.uncertainty == 0.5
+    unmeasured = band_of(rows, "training", "mi300x", "small", "megatron")
+    assert unmeasured is not None and "none on mi300x" in unmeasured.alike
 
 
 def write(tmp_path: Path, job: str) -> str:

@@ -59,7 +59,7 @@ class Job:
     # The software stack (docs/performance-model.md "Software stack");
     # the defaults are Megatron-LM's current ones
     attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" |
-                                         # "unfused" | "auto"
+                                         # "fused_softmax" | "unfused" | "auto"
     dropout: float = 0.0                 # hidden and attention dropout probability (0: none, as Llama trains)
     fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile);
                                          # else eager
@@ -111,7 +111,8 @@ JOB_SPEC: dict[str, Field] = {
     "sequence_parallel": optional("bool", True),
     "first_gpu": optional("int", None, low=0, high=MAX_GPUS),
     "gpus": optional("int", None, positive=True, high=MAX_GPUS),
-    "attention_kernel": optional("str", "auto", choices=("auto", "flash1", "flash2", "flash3", "unfused")),
+    "attention_kernel": optional("str", "auto", choices=("auto", "flash1", "flash2", "flash3",
+                                                          "fused_softmax", "unfused")),
     "dropout": optional("float", 0.0, low=0.0, high=0.9),
     "fused_kernels": optional("bool", True),
     "overlap_p2p_comm": optional("bool", True),

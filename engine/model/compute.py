@@ -35,7 +35,7 @@ class Shard:
     sp: bool             # sequence parallelism: norms and residual adds split over TP
     ep: int
     precision: str       # "bf16" | "fp8" (GEMMs only)
-    attention: str = "auto"   # "auto" | "flash1" | "flash2" | "flash3" (fused kernels) | "unfused"
+    attention: str = "auto"   # "auto" | "flash1" | "flash2" | "flash3" (fused kernels) | SCORES_IN_MEMORY
                               # (scores materialized)
     dropout: float = 0.0      # hidden and attention dropout probability (masks stored and applied when > 0)
     fused: bool = True        # memory-bound ops fused into single kernels (else eager PyTorch, op by op)
@@ -249,7 +249,7 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     done_attn = T * sh.seq_len * heads * (d_qk + d_v)      # forward, causal:
                                                            # each query sees s/2 keys on average
     head_dim = (d_qk + d_v) / 2
-    if sh.attention == "unfused":
+    if sh.attention in SCORES_IN_MEMORY:
         a_fwd, a_bwd = unfused_attention(gpu, model, sh)
     else:
         a_fwd = attention_time(gpu, sh.attention, done_attn, sh.seq_len, sh.cp, head_dim, backward=False)
@@ -286,17 +286,26 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
         # norms and the MLP activation are recomputed from their inputs: memory-bound, no GEMM FLOPs; without
         # a fused attention kernel the attention core (scores, softmax, dropout, values) is recomputed as well
         # (Korthikanti et al.'s selective recomputation)
-        core = a_fwd if sh.attention == "unfused" else 0.0
+        core = a_fwd if sh.attention in SCORES_IN_MEMORY else 0.0
         rec = PassCost(memory_time(gpu, nr / 2 + act / 2, kernels // 2) + core, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
     return BlockCost(fwd, bwd, rec, model_flops)
 
 
+# Attention kernels that keep the s x s scores in memory, and the bytes per score (BF16) of the elementwise
+# work between the two batched GEMMs: forward, backward, kernels. One fused scale-mask-softmax reads and
+# writes the scores (2 + 2) and its backward reads the output and its gradient and writes one (6); op by op,
+# the scale (2 + 2), the mask (2 + 2 and its byte) and the softmax (2 + 2) each pass over them, and back.
+SOFTMAX_BYTES = {"fused_softmax": (4.0, 6.0, 1), "unfused": (13.0, 15.0, 3)}
+SCORES_IN_MEMORY = tuple(SOFTMAX_BYTES)
+
+
 def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
-    """Attention without a fused kernel (Megatron-LM before FlashAttention): per sequence and head the full
-    s x s scores as a batched GEMM (the causal mask hides half of them, the GEMM computes all), a fused scaled
-    masked softmax (read and write the scores), attention dropout (a 1-byte mask), the product with V. The
-    backward runs the four data-gradient GEMMs and the softmax and dropout backward. Forward and backward
-    seconds for one microbatch on one GPU."""
+    """Attention with the scores in memory. "fused_softmax" (Megatron-LM 2020-2023, Megatron-DeepSpeed): per
+    sequence and head the full s x s scores as a batched GEMM (the causal mask hides half of them, the GEMM
+    computes all), one fused scale-mask-softmax kernel (read and write the scores), attention dropout (a
+    1-byte mask), the product with V. "unfused" (PyTorch op by op): the scale, the mask and the softmax are
+    three kernels, each reading and writing the scores. The backward runs the four data-gradient GEMMs and the
+    elementwise backward of each. Forward and backward seconds for one microbatch on one GPU."""
     d_qk, d_v, _ = attention_dims(model)
     s = sh.seq_len
     q = sh.tokens                       # queries on this GPU (all of a sequence without CP)
@@ -304,14 +313,15 @@ def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
     rows = s / sh.cp
     elements = batch * rows * s
     drop = sh.dropout > 0
+    fwd_bytes, bwd_bytes, kernels = SOFTMAX_BYTES[sh.attention]
     fwd = (batched_gemm_time(gpu, "bf16", rows, s, d_qk, batch)
            + batched_gemm_time(gpu, "bf16", rows, d_v, s, batch)
-           + memory_time(gpu, elements * (4 + (5 if drop else 0)), 2 if drop else 1))
+           + memory_time(gpu, elements * (fwd_bytes + (5 if drop else 0)), kernels + drop))
     bwd = (batched_gemm_time(gpu, "bf16", rows, s, d_v, batch)
            + batched_gemm_time(gpu, "bf16", s, d_v, rows, batch)
            + batched_gemm_time(gpu, "bf16", rows, d_qk, s, batch)
            + batched_gemm_time(gpu, "bf16", s, d_qk, rows, batch)
-           + memory_time(gpu, elements * (6 + (5 if drop else 0)), 2 if drop else 1))
+           + memory_time(gpu, elements * (bwd_bytes + (5 if drop else 0)), kernels + drop))
     return fwd, bwd
 
 

@@ -426,7 +426,7 @@ def _again(scenario: Scenario, hints: bool) -> Any:
 
 def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
     """The job's software stack as the model runs it (the attention kernel resolved for the GPU)."""
-    kernel = job.attention_kernel if job.attention_kernel == "unfused" else \
+    kernel = job.attention_kernel if job.attention_kernel in cm.SCORES_IN_MEMORY else \
         gpu.attention_kernel(job.attention_kernel)
     return {"attention_kernel": kernel, "fused_kernels": job.fused_kernels,
             "overlap_grad_reduce": job.overlap_grad_reduce, "overlap_param_gather": job.overlap_param_gather,

@@ -265,7 +265,8 @@ class JobModel:
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
         fp8 = job.precision == "fp8"
-        scores = job.model.heads / job.tp * job.seq_len if job.attention_kernel == "unfused" else 0.0
+        in_memory = job.attention_kernel in cm.SCORES_IN_MEMORY
+        scores = job.model.heads / job.tp * job.seq_len if in_memory else 0.0
         kinds = (False, True) if job.model.is_moe else (False,)   # a dense model's chunks hold no MoE layer
         per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8,
                                                          scores, job.dropout > 0) for moe in kinds}

@@ -86,6 +86,8 @@ def band_of(rows: tuple[Residual, ...] | list[Residual], kind: str, gpu: str, si
         if q is None:
             continue
         said = ", ".join(job[k] for k in keys) if keys else f"every {kind} run"
+        if not any(r.gpu == gpu for r in of_kind):      # an accelerator no published run measured
+            said += f"; none on {gpu}: its own error is not in the band"
         return Band(q, len(alike), said)
     return None
 
