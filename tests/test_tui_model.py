@@ -365,6 +365,25 @@ def test_keyframe_keeps_a_sample_with_no_json_form_as_it_is() -> None:
     assert back["site_mw"] == 20.5 and back["jobs"] == {1: {"step": 3}}
 
 
+@pytest.mark.parametrize("mix", [
+    ["x"], {"phases": ["compute"], "shares": [[100]], "jobs": ["train"]},          # jobs: a list
+    {"phases": ["compute"], "shares": [[100]], "jobs": {"train": [2 ** 64 - 1]}},  # a row beyond int32
+    {"phases": ["compute"], "shares": [[100]], "other": 1e300},
+    {"phases": ["nope"], "shares": [["x"]], "jobs": {"train": [7]}, "other": -1,
+     "gpus": {"at": [10 ** 9], "n": [1], "v": [0]}}])
+def test_a_hostile_phase_mix_in_a_keyframe_shows_the_dominant_phase(mix: object) -> None:
+    """The reader does not check a sample's phase mix: whatever it holds, the state folded from the keyframe
+    shows each GPU all in its dominant phase rather than stopping the dashboard."""
+    from clustertop.engine.stream.state import ClusterState
+    from clustertop.tui.keyframe import Keyframe
+
+    state = ClusterState(header({"gpus": 64, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64,
+                                 "gpus_per_building": 64}))
+    state.apply(Keyframe(orjson.loads(orjson.dumps({**sample(1.0, 50, gpus=64), "phase_mix": mix}))).event())
+    shares = state.mix.per_gpu(0, 64)
+    assert np.array_equal(shares.argmax(axis=1), state.phase) and np.allclose(shares.sum(axis=1), 1.0)
+
+
 def test_unknown_phase_codes_show_as_idle() -> None:
     from clustertop.tui.palette import known_phases
 
