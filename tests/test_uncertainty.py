@@ -81,3 +81,18 @@ def test_a_job_that_does_not_fit_has_no_band(tmp_path: Path, capsys: pytest.Capt
     assert main(["estimate", path, "--json"]) == 0
     job = orjson.loads(capsys.readouterr().out)["jobs"][0]
     assert not job["fits"] and job["step_time_range_s"] is None and job["tokens_per_s_range"] is None
+
+
+def test_the_jobs_panel_shows_the_band_of_the_header() -> None:
+    from clustertop.tui.display import DisplayState
+    from clustertop.tui.widgets.jobs import figures
+
+    topology = {"gpus": 64, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64,
+                "gpus_per_building": 64, "nodes": 8, "racks": 4, "pods": 1, "buildings": 1}
+    job = {"name": "train", "kind": "training", "first_gpu": 0, "gpus": 64, "tp": 8, "dp": 8,
+           "step_time_s": 6.5, "uncertainty": 0.1283, "step_time_range_s": [5.67, 7.33]}
+    state = DisplayState({"type": "header", "topology": topology, "jobs": [job], "sample_interval_s": 1.0})
+    assert figures(state.jobs["train"], state, 0.0)["likely ±"] == "13%"
+    older = DisplayState({"type": "header", "topology": topology, "sample_interval_s": 1.0,
+                          "jobs": [{k: v for k, v in job.items() if k != "uncertainty"}]})
+    assert "likely ±" not in figures(older.jobs["train"], older, 0.0)     # a recording made before it

@@ -88,7 +88,7 @@ def _pack(rest: dict[str, Any]) -> bytes | dict[str, Any]:
 
 def _unpack(rest: bytes | dict[str, Any]) -> dict[str, Any]:
     """The rest of a sample again: parsed anew, so the state may keep what it reads."""
-    if type(rest) is bytes:
+    if isinstance(rest, bytes):
         unpacked: dict[str, Any] = orjson.loads(zlib.decompress(rest))
         return unpacked
     return dict(rest)
