@@ -156,8 +156,16 @@ def model_flops_per_token(model: Model, seq_len: int) -> float:
 # -------------------------------------------------------------------------------------------- one layer
 
 def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float, float]]:
-    """Forward GEMMs of one layer as (m, n, k, count) per GPU."""
-    h, t, T = model.hidden, sh.tp, sh.tokens
+    """Forward GEMMs of one layer as (m, n, k, count) per GPU, for a training microbatch."""
+    return layer_gemms(model, moe, sh.tokens, sh.tp, sh.ep)
+
+
+def layer_gemms(model: Model, moe: bool, tokens: float, tp: int, ep: int,
+                experts_used: float | None = None) -> list[tuple[float, float, float, float]]:
+    """Forward GEMMs of one layer as (m, n, k, count) on one GPU over `tokens` tokens: the attention
+    projections, then the MLP, or the router, the local experts and the shared experts. `experts_used`: the
+    local experts the tokens reach (a serving batch of a few tokens touches few; default every one)."""
+    h, t, T = model.hidden, tp, tokens
     d = model.dim_head
     out: list[tuple[float, float, float, float]] = []
     if model.attention == "mla":
@@ -171,7 +179,7 @@ def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float
     if not moe:
         out += [(T, up * model.ffn / t, h, 1), (T, h, model.ffn / t, 1)]
         return out
-    local = max(1, model.experts // sh.ep)
+    local = max(1, model.experts // ep) if experts_used is None else experts_used
     per_expert = T * model.experts_per_token / local          # token copies each local expert receives
     out += [(T, model.experts, h, 1), (per_expert, up * model.moe_ffn / t, h, local),
             (per_expert, h, model.moe_ffn / t, local)]
