@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from clustertop.engine.config import catalog
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.fields import Context
 from clustertop.engine.config.scenario import parse
@@ -125,3 +126,20 @@ def test_2021_megatron_is_expressible() -> None:
                    overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p_comm=False,
                    grad_reduce_dtype="fp32", recompute="full", model="gpt3-20b", seq_len=2048, gpus=128)
     assert old.fits and old.breakdown_s["dp"] > 0 and old.breakdown_s["pp"] > 0
+
+
+def test_the_loss_over_a_large_vocabulary_costs_what_its_kernels_move() -> None:
+    from clustertop.engine.model.compute import CROSS_ENTROPY
+
+    # Llama 3.1 8B: a 128K vocabulary on 4,096 hidden; op by op, Megatron's vocab-parallel loss passes over
+    # the FP32 logits six times forward and twice back, the fused kernel once each way
+    fused = estimate(cross_entropy_fusion=True)
+    op_by_op = estimate(cross_entropy_fusion=False)
+    eager = estimate(fused_kernels=False)
+    assert fused.step_time_s < op_by_op.step_time_s and fused.step_time_s < eager.step_time_s
+    logits = 256 * 4096 * 128256 / 64                    # logits per GPU per step (TP 1)
+    extra = sum(CROSS_ENTROPY["vocab_parallel"][:2]) - sum(CROSS_ENTROPY["fused"][:2])
+    gpu = catalog.gpus()["h100-sxm-80gb"]
+    moved = logits * extra / (gpu.hbm_tb_s * 1e12 * gpu.hbm_efficiency)
+    assert op_by_op.breakdown_s["compute"] - fused.breakdown_s["compute"] == pytest.approx(moved, rel=0.05)
+    assert op_by_op.stack["cross_entropy_fusion"] is False and fused.stack["cross_entropy_fusion"] is True

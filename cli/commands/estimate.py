@@ -203,9 +203,9 @@ def _stack(stack: dict[str, object]) -> str:
 
 
 def _trust(band: Band) -> str:
-    """Where a band comes from: "90% of 30 published runs like it (h100-sxm-80gb, megatron) came within
-    12.8%"."""
+    """Where a band comes from: "90% of 32 published runs (every training run; held out of the fit) came
+    within 14.4%"."""
     from clustertop.engine.model.uncertainty import COVERAGE
 
-    return (f"{100 * COVERAGE:.0f}% of {band.runs} published runs like it ({band.alike}) came within "
-            f"{100 * band.uncertainty:.1f}% (clustertop validate)")
+    return (f"{100 * COVERAGE:.0f}% of {band.runs} published runs ({band.alike}; held out of the fit) came "
+            f"within {100 * band.uncertainty:.1f}% (clustertop validate)")

@@ -61,6 +61,8 @@ class Job:
     attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" |
                                          # "fused_softmax" | "unfused" | "auto"
     dropout: float = 0.0                 # hidden and attention dropout probability (0: none, as Llama trains)
+    cross_entropy_fusion: bool = True    # the loss over the vocabulary in one fused kernel (Megatron-Core's
+                                         # cross_entropy_loss_fusion; else its vocab-parallel loss op by op)
     fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile);
                                          # else eager
     overlap_p2p_comm: bool = True        # pipeline sends run behind compute (else the sender waits for them)
@@ -115,6 +117,7 @@ JOB_SPEC: dict[str, Field] = {
                                                           "fused_softmax", "unfused")),
     "dropout": optional("float", 0.0, low=0.0, high=0.9),
     "fused_kernels": optional("bool", True),
+    "cross_entropy_fusion": optional("bool", True),
     "overlap_p2p_comm": optional("bool", True),
     "overlap_grad_reduce": optional("bool", True),
     "overlap_param_gather": optional("bool", True),
@@ -160,6 +163,7 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                                     else j["frontend_latency_ms"]),
                attention_kernel=j["attention_kernel"], dropout=j["dropout"],
                overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
+               cross_entropy_fusion=j["cross_entropy_fusion"],
                overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],
                tp_comm_overlap=j["tp_comm_overlap"], grad_reduce_dtype=j["grad_reduce_dtype"])
 

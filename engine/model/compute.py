@@ -39,6 +39,7 @@ class Shard:
                               # (scores materialized)
     dropout: float = 0.0      # hidden and attention dropout probability (masks stored and applied when > 0)
     fused: bool = True        # memory-bound ops fused into single kernels (else eager PyTorch, op by op)
+    ce_fused: bool = True     # the loss in one fused kernel (else Megatron's vocab-parallel loss, op by op)
 
 
 @dataclass(frozen=True)
@@ -199,12 +200,17 @@ NORM_KERNELS = {"rmsnorm": (1, 7), "layernorm": (1, 1)}
 ACTIVATION_BYTES = {"swiglu": (6.0, 10.0), "gelu": (4.0, 4.0), "relu2": (4.0, 8.0)}   # per FFN element
 ROTARY_BYTES = (4.0, 28.0)       # per element of Q and K
 ADD_BYTES = 6.0                  # a residual add: two reads, one write
-# Cross-entropy, bytes per logit (forward, backward). Fused (Megatron's vocab-parallel cross-entropy): read
-# the BF16 logits, write FP32 max/sum and softmax (10); backward softmax minus one-hot into BF16 gradients
-# (6). Eager (F.cross_entropy under autocast): the logits upcast to FP32 (2 + 4), log_softmax (4 + 4), the
-# loss gathered; backward a dense FP32 gradient (4), log_softmax's backward (4 + 4 + 4), the cast back
-# (4 + 2).
-CROSS_ENTROPY_BYTES = ((10.0, 6.0), (14.0, 22.0))
+# Cross-entropy, (bytes per logit forward, backward, kernels forward, backward). Fused (Megatron-Core's
+# cross_entropy_loss_fusion, Transformer Engine): read the BF16 logits, write FP32 max/sum and softmax (10);
+# backward softmax minus one-hot into BF16 gradients (6). Megatron's vocab-parallel loss op by op
+# (tensor_parallel.vocab_parallel_cross_entropy(logits.float()), Megatron-LM 2019-2024 and Megatron-Core
+# without the fusion): the FP32 copy (2 + 4), the max (4), the shifted copy (4 + 4), exp in place (4 + 4),
+# the sum (4), the division in place, kept for the backward (4 + 4); backward the softmax scaled by the loss's
+# gradient in place (4 + 4) and cast back to BF16 (4 + 2). Eager (F.cross_entropy under autocast): the
+# logits upcast to FP32 (2 + 4), log_softmax (4 + 4), the loss gathered; backward a dense FP32 gradient (4),
+# log_softmax's backward (4 + 4 + 4), the cast back (4 + 2).
+CROSS_ENTROPY = {"fused": (10.0, 6.0, 4, 3), "vocab_parallel": (38.0, 14.0, 8, 3),
+                 "eager": (14.0, 22.0, 6, 6)}
 
 
 def elementwise(model: Model, moe: bool, sh: Shard) -> tuple[float, float, int]:
@@ -357,12 +363,11 @@ def output_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
     g_bwd = (gemm_time(gpu, "bf16", T, h, v) + gemm_time(gpu, "bf16", h, v, T)
              + memory_time(gpu, GRAD_ACCUMULATION_BYTES * h * v, 1))
     logits = T * v
-    # cross-entropy in FP32 over the logits (bytes per logit: CROSS_ENTROPY_BYTES) and the final norm
-    fwd_bytes, bwd_bytes = CROSS_ENTROPY_BYTES[0 if sh.fused else 1]
-    ce_fwd = memory_time(gpu, logits * fwd_bytes + 4 * h * T * BF16 / (t if sh.sp else 1),
-                         4 if sh.fused else 6)
-    ce_bwd = memory_time(gpu, logits * bwd_bytes + 8 * h * T * BF16 / (t if sh.sp else 1),
-                         3 if sh.fused else 6)
+    # cross-entropy in FP32 over the logits (bytes per logit: CROSS_ENTROPY) and the final norm
+    kind = "eager" if not sh.fused else "fused" if sh.ce_fused else "vocab_parallel"
+    fwd_bytes, bwd_bytes, fwd_kernels, bwd_kernels = CROSS_ENTROPY[kind]
+    ce_fwd = memory_time(gpu, logits * fwd_bytes + 4 * h * T * BF16 / (t if sh.sp else 1), fwd_kernels)
+    ce_bwd = memory_time(gpu, logits * bwd_bytes + 8 * h * T * BF16 / (t if sh.sp else 1), bwd_kernels)
     flops = 2.0 * T * v * h
     tp_bytes = T * h * BF16 if t > 1 else 0.0
     fwd = PassCost(g_fwd + ce_fwd, flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_fwd)

@@ -429,6 +429,7 @@ def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
     kernel = job.attention_kernel if job.attention_kernel in cm.SCORES_IN_MEMORY else \
         gpu.attention_kernel(job.attention_kernel)
     return {"attention_kernel": kernel, "fused_kernels": job.fused_kernels,
+            "cross_entropy_fusion": job.cross_entropy_fusion and job.fused_kernels,
             "overlap_grad_reduce": job.overlap_grad_reduce, "overlap_param_gather": job.overlap_param_gather,
             "tp_comm_overlap": job.tp_comm_overlap, "overlap_p2p_comm": job.overlap_p2p_comm,
             "grad_reduce_dtype": job.grad_reduce_dtype, "dropout": job.dropout}

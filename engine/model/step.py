@@ -59,6 +59,7 @@ class Config:
 def shard(job: Job, micro_batch: int) -> cm.Shard:
     return cm.Shard(tokens=micro_batch * job.seq_len // job.cp, seq_len=job.seq_len, tp=job.tp, cp=job.cp,
                     attention=job.attention_kernel, dropout=job.dropout, fused=job.fused_kernels,
+                    ce_fused=job.cross_entropy_fusion,
                     sp=job.sequence_parallel and job.tp > 1, ep=job.ep, precision=job.precision)
 
 
