@@ -143,3 +143,14 @@ def test_the_loss_over_a_large_vocabulary_costs_what_its_kernels_move() -> None:
     moved = logits * extra / (gpu.hbm_tb_s * 1e12 * gpu.hbm_efficiency)
     assert op_by_op.breakdown_s["compute"] - fused.breakdown_s["compute"] == pytest.approx(moved, rel=0.05)
     assert op_by_op.stack["cross_entropy_fusion"] is False and fused.stack["cross_entropy_fusion"] is True
+
+
+def test_the_output_layer_is_its_own_figure_and_grows_with_the_loss_it_runs() -> None:
+    fused, op_by_op = estimate(cross_entropy_fusion=True), estimate(cross_entropy_fusion=False)
+    assert fused.output_layer_s is not None and op_by_op.output_layer_s is not None
+    assert 0 < fused.output_layer_s < fused.breakdown_s["compute"]
+    # the whole difference in compute is the output layer's
+    assert op_by_op.output_layer_s - fused.output_layer_s == pytest.approx(
+        op_by_op.breakdown_s["compute"] - fused.breakdown_s["compute"], rel=0.02)
+    # Llama 3.1 8B, TP 1: the logits GEMM alone is 2 x 4,096 x 128,256 FLOPs per token of 2 x 7.5B
+    assert 0.05 < fused.output_layer_s / fused.breakdown_s["compute"] < 0.25

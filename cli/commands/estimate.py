@@ -119,6 +119,10 @@ def _job_lines(e: JobEstimate) -> list[str]:
                  for k, v in e.breakdown_s.items()]
         out.append("  time        " + parts[0])
         out.extend("              " + p for p in parts[1:])
+        if e.output_layer_s:
+            out.append(f"  output      {e.output_layer_s:,.3f} s per step on the last stage (in computing): "
+                       f"the logits GEMM over {j.model.vocab:,} tokens of vocabulary and the loss"
+                       + ("" if e.stack.get("cross_entropy_fusion") else ", op by op"))
         out.extend(_energy_lines(e))
     else:
         out.append("  step        - (does not fit in GPU memory)")

@@ -71,6 +71,7 @@ class JobEstimate:
                                                               # is on the links
     contention: dict[str, Any] = field(default_factory=dict)  # several jobs: alone vs with neighbours
     band: Band | None = None             # how far to trust it (engine/model/uncertainty.py)
+    output_layer_s: float | None = None  # training: the last stage's output layer per step (in compute)
 
     def step_time_range_s(self) -> tuple[float, float] | None:
         """The step time's band: where the true step of a run like the published ones falls (training)."""
@@ -260,7 +261,15 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                        hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
                        plan=best.plan, busy_s=best.busy, band=_band(cluster, job),
+                       output_layer_s=_output_layer(cluster, job, cfg.micro_batch, best.microbatches),
                        economics=_economics(scenario, job, breakdown, step, tokens / step), **common)
+
+
+def _output_layer(cluster: Cluster, job: Job, micro_batch: int, microbatches: int) -> float:
+    """Seconds per step the last pipeline stage spends in the output layer (final norm, logits GEMM, the
+    loss over the vocabulary), forward and backward of every microbatch: part of its compute."""
+    cost = cm.output_cost(cluster.gpu, job.model, step.shard(job, micro_batch))
+    return microbatches * (cost.fwd.compute_s + cost.bwd.compute_s)
 
 
 def _band(cluster: Cluster, job: Job) -> Band | None:
@@ -460,6 +469,7 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
             "uncertainty": None if j.band is None else round(j.band.uncertainty, 4),
             "step_time_range_s": _range(j.step_time_range_s()),
             "tokens_per_s_range": _range(j.tokens_per_s_range(), 1),
+            "output_layer_s": _round(j.output_layer_s),
         })
         if j.kind == "inference":
             jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})
