@@ -154,3 +154,22 @@ def test_the_output_layer_is_its_own_figure_and_grows_with_the_loss_it_runs() ->
         op_by_op.breakdown_s["compute"] - fused.breakdown_s["compute"], rel=0.02)
     # Llama 3.1 8B, TP 1: the logits GEMM alone is 2 x 4,096 x 128,256 FLOPs per token of 2 x 7.5B
     assert 0.05 < fused.output_layer_s / fused.breakdown_s["compute"] < 0.25
+
+
+def test_offload_moves_memory_to_the_host_and_costs_what_the_host_link_cannot_hide() -> None:
+    big = {"model": "llama3.1-70b", "tp": 8, "seq_len": 2048, "global_batch": 64, "micro_batch": 1}
+    none = estimate(**big)
+    acts = estimate(offload="activations", **big)
+    opt = estimate(offload="optimizer", **big)
+    assert acts.memory_gb["activations"] < 0.25 * none.memory_gb["activations"]
+    assert opt.memory_gb["optimizer"] == 0 and none.memory_gb["optimizer"] > 0
+    assert acts.step_time_s >= none.step_time_s and opt.step_time_s > none.step_time_s
+    # Adam on the CPU: the shard's gradients down, weights back (PCIe), 34 bytes per parameter in host memory
+    gpu = catalog.gpus()["h100-sxm-80gb"]
+    shard = 70.6e9 / 8 / 8                                  # TP 8, DP 8: this GPU's parameters
+    host = shard * (4 + 2) / (gpu.host_link_gb_s * 1e9) + shard * 34 / (gpu.host_memory_gb_s * 1e9)
+    assert opt.breakdown_s["optimizer"] == pytest.approx(host, rel=0.05)
+    # a slower host link exposes more of the activations' copies
+    slow = estimate(gpu="a100-sxm-80gb", offload="activations", **big)
+    fast = estimate(gpu="a100-sxm-80gb", **big)
+    assert slow.breakdown_s["compute"] > fast.breakdown_s["compute"]

@@ -61,6 +61,8 @@ class Job:
     attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" |
                                          # "fused_softmax" | "unfused" | "auto"
     dropout: float = 0.0                 # hidden and attention dropout probability (0: none, as Llama trains)
+    offload: str = "none"                # to host memory over the host link: "optimizer" (its states, Adam on
+                                         # the CPU), "activations" (all but the layers in flight) or "none"
     cross_entropy_fusion: bool = True    # the loss over the vocabulary in one fused kernel (Megatron-Core's
                                          # cross_entropy_loss_fusion; else its vocab-parallel loss op by op)
     fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile);
@@ -109,6 +111,7 @@ JOB_SPEC: dict[str, Field] = {
     "recompute": optional("str", "none", choices=("none", "selective", "full"), auto=True),
     "precision": optional("str", "bf16", choices=("bf16", "fp8")),
     "zero": optional("int", 1, low=0, high=3),
+    "offload": optional("str", "none", choices=("none", "optimizer", "activations")),
     "schedule": optional("str", "1f1b", choices=("1f1b", "gpipe", "dualpipe")),
     "sequence_parallel": optional("bool", True),
     "first_gpu": optional("int", None, low=0, high=MAX_GPUS),
@@ -153,6 +156,7 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                micro_batch=j["micro_batch"], tp=j["tp"], cp=j["cp"], pp=j["pp"], dp=dp, ep=j["ep"],
                virtual_stages=j["virtual_stages"], recompute=j["recompute"], precision=j["precision"],
                zero=j["zero"], schedule=j["schedule"], sequence_parallel=j["sequence_parallel"],
+               offload=j["offload"],
                first_gpu=first, gpus=gpus, kind=j["kind"], request_rate=j["request_rate"] or 0.0,
                prompt_tokens=j["prompt_tokens"], output_tokens=j["output_tokens"], max_batch=j["max_batch"],
                max_tokens_per_step=j["max_tokens_per_step"] or 8192,
