@@ -106,10 +106,18 @@ def test_dropout_keeps_masks() -> None:
 
 
 def test_blocking_pipeline_sends_wait() -> None:
-    asynchronous = estimate(pp=4, micro_batch=1)
-    blocking = estimate(pp=4, micro_batch=1, overlap_p2p_comm=False)
+    asynchronous = estimate(pp=4, micro_batch=1, virtual_stages=2)
+    blocking = estimate(pp=4, micro_batch=1, virtual_stages=2, overlap_p2p_comm=False)
     assert blocking.breakdown_s["pp"] > asynchronous.breakdown_s.get("pp", 0.0)
     assert blocking.step_time_s > asynchronous.step_time_s
+
+
+def test_a_non_interleaved_pipeline_always_waits_for_its_sends() -> None:
+    # Megatron overlaps pipeline sends with compute only in the interleaved schedule; 1F1B without virtual
+    # stages (and DeepSpeed's pipeline engine) sends and receives blocking, whatever overlap_p2p_comm says
+    said = estimate(pp=4, micro_batch=1, virtual_stages=1, overlap_p2p_comm=True)
+    blocking = estimate(pp=4, micro_batch=1, virtual_stages=1, overlap_p2p_comm=False)
+    assert said.step_time_s == blocking.step_time_s and said.breakdown_s["pp"] > 0
 
 
 def test_eager_pytorch_moves_more_bytes_for_rmsnorm_models() -> None:

@@ -67,7 +67,8 @@ class Job:
                                          # cross_entropy_loss_fusion; else its vocab-parallel loss op by op)
     fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile);
                                          # else eager
-    overlap_p2p_comm: bool = True        # pipeline sends run behind compute (else the sender waits for them)
+    overlap_p2p_comm: bool = True        # pipeline sends behind compute, interleaved schedules only (else,
+                                         # and without virtual stages, the sender waits for them)
     overlap_grad_reduce: bool = True     # DP gradient reduction in buckets behind the backward
                                          # (else after it)
     overlap_param_gather: bool = True    # parameter all-gather (ZeRO) ahead of the forward (else exposed)
