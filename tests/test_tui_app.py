@@ -129,8 +129,8 @@ async def test_failed_gpus_show_in_phase_colour_at_site_zoom() -> None:
         heatmap = app.screen.query_one(Heatmap)
         lay = heatmap.layout_info
         colours = heatmap.pixel_colours(lay)
-        from clustertop.tui.palette import PHASE_BASE
-        failed = set(map(int, (colours == PHASE_BASE + 10).nonzero()[0]))
+        from clustertop.tui.palette import FAILED
+        failed = set(map(int, (colours == FAILED).nonzero()[0]))
         assert failed, "a failed node must show at the site view"
         gpus = app.states[0].phase == 10
         assert {lay.pixel_of(int(g)) for g in gpus.nonzero()[0]} == failed

@@ -90,8 +90,9 @@ class ClusterTopApp(App[None]):
         driving = any(s.controllable and not s.done for s in sources)
         interval = float(sources[0].header.get("sample_interval_s") or 1.0)
         self.playback = Playback(t=start, start=start, end=self._end(), speed=speed, paused=paused,
-                                 follow=live and start_t is None and not paused,
-                                 edge=start if driving else None, lead=interval)
+                                 follow=self._followable(sources) and start_t is None and not paused,
+                                 edge=start if driving else None, lead=interval,
+                                 horizon=self._horizon(sources))
         self._sent_edge: float | None = None
         if start_t is not None:
             self.playback.t = min(max(start_t, start), max(self.playback.end, start))
@@ -105,6 +106,13 @@ class ClusterTopApp(App[None]):
         self.sub_title = escape(f"{first.kind} {jobinfo.describe(self.states[0], first.name)}")
         if self.compare:
             self.sub_title = escape(f"compare {sources[0].name} ↔ {sources[1].name}")
+
+    @staticmethod
+    def _horizon(sources: list[Source]) -> float | None:
+        """The runs' end (the headers' duration_s), when every header gives one."""
+        ends = [s.header.get("duration_s") for s in sources]
+        numbers = [float(e) for e in ends if type(e) in (int, float) and e > 0]
+        return max(numbers) if numbers and len(numbers) == len(ends) else None
 
     @staticmethod
     def _first_interval(sources: list[Source]) -> float | None:
@@ -132,6 +140,16 @@ class ClusterTopApp(App[None]):
     def live(self) -> bool:
         """A source is still being written (an engine or a pipe)."""
         return any(s.live and not s.done for s in self.sources)
+
+    @staticmethod
+    def _followable(sources: list[Source]) -> bool:
+        """A live edge worth following: an engine or a real cluster still running. A pipe (`replay -`) is a
+        replay: it plays from its start at the chosen speed, however fast it is written."""
+        return any(s.live and not s.done and s.kind != "replay" for s in sources)
+
+    @property
+    def followable(self) -> bool:
+        return self._followable(self.sources)
 
     def _end(self) -> float:
         ends = [s.end_t for s in self.sources]
@@ -243,7 +261,7 @@ class ClusterTopApp(App[None]):
         self.seek(self.playback.start)
 
     def action_seek_end(self) -> None:
-        if self.live:
+        if self.followable:
             self.action_follow_live()
         else:
             self.seek(self.playback.end)
@@ -276,7 +294,7 @@ class ClusterTopApp(App[None]):
         self.seek(later[0])
 
     def action_follow_live(self) -> None:
-        if not self.live:
+        if not self.followable:
             self.notify("Replaying a recording: nothing live to follow (end jumps to the end)", timeout=3)
             return
         self.playback.end = self._end()
@@ -341,7 +359,7 @@ class ClusterTopApp(App[None]):
              self.action_prev_event),
             ("Next event", "Jump to the next event (])", self.action_next_event),
             *([("Follow live", "Pin the clock to the engine (f)", self.action_follow_live)]
-              if self.live else []),
+              if self.followable else []),
             *([("Inject fault", "Fail the GPU under the cursor at the time on screen (i)",
                 self.action_inject_fault)]
               if self.playback.edge is not None else []),

@@ -93,5 +93,5 @@ class CompareScreen(DashboardScreen):
         names = (app.sources[0].name, app.sources[1].name)
         self.query_one(Comparison).show(states[0], states[1], names, (ended[0], ended[1]))
         events = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))
-        self.query_one(TransportBar).show(playback, live=app.live,
+        self.query_one(TransportBar).show(playback, live=app.live, followable=app.followable,
                                           events=events, note=app.status_note)

@@ -254,5 +254,5 @@ class MainScreen(DashboardScreen):
         if self.panel("events").display:
             self.query_one(EventLog).show(state)
         source = app.sources[0]
-        self.query_one(TransportBar).show(playback, live=app.live, events=source.index.event_times(),
-                                          note=app.status_note)
+        self.query_one(TransportBar).show(playback, live=app.live, followable=app.followable,
+                                          events=source.index.event_times(), note=app.status_note)
