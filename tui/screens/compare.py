@@ -6,12 +6,13 @@ from clustertop.engine.config.errors import escape
 from rich.markup import escape as markup_escape
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from ..playback import format_clock
 from ..running import running_app
 from ..sources import Source
 from ..widgets.comparison import Comparison
+from ..widgets.footer import Footer
 from ..widgets.heatmap import Heatmap
 from ..widgets.jobs import JobsPanel
 from ..widgets.legend import Legend

@@ -132,6 +132,16 @@ class Heatmap(Widget, can_focus=True):
         self.post_message(self.ViewChanged(self))
         self.announce_cursor()
 
+    def go_to(self, gpu: int) -> None:
+        """Move the cursor to `gpu`, at the same zoom: the view moves to the container that holds it."""
+        gpu = min(max(int(gpu), 0), self.hierarchy.gpus - 1)
+        start, end = self.view.span(self.hierarchy)
+        if not start <= gpu < end:
+            level = self.view.level
+            self.cursor_gpu = gpu
+            self.set_view(View(level, 0 if level == "site" else gpu // self.hierarchy.size(level)))
+        self.set_cursor(gpu)
+
     def set_cursor(self, gpu: int) -> None:
         start, end = self.view.span(self.hierarchy)
         gpu = min(max(int(gpu), start), end - 1)
