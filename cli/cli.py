@@ -262,7 +262,8 @@ SUBCOMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None
 
 def _unknown(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> NoReturn:
     """Flags the subcommand does not know: one line naming them, the closest flag it has, and its --help."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse.ArgumentParser = subparsers.choices[command]
     flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
     unknown = [e for e in extra if e.startswith("-")] or extra
     close = difflib.get_close_matches(unknown[0].split("=")[0], flags, n=1, cutoff=0.6)
