@@ -5,7 +5,8 @@ pipe, a live engine) through one; benchmarks time the same.
 Samples carry full state, so each is a keyframe: the view at time t is the last keyframe at or before t, plus
 the job figures of the last `step` per job, the discrete events (for the log) and the sparkline history. Every
 event is parsed once, by the reader (engine/stream/reader.py), and kept in the form the state reads: a
-keyframe's per-GPU run-length arrays as numpy arrays, zlib-packed when large (tui/keyframe.py), steps as
+keyframe's per-GPU run-length arrays as numpy arrays, zlib-packed when large, and the rest of it (the jobs'
+statuses, the phase mix) as a zlib-packed JSON blob parsed again when it is folded (tui/keyframe.py), steps as
 columns of their figures (tui/steps.py), discrete events as parsed, and per sample its site power and link
 peaks for the sparklines.
 

@@ -179,6 +179,7 @@ def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
     return {
         "step": f"{job.step:,}",
         "step time": f"{job.step_time_s:.2f} s" if job.step_time_s and live else plan.get("step time", "—"),
+        **_band(job),
         "tokens/s": units.si(job.tokens_per_s) if job.tokens_per_s and live else plan.get("tokens/s", "—"),
         "TFLOP/s/GPU": f"{job.tflops_per_gpu:.0f}" if job.tflops_per_gpu and live else "—",
         "MFU": f"{job.mfu * 100:.1f}%" if job.mfu and live else plan.get("MFU", "—"),
@@ -190,6 +191,13 @@ def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
         "time lost": units.duration(lost_time(job, t)) if lost_time(job, t) else "0",
         **cost_figures(job),
     }
+
+
+def _band(job: JobStatus) -> dict[str, str]:
+    """The plan's band (the header's `uncertainty`: within it, 90% of the published runs like the job came
+    out); nothing for a recording made before the header had it."""
+    u = _number(job.info.get("uncertainty"))
+    return {"likely ±": f"{100 * u:.0f}%"} if u is not None and u >= 0 else {}
 
 
 def cost_figures(job: JobStatus) -> dict[str, str]:
