@@ -88,7 +88,7 @@ def test_a_request_longer_than_the_whole_cache_is_refused_and_the_others_served(
 
 def test_a_job_whose_every_request_is_longer_than_the_cache_is_a_user_error() -> None:
     s = scenario(prompt_tokens=2_000_000, output_tokens=10, length_spread=0.0)
-    with pytest.raises(UserError, match="no request fits"):
+    with pytest.raises(UserError, match="do not fit a replica.s K/V cache"):
         estimate_job(s, s.jobs[0])
 
 
@@ -240,3 +240,66 @@ def test_site_serving_jobs_keep_up() -> None:
                 assert e.serving["saturated"] is False, (name, job.name)
                 assert e.serving["requests_per_s"] == pytest.approx(float(job.request_rate), rel=0.05)
                 assert math.isfinite(e.serving["ttft_p99_s"]) and e.serving["ttft_p99_s"] < 10
+
+
+# ---- what a review found ---------------------------------------------------------------------------------
+
+
+def test_pipeline_stages_add_up_in_every_iteration() -> None:
+    # TP 1 x PP 8 at batch 1 reads all 70 GB of FP8 weights per token, stage after stage: slower than TP 8
+    tp8 = served(gpus=8, model="llama3.1-70b", request_rate=0.5, length_spread=0.0, tp=8)
+    pp8 = served(gpus=8, model="llama3.1-70b", request_rate=0.5, length_spread=0.0, tp=1, pp=8)
+    assert pp8.tpot.median > 2 * tp8.tpot.median
+    gpu = scenario().cluster.gpu
+    assert pp8.tpot.median > 70e9 / (gpu.hbm_tb_s * 1e12 * gpu.hbm_efficiency)
+
+
+def test_an_overloaded_replica_still_reports_what_it_serves() -> None:
+    flooded = served(request_rate=1e9, length_spread=0.0)
+    offline = served(request_rate="max", length_spread=0.0)
+    assert flooded.saturated and flooded.tokens_per_s == pytest.approx(offline.tokens_per_s, rel=0.15)
+
+
+def test_a_benchmark_of_n_requests_offered_too_fast_is_saturated() -> None:
+    light = served(request_rate=2.0, requests=300, length_spread=0.0)
+    heavy = served(request_rate=100_000.0, requests=300, length_spread=0.0)
+    assert not light.saturated and heavy.saturated
+
+
+def test_prefill_that_would_take_millions_of_iterations_is_refused() -> None:
+    s = scenario(prompt_tokens=100_000, max_tokens_per_step=1, length_spread=0.0)
+    with pytest.raises(UserError, match="max_tokens_per_step"):
+        serve(s, s.jobs[0])
+
+
+def test_one_token_answers_have_no_tpot_and_the_json_stays_json(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", write(tmp_path, output_tokens=1, length_spread=0.0), "--json"]) == 0
+    job = orjson.loads(capsys.readouterr().out)["jobs"][0]         # orjson refuses NaN
+    assert job["tpot_s"] is None and job["tpot_p99_s"] is None and job["itl_mean_s"] is None
+    assert job["ttft_s"] > 0
+
+
+def test_a_cache_that_refuses_most_requests_is_a_user_error() -> None:
+    s = scenario(kv_cache_fraction=0.0005, prompt_tokens=2048, output_tokens=512)
+    with pytest.raises(UserError, match="kv_cache_fraction"):
+        serve(s, s.jobs[0])
+
+
+def test_an_slo_reads_a_null_latency_as_none_had_it_and_a_missing_one_as_unknown() -> None:
+    from clustertop.engine.sweep.results import facts, parse_slo
+
+    job = {"name": "chat", "kind": "inference", "fits": True, "gpus": 8, "step_time_s": 1.0,
+           "tokens_per_s": 1000.0, "memory_gb_per_gpu": 40.0, "saturated": False, "ttft_p99_s": 0.5}
+    slo = parse_slo("ttft=1s,tpot=50ms")
+    one_token = facts({"index": 0, "jobs": [{**job, "tpot_p99_s": None}]})
+    old_record = facts({"index": 1, "jobs": [job]})
+    assert slo.met(one_token) and not slo.met(old_record)
+
+
+@pytest.mark.parametrize("text", ["", "ttft=1s,ttft=2s", "ttft=2", "latency=1s"])
+def test_an_slo_that_does_not_parse_is_one_line_and_exit_2(text: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "serve-405b", "--vary", "jobs[0].tp=8,16", "--slo", text]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--slo" in err

@@ -3,7 +3,6 @@ stated share of published runs falls inside it, each run left out of its own ban
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import orjson
@@ -16,7 +15,11 @@ from clustertop.engine.model.uncertainty import Residual, band_of
 def test_the_residuals_are_what_validate_gives_now() -> None:
     # scripts/residuals.py writes them; a change to the model that moves any row must rewrite them
     now = validate.residuals(validate.run(), validate.run_serving())
-    assert [dataclasses.asdict(r) for r in uncertainty.residuals()] == [dataclasses.asdict(r) for r in now]
+    kept = uncertainty.residuals()
+    assert [(r.name, r.kind, r.gpu, r.size, r.stack, r.fit) for r in kept] == \
+        [(r.name, r.kind, r.gpu, r.size, r.stack, r.fit) for r in now]
+    # the errors to their 4 decimals, give or take the last (another machine's libm may round it apart)
+    assert all(abs(a.error - b.error) <= 1.5e-4 for a, b in zip(kept, now))
 
 
 def coverage(kind: str, fit: bool) -> tuple[float, int]:

@@ -50,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, best: Output | None) -> int:
-    slo = parse_slo(args.slo) if args.slo else None
+    slo = parse_slo(args.slo) if args.slo is not None else None
     sw = plan(args.scenario, args.vary, ESTIMATOR)
     if slo is not None and not any(j.get("kind") == "inference" for j in sw.source["jobs"]):
         raise UserError(f"--slo: {sw.name} has no inference job (kind = \"inference\"); an SLO is of serving")

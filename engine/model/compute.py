@@ -378,10 +378,10 @@ def output_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
 def host_optimizer_time(gpu: GPU, params: float, grad_bytes: float) -> float:
     """Adam in host memory (optimizer offload: Megatron-Core's optimizer_cpu_offload, DeepSpeed
     ZeRO-Offload) over this GPU's shard of `params`: the gradients down and the BF16 weights back over the
-    host link, and the step itself on the CPU, bound by its memory (the same 34 bytes per parameter as on
-    the GPU)."""
+    host link (each direction on its own, bucket by bucket: the larger of the two), and the step itself on the
+    CPU, bound by its memory (the same 34 bytes per parameter as on the GPU)."""
     link = gpu.host_link_gb_s * 1e9
-    return params * (grad_bytes + BF16) / link + params * 34.0 / (gpu.host_memory_gb_s * 1e9)
+    return params * max(grad_bytes, BF16) / link + params * 34.0 / (gpu.host_memory_gb_s * 1e9)
 
 
 def optimizer_time(gpu: GPU, params_on_gpu: float, shards: int) -> float:

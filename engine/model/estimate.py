@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -77,15 +78,13 @@ class JobEstimate:
         """The step time's band: where the true step of a run like the published ones falls (training)."""
         if self.band is None or self.step_time_s is None or self.kind == "inference":
             return None
-        u = self.band.uncertainty
-        return self.step_time_s * (1 - u), self.step_time_s * (1 + u)
+        return self.band.step(self.step_time_s)
 
     def tokens_per_s_range(self) -> tuple[float, float] | None:
         """The throughput's band: a prediction too high by u means a true rate of tokens_per_s / (1 + u)."""
         if self.band is None or not self.tokens_per_s:
             return None
-        u = self.band.uncertainty
-        return self.tokens_per_s / (1 + u), self.tokens_per_s / max(1e-9, 1 - u)
+        return self.band.rate(self.tokens_per_s)
 
 
 @dataclass
@@ -298,9 +297,10 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
         "kind": "inference"}
     step = r.plan.step_time_s if r.plan is not None else 1.0
     breakdown = {k: round(step * v, 6) for k, v in r.breakdown.items() if v > 0}
-    serving = {"requests_per_s": round(r.requests_per_s, 3), "ttft_mean_s": round(r.ttft.mean, 6),
-               "tpot_mean_s": round(r.tpot.mean, 6), "ttft_p99_s": round(r.ttft.p99, 6),
-               "tpot_p99_s": round(r.tpot.p99, 6), "itl_mean_s": round(r.itl_mean_s, 6),
+    # a latency no request had (one-token answers have no TPOT) is null, not NaN: JSON has no NaN
+    serving = {"requests_per_s": round(r.requests_per_s, 3), "ttft_mean_s": _round(r.ttft.mean, 6),
+               "tpot_mean_s": _round(r.tpot.mean, 6), "ttft_p99_s": _round(r.ttft.p99, 6),
+               "tpot_p99_s": _round(r.tpot.p99, 6), "itl_mean_s": _round(r.itl_mean_s, 6),
                "batch_limit": r.batch_limit, "mean_batch": round(r.mean_batch, 2), "busy": round(r.busy, 4),
                "saturated": r.saturated, "preemptions": r.preemptions, "rejected": r.rejected,
                "kv_cache_dtype": m.kv_dtype, "kv_cache_tokens": m.kv_tokens}
@@ -445,7 +445,8 @@ def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
 
 
 def _round(x: float | None, digits: int = 4) -> float | None:
-    return None if x is None else round(x, digits)
+    """Rounded for --json; None (null) when absent or not finite."""
+    return None if x is None or not math.isfinite(x) else round(x, digits)
 
 
 def _range(band: tuple[float, float] | None, digits: int = 4) -> list[float] | None:

@@ -35,6 +35,9 @@ from .serving_memory import ServingMemory, serving_memory
 
 WINDOW_REQUESTS = 2000       # completed requests measured after warm-up
 WARMUP_REQUESTS = 200
+MAX_REQUESTS = 50_000        # requests one replica's simulation serves at most (a longer benchmark runs the
+                             # same steady state for longer)
+MAX_PREFILL_ITERATIONS = 2_000_000   # prompt chunks a simulation may take one iteration at a time
 PLAN_ITERATIONS = 400        # iterations of the measured timeline that make up the repeated plan
 SATURATED = 0.97             # served below this share of the offered rate: the replicas are saturated
 _CACHE: dict[tuple[Any, ...], ServingResult] = {}
@@ -85,21 +88,28 @@ def serve(scenario: Scenario, job: Job) -> ServingResult:
                         f"GB of weights and {memory.activations / GB:,.1f} GB of activations per GPU on "
                         f"tp = {job.tp}, pp = {job.pp}, leaving no room for a K/V cache in "
                         f"{memory.capacity / GB:,.1f} GB; "
-                        "expected more tp or pp, or fp8 weights", scenario.path or None)
+                        "expected more tp or pp, fp8 weights or a larger kv_cache_fraction",
+                        scenario.path or None)
     key = (cluster, job, scenario.seed)
     found = _CACHE.get(key)
     if found is not None:
         return found
     cost = IterationCost(cluster, job)
     req = requests(job, scenario.seed)
+    chunks = int(np.ceil(req.prompt / job.max_tokens_per_step).sum())
+    if chunks > MAX_PREFILL_ITERATIONS:       # prefill is simulated chunk by chunk: bound the work
+        raise UserError(f"{job.name}: {len(req):,} prompts of ~{job.prompt_tokens:,} tokens in iterations of "
+                        f"max_tokens_per_step = {job.max_tokens_per_step:,} take {chunks:,} iterations to "
+                        f"simulate; expected at most {MAX_PREFILL_ITERATIONS:,} (a larger "
+                        "max_tokens_per_step, shorter prompts or fewer requests)", scenario.path or None)
     limit = memory.batch_limit(job.prompt_tokens + job.output_tokens, job.max_batch)
     engine = Engine(cost, memory.kv_tokens, job.max_tokens_per_step, job.max_batch)
     out = engine.run(req)
-    if out.rejected == len(req):
-        raise UserError(f"{job.name}: no request fits a replica's K/V cache of {memory.kv_tokens:,} tokens "
-                        f"({job.prompt_tokens:,} prompt + {job.output_tokens:,} output tokens each); "
-                        "expected shorter requests, more tp or pp, fp8 K/V or a larger kv_cache_fraction",
-                        scenario.path or None)
+    if 2 * out.rejected >= len(req):
+        raise UserError(f"{job.name}: {out.rejected:,} of {len(req):,} requests do not fit a replica's K/V "
+                        f"cache of {memory.kv_tokens:,} tokens ({job.prompt_tokens:,} prompt + "
+                        f"{job.output_tokens:,} output tokens on average); expected shorter requests, more "
+                        "tp or pp, fp8 K/V or a larger kv_cache_fraction", scenario.path or None)
     result = _measure(job, cost, memory, limit, req, out)
     if len(_CACHE) > 256:
         _CACHE.clear()
@@ -112,6 +122,7 @@ def requests(job: Job, seed: int) -> Requests:
     count = job.requests or WARMUP_REQUESTS + WINDOW_REQUESTS
     if job.request_rate == "max" and not job.requests:       # enough to see the replica full for a while
         count = max(count, 4 * job.max_batch + 2 * WARMUP_REQUESTS)
+    count = min(count, MAX_REQUESTS)
     rng = np.random.default_rng([seed, 7])
     if job.request_rate == "max":
         arrival = np.zeros(count)
@@ -134,14 +145,23 @@ def _measure(job: Job, cost: IterationCost, memory: ServingMemory, limit: int, r
              out: Outcome) -> ServingResult:
     """Throughput, latencies and the timeline's shares over the measured requests."""
     measured = np.zeros(len(req), dtype=bool)
-    if job.requests:
+    finished = np.isfinite(out.done)
+    if job.requests:                          # a benchmark measured whole: first arrival to last completion
         measured[:] = True
-        t0, t1 = 0.0, float(np.nanmax(out.done))
-        served = measured & np.isfinite(out.done)
+        t0, t1 = float(req.arrival[0]), float(np.nanmax(out.done))
+        served = finished
+        arrivals = float(req.arrival[-1] - req.arrival[0])
+        offered = len(req) / arrivals if job.request_rate != "max" and arrivals > 0 else math.inf
     else:
         measured[WARMUP_REQUESTS:] = True
         t0, t1 = _window(job, req, out)
-        served = np.isfinite(out.done) & (out.done > t0) & (out.done <= t1)
+        served = finished & (out.done > t0) & (out.done <= t1)
+        offered = float(measured.sum()) / max(t1 - t0, 1e-9) if job.request_rate != "max" else math.inf
+        if served.sum() < SATURATED * measured.sum():
+            # the requests queue faster than they are served: measure the served rate as offline, between
+            # the completions after the warm-up's and before the drain's (offered stays the arrivals' rate)
+            t0, t1 = _completions(out)
+            served = finished & (out.done > t0) & (out.done <= t1)
     span = max(t1 - t0, 1e-9)
     tokens = float(req.output[served].sum())
     ok = measured & np.isfinite(out.done)
@@ -149,8 +169,7 @@ def _measure(job: Job, cost: IterationCost, memory: ServingMemory, limit: int, r
     steps = req.output - 1
     several = ok & (steps > 0)
     tpot = Latency.of(((out.done - out.first) / np.maximum(steps, 1))[several])
-    itl = float((out.done - out.first)[several].sum() / max(1, steps[several].sum()))
-    offered = float(measured.sum()) / span if job.request_rate != "max" else math.inf
+    itl = float((out.done - out.first)[several].sum() / steps[several].sum()) if several.any() else math.nan
     completed = float(served.sum()) / span
     _, active = cm.total_params(job.model)
     flops = 2.0 * active * float((req.output[served] + req.prompt[served]).sum()) / span
@@ -172,11 +191,16 @@ def _measure(job: Job, cost: IterationCost, memory: ServingMemory, limit: int, r
 def _window(job: Job, req: Requests, out: Outcome) -> tuple[float, float]:
     """The measured window: from the first measured request's arrival (offline: the warm-up's last
     completion) to the last one's arrival (offline: the window's last completion)."""
-    if job.request_rate == "max":            # between the warm-up's completions and the drain's
-        done = np.sort(out.done[np.isfinite(out.done)])
-        last = done.size - 1
-        return float(done[min(WARMUP_REQUESTS, last)]), float(done[max(0, last - WARMUP_REQUESTS)])
+    if job.request_rate == "max":
+        return _completions(out)
     return float(req.arrival[WARMUP_REQUESTS]), float(req.arrival[-1])
+
+
+def _completions(out: Outcome) -> tuple[float, float]:
+    """Between the warm-up's completions and the drain's: the replica full."""
+    done = np.sort(out.done[np.isfinite(out.done)])
+    last = done.size - 1
+    return float(done[min(WARMUP_REQUESTS, last)]), float(done[max(0, last - WARMUP_REQUESTS)])
 
 
 def _timeline(cost: IterationCost, out: Outcome, t0: float,

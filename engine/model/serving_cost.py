@@ -20,8 +20,10 @@ one per prompt whose last chunk ran), and each iteration pays the engine's own f
 sampling, launching the iteration's CUDA graph): `serving_overhead_us` of the GPU's catalog entry.
 
 A replica's pipeline stages run one after another for an iteration (PP serves models too large for the TP
-group's memory; an iteration's latency is the stages' sum). The cost is linear in the decode context (K/V
-read), which lets a serving simulation skip runs of identical iterations in closed form
+group's memory): an iteration's latency is the stages' sum, every layer and the hand-offs between the
+stages. Engines that keep several micro-batches in flight through the stages get more throughput from PP than
+this (the model's PP throughput is a lower bound; its latencies hold). The cost is linear in the decode
+context (K/V read), which lets a serving simulation skip runs of identical iterations in closed form
 (engine/model/inference.py).
 """
 
@@ -86,16 +88,15 @@ class IterationCost:
     def __init__(self, cluster: Cluster, job: Job) -> None:
         self.cluster, self.job, self.gpu = cluster, job, cluster.gpu
         model = job.model
-        self.layers = model.layers / job.pp                     # a stage's layers (the stages run in turn)
-        dense, moe = layers_of(job)
-        self.dense_layers, self.moe_layers = dense / job.pp, moe / job.pp
+        self.layers = model.layers                              # every stage's layers, run in turn
+        self.dense_layers, self.moe_layers = layers_of(job)
         d_qk, d_v, _ = cm.attention_dims(model)
         self.head_dim = (d_qk + d_v) / 2
         self.heads = model.heads / job.tp
         kv = kv_bytes_per_token(job)
         # decode attention per token of context: its K/V read (HBM) or its FLOPs, whichever is slower
-        flops = 2.0 * self.heads * (d_qk + d_v) * model.layers / job.pp
-        read = kv / hbm_rate(self.gpu)
+        flops = 2.0 * self.heads * (d_qk + d_v) * model.layers
+        read = job.pp * kv / hbm_rate(self.gpu)                 # each stage reads its layers' K/V in turn
         self.per_context = max(read, flops / (self.gpu.peak_tflops("bf16") * 1e12 * 0.5))
         self.overhead = self.gpu.serving_overhead_us * 1e-6
         self.attention = self.gpu.attention_kernel(job.attention_kernel)
@@ -162,7 +163,7 @@ class IterationCost:
             t += 2 * self.layers * self._allreduce(tokens * model.hidden * BF16)
         if self.pp_route is not None:
             hop = col.p2p(self.cluster, self.pp_route, tokens * model.hidden * BF16).time_s
-            t += (job.pp - 1) / job.pp * hop
+            t += (job.pp - 1) * hop
         if self.ep_route is not None:
             moved = tokens * model.experts_per_token * model.hidden * BF16
             t += 2 * self.moe_layers * col.all_to_all(self.cluster, self.ep_route, moved).time_s
@@ -186,12 +187,12 @@ class IterationCost:
 
     def _output(self, sampled: float) -> float:
         """The final norm and the output projection (vocab split over TP) for the sampled tokens, and the
-        logits' read by the sampler; on the last stage only, so 1/pp of it per stage on average."""
+        logits' read by the sampler, on the last stage."""
         if sampled <= 0:
             return 0.0
         m, t = self.job.model, self.job.tp
         g = gemm_time(self.gpu, "bf16", sampled, m.vocab / t, m.hidden)
-        return (g + memory_time(self.gpu, sampled * m.vocab / t * 4, 2)) / self.job.pp
+        return g + memory_time(self.gpu, sampled * m.vocab / t * 4, 2)
 
 
 def _gemms(job: Job, moe: bool, tokens: float) -> list[tuple[float, float, float, float]]:

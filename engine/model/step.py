@@ -362,7 +362,8 @@ class JobModel:
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
-        if p > 1 and (not job.overlap_p2p_comm or v == 1):      # Megatron overlaps them interleaved only
+        interleaved = v > 1 or job.schedule == "dualpipe"     # Megatron overlaps sends interleaved only
+        if p > 1 and (not job.overlap_p2p_comm or not interleaved):
             fwd, bwd, send, send_b = _blocking_sends(fwd, bwd, send, send_b)
         schedule = sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:

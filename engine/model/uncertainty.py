@@ -47,6 +47,14 @@ class Band:
     runs: int               # published runs it comes from
     alike: str              # what they share with the job ("h100-sxm-80gb, megatron" or "every training run")
 
+    def step(self, seconds: float) -> tuple[float, float]:
+        """Where a run's true step falls: a throughput too high by u is a step too short by as much."""
+        return seconds * (1 - self.uncertainty), seconds * (1 + self.uncertainty)
+
+    def rate(self, per_s: float) -> tuple[float, float]:
+        """Where a run's true rate falls, for a predicted `per_s`."""
+        return per_s / (1 + self.uncertainty), per_s / max(1e-9, 1 - self.uncertainty)
+
 
 def size_class(params: float) -> str:
     return "small" if params < SMALL else "mid" if params < LARGE else "large"
@@ -90,6 +98,8 @@ def band_of(rows: tuple[Residual, ...] | list[Residual], kind: str, gpu: str, si
         said = ", ".join(job[k] for k in keys) if keys else f"every {kind} run"
         if not any(r.gpu == gpu for r in of_kind):      # an accelerator no published run measured
             said += f"; none on {gpu}: its own error is not in the band"
+        elif not any(r.size == size for r in of_kind):  # nor a model of its size (a 405B served)
+            said += f"; none of its size ({size}): its own error is not in the band"
         return Band(q, len(alike), said)
     return None
 

@@ -56,10 +56,8 @@ def _job(scenario: Scenario, track: JobTrack, topology: Geometry, power: PowerMo
     band = uncertainty.band(j.kind, scenario.cluster.gpu.name, total_params(j.model)[0], j.zero)
     if band is not None:                  # how far to trust the plan's step (engine/model/uncertainty.py)
         entry["uncertainty"] = round(band.uncertainty, 4)
-        step = float(plan.kpi["step_time_s"])
         if not j.is_inference:
-            entry["step_time_range_s"] = [round(step * (1 - band.uncertainty), 4),
-                                          round(step * (1 + band.uncertainty), 4)]
+            entry["step_time_range_s"] = [round(s, 4) for s in band.step(float(plan.kpi["step_time_s"]))]
     if shared is not None:
         entry.update(shared.header(track.index))
     st = track.stragglers

@@ -106,11 +106,18 @@ def facts(record: dict[str, Any]) -> Facts:
     steps = [float(j["step_time_s"]) for j in jobs]
     rates = [float(j.get("tokens_per_s") or 0.0) for j in jobs]
     serving = [j for j in jobs if j.get("kind") == "inference"]
-    latency = tuple((key, max(float(j.get(field) or math.inf) for j in serving))
+    latency = tuple((key, max(_latency(j, field) for j in serving))
                     for key, field in SLO_FIGURES.items()) if serving else ()
     return Facts(index, "ok", max(steps), sum(rates), gpus, sum(r * s for r, s in zip(rates, steps)), memory,
                  _total(jobs, "usd_per_hour"), _total(jobs, "power_mw"), latency,
                  any(bool(j.get("saturated")) for j in serving))
+
+
+def _latency(job: dict[str, Any], field: str) -> float:
+    """A serving job's latency figure: infinite when the record has none (written before it existed), 0 when
+    it is null (no request had it: one-token answers have no time per output token)."""
+    value = job.get(field, math.inf)
+    return 0.0 if value is None else float(value)
 
 
 def _total(jobs: list[dict[str, Any]], key: str) -> float:
@@ -197,6 +204,8 @@ def parse_slo(text: str) -> Slo:
     """`ttft=2s,tpot=50ms` as an Slo; UserError naming --slo otherwise."""
     limits: dict[str, float] = {}
     for part in text.split(","):
+        if part.strip().partition("=")[0] in limits:
+            raise UserError(f"--slo {quote(text)}: {part.strip().partition('=')[0]} is given twice")
         key, sep, value = part.strip().partition("=")
         if not sep or key not in SLO_FIGURES:
             raise UserError(f"--slo {quote(text)}: {quote(part.strip())} is not KEY=DURATION; expected keys "
