@@ -39,7 +39,7 @@ def test_exporters_watched_headless_give_the_run_and_a_target_down_event(
     urls = exporters.urls[:4], exporters.urls[4:]          # two --exporter flags, comma-separated lists
     out, record = tmp_path / "w.jsonl", tmp_path / "rec.jsonl.gz"
     done = watch("--exporter", ",".join(urls[0]), "--exporter", ",".join(urls[1]), "--cluster", scenario,
-                 "--interval", "0.5s", "--timeout", "5s", "--duration", "1s", "-o", str(out),
+                 "--interval", "0.5s", "--timeout", "0.5s", "--duration", "1s", "-o", str(out),
                  "--record", str(record))
     assert done.returncode == 0, done.stderr
     got = samples(out)
@@ -77,7 +77,7 @@ def test_prometheus_watched_headless_without_a_cluster_file(
     (lambda url: ["--exporter", f"{url}/nothing"], "HTTP 404 Not Found"),
     (lambda url: ["--exporter", f"{url}/html"], "answered HTML; expected a Prometheus metrics page"),
     (lambda url: ["--exporter", f"{url}/other"], "answered no DCGM GPU metric"),
-    (lambda url: ["--exporter", f"{url}/slow", "--timeout", "0.3s"], "timed out"),
+    (lambda url: ["--exporter", f"{url}/slow", "--timeout", "0.3s"], "no complete answer within 0.3 s"),
     (lambda url: ["--prometheus", f"{url}/html"], "answer is not JSON"),
     (lambda url: ["--prometheus", f"{url}/matrix"], "resultType is 'matrix'; expected \"vector\""),
     (lambda url: ["--exporter", "file:///etc/passwd"], "is not an http:// or https:// URL"),
@@ -118,7 +118,7 @@ def test_the_dashboard_watches_exporters(simulated_run: Any, exporters: Any) -> 
     exporters.replay.k = 4
     exporters.broken[0] = (503, b"down for maintenance")
     source = WatchSource("8 exporters", ["--exporter", ",".join(exporters.urls), "--cluster",
-                                         simulated_run.scenario, "--interval", "0.3s", "--timeout", "5s"])
+                                         simulated_run.scenario, "--interval", "0.3s", "--timeout", "0.3s"])
 
     async def run() -> None:
         app = ClusterTopApp([source])

@@ -24,7 +24,7 @@ from ..stream import schema
 from ..stream.recorder import Recorder
 from . import dcgm, promjson
 from .frames import FAST_GZIP, Frame, TelemetryStream
-from .placement import Placement, host_names
+from .placement import Placement, host_names, no_match
 
 Note = Callable[[str], None]
 
@@ -144,6 +144,7 @@ class Importer:
         self.stream: TelemetryStream | None = None
         self.written = 0                  # steps written
         self.seen_gpus = np.zeros(self.cluster.gpus, dtype=bool)
+        self.unmatched: set[str] = set()  # GPU hosts of the dumps that cluster.hosts does not name
         for info in self.infos:
             if info.step and abs(info.step - self.step) > 1e-6 * self.step and \
                     abs(info.step / self.step - round(info.step / self.step)) < 1e-6:
@@ -206,8 +207,12 @@ class Importer:
             if not names:
                 raise UserError('has no "Hostname" or "instance" label; expected the dcgm-exporter\'s labels',
                                 where)
-            if self.placement.fixed and self.placement.node_of(names) is None:
+            is_gpu = name in dcgm.GPU_METRICS
+            if self.placement.fixed and (self.placement.node_of(names) if is_gpu
+                                         else self.placement.node_near(names)) is None:
                 self.stats.skip("series from hosts not in cluster.hosts", example=names[0])
+                if is_gpu and len(self.unmatched) < 1000:
+                    self.unmatched.add(names[0])
                 continue
             if s.t.size == 0:
                 continue
@@ -250,6 +255,9 @@ class Importer:
     def _start(self) -> None:
         """Place the first window's hosts, check there is something to write, open the output, the header."""
         self._place()
+        if self.placement.fixed and self.unmatched and not any(self.hosts.gpu):
+            raise UserError(no_match(list(self.cluster.hosts), list(self.unmatched), "the dumps' hosts"),
+                            self.cluster_file)
         if not self.placement.order:
             found = "; ".join(self.stats.warnings()) or "no series"
             raise UserError(f"no DCGM GPU metric in the dumps ({found}); expected series such as "
@@ -282,7 +290,9 @@ class Importer:
         assert self.stream is not None
         w, gpus = self.window, self.cluster.gpus
         src, dst = self._columns()
-        host_node = [(tid, self.placement.node_of(names)) for tid, names in enumerate(self.hosts.names)]
+        place = self.placement
+        host_node = [(tid, place.node_of(names) if self.hosts.gpu[tid] else place.node_near(names))
+                     for tid, names in enumerate(self.hosts.names)]
         nic_hosts = np.array([tid for tid, node in host_node if node is not None], dtype=np.int64)
         nic_nodes = np.array([node for _, node in host_node if node is not None], dtype=np.int64)
         for k in range(self.written, upto):

@@ -241,3 +241,65 @@ class FakePrometheus(FakeServer):
     def __init__(self, replay: Replay) -> None:
         self.replay = replay
         super().__init__(prometheus(replay))
+
+
+class Trickle:
+    """A server on 127.0.0.1 that answers slowly: `headers` False sends its status line and headers a byte at
+    a time, True sends them at once; then the body (`length` bytes promised) comes a byte every `gap`
+    seconds, so no single read ever waits long. `hang` accepts and never sends anything."""
+
+    def __init__(self, gap: float = 0.1, headers: bool = True, hang: bool = False,
+                 length: int = 10_000) -> None:
+        import socket
+
+        self.gap, self.headers, self.hang, self.length = gap, headers, hang, length
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: Any) -> None:
+        head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                + str(self.length).encode() + b"\r\n\r\n")
+        try:
+            conn.recv(65536)
+            if self.hang:
+                self.closed.wait()
+                return
+            if self.headers:
+                conn.sendall(head)
+            else:
+                for k in range(len(head)):
+                    if self.closed.wait(self.gap):
+                        return
+                    conn.sendall(head[k:k + 1])
+            for _ in range(self.length):
+                if self.closed.wait(self.gap):
+                    return
+                conn.sendall(b"#")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
