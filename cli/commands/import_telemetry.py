@@ -23,7 +23,7 @@ def main(args: argparse.Namespace) -> int:
     chatty = wanted(args.output)
 
     def note(text: str) -> None:
-        if chatty or text.startswith(tuple(args.dumps)):       # warnings about a dump always show
+        if chatty or text.startswith((*args.dumps, "warning:")):      # warnings always show
             print(f"clustertop: {escape(text)}", file=sys.stderr)
 
     stats = import_prometheus(args.dumps, args.cluster, args.output, note=note)

@@ -171,6 +171,9 @@ class Importer:
         except BaseException:
             self._abort()
             raise
+        warning = self.stream.bounds_warning() if self.stream else None
+        if warning:
+            self.note(f"warning: {warning}")
         self.stats.samples = self.stream.samples if self.stream else 0
         self.stats.faults = self.stream.faults if self.stream else 0
         self.stats.hosts = len(self.placement.order)

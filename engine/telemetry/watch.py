@@ -455,6 +455,9 @@ class Watcher:
         if self.stop:
             cancel()                # requests in flight end now: no thread keeps the process
         self.poller.close()
+        warning = self.stream.bounds_warning() if self.stream else None
+        if warning:
+            self.note(f"warning: {warning}")
         if self.tee is not None:
             self.tee.close()
 
