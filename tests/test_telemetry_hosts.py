@@ -141,3 +141,35 @@ def test_cluster_hosts_naming_some_hosts_is_a_warning_and_an_event(
     assert "warning: 2 hosts answering but not placed (not in cluster.hosts)" in done.stderr
     unplaced = [e for e in Reader(str(out)).events() if e["type"] == "hosts_unplaced"]
     assert len(unplaced) == 1 and unplaced[0]["hosts"] == ["gpu-node-7", "gpu-node-8"]
+
+
+def test_a_target_prometheus_finds_down_is_an_event_and_its_gpus_no_data(
+        http_server: Any, tmp_path: Path) -> None:
+    """After its first round, host b's exporter stops answering Prometheus (`up` 0) while its last values
+    are still within the lookback: an event naming its instance, and its GPUs missing, not stale."""
+    asked = {"up": 0}
+
+    def route(path: str, query: dict) -> tuple[int, str, bytes]:
+        q = query.get("query", [""])[0]
+        result = []
+        if q == "up":
+            asked["up"] += 1
+            result = [{"metric": {"instance": f"10.0.0.{n}:9400", "job": "gpu"},
+                       "value": [1.0, "0" if n == 2 and asked["up"] > 1 else "1"]} for n in (1, 2)]
+        elif dcgm.GPU_UTIL in q:
+            result = [{"metric": {"Hostname": f"dgx-{n}", "instance": f"10.0.0.{n}:9400", "gpu": str(g)},
+                       "value": [1.0, "40"]} for n in (1, 2) for g in range(8)]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return 200, "application/json", orjson.dumps(body)
+
+    server = http_server(route)
+    out = tmp_path / "p.jsonl"
+    done = watch("--prometheus", server.url, "--interval", "0.3s", "--duration", "0.3s", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    events = list(Reader(str(out)).events())
+    down = [e for e in events if e["type"] == "target_down"]
+    assert len(down) == 1 and down[0]["target"] == "10.0.0.2:9400" and "up == 0" in down[0]["error"]
+    samples = [e for e in events if e["type"] == "sample"]
+    assert "util" not in samples[0]["missing"]              # no power served: power is missing
+    missing = np.repeat(samples[1]["missing"]["util"]["v"], samples[1]["missing"]["util"]["n"]).astype(bool)
+    assert not missing[:8].any() and missing[8:].all()

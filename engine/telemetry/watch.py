@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,15 +61,17 @@ class Poll:
 
 
 def _wait(futures: list[Future[Any]], deadline: float, stop: Stop) -> bool:
-    """Wait for the futures until `deadline` (monotonic); False when told to stop meanwhile."""
-    pending = {f for f in futures if not f.done()}
-    while pending:
-        if stop:
-            return False
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        _, pending = wait(pending, timeout=min(TICK, left))
+    """Wait for the futures until `deadline` (monotonic); False when told to stop meanwhile. One future at a
+    time, in slices of TICK: the cost is one wait per future, not one per future and tick."""
+    for future in futures:
+        while not future.done():
+            left = deadline - time.monotonic()
+            if stop or left <= 0:
+                return not stop
+            try:
+                future.exception(timeout=min(TICK, left))
+            except (TimeoutError, CancelledError):
+                pass
     return not stop
 
 
@@ -141,7 +143,8 @@ class PrometheusQueries:
         self.base = url.rstrip("/")
         self.targets = [self.base]
         self.timeout = timeout
-        self.pool = ThreadPoolExecutor(max_workers=len(dcgm.METRICS), thread_name_prefix="query")
+        self.pool = ThreadPoolExecutor(max_workers=len(dcgm.METRICS) + 1, thread_name_prefix="query")
+        self.known: set[str] = set()       # instances that served DCGM or NIC series
 
     def query(self, metric: str) -> str:
         if metric in dcgm.GPU_METRICS:
@@ -159,9 +162,12 @@ class PrometheusQueries:
             return str(exc).removeprefix(f"{self.base}: ")
 
     def poll(self, stop: Stop | None = None) -> Poll | None:
-        """Every metric's query within `timeout` from now; None when told to stop meanwhile."""
+        """Every metric's query, and `up`, within `timeout` from now; None when told to stop meanwhile. A
+        target Prometheus finds down (`up` 0) that served DCGM or NIC series is a failure named by its
+        instance, and its series are left out: its GPUs are missing, never its last values."""
         deadline = time.monotonic() + self.timeout
-        futures = [self.pool.submit(self._ask, self.query(m), deadline) for m in dcgm.METRICS]
+        queries = [*(self.query(m) for m in dcgm.METRICS), "up"]
+        futures = [self.pool.submit(self._ask, q, deadline) for q in queries]
         if not _wait(futures, deadline + GRACE, stop if stop is not None else Stop()):
             for f in futures:
                 f.cancel()
@@ -169,17 +175,28 @@ class PrometheusQueries:
         out = Poll()
         errors = []
         late = f"no complete answer within {units.seconds(self.timeout)}"
-        for metric, future in zip(dcgm.METRICS, futures):
-            result = future.result() if future.done() and not future.cancelled() else late
+        results = [f.result() if f.done() and not f.cancelled() else late for f in futures]
+        up = results.pop()
+        for metric, result in zip(dcgm.METRICS, results):
             if isinstance(result, str):
                 errors.append(result)
                 continue
             for labels, value in result:
                 out.samples.append((metric, labels, value))
+                self.known.add(labels.get("instance", ""))
         if len(errors) == len(dcgm.METRICS):
             out.failures[self.base] = errors[0]
-        else:
-            out.answered = 1
+            return out
+        out.answered = 1
+        if not isinstance(up, str):
+            down = {labels.get("instance", "") for labels, value in up
+                    if value == 0 and (labels.get("instance") in self.known
+                                       or "dcgm" in labels.get("job", "").lower())}
+            down.discard("")
+            if down:
+                for instance in sorted(down, key=natural_key):
+                    out.failures[instance] = "down in Prometheus (up == 0: its last scrape failed)"
+                out.samples = [s for s in out.samples if s[1].get("instance") not in down]
         return out
 
     def hosts(self, first: Poll) -> list[tuple[str, ...]]:
