@@ -56,13 +56,16 @@ class ImportStats:
 
 
 class _Hosts:
-    """Temporary ids of hosts in order of appearance (their aliases learnt),
-    before they are placed on nodes."""
+    """Temporary ids of hosts in order of appearance (their aliases learnt), before they are placed on nodes.
+    Hosts with GPUs also get a column of the window's GPU grids, in their own order, so that hosts seen
+    first with no GPU (node_exporter's NIC ports, a dump of them read before the DCGM dumps) take none."""
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         self.names: list[tuple[str, ...]] = []
         self.gpu: list[bool] = []
+        self.column: list[int] = []       # per host: its GPU column (x gpus_per_node), -1 for none
+        self.columns = 0
 
     def id_of(self, names: tuple[str, ...], gpu: bool) -> int:
         ids = self.ids
@@ -74,8 +77,11 @@ class _Hosts:
             tid = len(self.names)
             self.names.append(names)
             self.gpu.append(False)
+            self.column.append(-1)
         if gpu and not self.gpu[tid]:
             self.gpu[tid] = True
+            self.column[tid] = self.columns
+            self.columns += 1
             if names[0] != self.names[tid][0]:       # a GPU series' Hostname is the better name
                 self.names[tid] = names + tuple(n for n in self.names[tid] if n not in names)
         for name in names:
@@ -85,7 +91,8 @@ class _Hosts:
 
 class _Window:
     """Readings of the steps from k0 on that are not written yet: per GPU metric a grid of steps x GPU slots
-    (temporary host id x slot), per port metric steps x hosts (byte rates summed, ports counted)."""
+    (GPU column of a temporary host x slot), per port metric steps x hosts (byte rates summed, ports
+    counted)."""
 
     def __init__(self) -> None:
         self.k0 = 0
@@ -232,13 +239,13 @@ class Importer:
                 slot = s.labels.get("gpu")
                 self.placement.check_slot(slot, where)
                 assert slot is not None                  # check_slot raised otherwise
-                tid = hosts.id_of(names, gpu=True)
-                if tid >= self.nodes and not self.placement.fixed:
+                col = hosts.column[hosts.id_of(names, gpu=True)]
+                if col >= self.nodes and not self.placement.fixed:
                     raise UserError(f"more than the cluster's {self.nodes:,} nodes report GPUs (host "
                                     f"{names[0][:60]!r} is one too many); expected a [cluster] with as many "
                                     "nodes as hosts", self.cluster_file)
                 grid = w.grid(w.gpu, name, int(rows.max()) + 1, self.nodes * per_node, np.nan, np.float32)
-                grid[rows, tid * per_node + int(slot)] = s.v
+                grid[rows, col * per_node + int(slot)] = s.v
             else:
                 tid = hosts.id_of(names, gpu=False)
                 if rows.size < 2:
@@ -328,7 +335,7 @@ class Importer:
             node = self.placement.node_of(names)
             if node is None:
                 continue
-            src.append(np.arange(per_node) + tid * per_node)
+            src.append(np.arange(per_node) + self.hosts.column[tid] * per_node)
             dst.append(np.arange(per_node) + node * per_node)
         if not src:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)

@@ -7,8 +7,9 @@ address, when exactly one node does.
 
 Nodes follow `cluster.hosts` when the cluster table lists them (node 0 first; a name may be a hostname, an
 instance's address and port, or an address alone, which then names the node of every port at it).
-Otherwise hosts are numbered in natural order ("node2" before "node10"): every host of the import's dumps
-(all read before any is placed, so file order does not matter), or watching, the exporters' URLs or a
+Otherwise hosts are numbered in natural order ("node2" before "node10"): the hosts of the import's first
+window (every dump covering the earliest time is read before any host is placed, so file order does not
+matter), or watching, the exporters' URLs or a
 Prometheus server's first answers; hosts that appear later take the next free nodes, or are reported as not
 placed when there is none.
 """
