@@ -219,7 +219,14 @@ def exporter_urls(values: Iterable[str]) -> list[str]:
     for value in values:
         if value.startswith("@"):
             data = read_capped(value[1:], 16 << 20, "a file of exporter URLs, one a line")
-            items = [line.split("#", 1)[0].strip() for line in data.decode(errors="replace").splitlines()]
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = "\0"
+            if len(data.translate(None, exposition.CONTROL)) != len(data) or "\0" in text:
+                raise UserError("is binary data (not UTF-8 text); expected a file of exporter URLs, one a "
+                                "line", value[1:])
+            items = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         else:
             items = [item.strip() for item in value.split(",")]
         for item in items:
