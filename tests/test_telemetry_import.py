@@ -32,7 +32,7 @@ def events(path: Path) -> list[dict]:
 
 
 def test_a_simulated_run_exported_and_imported_back_is_the_same(
-        simulated_run: Any, telemetry: Any, tmp_path: Path) -> None:
+        simulated_run: Any, telemetry: Any, tmp_path: Path, capsys: Any) -> None:
     scenario, data = simulated_run.scenario, simulated_run.frames
     names = telemetry.hosts(8)
     util = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, names, 8, shuffle=1)
@@ -50,6 +50,9 @@ def test_a_simulated_run_exported_and_imported_back_is_the_same(
     assert header["telemetry"]["hosts"] == names       # natural order: gpu-node-2 before gpu-node-10
     assert [j["name"] for j in header["jobs"]] == ["train"]  # the scenario's jobs say which GPUs run what
     assert all("missing" not in e for e in events(out)[1:])
+    last = capsys.readouterr().err.splitlines()[-1]           # the README's summary line
+    assert last == (f"clustertop: wrote {out} ({out.stat().st_size / 1e3:.3g} kB): 11 samples over 10 s (one "
+                    "every 1 s), 8 hosts, 64 of 64 GPUs reporting, 0 faults"), last
 
 
 def test_compare_opens_an_imported_recording_beside_its_scenario(

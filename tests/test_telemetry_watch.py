@@ -54,6 +54,10 @@ def test_exporters_watched_headless_give_the_run_and_a_target_down_event(
             and down[0]["error"] == "HTTP 500 Internal Server Error")
     assert Reader(str(record)).header["telemetry"]["source"] == "exporter"
     assert [s["t"] for s in samples(record)] == [0.0, 0.5, 1.0]      # --record got the same stream
+    last = done.stderr.splitlines()[-1]                               # the README's summary line
+    assert last.startswith(f"clustertop: wrote {out} (") and f" and {record} (" in last, last
+    assert last.endswith("): 3 samples over 1 s (one every 0.5 s), 8 hosts, 56 of 64 GPUs reporting, "
+                         "0 faults"), last
 
 
 def test_prometheus_watched_headless_without_a_cluster_file(

@@ -62,8 +62,11 @@ def headless(args: argparse.Namespace, interval: float, timeout: float, duration
     if args.output == "-":
         _stop_with_parent(stop)
     try:
-        watch.watch(poller, source=source, cluster_file=args.cluster, outputs=outputs, interval=interval,
-                    duration=duration, note=note, stop=stop)
+        watcher = watch.watch(poller, source=source, cluster_file=args.cluster, outputs=outputs,
+                              interval=interval, duration=duration, note=note, stop=stop)
+        line = watcher.summary()
+        if line is not None:
+            note(line)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the dashboard went away
     finally:

@@ -11,12 +11,14 @@ formula (engine/model/power.py), the one a simulated run uses, optics included.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..config import units
 from ..config.cluster import Cluster
 from ..config.errors import escape
 from ..config.geometry import Geometry
@@ -260,3 +262,22 @@ def _pod_mean(values: np.ndarray, seen: np.ndarray, pod: np.ndarray, pods: int) 
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(count > 0, total / count, 0.0)
     return [round(float(x), 4) for x in mean]
+
+
+def summary(paths: list[str], *, samples: int, step_s: float, hosts: int, gpus_reporting: int, gpus: int,
+            faults: int) -> str:
+    """The one line `import` and `watch` end with: what was written, how big, and what it holds."""
+    sizes = []
+    for path in paths:
+        try:
+            size = float(os.path.getsize(path))
+            scale, unit = next(((f, u) for f, u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")) if size >= f),
+                               (1.0, "bytes"))
+            sizes.append(f"{path} ({size / scale:.3g} {unit})")
+        except OSError:
+            sizes.append(path)
+    seconds = max(0, samples - 1) * step_s
+    span = units.seconds(round(seconds, 3)) if seconds < 60 else units.format_duration(seconds)
+    return (f"wrote {' and '.join(sizes)}: {units.count(samples, 'sample')} over {span} (one every "
+            f"{units.seconds(step_s)}), {units.count(hosts, 'host')}, {gpus_reporting:,} of "
+            f"{units.count(gpus, 'GPU')} reporting, {units.count(faults, 'fault')}")

@@ -36,6 +36,7 @@ class ImportStats:
     series: int = 0
     hosts: int = 0
     gpus_reporting: int = 0
+    gpus: int = 0                 # the cluster's
     start_unix: float = 0.0
     step_s: float = 0.0
     duration_s: float = 0.0
@@ -185,6 +186,7 @@ class Importer:
         self.stats.faults = self.stream.faults if self.stream else 0
         self.stats.hosts = len(self.placement.order)
         self.stats.gpus_reporting = int(self.seen_gpus.sum())
+        self.stats.gpus = self.cluster.gpus
         return self.stats
 
     def _abort(self) -> None:

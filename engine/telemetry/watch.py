@@ -18,6 +18,8 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..config import catalog, scenario, units
 from ..config.cluster import Cluster, parse_cluster
 from ..config.errors import UserError
@@ -26,7 +28,7 @@ from ..config.job import Job
 from ..stream import schema
 from ..stream.recorder import Recorder
 from . import dcgm, exposition, promjson
-from .frames import FAST_GZIP, Frame, TelemetryStream
+from .frames import FAST_GZIP, Frame, TelemetryStream, summary
 from .http import FetchError, cancel, check_url, get
 from .placement import HOST_LABELS, Placement, host_names, natural_key, no_match, some
 
@@ -370,6 +372,7 @@ class Watcher:
                                       step_s=self.interval, start_unix=round(time.time(), 3), duration_s=None,
                                       path=self.cluster_file or "", hosts=list(self.placement.order))
         self.stream.write_header()
+        self.seen = np.zeros(cluster.gpus, dtype=bool)      # GPUs that reported at least once
         self._unplaced(0.0, unplaced)
         self._write(0.0, first)
         return True
@@ -473,7 +476,18 @@ class Watcher:
             if last is not None and now > last[0] and value >= last[1]:
                 frame.nic[metric][node] += (value - last[1]) / (now - last[0])
                 frame.ports[metric][node] += 1
+        for values in frame.gpu.values():
+            self.seen |= ~np.isnan(values)
         stream.write(frame)
+
+    def summary(self) -> str | None:
+        """The line watch ends with: the files written and what they hold; None when nothing was."""
+        files = [path for path in self.outputs if path != "-"]
+        if self.stream is None or not files:
+            return None
+        return summary(files, samples=self.stream.samples, step_s=self.interval,
+                       hosts=len(self.placement.order), gpus_reporting=int(self.seen.sum()),
+                       gpus=self.cluster.gpus, faults=self.stream.faults)
 
     def close(self) -> None:
         if self.stop:
