@@ -118,6 +118,13 @@ def exporter_page(values: dict[str, np.ndarray], host: str, node: int, per_node:
 Route = Callable[[str, dict[str, list[str]]], tuple[int, str, bytes]]
 
 
+class _Server(ThreadingHTTPServer):
+    # The stdlib's backlog of 5 drops connections of a round of parallel queries: their SYN is resent a
+    # second later, past the round's deadline (real servers listen deeper).
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class FakeServer:
     """A ThreadingHTTPServer on a loopback address (a free port) answering GETs with `route(path, query)`."""
 
@@ -140,8 +147,7 @@ class FakeServer:
 
         self.route = route
         self.requests = 0
-        self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server((host, 0), Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://{host}:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
