@@ -168,8 +168,30 @@ def test_a_target_prometheus_finds_down_is_an_event_and_its_gpus_no_data(
     assert done.returncode == 0, done.stderr
     events = list(Reader(str(out)).events())
     down = [e for e in events if e["type"] == "target_down"]
-    assert len(down) == 1 and down[0]["target"] == "10.0.0.2:9400" and "up == 0" in down[0]["error"]
+    assert len(down) == 1 and down[0]["target"] == "dgx-2" and "up == 0" in down[0]["error"]
+    assert down[0]["instance"] == "10.0.0.2:9400" and down[0]["node"] == 1
     samples = [e for e in events if e["type"] == "sample"]
     assert "util" not in samples[0]["missing"]              # no power served: power is missing
     missing = np.repeat(samples[1]["missing"]["util"]["v"], samples[1]["missing"]["util"]["n"]).astype(bool)
     assert not missing[:8].any() and missing[8:].all()
+
+
+def test_events_of_an_exporter_name_its_host_not_its_url(http_server: Any, tmp_path: Path) -> None:
+    """An exporter that served its host label, then fails: target_down and target_up name the host (dgx-b),
+    with its node and URL."""
+    served = {"b": 0}
+
+    def route_b(path: str, query: dict) -> tuple[int, str, bytes]:
+        served["b"] += 1
+        return (500, "text/plain", b"oops") if served["b"] == 2 else (200, "text/plain",
+                                                                        page(50.0, "Hostname", "dgx-b"))
+
+    a = http_server(lambda path, query: (200, "text/plain", page(10.0, "Hostname", "dgx-a")))
+    b = http_server(route_b)
+    out = tmp_path / "w.jsonl"
+    done = watch("--exporter", f"{a.url}/metrics,{b.url}/metrics", "--interval", "0.2s", "--timeout", "0.2s",
+                 "--duration", "0.4s", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    events = [e for e in Reader(str(out)).events() if e["type"] in ("target_down", "target_up")]
+    assert [(e["type"], e["target"], e["url"]) for e in events] == [
+        ("target_down", "dgx-b", f"{b.url}/metrics"), ("target_up", "dgx-b", f"{b.url}/metrics")], events

@@ -50,7 +50,8 @@ def test_exporters_watched_headless_give_the_run_and_a_target_down_event(
     assert np.array_equal(util[~missing], data[5][1][~missing])
     assert np.array_equal(decode(got[0]["power_w"])[~missing], np.rint(data[5][2][~missing]))
     down = [e for e in Reader(str(out)).events() if e["type"] == "target_down"]
-    assert (len(down) == 1 and down[0]["target"] == exporters.urls[2]
+    assert (len(down) == 1 and down[0]["target"] == exporters.urls[2].split("/")[2]   # no host label seen
+            and down[0]["url"] == exporters.urls[2] and down[0]["node"] == 2
             and down[0]["error"] == "HTTP 500 Internal Server Error")
     assert Reader(str(record)).header["telemetry"]["source"] == "exporter"
     assert [s["t"] for s in samples(record)] == [0.0, 0.5, 1.0]      # --record got the same stream
@@ -166,3 +167,30 @@ def test_fast_exporter_parse_is_the_librarys(telemetry: Any) -> None:
     assert sorted(map(key, ours)) == sorted(map(key, theirs))
     assert len(ours) == 19
     assert ("DCGM_FI_DEV_FB_USED", {"gpu": "0", "Hostname": 'dgx "01"', "note": "a\\b"}, 40960.0) in ours
+
+
+def test_a_fresh_prometheus_with_no_data_yet_is_waited_for(http_server: Any, tmp_path: Path) -> None:
+    """A server that answers, but with no DCGM series yet (not scraped yet): one note, asked again every
+    interval, and watching starts when data comes; not exit code 2."""
+    import orjson
+
+    rounds = {"util": 0}
+
+    def route(path: str, query: dict) -> tuple[int, str, bytes]:
+        q = query.get("query", [""])[0]
+        result = []
+        if dcgm.GPU_UTIL in q and not q.startswith("count"):
+            rounds["util"] += 1
+        if dcgm.GPU_UTIL in q and not q.startswith("count") and rounds["util"] >= 2:
+            result = [{"metric": {"Hostname": "dgx-1", "instance": "10.0.0.1:9400", "gpu": str(g)},
+                       "value": [1.0, "40"]} for g in range(8)]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return 200, "application/json", orjson.dumps(body)
+
+    server = http_server(route)
+    out = tmp_path / "p.jsonl"
+    done = watch("--prometheus", server.url, "--interval", "0.2s", "--duration", "0.4s", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("no DCGM series yet") == 1, done.stderr
+    assert Reader(str(out)).header["telemetry"]["hosts"] == ["dgx-1"]
+    assert len(samples(out)) == 2 and decode(samples(out)[0]["util"])[0] == 40

@@ -30,7 +30,7 @@ from ..stream.recorder import Recorder
 from . import dcgm, exposition, promjson
 from .frames import FAST_GZIP, Frame, TelemetryStream, summary
 from .http import FetchError, cancel, check_url, get
-from .placement import HOST_LABELS, Placement, host_names, natural_key, no_match, some
+from .placement import HOST_LABELS, Placement, host_names, natural_key, no_match, some, without_port
 
 Note = Callable[[str], None]
 FAMILIES = (("GB200", "gb200"), ("B200", "b200-sxm-180gb"), ("H200", "h200-sxm-141gb"),
@@ -320,19 +320,46 @@ class Watcher:
         self.down: dict[str, str] = {}
         self.counters: dict[tuple[str, int, str, str], tuple[float, float]] = {}
         self.hosts_cache: dict[tuple[str | None, str | None, str | None], tuple[str, ...]] = {}
+        self.instance_of = (dict(zip(poller.targets, poller.instances)) if isinstance(poller, Exporters)
+                            else {})
         self.rounds = 0
+        self.waited = 0.0                   # seconds of rounds spent waiting for a first DCGM series
         self.skipped = 0
         self.started = 0.0
 
     # -- the first round: the cluster and the header ------------------------------------------------------
 
-    def start(self) -> bool:
+    def _first(self, duration: float | None) -> Poll | None:
+        """The first round with GPU readings. A Prometheus server that answers with no DCGM series yet (a
+        fresh server, or one whose first scrapes have not come) is waited for, a round every interval, with
+        one note; None when told to stop, or when `duration` passes, meanwhile."""
+        told = False
+        while True:
+            self.started = time.monotonic()
+            first = self.poller.poll(self.stop)
+            if first is None or first.answered == 0 or self.source != "prometheus" or \
+                    any(metric in dcgm.GPU_METRICS for metric, _, _ in first.samples):
+                return first
+            if not told:
+                self.note("Prometheus has no DCGM series yet (a fresh server, or dcgm-exporter not scraped "
+                          f"yet): asking again every {units.seconds(self.interval)}")
+                told = True
+            due = self.started + self.interval
+            self.waited += self.interval             # counted in the duration: watching ends on time
+            if duration is not None and self.waited > duration + 1e-9:
+                self.note("no DCGM series came while watching: nothing written")
+                return None
+            while not self.stop and time.monotonic() < due:
+                time.sleep(min(TICK, max(0.0, due - time.monotonic())))
+            if self.stop:
+                return None
+
+    def start(self, duration: float | None = None) -> bool:
         """The first round: UserError when nothing answers or nothing is a DCGM metric; then the header.
         False (nothing written) when told to stop first."""
         if self.cluster_file is not None:
             name, cluster, jobs = scenario.load_cluster(self.cluster_file)
-        self.started = time.monotonic()
-        first = self.poller.poll(self.stop)
+        first = self._first(duration)
         if first is None:
             return False
         if first.answered == 0:
@@ -388,6 +415,24 @@ class Watcher:
         self.note(f"warning: {units.count(len(new), 'host')} answering but not placed ({why}): {some(new)}")
         assert self.stream is not None
         self.stream.event(t, schema.HOSTS_UNPLACED, hosts=new, reason=why)
+
+    def _target(self, target: str) -> dict[str, Any]:
+        """What a target_down/up event names: for an exporter (its URL) or a target Prometheus finds down (its
+        instance), the host: its host label when it served one, else its address and port, with its node and
+        URL or instance; the Prometheus server itself by its URL. Only on changes: the lookup may scan."""
+        instance = self.instance_of.get(target, target)
+        if target == self.poller.targets[0] and self.source == "prometheus":
+            return {"target": target}
+        node = self.placement.node_of((instance,))
+        if node is None:
+            return {"target": instance} if instance == target else {"target": instance, "url": target}
+        names = [n for n, k in self.placement.index.items() if k == node and without_port(n) == n]
+        out: dict[str, Any] = {"target": names[0] if names else instance, "node": node}
+        if instance != target:
+            out["url"] = target                  # an exporter's
+        elif out["target"] != instance:
+            out["instance"] = instance           # a target Prometheus found down
+        return out
 
     def _names(self, labels: dict[str, str]) -> tuple[str, ...]:
         key = (labels.get("Hostname"), labels.get("hostname"), labels.get("instance"))
@@ -452,11 +497,11 @@ class Watcher:
         assert stream is not None
         for target, reason in poll.failures.items():
             if self.down.get(target) != reason:
-                stream.event(t, schema.TARGET_DOWN, target=target, error=reason)
+                stream.event(t, schema.TARGET_DOWN, **self._target(target), error=reason)
             self.down[target] = reason
         for target in [t_ for t_ in self.down if t_ not in poll.failures]:
             del self.down[target]
-            stream.event(t, schema.TARGET_UP, target=target)
+            stream.event(t, schema.TARGET_UP, **self._target(target))
         frame = Frame.empty(t, self.cluster.gpus, self.nodes)
         gpu_of, names_of = self.placement.gpu_of, self._names
         node_near = self.placement.node_near
@@ -508,8 +553,8 @@ def watch(poller: Exporters | PrometheusQueries, *, source: str, cluster_file: s
     watcher = Watcher(poller, source=source, cluster_file=cluster_file, outputs=outputs, interval=interval,
                       note=note, stop=stop)
     try:
-        if watcher.start():
-            while watcher.round(duration):
+        if watcher.start(duration):
+            while watcher.round(None if duration is None else duration - watcher.waited):
                 pass
     finally:
         watcher.close()
