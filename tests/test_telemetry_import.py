@@ -288,3 +288,25 @@ def test_file_order_does_not_matter_nic_dumps_before_dcgm_dumps(tmp_path: Path, 
     assert outs[0] == outs[1]
     samples = [e for e in events(tmp_path / "real-ib.jsonl") if e["type"] == "sample"]
     assert samples[1]["links"]["leaf"] == pytest.approx([0.25, 0.5])   # pod 0 is n1, pod 1 is n2
+
+
+def test_a_gpu_already_at_a_fatal_xid_at_the_first_reading_shows_failed(
+        tmp_path: Path, series_of: Any) -> None:
+    """XID 79 from the first reading, the GPU idle: failed from the start, with no fault event (when it fell
+    off the bus is not known); the same history on a GPU that works (it was reset) is compute."""
+    ticks = [0.0, 15.0, 30.0]
+    series = []
+    for slot, util in ((0, 0.0), (1, 90.0)):
+        gpu = {"Hostname": "n1", "gpu": str(slot)}
+        series.append(series_of(dcgm.GPU_UTIL, gpu, [(t, util) for t in ticks]))
+        series.append(series_of(dcgm.XID, gpu, [(t, 79.0) for t in ticks]))
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 8"))
+    out = tmp_path / "real.jsonl"
+    assert main(["import", "prometheus", str(_dump(tmp_path / "d.json", series)), "--cluster", str(cluster),
+                 "-o", str(out)]) == 0
+    lines = events(out)
+    assert not [e for e in lines if e["type"] == "fault"]
+    for sample in (e for e in lines if e["type"] == "sample"):
+        phase = np.repeat(sample["phase"]["v"], sample["phase"]["n"])
+        assert phase[0] == 10 and phase[1] != 10                        # failed (code 10); compute

@@ -138,11 +138,18 @@ class TelemetryStream:
     def _faults(self, t: float, xid: np.ndarray, util: np.ndarray) -> None:
         """A fault for every GPU whose last-XID reading changed to a non-zero code (the first reading is
         history: the gauge keeps the last XID since the exporter started). A fatal XID marks the GPU failed
-        until it works again (utilization above 0) or its XID reading goes back to 0."""
+        until it works again (utilization above 0) or its XID reading goes back to 0; so does a fatal first
+        reading on a GPU doing no work."""
         seen = ~np.isnan(xid)
-        changed = seen & ~np.isnan(self.last_xid) & (xid != self.last_xid) & (xid > 0)
+        known = ~np.isnan(self.last_xid)
+        changed = seen & known & (xid != self.last_xid) & (xid > 0)
         self.last_xid = np.where(seen, xid, self.last_xid)
         self.failed &= ~((seen & (xid == 0)) | (util > 0))
+        # A first reading of a fatal code on a GPU that does no work: it is still down (failed from the
+        # start; no fault event, as when it happened is not known). One that works was reset since.
+        for gpu in np.flatnonzero(seen & ~known & (xid > 0) & (util <= 0)).tolist():
+            if dcgm.xid(int(xid[gpu])).fatal:
+                self.failed[gpu] = True
         for gpu in np.flatnonzero(changed).tolist():
             code = int(xid[gpu])
             fields = dcgm.fault_fields(code)
