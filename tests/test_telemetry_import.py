@@ -310,3 +310,30 @@ def test_a_gpu_already_at_a_fatal_xid_at_the_first_reading_shows_failed(
     for sample in (e for e in lines if e["type"] == "sample"):
         phase = np.repeat(sample["phase"]["v"], sample["phase"]["n"])
         assert phase[0] == 10 and phase[1] != 10                        # failed (code 10); compute
+
+
+def test_site_power_and_links_are_missing_not_held_while_nothing_reports(
+        tmp_path: Path, series_of: Any) -> None:
+    """Power and NVLink report at 0 s and 15 s, then only utilization: at 30 s the state has no site power
+    (NaN, the power panel says "no data") and no NVLink tier, not the values of 15 s."""
+    from clustertop.tui.display import DisplayState
+    from clustertop.tui.widgets.power import power_text
+
+    gpu = {"Hostname": "n1", "gpu": "0"}
+    series = [series_of(dcgm.GPU_UTIL, gpu, [(t, 90.0) for t in (0.0, 15.0, 30.0)]),
+              series_of(dcgm.POWER, gpu, [(t, 500.0) for t in (0.0, 15.0)]),
+              series_of(dcgm.NVLINK_TX, gpu, [(t, 225e9) for t in (0.0, 15.0)])]
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 8")
+                       .replace("racks_per_pod = 2", "racks_per_pod = 2\nsite_power_budget_mw = 1.0"))
+    out = tmp_path / "real.jsonl"
+    assert main(["import", "prometheus", str(_dump(tmp_path / "d.json", series)), "--cluster", str(cluster),
+                 "-o", str(out)]) == 0
+    reader = Reader(str(out))
+    state = reader.fold(until=15.0)
+    assert state.site_mw > 0 and state.links["node"][0] == pytest.approx(0.5)
+    state = Reader(str(out)).fold()
+    assert np.isnan(state.site_mw) and "node" not in state.links
+    display = DisplayState(Reader(str(out)).header)
+    display.fold(Reader(str(out)).events())
+    assert "no data" in power_text(display, 40).plain
