@@ -195,3 +195,56 @@ def test_events_of_an_exporter_name_its_host_not_its_url(http_server: Any, tmp_p
     events = [e for e in Reader(str(out)).events() if e["type"] in ("target_down", "target_up")]
     assert [(e["type"], e["target"], e["url"]) for e in events] == [
         ("target_down", "dgx-b", f"{b.url}/metrics"), ("target_up", "dgx-b", f"{b.url}/metrics")], events
+
+
+def test_readings_prometheus_holds_from_an_old_scrape_are_missing(http_server: Any, tmp_path: Path) -> None:
+    """After a restart Prometheus answers a target's last values for up to its 5-minute lookback: the
+    target's last scrape (`timestamp(up)`; a result's own time is the evaluation's) 500 s before the
+    evaluation is an event and its GPUs missing; a target scraped 2 s before is read."""
+
+    def route(path: str, query: dict) -> tuple[int, str, bytes]:
+        q = query.get("query", [""])[0]
+        now = 1_700_000_000.0
+        result = []
+        if q == "timestamp(up)":
+            result = [{"metric": {"instance": f"10.0.0.{n}:9400", "job": "gpu"},
+                       "value": [now, repr(now - (500.0 if n == 2 else 2.0))]} for n in (1, 2)]
+        elif q == "up":
+            result = [{"metric": {"instance": f"10.0.0.{n}:9400", "job": "gpu"}, "value": [now, "1"]}
+                      for n in (1, 2)]
+        elif dcgm.GPU_UTIL in q:
+            result = [{"metric": {"Hostname": f"dgx-{n}", "instance": f"10.0.0.{n}:9400", "gpu": str(g)},
+                       "value": [now, "40"]} for n in (1, 2) for g in range(8)]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return 200, "application/json", orjson.dumps(body)
+
+    server = http_server(route)
+    out = tmp_path / "p.jsonl"
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER.replace("gpus = 32", "gpus = 16"))
+    done = watch("--prometheus", server.url, "--cluster", str(cluster), "--interval", "0.3s", "--duration",
+                 "0.3s", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    reader = Reader(str(out))
+    events = list(reader.events())
+    down = [e for e in events if e["type"] == "target_down"]
+    assert len(down) == 1 and down[0]["target"] == "10.0.0.2:9400", down    # stale from the start: no node
+    assert down[0]["error"].startswith("no scrape for 500 s")
+    node = reader.header["telemetry"]["hosts"].index("dgx-1")
+    for sample in (e for e in events if e["type"] == "sample"):
+        missing = np.repeat(sample["missing"]["util"]["v"], sample["missing"]["util"]["n"]).astype(bool)
+        assert not missing[node * 8:node * 8 + 8].any() and missing.sum() == 8
+
+
+def test_a_targets_scrape_interval_is_learnt_so_a_slow_scraper_is_not_stale() -> None:
+    """Scrapes every 30 s watched every 5 s: a reading 40 s old is within 2 x 30 s, one 70 s old is not;
+    before any gap is seen, a minute (Prometheus's default interval) is assumed."""
+    from clustertop.engine.telemetry.watch import PrometheusQueries
+
+    poller = PrometheusQueries("http://127.0.0.1:9", 1.0, interval=5.0)
+    poller.known.add("a:9400")
+    labels = {"instance": "a:9400"}
+    assert poller._stale([(labels, 1000.0)], 1100.0) == {}                 # 100 s < 2 x 60 s (not known)
+    assert poller._stale([(labels, 1030.0)], 1080.0) == {}                 # a gap of 30 s: limit 60 s
+    assert poller._stale([(labels, 1030.0)], 1100.0) == {"a:9400": 70.0}
+    poller.close()

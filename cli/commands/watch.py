@@ -44,7 +44,7 @@ def headless(args: argparse.Namespace, interval: float, timeout: float, duration
     for path, flag in zip(outputs, ("-o", "--record")):
         check_output(path, flag)
     if args.prometheus:
-        poller: Any = watch.PrometheusQueries(_url(args.prometheus), timeout)
+        poller: Any = watch.PrometheusQueries(_url(args.prometheus), timeout, interval)
         source = "prometheus"
     else:
         poller = watch.Exporters(watch.exporter_urls(args.exporter), timeout)

@@ -306,6 +306,16 @@ def _convert(labels: dict[str, str], values: list[Any], number: int, path: str) 
     return Series(labels, t, v)
 
 
+def evaluated_at(body: bytes) -> float | None:
+    """The evaluation time of an instant query's answer (every result carries it: the time asked about, not
+    the time its sample was scraped; `timestamp(M)` gives that), or None when it has no result."""
+    try:
+        t = float(orjson.loads(body)["data"]["result"][0]["value"][0])
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, IndexError):
+        return None
+    return t if math.isfinite(t) else None
+
+
 def vector(body: bytes, where: str) -> list[tuple[dict[str, str], float]]:
     """The samples of an instant query's answer (resultType "vector"): (labels, value), NaN kept as NaN."""
     try:

@@ -52,6 +52,10 @@ class Stop:
         return self.signal != 0
 
 
+SCRAPED = "timestamp(up)"          # each target's last scrape time (a result's own time is the evaluation's)
+DEFAULT_SCRAPE = 60.0              # Prometheus's default scrape interval, until a target's own is seen
+
+
 @dataclass
 class Poll:
     """One round's readings: (metric, labels, value) samples, the targets that failed and why."""
@@ -141,12 +145,16 @@ class PrometheusQueries:
     one deadline; GPU gauges reduced to the labels that place them (max by host labels, instance, gpu), port
     counters as they are."""
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, timeout: float, interval: float = 5.0) -> None:
         self.base = url.rstrip("/")
         self.targets = [self.base]
         self.timeout = timeout
         self.pool = ThreadPoolExecutor(max_workers=len(dcgm.METRICS) + 1, thread_name_prefix="query")
         self.known: set[str] = set()       # instances that served DCGM or NIC series
+        self.interval = interval           # the watch's
+        self.evaluated: float | None = None              # the round's evaluation time (Prometheus's clock)
+        self.scraped: dict[str, float] = {}              # instance -> its last scrape time seen
+        self.scrape_interval: dict[str, float] = {}      # instance -> the shortest gap between its scrapes
 
     def query(self, metric: str) -> str:
         if metric in dcgm.GPU_METRICS:
@@ -156,8 +164,11 @@ class PrometheusQueries:
     def _ask(self, query: str, deadline: float) -> list[tuple[dict[str, str], float]] | str:
         url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
         try:
-            return promjson.vector(get(url, self.timeout, accept="application/json", deadline=deadline),
-                                   self.base)
+            body = get(url, self.timeout, accept="application/json", deadline=deadline)
+            result = promjson.vector(body, self.base)
+            if query == SCRAPED:
+                self.evaluated = promjson.evaluated_at(body)
+            return result
         except FetchError as exc:
             return str(exc)
         except UserError as exc:
@@ -168,7 +179,7 @@ class PrometheusQueries:
         target Prometheus finds down (`up` 0) that served DCGM or NIC series is a failure named by its
         instance, and its series are left out: its GPUs are missing, never its last values."""
         deadline = time.monotonic() + self.timeout
-        queries = [*(self.query(m) for m in dcgm.METRICS), "up"]
+        queries = [*(self.query(m) for m in dcgm.METRICS), "up", SCRAPED]
         futures = [self.pool.submit(self._ask, q, deadline) for q in queries]
         if not _wait(futures, deadline + GRACE, stop if stop is not None else Stop()):
             for f in futures:
@@ -178,6 +189,7 @@ class PrometheusQueries:
         errors = []
         late = f"no complete answer within {units.seconds(self.timeout)}"
         results = [f.result() if f.done() and not f.cancelled() else late for f in futures]
+        scraped = results.pop()
         up = results.pop()
         for metric, result in zip(dcgm.METRICS, results):
             if isinstance(result, str):
@@ -199,7 +211,35 @@ class PrometheusQueries:
                 for instance in sorted(down, key=natural_key):
                     out.failures[instance] = "down in Prometheus (up == 0: its last scrape failed)"
                 out.samples = [s for s in out.samples if s[1].get("instance") not in down]
+        if not isinstance(scraped, str) and self.evaluated is not None:
+            stale = self._stale(scraped, self.evaluated)
+            if stale:
+                for instance, age in sorted(stale.items(), key=lambda item: natural_key(item[0])):
+                    out.failures.setdefault(instance, f"no scrape for {units.seconds(round(age))} "
+                                            "(Prometheus holds only older samples: restarted, or the "
+                                            "target is gone)")
+                out.samples = [s for s in out.samples if s[1].get("instance") not in stale]
         return out
+
+    def _stale(self, scraped: list[tuple[dict[str, str], float]], now: float) -> dict[str, float]:
+        """Instances (that served DCGM or NIC series) whose last scrape is older than max(2 x the watch's
+        interval, 2 x their scrape interval): their readings are missing, never the last ones held within
+        Prometheus's lookback. A target's scrape interval is learnt from the gaps between its scrapes; until
+        one is seen, Prometheus's default (1 minute) is assumed, so a slow scraper never blanks everything."""
+        stale: dict[str, float] = {}
+        for labels, t in scraped:
+            instance = labels.get("instance", "")
+            if not instance or np.isnan(t):
+                continue
+            last = self.scraped.get(instance)
+            if last is not None and t > last:
+                gap = t - last
+                self.scrape_interval[instance] = min(gap, self.scrape_interval.get(instance, gap))
+            self.scraped[instance] = t
+            limit = max(2 * self.interval, 2 * self.scrape_interval.get(instance, DEFAULT_SCRAPE))
+            if now - t > limit and instance in self.known:
+                stale[instance] = now - t
+        return stale
 
     def hosts(self, first: Poll) -> list[tuple[str, ...]]:
         return []                 # known from the answers only
