@@ -6,6 +6,7 @@ Errors a user can cause end in one line on stderr and exit code 2, never a trace
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Callable, Sequence
@@ -259,6 +260,18 @@ SUBCOMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None
 )
 
 
+def _unknown(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> NoReturn:
+    """Flags the subcommand does not know: one line naming them, the closest flag it has, and its --help."""
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse.ArgumentParser = subparsers.choices[command]
+    flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    unknown = [e for e in extra if e.startswith("-")] or extra
+    close = difflib.get_close_matches(unknown[0].split("=")[0], flags, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    sub.exit(2, f"{sub.prog}: {escape('unrecognized arguments: ' + ' '.join(extra))}{hint} "
+                f"(see `{sub.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="clustertop", description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -277,9 +290,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         signals.interrupts_as_usual()
         parser = build_parser()
-        args = parser.parse_args(argv)
+        given = list(sys.argv[1:] if argv is None else argv)
+        args, extra = parser.parse_known_args(given)
         if args.command is None:
-            args = parser.parse_args(["run", *(argv or sys.argv[1:])])
+            given = ["run", *given]
+            args, extra = parser.parse_known_args(given)
+        if extra:
+            _unknown(parser, args.command, extra)
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
     except UserError as exc:

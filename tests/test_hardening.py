@@ -343,3 +343,23 @@ def test_dashboard_shows_a_giant_header_with_one_small_job(tmp_path: Path) -> No
     assert "mean 2%" in str(seen["legend at end"])                  # the last sample: every GPU at 2%
     assert seen["zoomed"] == ("building", 0) and seen["back"] == "site" and seen["metric"] == "power"
     assert "mean 0 W" in str(seen["legend of power"])               # no power readings: 0 W, not a crash
+
+
+def test_a_sweep_worker_whose_parent_died_ends_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker finishing a chunk after its parent was killed finds the pipe broken: it ends, without the
+    traceback multiprocessing would print on the terminal's stderr."""
+    from clustertop.engine.sweep import pool
+
+    class Orphaned:
+        def recv(self) -> tuple[int, int]:
+            return 0, 1
+
+        def send(self, _: object) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(pool, "worker_ready", lambda parent: None)
+    monkeypatch.setattr(pool, "run_chunk", lambda sweep, start, stop: [])
+    pool._work(None, Orphaned(), Orphaned(), 0)  # type: ignore[arg-type]

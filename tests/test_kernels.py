@@ -103,6 +103,18 @@ def test_a_batched_gemm_is_one_kernel_over_all_its_tiles() -> None:
     one = kernels.gemm_time(A100, "bf16", 2048, 2048, 128)
     assert kernels.batched_gemm_time(A100, "bf16", 2048, 2048, 128, 1) == pytest.approx(one)
     batched = kernels.batched_gemm_time(A100, "bf16", 2048, 2048, 96, 384)
-    separate = kernels.gemm_time(A100, "bf16", 2048, 2048, 96, count=384)
+    separate = 384 * kernels.gemm_time(A100, "bf16", 2048, 2048, 96)
     assert batched < separate - 383 * A100.kernel_overhead_us * 1e-6 * 0.99
     assert batched > 384 * 2 * 2048 * 2048 * 96 / (A100.bf16_tflops * 1e12)
+
+
+def test_an_moe_layers_experts_run_as_one_grouped_kernel() -> None:
+    gemm_time = kernels.gemm_time
+    # 256 experts of a decode batch (8 token copies each): one kernel whose tiles fill the SMs together,
+    # each expert's weights read once; not 256 kernels each holding one SM and paying its own fixed cost
+    gpu = H100
+    one = gemm_time(gpu, "fp8", 8, 2048, 7168)
+    grouped = gemm_time(gpu, "fp8", 8, 2048, 7168, 256)
+    assert grouped < 256 * one - 255 * gpu.kernel_overhead_us * 1e-6      # one fixed cost, not 256
+    weights = 256 * 2048 * 7168 / (gpu.hbm_tb_s * 1e12 * gpu.hbm_efficiency)   # FP8: a byte each
+    assert weights < grouped < 1.25 * weights

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import orjson
@@ -276,6 +277,111 @@ def test_index_keeps_keyframes_parsed_and_packs_large_ones() -> None:
         assert np.array_equal(direct.links["core"], kept.links["core"])
         gpus = [0, 7, 16383]
         assert keyframe.util_of(gpus, 16384) == [float(direct.util[g]) for g in gpus]
+
+
+def _many_jobs_sample(jobs: int, gpus: int) -> bytes:
+    """A sample line as an engine writes it for `jobs` jobs: each job's status (figures that differ from job
+    to job) and its rows of the phase mix."""
+    rng = np.random.default_rng(2)
+
+    def status() -> dict[str, object]:
+        return {"running": True, "step": int(rng.integers(900)), "tokens_total": int(rng.integers(1 << 40)),
+                "step_time_s": round(float(rng.uniform(1, 2)), 4), "tokens": 262144,
+                "tokens_per_s": round(float(rng.uniform(1e5, 3e5)), 1),
+                "tflops_per_gpu": round(float(rng.uniform(300, 330)), 2),
+                "mfu": round(float(rng.uniform(0.3, 0.34)), 6), "effective_training_time": 0.9974,
+                "interruptions": 0, "tokens_lost": 0}
+
+    statuses = {f"train-{i:03d}": status() for i in range(jobs)}
+    mix = {"phases": ["idle", "compute", "tp", "dp", "optimizer"],
+           "shares": [[0, 60 + k, 35 - k, 4, 1] for k in range(5)] + [[100, 0, 0, 0, 0]],
+           "jobs": {name: [int(rng.integers(0, 5))] for name in statuses}, "other": 5}
+    return orjson.dumps({**sample(3.0, 50, gpus=gpus), "links": {"spine": 0.5, "core": [0.25, 0.75]},
+                         "phase_mix": mix, "jobs": statuses, "over_budget": False})
+
+
+def _held(make: Callable[[], object]) -> int:
+    """Bytes still allocated after `make()` (its result kept, its temporaries gone), by tracemalloc."""
+    import gc
+    import tracemalloc
+
+    make()                     # once first: one-time allocations (caches, lazy imports) are not its own
+    gc.collect()
+    tracemalloc.start()
+    try:
+        kept = make()
+        gc.collect()
+        held: int = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del kept
+    return held
+
+
+def test_keyframe_of_many_jobs_is_small_and_gives_the_sample_back() -> None:
+    """The index keeps thousands of keyframes: 256 jobs' statuses and a phase mix are kept as one zlib-packed
+    JSON blob (a tenth of them as parsed objects, or less), and `event()` gives the sample back exactly."""
+    from clustertop.engine.stream.state import ClusterState
+    from clustertop.tui.keyframe import APART, Keyframe
+
+    line = _many_jobs_sample(256, 8192)
+    as_parsed = _held(lambda: orjson.loads(line))
+    as_kept = _held(lambda: Keyframe(orjson.loads(line)))     # the reader's event dropped: the index's part
+    assert as_parsed > 150_000 and as_kept < as_parsed / 10, (as_parsed, as_kept)
+    keyframe = Keyframe(orjson.loads(line))
+    assert type(keyframe.rest) is bytes and len(keyframe.rest) < len(line) / 4
+
+    event, back = orjson.loads(line), keyframe.event()
+    assert back.keys() == event.keys()
+    rest = {key: value for key, value in event.items() if key not in APART}
+    assert rest.keys() >= {"jobs", "phase_mix", "site_mw"}
+    assert {key: value for key, value in back.items() if key not in APART} == rest
+    for key in ("util", "power_w", "phase"):
+        assert {half: values.tolist() for half, values in back[key].items()} == event[key]
+    assert {tier: load.tolist() for tier, load in back["links"].items()} == {"spine": [0.5],
+                                                                             "core": [0.25, 0.75]}
+    assert back["jobs"] is not keyframe.event()["jobs"]             # parsed anew: the state may keep it
+
+    topology = {"gpus": 8192, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 8192,
+                "gpus_per_building": 8192}
+    h = {**header(topology), "jobs": [{"name": f"train-{i:03d}", "first_gpu": 32 * i, "gpus": 32, "tp": 8,
+                                       "cp": 1, "pp": 1, "dp": 4, "ep": 1} for i in range(256)]}
+    direct, kept = ClusterState(h), ClusterState(h)
+    direct.apply(event)
+    kept.apply(back)
+    assert np.array_equal(direct.mix.per_gpu(0, 8192), kept.mix.per_gpu(0, 8192))
+    assert kept.mix.rows is not None and len(set(kept.mix.rows.tolist())) > 1      # the jobs' rows, decoded
+    figures = [(name, job.step, job.mfu, job.tokens) for name, job in direct.jobs.items()]
+    assert figures == [(name, job.step, job.mfu, job.tokens) for name, job in kept.jobs.items()]
+
+
+def test_keyframe_keeps_a_sample_with_no_json_form_as_it_is() -> None:
+    """An event made in memory (a numpy figure, a key that is not a string) has no JSON form: the rest of it
+    is kept as it came rather than failing."""
+    from clustertop.tui.keyframe import Keyframe
+
+    event = {**sample(1.0, 50, gpus=64), "site_mw": np.float64(20.5), "jobs": {1: {"step": 3}}}
+    back = Keyframe(event).event()
+    assert back["site_mw"] == 20.5 and back["jobs"] == {1: {"step": 3}}
+
+
+@pytest.mark.parametrize("mix", [
+    ["x"], {"phases": ["compute"], "shares": [[100]], "jobs": ["train"]},          # jobs: a list
+    {"phases": ["compute"], "shares": [[100]], "jobs": {"train": [2 ** 64 - 1]}},  # a row beyond int32
+    {"phases": ["compute"], "shares": [[100]], "other": 1e300},
+    {"phases": ["nope"], "shares": [["x"]], "jobs": {"train": [7]}, "other": -1,
+     "gpus": {"at": [10 ** 9], "n": [1], "v": [0]}}])
+def test_a_hostile_phase_mix_in_a_keyframe_shows_the_dominant_phase(mix: object) -> None:
+    """The reader does not check a sample's phase mix: whatever it holds, the state folded from the keyframe
+    shows each GPU all in its dominant phase rather than stopping the dashboard."""
+    from clustertop.engine.stream.state import ClusterState
+    from clustertop.tui.keyframe import Keyframe
+
+    state = ClusterState(header({"gpus": 64, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64,
+                                 "gpus_per_building": 64}))
+    state.apply(Keyframe(orjson.loads(orjson.dumps({**sample(1.0, 50, gpus=64), "phase_mix": mix}))).event())
+    shares = state.mix.per_gpu(0, 64)
+    assert np.array_equal(shares.argmax(axis=1), state.phase) and np.allclose(shares.sum(axis=1), 1.0)
 
 
 def test_unknown_phase_codes_show_as_idle() -> None:

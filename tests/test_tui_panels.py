@@ -36,7 +36,7 @@ async def test_the_fault_and_restart_of_the_real_recording_are_on_screen() -> No
         log = unwrapped(rendered(app.screen.query_one(EventLog)))
         assert "restart pretrain from step 3, 13\u00a0s of work lost (2\u00a0steps), down 11\u00a0s" in log
         jobs = rendered(app.screen.query_one(JobsPanel))
-        assert "running" in jobs and re.search(r"tokens lost +33.6M", jobs)
+        assert "finished" in jobs and re.search(r"tokens lost +33.6M", jobs)     # the run's end
         restart = recorded("restart")[0]                # ~13 s of work and 11 s down
         assert re.search(rf"time lost +{restart['lost_s'] + restart['downtime_s']:.1f}s", jobs)
 

@@ -75,3 +75,14 @@ def test_sweep_results_table(snap_compare) -> None:
 
     assert snap_compare(SweepApp(read_results("recordings/sweep-16k.jsonl"), "sweep-16k.jsonl"),
                         terminal_size=SIZE)
+
+
+def test_failed_gpus_at_site_zoom_in_utilization(snap_compare) -> None:
+    """The fault at 40 s in the default utilization view: the failed node is red (it wins over its cells'
+    mean), the degraded GPUs orange; the legend counts them."""
+    assert snap_compare(replay(41.0), terminal_size=SIZE)
+
+
+def test_search_lands_on_a_gpu(snap_compare) -> None:
+    """`/ 9000 enter` at pod zoom: the view moves to pod 2 and the cursor (white) is on GPU 9,000."""
+    assert snap_compare(replay(), terminal_size=SIZE, press=["enter", "slash", *"9000", "enter"])

@@ -20,9 +20,9 @@ from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
 
-from . import jobinfo
+from . import jobinfo, screenshot
 from .display import DisplayState
-from .playback import Playback, format_clock, format_speed
+from .playback import Playback, format_clock
 from .screens.compare import CompareScreen
 from .screens.dashboard import DashboardScreen
 from .screens.help import HelpScreen
@@ -51,7 +51,7 @@ class ClusterTopApp(App[None]):
                 tooltip=SPEED_TIP),
         Binding("left", "seek(-1)", "Seek", key_display="←→",
                 tooltip=SEEK_TIP),
-        Binding("right", "seek(1)", "Seek", show=False,
+        Binding("right", "seek(1)", "Seek forward", show=False,
                 tooltip=SEEK_TIP),
         Binding("shift+left", "seek(-10)", "Seek back x10", show=False,
                 tooltip=SEEK_TIP),
@@ -90,8 +90,9 @@ class ClusterTopApp(App[None]):
         driving = any(s.controllable and not s.done for s in sources)
         interval = float(sources[0].header.get("sample_interval_s") or 1.0)
         self.playback = Playback(t=start, start=start, end=self._end(), speed=speed, paused=paused,
-                                 follow=live and start_t is None and not paused,
-                                 edge=start if driving else None, lead=interval)
+                                 follow=self._followable(sources) and start_t is None and not paused,
+                                 edge=start if driving else None, lead=interval,
+                                 horizon=self._horizon(sources))
         self._sent_edge: float | None = None
         if start_t is not None:
             self.playback.t = min(max(start_t, start), max(self.playback.end, start))
@@ -105,6 +106,14 @@ class ClusterTopApp(App[None]):
         self.sub_title = escape(f"{first.kind} {jobinfo.describe(self.states[0], first.name)}")
         if self.compare:
             self.sub_title = escape(f"compare {sources[0].name} ↔ {sources[1].name}")
+
+    @staticmethod
+    def _horizon(sources: list[Source]) -> float | None:
+        """The runs' end (the headers' duration_s), when every header gives one."""
+        ends = [s.header.get("duration_s") for s in sources]
+        numbers = [float(e) for e in ends
+                   if isinstance(e, (int, float)) and not isinstance(e, bool) and e > 0]
+        return max(numbers) if numbers and len(numbers) == len(ends) else None
 
     @staticmethod
     def _first_interval(sources: list[Source]) -> float | None:
@@ -132,6 +141,16 @@ class ClusterTopApp(App[None]):
     def live(self) -> bool:
         """A source is still being written (an engine or a pipe)."""
         return any(s.live and not s.done for s in self.sources)
+
+    @staticmethod
+    def _followable(sources: list[Source]) -> bool:
+        """A live edge worth following: an engine or a real cluster still running. A pipe (`replay -`) is a
+        replay: it plays from its start at the chosen speed, however fast it is written."""
+        return any(s.live and not s.done and s.kind != "replay" for s in sources)
+
+    @property
+    def followable(self) -> bool:
+        return self._followable(self.sources)
 
     def _end(self) -> float:
         ends = [s.end_t for s in self.sources]
@@ -243,7 +262,7 @@ class ClusterTopApp(App[None]):
         self.seek(self.playback.start)
 
     def action_seek_end(self) -> None:
-        if self.live:
+        if self.followable:
             self.action_follow_live()
         else:
             self.seek(self.playback.end)
@@ -276,7 +295,7 @@ class ClusterTopApp(App[None]):
         self.seek(later[0])
 
     def action_follow_live(self) -> None:
-        if not self.live:
+        if not self.followable:
             self.notify("Replaying a recording: nothing live to follow (end jumps to the end)", timeout=3)
             return
         self.playback.end = self._end()
@@ -323,54 +342,54 @@ class ClusterTopApp(App[None]):
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
     def action_save_screenshot(self) -> None:
-        name = f"clustertop-{format_clock(self.playback.t).replace(':', '-').replace(' ', '_')}.svg"
-        path = self.save_screenshot(filename=name, path=self.screenshot_dir)
-        self.notify(f"Saved {path}", title="screenshot", timeout=4)
+        screenshot.save(self, self.screenshot_dir,
+                        f"clustertop-{format_clock(self.playback.t).replace(':', '-').replace(' ', '_')}")
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C quits, as in every terminal tool (Textual's default only says to press Ctrl+Q)."""
+        self.exit()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        commands = [
-            ("Play / pause", "Start or stop the simulated clock (space)", self.action_toggle_pause),
-            ("Faster", f"Speed up (now {format_speed(self.playback.speed)}) (+)", self.action_faster),
-            ("Slower", "Slow down (-)", self.action_slower),
-            ("Seek back", "One step back (left)", lambda: self.action_seek(-1)),
-            ("Seek forward", "One step forward (right)", lambda: self.action_seek(1)),
-            ("Go to start", "The first sample (home)", self.action_seek_start),
-            ("Go to end", "The last sample, or the live edge (end)", self.action_seek_end),
-            ("Previous event", "Jump to the previous fault, checkpoint, restart... ([)",
-             self.action_prev_event),
-            ("Next event", "Jump to the next event (])", self.action_next_event),
-            *([("Follow live", "Pin the clock to the engine (f)", self.action_follow_live)]
-              if self.live else []),
-            *([("Inject fault", "Fail the GPU under the cursor at the time on screen (i)",
-                self.action_inject_fault)]
-              if self.playback.edge is not None else []),
-            ("Zoom in", "On the cursor's building, pod, rack or node (enter)",
-             self._heatmap_action("zoom_in")),
-            ("Zoom out", "Back up the hierarchy (backspace)", self._heatmap_action("zoom_out")),
-            ("Colour by utilization", "Heatmap metric (1)", self._screen_action("metric", "util")),
-            ("Colour by power", "Heatmap metric (2)", self._screen_action("metric", "power")),
-            ("Colour by phase", "Computing, waiting on TP/PP/DP/CP/EP, bubble, idle, failed (3)",
-             self._screen_action("metric", "phase")),
-            ("Help", "Keys and colours (?)", self.action_help),
-            ("Toggle dark / light", "Switch theme (t)", self.action_toggle_theme),
-            ("Save SVG screenshot", "Write the screen to an SVG file (s)", self.action_save_screenshot),
-        ]
-        for title, help_text, callback in commands:
-            yield SystemCommand(title, help_text, callback)
+        """Every key's action by its name and description (the bindings of the screen, the focused widget and
+        the app), then Textual's own that no key of ours does (theme, maximize...)."""
+        titles: set[str] = set()
+        for title, help_text, callback in self._binding_commands(screen):
+            if title not in titles:
+                titles.add(title)
+                yield SystemCommand(title, help_text, callback)
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Keys", "Screenshot", "Quit") and command.title not in titles:
+                yield command
 
-    def _heatmap_action(self, name: str) -> Callable[[], None]:
-        def run() -> None:
-            maps = list(self.dashboard.query(Heatmap))
-            focused = self.dashboard.focused
-            target = focused if focused in maps else (maps[0] if maps else None)
-            if target is not None:
-                getattr(target, f"action_{name}")()
-        return run
+    def _binding_commands(self, screen: Screen[object]) -> Iterable[tuple[str, str, Callable[[], None]]]:
+        """(title, help, callback) of every binding with a description, from the focused widget outwards."""
+        targets: list[object] = []
+        focused = screen.focused
+        if focused is not None:
+            targets += [node for node in focused.ancestors_with_self if node not in (screen, self)]
+        targets += [*screen.query(Heatmap), *screen.query("EventLog"), screen, self]
+        seen: set[int] = set()
+        for target in targets:
+            if id(target) in seen:
+                continue
+            seen.add(id(target))
+            bindings = getattr(target, "_bindings", None)       # the class's and its bases' (Textual's map)
+            groups = bindings.key_to_bindings.values() if bindings is not None else []
+            for binding in (b for group in groups for b in group):
+                if not binding.description or binding.system:
+                    continue
+                if binding.action in ("follow_live",) and not self.followable:
+                    continue
+                if binding.action in ("inject_fault",) and self.playback.edge is None:
+                    continue
+                keys = self.get_key_display(binding)
+                tip = binding.tooltip or binding.description
+                yield (binding.description, f"{tip} ({keys})",
+                       self._run(binding.action, target))
 
-    def _screen_action(self, name: str, *args: str) -> Callable[[], None]:
+    def _run(self, action: str, target: object) -> Callable[[], None]:
         def run() -> None:
-            getattr(self.dashboard, f"action_{name}")(*args)
+            self.call_later(self.run_action, action, target)
         return run
 
 

@@ -5,7 +5,8 @@ pipe, a live engine) through one; benchmarks time the same.
 Samples carry full state, so each is a keyframe: the view at time t is the last keyframe at or before t, plus
 the job figures of the last `step` per job, the discrete events (for the log) and the sparkline history. Every
 event is parsed once, by the reader (engine/stream/reader.py), and kept in the form the state reads: a
-keyframe's per-GPU run-length arrays as numpy arrays, zlib-packed when large (tui/keyframe.py), steps as
+keyframe's per-GPU run-length arrays as numpy arrays, zlib-packed when large, and the rest of it (the jobs'
+statuses, the phase mix) as a zlib-packed JSON blob parsed again when it is folded (tui/keyframe.py), steps as
 columns of their figures (tui/steps.py), discrete events as parsed, and per sample its site power and link
 peaks for the sparklines.
 
@@ -54,6 +55,7 @@ class EventIndex:
         self.event_seq: list[int] = []
         self.events: list[dict[str, Any]] = []
         self.job_events: list[tuple[float, dict[str, Any]]] = []
+        self.events_dropped = 0                  # discrete events thinned away (a live index is bounded)
         self._mwh, self._mwh_t = 0.0, 0.0
         self.end_t = 0.0                         # time of the latest event
         self.count = 0                           # events appended (the reader's progress)
@@ -103,6 +105,7 @@ class EventIndex:
                 if self.max_keyframes and len(self.event_t) > 8 * self.max_keyframes:
                     k = 4 * self.max_keyframes
                     del self.event_t[:k], self.event_seq[:k], self.events[:k]
+                    self.events_dropped += k
             self.end_t = max(self.end_t, t)
             self.count = seq
 
@@ -153,6 +156,14 @@ class EventIndex:
         """Times of the discrete events (faults, checkpoints, job starts...), for the timeline and [ ]."""
         with self.lock:
             return list(self.event_t)
+
+    def events_since(self, number: int) -> tuple[int, list[dict[str, Any]]]:
+        """The discrete events from the `number`-th on (counting from the stream's first), every one that
+        arrived, whatever its time: (the number of the first returned, the events). The number is larger than
+        asked when older events were thinned away (a bounded live index)."""
+        with self.lock:
+            first = max(number, self.events_dropped)
+            return first, self.events[first - self.events_dropped:]
 
     def event_kinds(self) -> list[tuple[float, str]]:
         """Each discrete event's time and type."""

@@ -55,13 +55,19 @@ def measured_memory_gb(state: ClusterState, gpu: int) -> float | None:
     return None if missing is not None and missing[gpu] else float(memory[gpu])
 
 
+def hosts(state: ClusterState) -> list[Any]:
+    """The header's host names of real telemetry (`telemetry.hosts`, one per node, unchecked), or []."""
+    telemetry = state.header.get("telemetry")
+    names = telemetry.get("hosts") if isinstance(telemetry, dict) else None
+    return names if isinstance(names, list) else []
+
+
 def host_of(state: ClusterState, node: int) -> str | None:
     """The host name of a node of real telemetry (the header's `telemetry.hosts`), or None."""
-    telemetry = state.header.get("telemetry")
-    hosts = telemetry.get("hosts") if isinstance(telemetry, dict) else None
-    if not isinstance(hosts, list) or not 0 <= node < len(hosts):
+    names = hosts(state)
+    if not 0 <= node < len(names):
         return None
-    return escape(str(hosts[node]))[:80]           # a recording is untrusted text
+    return escape(str(names[node]))[:80]           # a recording is untrusted text
 
 
 def cluster(state: ClusterState) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """A sample as the seek index keeps it (tui/index.py): parsed once, its per-GPU run-length arrays as numpy
 arrays (whole numbers in the smallest dtype that holds them, floats as the state holds them), zlib-packed when
-large (a real cluster's GPUs all differ: 16K runs per array), its link loads as float32 arrays and its phase
-mix's tables as numpy arrays. `event()` gives it back as a sample the state folds; a part that does not
-convert (a hostile file's phase mix, which the reader does not check) is kept as parsed, and the state copes
-with it as with any.
+large (a real cluster's GPUs all differ: 16K runs per array), and its link loads as float32 arrays. The
+rest (the jobs' statuses, the phase mix, site power, ...) is one zlib-packed JSON blob, parsed again when the
+sample is folded: as Python objects, 256 jobs' statuses and their phase mix hold some 250 kB a keyframe
+(10 kB packed), and an index keeps thousands of keyframes. `event()` gives it back as a sample the state
+folds; a part that does not convert (a hostile file's runs, which the reader does not check) is kept as
+parsed, and the state copes with it as with any.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import zlib
 from typing import Any
 
 import numpy as np
+import orjson
 from clustertop.engine.stream import schema
 
 PACK_BYTES = 1024       # arrays larger than this are kept zlib-packed (level 1: milliseconds for 16K GPUs)
 PER_GPU = {"util": np.float32, "power_w": np.float32, "phase": np.uint8, "memory_gb": np.float32}
 _BAD = (TypeError, ValueError, KeyError, OverflowError)
+APART = frozenset({"t", "type", *PER_GPU, "missing", "links"})    # kept as arrays (and t, type); rest packed
 
 
 class _Array:
@@ -73,23 +77,21 @@ def _runs_back(value: Any) -> Any:
     return value.rle() if isinstance(value, _Runs) else value
 
 
-def _mix(mix: Any) -> Any:
-    """A phase mix with its tables as numpy arrays (as engine/stream/state.py's PhaseMix reads them), or as it
-    came when they do not convert."""
-    if type(mix) is not dict:
-        return mix
+def _pack(rest: dict[str, Any]) -> bytes | dict[str, Any]:
+    """The rest of a sample as zlib-packed JSON (the reader parsed it from JSON: it comes back exactly), or as
+    it is when it has no JSON form (an event made in memory: a key that is not a string, a numpy value)."""
     try:
-        out = dict(mix)
-        out["shares"] = np.asarray(mix["shares"], dtype=np.float32)
-        jobs = mix.get("jobs")
-        if type(jobs) is dict:
-            out["jobs"] = {name: np.asarray(rows, dtype=np.int32) for name, rows in jobs.items()}
-        runs = mix.get("gpus")
-        if type(runs) is dict:
-            out["gpus"] = {key: np.asarray(values, dtype=np.int64) for key, values in runs.items()}
-    except _BAD:
-        return mix
-    return out
+        return zlib.compress(orjson.dumps(rest), 1)
+    except TypeError:
+        return rest
+
+
+def _unpack(rest: bytes | dict[str, Any]) -> dict[str, Any]:
+    """The rest of a sample again: parsed anew, so the state may keep what it reads."""
+    if isinstance(rest, bytes):
+        unpacked: dict[str, Any] = orjson.loads(zlib.decompress(rest))
+        return unpacked
+    return dict(rest)
 
 
 def _loads(links: Any) -> Any:
@@ -105,27 +107,27 @@ def _loads(links: Any) -> Any:
 class Keyframe:
     """One sample, compact; `event()` is the sample again (arrays as numpy arrays)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "rest")
 
     def __init__(self, event: dict[str, Any]) -> None:
-        parts = dict(event)
+        parts = {key: value for key, value in event.items() if key in APART}
         for key, dtype in PER_GPU.items():
             if key in parts:
                 parts[key] = _Runs.of(parts[key], dtype)
         missing = parts.get("missing")
         if type(missing) is dict:
             parts["missing"] = {key: _Runs.of(rle, np.bool_) for key, rle in missing.items()}
-        if "phase_mix" in parts:
-            parts["phase_mix"] = _mix(parts["phase_mix"])
         if "links" in parts:
             parts["links"] = _loads(parts["links"])
         self.parts = parts
+        self.rest = _pack({key: value for key, value in event.items() if key not in APART})
 
     def event(self) -> dict[str, Any]:
         event = {key: _runs_back(value) for key, value in self.parts.items()}
         missing = event.get("missing")
         if type(missing) is dict:
             event["missing"] = {key: _runs_back(value) for key, value in missing.items()}
+        event.update(_unpack(self.rest))
         return event
 
     def util_of(self, gpus: list[int], total: int) -> list[float]:

@@ -15,8 +15,9 @@ from textual.binding import Binding
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Transport", ("toggle_pause", "faster", "slower", "seek", "seek_start", "seek_end", "prev_event",
                    "next_event", "follow_live")),
-    ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric", "highlight_job")),
-    ("Panels", ("toggle_side", "panel", "toggle_worst", "sort_jobs", "event_filter", "choose", "go")),
+    ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric", "search", "next_hit")),
+    ("Panels", ("toggle_side", "panel", "toggle_worst", "sort_jobs", "event_filter", "choose", "page",
+                "first", "latest", "go")),
     ("App", ("inject_fault", "save_screenshot", "toggle_theme", "help", "quit")),
 )
 
@@ -29,7 +30,8 @@ EXTRA: tuple[tuple[str, str, str], ...] = (
 )
 
 _NAMES = {"left": "←", "right": "→", "up": "↑", "down": "↓", "question_mark": "?", "left_square_bracket": "[",
-          "right_square_bracket": "]", "plus": "+", "minus": "-", "space": "space"}
+          "right_square_bracket": "]", "plus": "+", "minus": "-", "space": "space",
+          "slash": "/", "pageup": "pgup", "pagedown": "pgdn"}
 
 
 def _display(binding: Binding) -> str:

@@ -57,8 +57,14 @@ LABEL = BG + 2
 TITLE = BG + 3
 DIM = BG + 4          # GPUs outside the highlighted job
 NODATA = BG + 5       # GPUs that reported nothing (real telemetry): missing, not zero
-COLOURS = NODATA + 1
+FAILED = BG + 6       # a pixel holding a failed GPU, in every metric (it wins over the pixel's mean)
+SLOW = BG + 7         # a pixel holding a degraded GPU (a straggler: the header's `slow_gpus`)
+UNALLOCATED = BG + 8  # a pixel of GPUs no job uses
+COLOURS = UNALLOCATED + 1
 NODATA_COLOR = "#8c8c8c"   # a light neutral grey: apart from every ramp and from idle's dark grey
+SLOW_COLOR = "#ff7a00"     # deep orange: apart from the ramps' ends, failed's red and the bubble's amber
+UNALLOCATED_COLOR = "#5a5a66"   # slate grey: between idle's dark grey and no data's light grey
+MARK_COLORS = {"failed": PHASE_COLORS["failed"], "degraded": SLOW_COLOR, "unallocated": UNALLOCATED_COLOR}
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ class StyleCache:
         table = UTIL_RAMP if metric == "util" else POWER_RAMP
         self.colours: list[str] = list(table) + [PHASE_COLORS[p] for p in PHASES]
         self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground, theme.dim,
-                         NODATA_COLOR]
+                         NODATA_COLOR, PHASE_COLORS["failed"], SLOW_COLOR, UNALLOCATED_COLOR]
         self._rich = [Color.parse(c) for c in self.colours]
         self._styles: dict[int, Style] = {}
         self.label = Style(color=Color.parse(theme.muted), bgcolor=Color.parse(theme.background))
@@ -137,6 +143,7 @@ def phase_colour(codes: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
+    "MARK_COLORS",
     "METRICS",
     "NODATA",
     "NODATA_COLOR",

@@ -34,6 +34,8 @@ class Playback:
     a slow engine holds it back. The app sends it to the engine (run_to), which simulates up to it and no
     further: the time on screen is the engine's time, ticking every frame between samples. A pipe has no edge:
     its live edge is its latest event.
+
+    Neither the edge nor the clock passes the run's end (`horizon`, the header's duration), at any speed.
     """
 
     t: float = 0.0
@@ -44,11 +46,14 @@ class Playback:
     follow: bool = False      # pinned to the live edge (live mode)
     edge: float | None = None  # the engine's clock (live mode with an engine to drive)
     lead: float = 0.0
+    horizon: float | None = None   # the run's end (its duration) when the header gives it
 
     @property
     def limit(self) -> float:
-        """The latest time the clock may show: the live edge, or the end of what has arrived."""
-        return self.end if self.edge is None else max(self.edge, self.end)
+        """The latest time the clock may show: the live edge, or the end of what has arrived; never past the
+        run's end."""
+        limit = self.end if self.edge is None else max(self.edge, self.end)
+        return limit if self.horizon is None else min(limit, max(self.horizon, self.end))
 
     def tick(self, wall_dt: float, end: float) -> float:
         """Advance by one frame of wall time; returns the new simulated time."""
@@ -57,6 +62,8 @@ class Playback:
         if self.edge is not None:   # fast forward may lead by a quarter second of wall time
             lead = max(self.lead, self.speed * 0.25)
             self.edge = max(self.edge, min(self.edge + step, self.end + lead))
+            if self.horizon is not None:
+                self.edge = min(self.edge, max(self.horizon, self.end))
         if self.follow:
             if not self.paused:
                 self.t = self.limit

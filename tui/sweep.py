@@ -22,7 +22,10 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
+
+from . import screenshot
+from .widgets.footer import Footer
 
 
 def _value(value: Any) -> Text:
@@ -241,8 +244,7 @@ class SweepApp(App[Any]):
             self.push_screen(SweepHelp())
 
     def action_save_screenshot(self) -> None:
-        path = self.save_screenshot(filename=f"clustertop-{Path(self.source_name).stem}.svg", path=".")
-        self.notify(f"Saved {path}", title="screenshot", timeout=4)
+        screenshot.save(self, ".", f"clustertop-{Path(self.source_name).stem}")
 
     def selected(self) -> dict[str, Any]:
         return self.shown[self.query_one(DataTable).cursor_row]

@@ -11,6 +11,7 @@ from clustertop.engine.config.phases import PHASE_LABELS
 
 if TYPE_CHECKING:
     from clustertop.engine.model.estimate import JobEstimate, ScenarioEstimate
+    from clustertop.engine.model.uncertainty import Band
 
 
 
@@ -105,6 +106,9 @@ def _job_lines(e: JobEstimate) -> list[str]:
         out.append("  stack       " + _stack(e.stack))
     if e.fits and e.step_time_s is not None:
         out.append(f"  step        {e.step_time_s:,.3f} s   {units.si(e.tokens_per_s or 0)} tokens/s")
+        band = e.step_time_range_s()
+        if band is not None and e.band is not None:
+            out.append(f"  likely      {band[0]:,.2f}-{band[1]:,.2f} s per step: " + _trust(e.band))
         out.append(f"  model       {e.model_tflops_per_gpu:,.1f} TFLOP/s per GPU   "
                    f"MFU {100 * (e.mfu or 0):.1f}%")
         out.append(f"  hardware    {e.hardware_tflops_per_gpu:,.1f} TFLOP/s per GPU (counting recomputation)")
@@ -115,6 +119,10 @@ def _job_lines(e: JobEstimate) -> list[str]:
                  for k, v in e.breakdown_s.items()]
         out.append("  time        " + parts[0])
         out.extend("              " + p for p in parts[1:])
+        if e.output_layer_s:
+            out.append(f"  output      {e.output_layer_s:,.3f} s per step on the last stage (in computing): "
+                       f"the logits GEMM over {j.model.vocab:,} tokens of vocabulary and the loss"
+                       + ("" if e.stack.get("cross_entropy_fusion") else ", op by op"))
         out.extend(_energy_lines(e))
     else:
         out.append("  step        - (does not fit in GPU memory)")
@@ -157,6 +165,9 @@ def _inference_lines(e: JobEstimate) -> list[str]:
     state = "SATURATED: the replicas serve less than is offered" if s["saturated"] else "keeps up"
     out.append(f"  serving     {units.si(e.tokens_per_s)} tokens/s out, "
                f"{s['requests_per_s']:,.1f} requests/s; " + state)
+    band = e.tokens_per_s_range()
+    if band is not None and e.band is not None:
+        out.append(f"  likely      {units.si(band[0])}-{units.si(band[1])} tokens/s out: " + _trust(e.band))
     for label, key, median in (("TTFT", "ttft", e.ttft_s), ("TPOT", "tpot", e.tpot_s)):
         out.append(f"  {label}        {units.latency(median)} median, "
                    f"{units.latency(s[key + '_mean_s'])} mean, {units.latency(s[key + '_p99_s'])} p99")
@@ -193,3 +204,12 @@ def _stack(stack: dict[str, object]) -> str:
     if stack.get("dropout"):
         parts.append(f"dropout {stack['dropout']}")
     return "; ".join(parts)
+
+
+def _trust(band: Band) -> str:
+    """Where a band comes from: "90% of 32 published runs (every training run; held out of the fit) came
+    within 14.4%"."""
+    from clustertop.engine.model.uncertainty import COVERAGE
+
+    return (f"{100 * COVERAGE:.0f}% of {band.runs} published runs ({band.alike}; held out of the fit) came "
+            f"within {100 * band.uncertainty:.1f}% (clustertop validate)")

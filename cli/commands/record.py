@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 from clustertop.cli import duration_flag
-from clustertop.engine.config import scenario
+from clustertop.engine.config import scenario, units
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.outfile import check_output
 from clustertop.engine.config.units import format_duration
@@ -27,6 +27,12 @@ from clustertop.engine.sim import run as engine_run
 from clustertop.engine.sim import summary as run_summary
 from clustertop.engine.stream.recorder import Recorder
 from clustertop.progress import RunBar, wanted
+
+
+def outcome(path: str, t: float, recorder: Recorder) -> str:
+    """'run.jsonl.gz: 6h00m simulated, 1,234 lines, 12.3 MB': what a recording holds."""
+    return (f"{path}: {units.format_duration(t)} simulated, {units.count(recorder.lines, 'line')}, "
+            f"{units.file_size(recorder.bytes_out)}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -55,14 +61,21 @@ def main(args: argparse.Namespace) -> int:
         # The reader went away (e.g. `| head`): not an error; keep Python quiet about stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except BaseException:
+    except BaseException as exc:
         try:
             recorder.close()      # a Ctrl-C still leaves a complete, readable file
         except (OSError, UserError):
             pass                  # the disk that failed the write fails this too: the first error is the one
+        else:
+            if isinstance(exc, KeyboardInterrupt) and args.output != "-":
+                progress.close()
+                print(f"clustertop: interrupted; kept {outcome(args.output, sim.now, recorder)} "
+                      "(a valid recording up to there)", file=sys.stderr)
         raise
     finally:
         progress.close()
+    if args.output != "-":       # on a pipe the dashboard reading it owns the terminal: say nothing
+        print(f"clustertop: wrote {outcome(args.output, sim.now, recorder)} in {wall:.1f} s", file=sys.stderr)
     if args.json:
         jobs = run_summary.jobs(sim.tracks)
         summary: dict[str, Any] = {

@@ -38,7 +38,7 @@ class GPU:
     # measurement it comes from. Defaults are the H100 figures.
     sms: int = 132                        # streaming multiprocessors (GEMM tiles run on them in waves)
     gemm_efficiency: float = 0.69         # sustained fraction of dense BF16 peak in a GEMM's main loop
-    fp8_gemm_efficiency: float = 0.64     # the same for FP8 GEMMs, as a fraction of the FP8 peak
+    fp8_gemm_efficiency: float = 0.66     # the same for FP8 GEMMs, as a fraction of the FP8 peak
     gemm_tile: tuple[int, int] = (64, 128)   # output tile of one SM (fitted to the measured H100 GEMM table)
     gemm_k0: float = 128.0                # a tile's fixed prologue/epilogue, in units of k
     gemm_split_k_min: int = 512           # split-K parts are at least this long
@@ -48,6 +48,10 @@ class GPU:
     flash3_tflops: float = 490.0          # FA3 / cuDNN fused attention (Hopper and newer); 0: not available
     flash3_full_tflops: float = 490.0
     hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
+    host_link_gb_s: float = 55.0          # GPU <-> host memory per direction (PCIe Gen5 x16 as copies reach
+                                          # it; Gen4 and NVLink-C2C in gpus.toml): offload (job `offload`)
+    host_memory_gb_s: float = 75.0        # the host memory bandwidth one GPU's share of the CPUs reaches (two
+                                          # sockets of 8 DDR5 channels, ~300 GB/s each, for 8 GPUs)
     gemm_overlap: float = 0.6             # share of the shorter of a GEMM's weight stream and main loop
                                           # hidden under the longer (engine/model/kernels.py)
     kernel_overhead_us: float = 4.0       # a kernel's fixed cost in a stream of kernels (ramp-up, tail)
@@ -164,6 +168,8 @@ GPU_SPEC: dict[str, Field] = {
     "source": optional("str", ""),
     "sms": optional("int", None, positive=True, high=10_000),
     "gemm_overlap": optional("float", None, low=0.0, high=1.0),
+    "host_link_gb_s": optional("float", None, positive=True, high=10_000.0),
+    "host_memory_gb_s": optional("float", None, positive=True, high=10_000.0),
     "gemm_efficiency": optional("float", None, positive=True, high=1.0),
     "fp8_gemm_efficiency": optional("float", None, positive=True, high=1.0),
     "gemm_tile": optional("any", None, doc="two integers: the output tile (m, n) of one SM"),

@@ -59,11 +59,16 @@ class Job:
     # The software stack (docs/performance-model.md "Software stack");
     # the defaults are Megatron-LM's current ones
     attention_kernel: str = "auto"       # "flash3" (FA3 / cuDNN, Hopper+) | "flash2" | "flash1" |
-                                         # "unfused" | "auto"
+                                         # "fused_softmax" | "unfused" | "auto"
     dropout: float = 0.0                 # hidden and attention dropout probability (0: none, as Llama trains)
+    offload: str = "none"                # to host memory over the host link: "optimizer" (its states, Adam on
+                                         # the CPU), "activations" (all but the layers in flight) or "none"
+    cross_entropy_fusion: bool = True    # the loss over the vocabulary in one fused kernel (Megatron-Core's
+                                         # cross_entropy_loss_fusion; else its vocab-parallel loss op by op)
     fused_kernels: bool = True           # norms, activations, rotary fused (Megatron, TE, compile);
                                          # else eager
-    overlap_p2p_comm: bool = True        # pipeline sends run behind compute (else the sender waits for them)
+    overlap_p2p_comm: bool = True        # pipeline sends behind compute, interleaved schedules only (else,
+                                         # and without virtual stages, the sender waits for them)
     overlap_grad_reduce: bool = True     # DP gradient reduction in buckets behind the backward
                                          # (else after it)
     overlap_param_gather: bool = True    # parameter all-gather (ZeRO) ahead of the forward (else exposed)
@@ -107,13 +112,16 @@ JOB_SPEC: dict[str, Field] = {
     "recompute": optional("str", "none", choices=("none", "selective", "full"), auto=True),
     "precision": optional("str", "bf16", choices=("bf16", "fp8")),
     "zero": optional("int", 1, low=0, high=3),
+    "offload": optional("str", "none", choices=("none", "optimizer", "activations")),
     "schedule": optional("str", "1f1b", choices=("1f1b", "gpipe", "dualpipe")),
     "sequence_parallel": optional("bool", True),
     "first_gpu": optional("int", None, low=0, high=MAX_GPUS),
     "gpus": optional("int", None, positive=True, high=MAX_GPUS),
-    "attention_kernel": optional("str", "auto", choices=("auto", "flash1", "flash2", "flash3", "unfused")),
+    "attention_kernel": optional("str", "auto", choices=("auto", "flash1", "flash2", "flash3",
+                                                          "fused_softmax", "unfused")),
     "dropout": optional("float", 0.0, low=0.0, high=0.9),
     "fused_kernels": optional("bool", True),
+    "cross_entropy_fusion": optional("bool", True),
     "overlap_p2p_comm": optional("bool", True),
     "overlap_grad_reduce": optional("bool", True),
     "overlap_param_gather": optional("bool", True),
@@ -149,6 +157,7 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                micro_batch=j["micro_batch"], tp=j["tp"], cp=j["cp"], pp=j["pp"], dp=dp, ep=j["ep"],
                virtual_stages=j["virtual_stages"], recompute=j["recompute"], precision=j["precision"],
                zero=j["zero"], schedule=j["schedule"], sequence_parallel=j["sequence_parallel"],
+               offload=j["offload"],
                first_gpu=first, gpus=gpus, kind=j["kind"], request_rate=j["request_rate"] or 0.0,
                prompt_tokens=j["prompt_tokens"], output_tokens=j["output_tokens"], max_batch=j["max_batch"],
                max_tokens_per_step=j["max_tokens_per_step"] or 8192,
@@ -159,6 +168,7 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                                     else j["frontend_latency_ms"]),
                attention_kernel=j["attention_kernel"], dropout=j["dropout"],
                overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
+               cross_entropy_fusion=j["cross_entropy_fusion"],
                overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],
                tp_comm_overlap=j["tp_comm_overlap"], grad_reduce_dtype=j["grad_reduce_dtype"])
 

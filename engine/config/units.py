@@ -92,6 +92,14 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{value:.{min(decimals, 3)}f}{unit}"
 
 
+def file_size(n_bytes: int) -> str:
+    """A file's size: '812 B', '12.3 MB'."""
+    if n_bytes < 1000:
+        return f"{n_bytes:,} B"
+    scaled = si(n_bytes)                      # '12.3M': the number, then its SI prefix
+    return f"{scaled[:-1]} {scaled[-1]}B"
+
+
 def _significant(value: float, digits: int) -> str:
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
     return f"{value:.{decimals}f}"

@@ -35,10 +35,11 @@ class Shard:
     sp: bool             # sequence parallelism: norms and residual adds split over TP
     ep: int
     precision: str       # "bf16" | "fp8" (GEMMs only)
-    attention: str = "auto"   # "auto" | "flash1" | "flash2" | "flash3" (fused kernels) | "unfused"
+    attention: str = "auto"   # "auto" | "flash1" | "flash2" | "flash3" (fused kernels) | SCORES_IN_MEMORY
                               # (scores materialized)
     dropout: float = 0.0      # hidden and attention dropout probability (masks stored and applied when > 0)
     fused: bool = True        # memory-bound ops fused into single kernels (else eager PyTorch, op by op)
+    ce_fused: bool = True     # the loss in one fused kernel (else Megatron's vocab-parallel loss, op by op)
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,16 @@ def model_flops_per_token(model: Model, seq_len: int) -> float:
 # -------------------------------------------------------------------------------------------- one layer
 
 def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float, float]]:
-    """Forward GEMMs of one layer as (m, n, k, count) per GPU."""
-    h, t, T = model.hidden, sh.tp, sh.tokens
+    """Forward GEMMs of one layer as (m, n, k, count) per GPU, for a training microbatch."""
+    return layer_gemms(model, moe, sh.tokens, sh.tp, sh.ep)
+
+
+def layer_gemms(model: Model, moe: bool, tokens: float, tp: int, ep: int,
+                experts_used: float | None = None) -> list[tuple[float, float, float, float]]:
+    """Forward GEMMs of one layer as (m, n, k, count) on one GPU over `tokens` tokens: the attention
+    projections, then the MLP, or the router, the local experts and the shared experts. `experts_used`: the
+    local experts the tokens reach (a serving batch of a few tokens touches few; default every one)."""
+    h, t, T = model.hidden, tp, tokens
     d = model.dim_head
     out: list[tuple[float, float, float, float]] = []
     if model.attention == "mla":
@@ -171,7 +180,7 @@ def _gemms(model: Model, moe: bool, sh: Shard) -> list[tuple[float, float, float
     if not moe:
         out += [(T, up * model.ffn / t, h, 1), (T, h, model.ffn / t, 1)]
         return out
-    local = max(1, model.experts // sh.ep)
+    local = max(1, model.experts // ep) if experts_used is None else experts_used
     per_expert = T * model.experts_per_token / local          # token copies each local expert receives
     out += [(T, model.experts, h, 1), (per_expert, up * model.moe_ffn / t, h, local),
             (per_expert, h, model.moe_ffn / t, local)]
@@ -191,12 +200,17 @@ NORM_KERNELS = {"rmsnorm": (1, 7), "layernorm": (1, 1)}
 ACTIVATION_BYTES = {"swiglu": (6.0, 10.0), "gelu": (4.0, 4.0), "relu2": (4.0, 8.0)}   # per FFN element
 ROTARY_BYTES = (4.0, 28.0)       # per element of Q and K
 ADD_BYTES = 6.0                  # a residual add: two reads, one write
-# Cross-entropy, bytes per logit (forward, backward). Fused (Megatron's vocab-parallel cross-entropy): read
-# the BF16 logits, write FP32 max/sum and softmax (10); backward softmax minus one-hot into BF16 gradients
-# (6). Eager (F.cross_entropy under autocast): the logits upcast to FP32 (2 + 4), log_softmax (4 + 4), the
-# loss gathered; backward a dense FP32 gradient (4), log_softmax's backward (4 + 4 + 4), the cast back
-# (4 + 2).
-CROSS_ENTROPY_BYTES = ((10.0, 6.0), (14.0, 22.0))
+# Cross-entropy, (bytes per logit forward, backward, kernels forward, backward). Fused (Megatron-Core's
+# cross_entropy_loss_fusion, Transformer Engine): read the BF16 logits, write FP32 max/sum and softmax (10);
+# backward softmax minus one-hot into BF16 gradients (6). Megatron's vocab-parallel loss op by op
+# (tensor_parallel.vocab_parallel_cross_entropy(logits.float()), Megatron-LM 2019-2024 and Megatron-Core
+# without the fusion): the FP32 copy (2 + 4), the max (4), the shifted copy (4 + 4), exp in place (4 + 4),
+# the sum (4), the division in place, kept for the backward (4 + 4); backward the softmax scaled by the loss's
+# gradient in place (4 + 4) and cast back to BF16 (4 + 2). Eager (F.cross_entropy under autocast): the
+# logits upcast to FP32 (2 + 4), log_softmax (4 + 4), the loss gathered; backward a dense FP32 gradient (4),
+# log_softmax's backward (4 + 4 + 4), the cast back (4 + 2).
+CROSS_ENTROPY = {"fused": (10.0, 6.0, 4, 3), "vocab_parallel": (38.0, 14.0, 8, 3),
+                 "eager": (14.0, 22.0, 6, 6)}
 
 
 def elementwise(model: Model, moe: bool, sh: Shard) -> tuple[float, float, int]:
@@ -249,7 +263,7 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     done_attn = T * sh.seq_len * heads * (d_qk + d_v)      # forward, causal:
                                                            # each query sees s/2 keys on average
     head_dim = (d_qk + d_v) / 2
-    if sh.attention == "unfused":
+    if sh.attention in SCORES_IN_MEMORY:
         a_fwd, a_bwd = unfused_attention(gpu, model, sh)
     else:
         a_fwd = attention_time(gpu, sh.attention, done_attn, sh.seq_len, sh.cp, head_dim, backward=False)
@@ -286,17 +300,26 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
         # norms and the MLP activation are recomputed from their inputs: memory-bound, no GEMM FLOPs; without
         # a fused attention kernel the attention core (scores, softmax, dropout, values) is recomputed as well
         # (Korthikanti et al.'s selective recomputation)
-        core = a_fwd if sh.attention == "unfused" else 0.0
+        core = a_fwd if sh.attention in SCORES_IN_MEMORY else 0.0
         rec = PassCost(memory_time(gpu, nr / 2 + act / 2, kernels // 2) + core, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
     return BlockCost(fwd, bwd, rec, model_flops)
 
 
+# Attention kernels that keep the s x s scores in memory, and the bytes per score (BF16) of the elementwise
+# work between the two batched GEMMs: forward, backward, kernels. One fused scale-mask-softmax reads and
+# writes the scores (2 + 2) and its backward reads the output and its gradient and writes one (6); op by op,
+# the scale (2 + 2), the mask (2 + 2 and its byte) and the softmax (2 + 2) each pass over them, and back.
+SOFTMAX_BYTES = {"fused_softmax": (4.0, 6.0, 1), "unfused": (13.0, 15.0, 3)}
+SCORES_IN_MEMORY = tuple(SOFTMAX_BYTES)
+
+
 def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
-    """Attention without a fused kernel (Megatron-LM before FlashAttention): per sequence and head the full
-    s x s scores as a batched GEMM (the causal mask hides half of them, the GEMM computes all), a fused scaled
-    masked softmax (read and write the scores), attention dropout (a 1-byte mask), the product with V. The
-    backward runs the four data-gradient GEMMs and the softmax and dropout backward. Forward and backward
-    seconds for one microbatch on one GPU."""
+    """Attention with the scores in memory. "fused_softmax" (Megatron-LM 2020-2023, Megatron-DeepSpeed): per
+    sequence and head the full s x s scores as a batched GEMM (the causal mask hides half of them, the GEMM
+    computes all), one fused scale-mask-softmax kernel (read and write the scores), attention dropout (a
+    1-byte mask), the product with V. "unfused" (PyTorch op by op): the scale, the mask and the softmax are
+    three kernels, each reading and writing the scores. The backward runs the four data-gradient GEMMs and the
+    elementwise backward of each. Forward and backward seconds for one microbatch on one GPU."""
     d_qk, d_v, _ = attention_dims(model)
     s = sh.seq_len
     q = sh.tokens                       # queries on this GPU (all of a sequence without CP)
@@ -304,14 +327,15 @@ def unfused_attention(gpu: GPU, model: Model, sh: Shard) -> tuple[float, float]:
     rows = s / sh.cp
     elements = batch * rows * s
     drop = sh.dropout > 0
+    fwd_bytes, bwd_bytes, kernels = SOFTMAX_BYTES[sh.attention]
     fwd = (batched_gemm_time(gpu, "bf16", rows, s, d_qk, batch)
            + batched_gemm_time(gpu, "bf16", rows, d_v, s, batch)
-           + memory_time(gpu, elements * (4 + (5 if drop else 0)), 2 if drop else 1))
+           + memory_time(gpu, elements * (fwd_bytes + (5 if drop else 0)), kernels + drop))
     bwd = (batched_gemm_time(gpu, "bf16", rows, s, d_v, batch)
            + batched_gemm_time(gpu, "bf16", s, d_v, rows, batch)
            + batched_gemm_time(gpu, "bf16", rows, d_qk, s, batch)
            + batched_gemm_time(gpu, "bf16", s, d_qk, rows, batch)
-           + memory_time(gpu, elements * (6 + (5 if drop else 0)), 2 if drop else 1))
+           + memory_time(gpu, elements * (bwd_bytes + (5 if drop else 0)), kernels + drop))
     return fwd, bwd
 
 
@@ -339,17 +363,25 @@ def output_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
     g_bwd = (gemm_time(gpu, "bf16", T, h, v) + gemm_time(gpu, "bf16", h, v, T)
              + memory_time(gpu, GRAD_ACCUMULATION_BYTES * h * v, 1))
     logits = T * v
-    # cross-entropy in FP32 over the logits (bytes per logit: CROSS_ENTROPY_BYTES) and the final norm
-    fwd_bytes, bwd_bytes = CROSS_ENTROPY_BYTES[0 if sh.fused else 1]
-    ce_fwd = memory_time(gpu, logits * fwd_bytes + 4 * h * T * BF16 / (t if sh.sp else 1),
-                         4 if sh.fused else 6)
-    ce_bwd = memory_time(gpu, logits * bwd_bytes + 8 * h * T * BF16 / (t if sh.sp else 1),
-                         3 if sh.fused else 6)
+    # cross-entropy in FP32 over the logits (bytes per logit: CROSS_ENTROPY) and the final norm
+    kind = "eager" if not sh.fused else "fused" if sh.ce_fused else "vocab_parallel"
+    fwd_bytes, bwd_bytes, fwd_kernels, bwd_kernels = CROSS_ENTROPY[kind]
+    ce_fwd = memory_time(gpu, logits * fwd_bytes + 4 * h * T * BF16 / (t if sh.sp else 1), fwd_kernels)
+    ce_bwd = memory_time(gpu, logits * bwd_bytes + 8 * h * T * BF16 / (t if sh.sp else 1), bwd_kernels)
     flops = 2.0 * T * v * h
     tp_bytes = T * h * BF16 if t > 1 else 0.0
     fwd = PassCost(g_fwd + ce_fwd, flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_fwd)
     bwd = PassCost(g_bwd + ce_bwd, 2 * flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0, g_bwd)
     return BlockCost(fwd, bwd, None, 3 * flops)
+
+
+def host_optimizer_time(gpu: GPU, params: float, grad_bytes: float) -> float:
+    """Adam in host memory (optimizer offload: Megatron-Core's optimizer_cpu_offload, DeepSpeed
+    ZeRO-Offload) over this GPU's shard of `params`: the gradients down and the BF16 weights back over the
+    host link, and the step itself on the CPU, bound by its memory (the same 34 bytes per parameter as on
+    the GPU)."""
+    link = gpu.host_link_gb_s * 1e9
+    return params * (grad_bytes + BF16) / link + params * 34.0 / (gpu.host_memory_gb_s * 1e9)
 
 
 def optimizer_time(gpu: GPU, params_on_gpu: float, shards: int) -> float:

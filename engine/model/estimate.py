@@ -27,7 +27,7 @@ from ..config.geometry import DIMS, Geometry
 from ..config.job import Job
 from ..config.scenario import Scenario
 from ..config.units import GB
-from . import chunks, contention, pipeline, scaleup, step
+from . import chunks, contention, pipeline, scaleup, step, uncertainty
 from . import collectives as col
 from . import compute as cm
 from . import economics as econ
@@ -36,6 +36,7 @@ from .layout import Layout
 from .pipeline import check
 from .plan import StepPlan
 from .step import Config, Eval, JobModel, sim_schedule
+from .uncertainty import Band
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -69,6 +70,22 @@ class JobEstimate:
     busy_s: dict[str, float] = field(default_factory=dict)    # seconds per step each dimension
                                                               # is on the links
     contention: dict[str, Any] = field(default_factory=dict)  # several jobs: alone vs with neighbours
+    band: Band | None = None             # how far to trust it (engine/model/uncertainty.py)
+    output_layer_s: float | None = None  # training: the last stage's output layer per step (in compute)
+
+    def step_time_range_s(self) -> tuple[float, float] | None:
+        """The step time's band: where the true step of a run like the published ones falls (training)."""
+        if self.band is None or self.step_time_s is None or self.kind == "inference":
+            return None
+        u = self.band.uncertainty
+        return self.step_time_s * (1 - u), self.step_time_s * (1 + u)
+
+    def tokens_per_s_range(self) -> tuple[float, float] | None:
+        """The throughput's band: a prediction too high by u means a true rate of tokens_per_s / (1 + u)."""
+        if self.band is None or not self.tokens_per_s:
+            return None
+        u = self.band.uncertainty
+        return self.tokens_per_s / (1 + u), self.tokens_per_s / max(1e-9, 1 - u)
 
 
 @dataclass
@@ -243,8 +260,20 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                        model_tflops_per_gpu=model_tf,
                        hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
-                       plan=best.plan, busy_s=best.busy,
+                       plan=best.plan, busy_s=best.busy, band=_band(cluster, job),
+                       output_layer_s=_output_layer(cluster, job, cfg.micro_batch, best.microbatches),
                        economics=_economics(scenario, job, breakdown, step, tokens / step), **common)
+
+
+def _output_layer(cluster: Cluster, job: Job, micro_batch: int, microbatches: int) -> float:
+    """Seconds per step the last pipeline stage spends in the output layer (final norm, logits GEMM, the
+    loss over the vocabulary), forward and backward of every microbatch: part of its compute."""
+    cost = cm.output_cost(cluster.gpu, job.model, step.shard(job, micro_batch))
+    return microbatches * (cost.fwd.compute_s + cost.bwd.compute_s)
+
+
+def _band(cluster: Cluster, job: Job) -> Band | None:
+    return uncertainty.band(job.kind, cluster.gpu.name, cm.total_params(job.model)[0], job.zero)
 
 
 def _economics(scenario: Scenario, job: Job, breakdown: dict[str, float], step: float,
@@ -281,7 +310,7 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
                        mfu=r.model_tflops_per_gpu / cluster.gpu.peak_tflops(job.precision),
                        breakdown_s=breakdown,
                        plan=r.plan if plan else None, ttft_s=r.ttft.median, tpot_s=r.tpot.median,
-                       serving=serving,
+                       serving=serving, band=_band(cluster, job),
                        economics=_economics(scenario, job, breakdown, step, r.tokens_per_s) if r.tokens_per_s
                        else dict(econ.NO_FIGURES), **common)
 
@@ -406,9 +435,10 @@ def _again(scenario: Scenario, hints: bool) -> Any:
 
 def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
     """The job's software stack as the model runs it (the attention kernel resolved for the GPU)."""
-    kernel = job.attention_kernel if job.attention_kernel == "unfused" else \
+    kernel = job.attention_kernel if job.attention_kernel in cm.SCORES_IN_MEMORY else \
         gpu.attention_kernel(job.attention_kernel)
     return {"attention_kernel": kernel, "fused_kernels": job.fused_kernels,
+            "cross_entropy_fusion": job.cross_entropy_fusion and job.fused_kernels,
             "overlap_grad_reduce": job.overlap_grad_reduce, "overlap_param_gather": job.overlap_param_gather,
             "tp_comm_overlap": job.tp_comm_overlap, "overlap_p2p_comm": job.overlap_p2p_comm,
             "grad_reduce_dtype": job.grad_reduce_dtype, "dropout": job.dropout}
@@ -416,6 +446,10 @@ def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
 
 def _round(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
+
+
+def _range(band: tuple[float, float] | None, digits: int = 4) -> list[float] | None:
+    return None if band is None else [round(band[0], digits), round(band[1], digits)]
 
 
 def to_json(est: ScenarioEstimate) -> dict[str, Any]:
@@ -432,6 +466,10 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
             "layout": {d: getattr(j.job, d) for d in DIMS}, "tiers": j.tiers,
             "capacity_gb": j.capacity_gb, "microbatches": j.microbatches, "kind": j.kind,
             "stack": j.stack, **j.economics,
+            "uncertainty": None if j.band is None else round(j.band.uncertainty, 4),
+            "step_time_range_s": _range(j.step_time_range_s()),
+            "tokens_per_s_range": _range(j.tokens_per_s_range(), 1),
+            "output_layer_s": _round(j.output_layer_s),
         })
         if j.kind == "inference":
             jobs[-1].update({"ttft_s": _round(j.ttft_s, 6), "tpot_s": _round(j.tpot_s, 6), **j.serving})

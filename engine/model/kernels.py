@@ -88,10 +88,20 @@ def _gemm(gpu: GPU, precision: str, m: float, n: float, k: float) -> float:
 
 
 def gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, count: float = 1.0) -> float:
-    """Seconds for `count` GEMMs of (m x k) @ (k x n)."""
+    """Seconds for one GEMM of (m x k) @ (k x n), or for `count` of them with their own weights in one grouped
+    kernel (an MoE layer's experts: Megatron-Core's grouped GEMM, the serving engines' fused MoE kernels):
+    the tiles of every expert spread over the SMs together, each expert's operands read once, one fixed
+    cost."""
     if m <= 0 or n <= 0 or k <= 0 or count <= 0:
         return 0.0
-    return count * _gemm(gpu, precision, m, n, k)
+    if count == 1:
+        return _gemm(gpu, precision, m, n, k)
+    return _grouped(gpu, precision, m, n, k, count)
+
+
+@lru_cache(maxsize=65536)
+def _grouped(gpu: GPU, precision: str, m: float, n: float, k: float, count: float) -> float:
+    return _tiled(gpu, precision, m, n, k, count, 1)
 
 
 def batched_gemm_time(gpu: GPU, precision: str, m: float, n: float, k: float, batch: float) -> float:

@@ -120,9 +120,13 @@ class StageMemory(Generic[Bytes]):
                                                  ("reserve", self.reserve))}
 
 
+OPTIMIZER_BYTES = 12.0      # per parameter: FP32 master weights and Adam's two moments
+
+
 def stage_memory(*, params: Bytes, expert_params: Bytes, largest_layer_params: Bytes, zero: int,
                  dp_shards: int, expert_shards: int, activations: Bytes, transient: float | Bytes,
-                 logits: Bytes, grad_bytes: float = 4.0) -> StageMemory[Bytes]:
+                 logits: Bytes, grad_bytes: float = 4.0,
+                 optimizer_bytes: float = OPTIMIZER_BYTES) -> StageMemory[Bytes]:
     """Memory of one GPU: `params` are its (TP/PP/EP-sharded) parameters,
     of which `expert_params` are experts.
 
@@ -130,7 +134,7 @@ def stage_memory(*, params: Bytes, expert_params: Bytes, largest_layer_params: B
     sharded over their own, smaller group (expert_shards). `activations` are the bytes in flight under the
     schedule, `transient` the working set of the layer being computed (backward, recompute), `logits` the
     output layer's FP32 logits on the last stage; `grad_bytes` per gradient (FP32, or BF16 when gradients are
-    kept and reduced in BF16).
+    kept and reduced in BF16); `optimizer_bytes` per parameter (0: the states are in host memory).
     """
     dense = params - expert_params
 
@@ -144,7 +148,7 @@ def stage_memory(*, params: Bytes, expert_params: Bytes, largest_layer_params: B
     grads = grad_bytes * shard(params, 2)
     if zero >= 2:
         grads += COMM_BUCKET_BYTES
-    optimizer = 12.0 * shard(params, 1)
+    optimizer = optimizer_bytes * shard(params, 1)
     buffers = transient + logits + COMM_BUCKET_BYTES
     managed = weights + grads + optimizer + activations + buffers
     reserve = FRAMEWORK_RESERVE_BYTES + FRAGMENTATION * managed

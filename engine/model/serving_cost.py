@@ -195,27 +195,16 @@ class IterationCost:
 
 
 def _gemms(job: Job, moe: bool, tokens: float) -> list[tuple[float, float, float, float]]:
-    """A layer's GEMMs (m, n, k, count) on one GPU over a batch of `tokens`: attention projections, then the
-    MLP, or the router, the experts the batch touches and the shared experts."""
-    model, t = job.model, job.tp
-    h, d, T = model.hidden, model.dim_head, tokens
-    q = model.heads * d / t
-    out = [(T, q + cm.kv_width_per_rank(model, t), h, 1.0), (T, h, q, 1.0)]
-    up = 2 if model.ffn_activation == "swiglu" else 1
-    if not moe:
-        return out + [(T, up * model.ffn / t, h, 1.0), (T, h, model.ffn / t, 1.0)]
-    local = model.experts / job.ep
-    # each of the EP group's ranks gets T x k / ep copies of the group's T x ep tokens on average, spread
-    # over the local experts those tokens touch; each touched expert reads its weights once
-    group = touched_experts(model.experts, model.experts_per_token, T * job.ep)
-    touched = min(local, max(1.0, group / job.ep))
-    per_expert = T * model.experts_per_token / touched
-    out += [(T, model.experts, h, 1.0), (per_expert, up * model.moe_ffn / t, h, touched),
-            (per_expert, h, model.moe_ffn / t, touched)]
-    if model.shared_experts:
-        f = model.shared_experts * model.moe_ffn
-        out += [(T, up * f / t, h, 1.0), (T, h, f / t, 1.0)]
-    return out
+    """A layer's GEMMs (m, n, k, count) on one GPU over a batch of `tokens` (engine/model/compute.py's), with
+    the experts the batch touches: each of the EP group's ranks gets T x k / ep copies of the group's T x ep
+    tokens on average, spread over the local experts those tokens touch; each touched expert reads its
+    weights once."""
+    model = job.model
+    touched = None
+    if moe:
+        group = touched_experts(model.experts, model.experts_per_token, tokens * job.ep)
+        touched = min(model.experts / job.ep, max(1.0, group / job.ep))
+    return cm.layer_gemms(model, moe, tokens, job.tp, job.ep, touched)
 
 
 # Memory-bound kernels of a layer in a serving engine: the two fused residual-add + norms, the MLP's

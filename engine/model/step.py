@@ -56,9 +56,15 @@ class Config:
 
 # ------------------------------------------------------------------------------------------------ inputs
 
+def _scores(job: Job) -> float:
+    """Attention scores kept per token on one GPU (heads x keys), when the kernel keeps them in memory."""
+    return job.model.heads / job.tp * job.seq_len if job.attention_kernel in cm.SCORES_IN_MEMORY else 0.0
+
+
 def shard(job: Job, micro_batch: int) -> cm.Shard:
     return cm.Shard(tokens=micro_batch * job.seq_len // job.cp, seq_len=job.seq_len, tp=job.tp, cp=job.cp,
                     attention=job.attention_kernel, dropout=job.dropout, fused=job.fused_kernels,
+                    ce_fused=job.cross_entropy_fusion,
                     sp=job.sequence_parallel and job.tp > 1, ep=job.ep, precision=job.precision)
 
 
@@ -215,6 +221,13 @@ class JobModel:
             for acc in (f, b):
                 acc["compute"] /= DUALPIPE_COMPUTE_SHARE
             f["ep"], b["ep"] = max(0.0, f["ep"] - b["compute"]), max(0.0, b["ep"] - f["compute"])
+        if job.offload == "activations":
+            # each layer's saved activations go to host memory during the forward and come back during the
+            # backward, over the host link (each direction on its own): what the chunk's compute cannot
+            # cover, the GPU waits for
+            copy = self._activation_bytes(st, sh, recompute) / (gpu.host_link_gb_s * 1e9)
+            f["compute"] += max(0.0, copy - f["compute"])
+            b["compute"] += max(0.0, copy - b["compute"])
         if job.zero >= 3:
             # ZeRO-3 (FSDP) gathers each layer's weights before its forward and its backward and
             # reduce-scatters its gradients after, every microbatch: prefetched behind the other layers'
@@ -228,6 +241,17 @@ class JobModel:
             b["dp"] = max((ag + rs) / layers, ag + rs - hidden) if job.overlap_param_gather else \
                 ag + max(rs / layers, rs - hidden)
         return tuple(f.items()), tuple(b.items())
+
+    def _activation_bytes(self, st: Chunk, sh: cm.Shard, recompute: str) -> float:
+        """The activations one microbatch leaves for the backward in the chunk's layers, on one GPU."""
+        job = self.job
+        per_token = 0.0
+        for moe, n in ((False, st.dense), (True, st.moe)):
+            if n:
+                per_token += n * mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, recompute,
+                                                                job.precision == "fp8", _scores(job),
+                                                                job.dropout > 0)
+        return per_token * sh.tokens
 
     def _tp_seconds(self, nbytes: float, sp: bool) -> float:
         """One TP exchange (_tp_time), kept per size:
@@ -265,7 +289,7 @@ class JobModel:
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
         fp8 = job.precision == "fp8"
-        scores = job.model.heads / job.tp * job.seq_len if job.attention_kernel == "unfused" else 0.0
+        scores = _scores(job)
         kinds = (False, True) if job.model.is_moe else (False,)   # a dense model's chunks hold no MoE layer
         per_token = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, cfg.recompute, fp8,
                                                          scores, job.dropout > 0) for moe in kinds}
@@ -287,6 +311,9 @@ class JobModel:
                     by_blocks[key] = per_tok * sh.tokens
                 chunk_bytes[-1].append(by_blocks[key])
         held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
+        if job.offload == "activations":    # on the GPU: the layer being computed and the one being copied
+            largest = max(per_token.values()) * sh.tokens * 2
+            held = [min(h, largest) for h in held]
         stages = chunking.stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
         transient: float | np.ndarray = 0.0
         if cfg.recompute == "full":
@@ -301,7 +328,8 @@ class JobModel:
                                largest_layer_params=stages.largest_layer_params, zero=job.zero,
                                dp_shards=self.dp_shards, expert_shards=self.expert_shards,
                                activations=np.array(held), transient=transient, logits=logits,
-                               grad_bytes=self._grad_bytes)
+                               grad_bytes=self._grad_bytes,
+                               optimizer_bytes=0.0 if job.offload == "optimizer" else mem.OPTIMIZER_BYTES)
         if job.schedule == "dualpipe":
             # DualPipe keeps two copies of the parameters (and their gradients), one per direction
             # (DeepSeek-V3 report 3.2.1)
@@ -334,7 +362,7 @@ class JobModel:
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
         send_b = tuple(send[(r - 1) % p] for r in range(p))
-        if p > 1 and not job.overlap_p2p_comm:
+        if p > 1 and (not job.overlap_p2p_comm or v == 1):      # Megatron overlaps them interleaved only
             fwd, bwd, send, send_b = _blocking_sends(fwd, bwd, send, send_b)
         schedule = sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:
@@ -455,7 +483,11 @@ class JobModel:
             ag = 0.0
             if self.job.zero in (1, 2):
                 ag = col.all_gather(self.cluster, self.net.dp, BF16 * params).time_s
-            self._updates[params] = (cm.optimizer_time(self.gpu, params, shards), ag)
+            if self.job.offload == "optimizer":
+                update = cm.host_optimizer_time(self.gpu, params / shards, self._grad_bytes)
+            else:
+                update = cm.optimizer_time(self.gpu, params, shards)
+            self._updates[params] = (update, ag)
         return self._updates[params]
 
     @property

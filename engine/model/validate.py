@@ -15,8 +15,10 @@ import itertools
 import statistics
 from dataclasses import dataclass
 
+from . import compute as cm
 from . import serving_calibration
-from .calibration import SKIPPED, Prediction, predict, rows
+from .calibration import SKIPPED, Prediction, predict, rows, scenario
+from .uncertainty import Residual, size_class, stack_of
 
 ORDER = (("llama3-405b-8k", "llama3-405b-16k", "llama3-405b-16k-128k"),
          "Llama 3 Table 4: 430 > 400 > 380 TFLOP/s per GPU")
@@ -69,3 +71,23 @@ def run_serving(names: list[str] | None = None) -> Report:
 def skipped() -> dict[str, str]:
     """Tables and rows of calibration_runs.toml the scenario format cannot express, with the reason."""
     return dict(SKIPPED)
+
+
+def residuals(training: Report, serving: Report) -> list[Residual]:
+    """Each row's error with what makes runs alike (engine/model/uncertainty.py): the training rows, and the
+    serving rows measured in output tokens/s (the throughput the band is put on)."""
+    out = []
+    for report, kind in ((training, "training"), (serving, "serving")):
+        for p in report.predictions:
+            if p.error is None or (kind == "serving" and p.row.measure != serving_calibration.OUTPUT):
+                continue
+            job = p.estimate.job
+            params, _ = cm.total_params(job.model)
+            out.append(Residual(name=p.row.name, kind=kind, gpu=job_gpu(p), size=size_class(params),
+                                stack=stack_of(job.kind, job.zero), fit=p.row.fit, error=round(p.error, 4)))
+    return out
+
+
+def job_gpu(p: Prediction) -> str:
+    """The GPU the row ran on (its scenario's; a roomier copy for a run out of memory keeps the name)."""
+    return str(scenario(p.row).cluster.gpu.name)

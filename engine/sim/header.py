@@ -13,8 +13,9 @@ from typing import Any
 
 from ..config.geometry import Geometry
 from ..config.scenario import Scenario
-from ..model import economics, scaleup
+from ..model import economics, scaleup, uncertainty
 from ..model.checkpoint import checkpoint_plan
+from ..model.compute import total_params
 from ..model.power import PowerModel
 from ..stream.header import header, job_entry
 from .sampling import PHASE_UTIL
@@ -52,6 +53,13 @@ def _job(scenario: Scenario, track: JobTrack, topology: Geometry, power: PowerMo
     if memory:      # memory per GPU: one figure, or one per pipeline stage when they differ
         entry["memory_gb"] = memory[0] if len(set(memory)) == 1 else list(memory)
     entry.update(plan.plan.serving)       # inference: latencies, requests/s, batch, K/V cache use
+    band = uncertainty.band(j.kind, scenario.cluster.gpu.name, total_params(j.model)[0], j.zero)
+    if band is not None:                  # how far to trust the plan's step (engine/model/uncertainty.py)
+        entry["uncertainty"] = round(band.uncertainty, 4)
+        step = float(plan.kpi["step_time_s"])
+        if not j.is_inference:
+            entry["step_time_range_s"] = [round(step * (1 - band.uncertainty), 4),
+                                          round(step * (1 + band.uncertainty), 4)]
     if shared is not None:
         entry.update(shared.header(track.index))
     st = track.stragglers

@@ -112,6 +112,7 @@ _JOB.update({key: or_null(number) for key in ("step_time_s", "mfu", "ttft_s", "t
                                                 "kv_cache_use", "effective_training_time", "tokens_target",
                                                 "train_tokens")})
 _JOB["saturated"] = or_null(boolean)
+_JOB.update({"uncertainty": or_null(number), "step_time_range_s": or_null(numbers)})
 # schema.CONTENTION_KEYS, in a job's header entry and in a contention event
 _CONTENTION_FIGURES: dict[str, Check] = {"contention_slowdown": or_null(number),
                                          "contention_tier": or_null(text),

@@ -117,6 +117,7 @@ class _Trace:
         self.counter = _Counters(write)
         self.scope = link_scope(header)
         self.open_slices: dict[tuple[int, int, str], float] = {}
+        self.step_end: dict[int, float] = {}        # per job process: where its last step slice ended (µs)
         self.last_util: Any = None
         gpus = int(header["topology"]["gpus"])
         self.meta(CLUSTER_PID, f"Cluster ({gpus:,} GPUs)", 0)
@@ -171,9 +172,14 @@ class _Trace:
         """A slice on its job's "steps" thread, from the step's start to its end."""
         pid = self.job_pid.get(event.get("job", ""), CLUSTER_PID)
         t = float(event["t"])
-        dur = float(event.get("step_time_s", 0.0))
+        end = _us(t)
+        # A step starts where the previous one ended at the earliest: rounded step times would otherwise make
+        # adjacent slices overlap by a microsecond (a restart's step starts later anyway).
+        start = max(_us(t - float(event.get("step_time_s", 0.0))), self.step_end.get(pid, 0.0))
+        start = min(start, end)
+        self.step_end[pid] = end
         self.write({"ph": "X", "pid": pid, "tid": STEPS_TID, "name": f"step {event.get('step')}",
-                    "ts": _us(t - dur), "dur": _us(dur),
+                    "ts": start, "dur": round(end - start, 3),
                     "args": {k: event[k] for k in ("tokens_per_s", "tflops_per_gpu", "mfu") if k in event}})
 
     def event(self, event: dict[str, Any]) -> None:

@@ -141,8 +141,8 @@ class PhaseMix:
         if mix is not None:
             try:
                 self.rows, self.table = self._decode(mix)
-            except (ValueError, TypeError, KeyError, IndexError):
-                self.rows = None      # malformed: the dominant phase stands in for the shares
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError):
+                self.rows = None      # malformed (the reader does not check it): the dominant phase stands in
         if self.rows is None:
             return self._phase.get().astype(np.int32), np.eye(len(PHASES), dtype=np.float32)
         return self.rows, self.table

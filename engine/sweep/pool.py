@@ -128,6 +128,12 @@ def _work(sweep: Sweep, conn: Connection, parents: Connection, parent: int) -> N
     while True:
         try:
             start, stop = conn.recv()
-        except EOFError:                    # the parent closed the pipe: nothing more to do
+        except (EOFError, ConnectionResetError):    # the parent closed the pipe or died: nothing more to do
             return
-        conn.send(run_chunk(sweep, start, stop))
+        outcomes = run_chunk(sweep, start, stop)
+        try:
+            conn.send(outcomes)
+        except (BrokenPipeError, ConnectionResetError):
+            # the parent died (SIGKILL) while this chunk ran: nobody reads it, and the SIGTERM its death sends
+            # (PR_SET_PDEATHSIG) may come after this, so end quietly here, not with a traceback on its stderr
+            return

@@ -6,12 +6,13 @@ from clustertop.engine.config.errors import escape
 from rich.markup import escape as markup_escape
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from ..playback import format_clock
 from ..running import running_app
 from ..sources import Source
 from ..widgets.comparison import Comparison
+from ..widgets.footer import Footer
 from ..widgets.heatmap import Heatmap
 from ..widgets.jobs import JobsPanel
 from ..widgets.legend import Legend
@@ -93,5 +94,5 @@ class CompareScreen(DashboardScreen):
         names = (app.sources[0].name, app.sources[1].name)
         self.query_one(Comparison).show(states[0], states[1], names, (ended[0], ended[1]))
         events = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))
-        self.query_one(TransportBar).show(playback, live=app.live,
+        self.query_one(TransportBar).show(playback, live=app.live, followable=app.followable,
                                           events=events, note=app.status_note)

@@ -18,6 +18,8 @@ from ..widgets.legend import Legend
 from ..widgets.too_small import TooSmall
 from ..widgets.transport import TransportBar
 
+METRIC_TIP = "colour by utilization, power or phase"
+
 
 class DashboardScreen(Screen[None]):
     """A screen that draws the app's states; below MIN_SIZE it shows only 'enlarge to W x H'."""
@@ -26,10 +28,10 @@ class DashboardScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("m", "cycle_metric", "Metric", tooltip="colour by utilization, power or phase"),
-        Binding("1", "metric('util')", "Utilization", show=False, key_display="1 2 3",
+        Binding("1", "metric('util')", "Colour by utilization", show=False, key_display="1 2 3",
                 tooltip="colour by utilization, power or phase"),
-        Binding("2", "metric('power')", "Power", show=False, tooltip="colour by utilization, power or phase"),
-        Binding("3", "metric('phase')", "Phase", show=False, tooltip="colour by utilization, power or phase"),
+        Binding("2", "metric('power')", "Colour by power", show=False, tooltip=METRIC_TIP),
+        Binding("3", "metric('phase')", "Colour by phase", show=False, tooltip=METRIC_TIP),
     ]
 
     DEFAULT_CSS = """

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..keys import dashboard_rows
-from ..palette import PHASE_COLORS
+from ..palette import MARK_COLORS, PHASE_COLORS
 
 
 def help_text() -> Table:
@@ -30,6 +30,14 @@ def help_text() -> Table:
     for name, label in PHASE_LABELS.items():
         swatch = Text("██ ", style=PHASE_COLORS[name])
         swatch.append(label)
+        table.add_row("", swatch)
+    table.add_row("", "")
+    table.add_row(Text("Marks", style="bold underline"), "")
+    for name, what in (("failed", "a failed GPU, in every metric: it wins over the mean of its cell"),
+                       ("degraded", "a degraded GPU (a straggler, slower than its peers)"),
+                       ("unallocated", "GPUs no job uses")):
+        swatch = Text("██ ", style=MARK_COLORS[name])
+        swatch.append(f"{name}: {what}")
         table.add_row("", swatch)
     table.add_row("", "")
     table.add_row(Text("Cells", style="bold underline"), "")

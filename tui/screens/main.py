@@ -14,10 +14,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 
+from ..playback import format_clock
 from ..running import running_app
+from ..search import Hit, find, place_of
 from ..widgets.event_log import EventLog
+from ..widgets.footer import Footer
 from ..widgets.gpu_table import GpuTable
 from ..widgets.heatmap import Heatmap
 from ..widgets.inspector import Inspector
@@ -25,6 +28,7 @@ from ..widgets.jobs import JobsPanel
 from ..widgets.legend import Legend
 from ..widgets.links import LinksPanel
 from ..widgets.power import PowerPanel
+from ..widgets.search_bar import SearchBar
 from ..widgets.side_tabs import SideTabs
 from ..widgets.too_small import TooSmall
 from ..widgets.transport import TransportBar
@@ -32,6 +36,8 @@ from .dashboard import DashboardScreen
 
 PANELS = ("jobs", "links", "power", "events")
 PANEL_KEYS = ("4", "5", "6", "7")
+HIT_TIP = ("after a search: the next / previous hit; else highlight a job on the map (the others dim), the "
+           "next on each press, then all")
 PANEL_TIP = "show or hide the jobs, links, power or events panel (folded side column: show that tab)"
 
 
@@ -54,16 +60,20 @@ class MainScreen(DashboardScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "toggle_side", "Panels",
                 tooltip="hide / show the side panels (the heatmap takes the width)"),
-        Binding("n", "highlight_job", "Job", show=False,
-                tooltip="highlight a job on the map (the others dim), the next on each press, then all"),
+        Binding("slash", "search", "Search", key_display="/",
+                tooltip="search: a GPU index, node, rack, pod or building number, a host or a job; the map's "
+                        "cursor goes there"),
+        Binding("n", "next_hit(1)", "Next hit / highlight job", show=False, key_display="n N",
+                tooltip=HIT_TIP),
+        Binding("N", "next_hit(-1)", "Previous hit", show=False, tooltip=HIT_TIP),
         Binding("w", "toggle_worst", "Worst GPUs", show=False,
                 tooltip="the worst GPUs of the view under the map (rack and node zoom: every GPU, always)"),
-        Binding("e", "event_filter", "Events", show=False,
+        Binding("e", "event_filter", "Event filter", show=False,
                 tooltip="event log filter: all events, no power swings, faults and restarts ([ ] follow it)"),
         Binding("o", "sort_jobs", "Sort jobs", show=False,
                 tooltip="sort the jobs table: name, tokens/s, MFU, effective, interruptions, time lost "
                         "(or click a header)"),
-        *(Binding(key, f"panel('{name}')", name.title(), show=False, tooltip=PANEL_TIP,
+        *(Binding(key, f"panel('{name}')", f"{name.title()} panel", show=False, tooltip=PANEL_TIP,
                   key_display="4 5 6 7" if key == "4" else None)
           for key, name in zip(PANEL_KEYS, PANELS)),
     ]
@@ -105,6 +115,8 @@ class MainScreen(DashboardScreen):
         self.side_shown = True
         self.worst = False              # the worst GPUs under the map at pod and site zoom
         self._drill_mode = ""
+        self.hits: list[Hit] = []       # the last search's places, in GPU order
+        self.hit = 0
 
     def compose(self) -> ComposeResult:
         state = running_app(self).states[0]
@@ -114,6 +126,7 @@ class MainScreen(DashboardScreen):
                 with Vertical(id="map"):
                     yield Heatmap(state, id="heatmap")
                 yield Legend(id="legend")
+                yield SearchBar(id="search")
                 yield Inspector(id="inspector")
                 yield GpuTable(id="gpus")
             with Vertical(id="side"):
@@ -198,6 +211,42 @@ class MainScreen(DashboardScreen):
         heatmap.refresh()
         self.update_frame()
 
+    # -- search ---------------------------------------------------------------------------------------------
+
+    def action_search(self) -> None:
+        self.query_one(SearchBar).open()
+
+    def on_input_submitted(self, message: SearchBar.Submitted) -> None:
+        bar = self.query_one(SearchBar)
+        query = message.value.strip()
+        bar.action_close()
+        heatmap = self.query_one(Heatmap)
+        heatmap.focus()
+        if not query:
+            return
+        self.hits, self.hit = find(query, running_app(self).states[0]), 0
+        if not self.hits:
+            self.notify(f"nothing matches {query!r}: try a GPU index, node 12, rack 3, pod 1, a host or a "
+                        "job", severity="warning", timeout=4)
+            return
+        self._go_to_hit()
+
+    def action_next_hit(self, step: int) -> None:
+        """n / N: the next / previous search hit; without a search, n highlights the next job."""
+        if not self.hits:
+            if step > 0:
+                self.action_highlight_job()
+            return
+        self.hit = (self.hit + step) % len(self.hits)
+        self._go_to_hit()
+
+    def _go_to_hit(self) -> None:
+        hit = self.hits[self.hit]
+        self.query_one(Heatmap).go_to(hit.gpu0)
+        more = f" ({self.hit + 1} of {len(self.hits)}: n / N for the others)" if len(self.hits) > 1 else ""
+        self.notify(f"{hit.label}{more}", timeout=3)
+        self.update_frame()
+
     @property
     def event_filter(self) -> str:
         return self.query_one(EventLog).mode
@@ -208,7 +257,13 @@ class MainScreen(DashboardScreen):
         self.update_frame()
 
     def on_event_log_chosen(self, message: EventLog.Chosen) -> None:
-        running_app(self).seek(message.t)
+        """Seek to the event; one that names a GPU, node, host or job moves the map's cursor there."""
+        app = running_app(self)
+        app.seek(message.t)
+        hit = place_of(message.event, app.states[0]) if message.event is not None else None
+        if hit is not None:
+            self.query_one(Heatmap).go_to(hit.gpu0)
+            self.notify(f"{hit.label} at {format_clock(message.t)}", timeout=2)
 
     def action_sort_jobs(self) -> None:
         order = self.query_one(JobsPanel).cycle_sort()
@@ -252,7 +307,7 @@ class MainScreen(DashboardScreen):
         if self.panel("power").display:
             self.query_one(PowerPanel).show(state)
         if self.panel("events").display:
-            self.query_one(EventLog).show(state)
+            self.query_one(EventLog).show(state, app.sources[0].index, playback.t)
         source = app.sources[0]
-        self.query_one(TransportBar).show(playback, live=app.live, events=source.index.event_times(),
-                                          note=app.status_note)
+        self.query_one(TransportBar).show(playback, live=app.live, followable=app.followable,
+                                          events=source.index.event_times(), note=app.status_note)

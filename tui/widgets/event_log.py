@@ -6,6 +6,7 @@ keeps faults and restarts only (`e`); focused, the arrows choose an event and en
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -117,8 +118,13 @@ class Entry:
     style: str
     end: float | None = None
     swings: list[str] = field(default_factory=list)
+    started: str = ""             # a checkpoint's line before its end
+    event: dict[str, Any] | None = None     # the event it describes (its first, for a checkpoint)
 
-    def line(self) -> str:
+    def line(self, now: float | None = None) -> str:
+        """The line as it reads at time `now` (a checkpoint still being written has no end yet)."""
+        if now is not None and self.end is not None and self.end > now + 1e-9:
+            return self.started or self.text
         if not self.swings:
             return self.text
         return f"{self.text} · power {' → '.join(self.swings)}"
@@ -144,44 +150,72 @@ def slowed_by_links(header: dict[str, Any], job: str) -> list[str]:
     return out
 
 
+class LogBuilder:
+    """The log's entries, built as events arrive (a whole run's log is never rebuilt per frame): a
+    checkpoint's start and end are one line (with how long it took), and the power swings at its start and
+    end (within `slack`, a sample interval: swings are seen in samples) fold into it."""
+
+    def __init__(self, slack: float = 0.0, header: dict[str, Any] | None = None) -> None:
+        self.slack, self.header = slack, header
+        self.entries: list[Entry] = []
+        self.fed = 0                                  # events fed so far (the number of the next)
+        self._open: dict[str, Entry] = {}
+        self._last: Entry | None = None
+        self._filtered: tuple[tuple[int, str], list[Entry], list[float]] | None = None
+
+    def feed(self, events: Iterable[dict[str, Any]]) -> None:
+        out = self.entries
+        for event in events:
+            self.fed += 1
+            kind = str(event.get("type", ""))
+            t = float(event.get("t", 0.0))
+            job = str(event.get("job") or "")
+            if kind == "checkpoint_end" and job in self._open:
+                entry = self._open.pop(job)
+                entry.end = t
+                ok = event.get("ok", True)
+                entry.text = (f"checkpoint {job} step {event.get('step', '?')} "
+                              f"{'written' if ok else 'failed'} in {t - entry.t:,.1f}\u00a0s")
+                self._last = entry
+                continue
+            last = self._last
+            if kind == "power_swing" and last is not None and "to_mw" in event and (
+                    last.t - 1e-6 <= t <= (last.end or last.t) + self.slack + 1e-6):
+                if not last.swings:
+                    last.swings.append(units.power(float(event.get("from_mw", 0.0))))
+                last.swings.append(units.power(float(event["to_mw"])))
+                continue
+            entry = Entry(t, kind, describe(event), STYLES.get(kind, ""), event=event)
+            if kind == "checkpoint_start":
+                entry.started = entry.text
+                self._open[job] = entry
+                self._last = entry
+            out.append(entry)
+            if kind == "job_start" and self.header is not None:
+                out += [Entry(t, "degraded", line, "bold yellow")
+                        for line in slowed_by_links(self.header, job)]
+
+    def shown(self, mode: str, now: float | None = None) -> list[Entry]:
+        """The entries the filter `mode` shows, over the whole run, up to time `now` (all when None)."""
+        key = (len(self.entries), mode)
+        if self._filtered is None or self._filtered[0] != key:
+            kept = [e for e in self.entries if shown(e.kind, mode)]
+            self._filtered = (key, kept, [e.t for e in kept])
+        kept, times = self._filtered[1], self._filtered[2]
+        return kept if now is None else kept[:bisect.bisect_right(times, now + 1e-9)]
+
+
 def entries(events: Iterable[dict[str, Any]], mode: str = FILTERS[0], slack: float = 0.0,
             header: dict[str, Any] | None = None) -> list[Entry]:
-    """The log's lines: a checkpoint's start and end are one line (with how long it took), and the power
-    swings at its start and end (within `slack`, a sample interval: swings are seen in samples) fold into it;
-    then the filter."""
-    out: list[Entry] = []
-    open_checkpoints: dict[str, Entry] = {}
-    last_checkpoint: Entry | None = None
-    for event in events:
-        kind = str(event.get("type", ""))
-        t = float(event.get("t", 0.0))
-        job = str(event.get("job") or "")
-        if kind == "checkpoint_end" and job in open_checkpoints:
-            entry = open_checkpoints.pop(job)
-            entry.end = t
-            ok = event.get("ok", True)
-            entry.text = (f"checkpoint {job} step {event.get('step', '?')} "
-                          f"{'written' if ok else 'failed'} in {t - entry.t:,.1f}\u00a0s")
-            last_checkpoint = entry
-            continue
-        if kind == "power_swing" and last_checkpoint is not None and "to_mw" in event and (
-                last_checkpoint.t - 1e-6 <= t <= (last_checkpoint.end or last_checkpoint.t) + slack + 1e-6):
-            if not last_checkpoint.swings:
-                last_checkpoint.swings.append(units.power(float(event.get("from_mw", 0.0))))
-            last_checkpoint.swings.append(units.power(float(event["to_mw"])))
-            continue
-        entry = Entry(t, kind, describe(event), STYLES.get(kind, ""))
-        if kind == "checkpoint_start":
-            open_checkpoints[job] = entry
-            last_checkpoint = entry
-        out.append(entry)
-        if kind == "job_start" and header is not None:
-            out += [Entry(t, "degraded", line, "bold yellow") for line in slowed_by_links(header, job)]
-    return [e for e in out if shown(e.kind, mode)]
+    """The log's lines of `events` (LogBuilder), filtered."""
+    builder = LogBuilder(slack, header)
+    builder.feed(events)
+    return builder.shown(mode)
 
 
 class EventLog(Panel, can_focus=True):
-    """The latest events that fit, newest last; focused (tab), the arrows choose one and enter seeks to it."""
+    """Every event up to the time on screen, newest last (the whole run: a seekable index, not a window);
+    focused (tab), the arrows, Home and End choose an event and enter seeks to it."""
 
     TITLE = "events"
 
@@ -190,7 +224,17 @@ class EventLog(Panel, can_focus=True):
                 tooltip="event log (focus it with tab or a click): choose an event"),
         Binding("down,j", "choose(1)", "Later event", show=False,
                 tooltip="event log (focus it with tab or a click): choose an event"),
-        Binding("enter", "go", "Seek to event", tooltip="event log: seek to the chosen event"),
+        Binding("pageup", "page(-1)", "Page of earlier events", show=False, key_display="pgup pgdn",
+                tooltip="event log: a page of earlier / later events"),
+        Binding("pagedown", "page(1)", "Page of later events", show=False,
+                tooltip="event log: a page of earlier / later events"),
+        Binding("home", "first", "First event", show=False, key_display="home end",
+                tooltip="event log: the first / the latest event"),
+        Binding("end", "latest", "Latest event", show=False,
+                tooltip="event log: the first / the latest event"),
+        Binding("enter", "go", "Seek to event",
+                tooltip="event log: seek to the chosen event; one naming a GPU, node or job moves the map's "
+                        "cursor there"),
     ]
 
     DEFAULT_CSS = """
@@ -203,18 +247,21 @@ class EventLog(Panel, can_focus=True):
     """
 
     class Chosen(Message):
-        """Seek to an event's time."""
+        """Seek to an event's time (and, when it names a place, move the map's cursor there)."""
 
-        def __init__(self, t: float) -> None:
+        def __init__(self, t: float, event: dict[str, Any] | None = None) -> None:
             super().__init__()
             self.t = t
+            self.event = event
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.mode = FILTERS[0]
         self.chosen: int | None = None        # index into the entries; None: follow the newest
         self._entries: list[Entry] = []
-        self._top = 0
+        self._now: float | None = None
+        self._builder: LogBuilder | None = None
+        self._index: object = None
         self._line_entry: list[int] = []
 
     def cycle_filter(self) -> str:
@@ -231,10 +278,23 @@ class EventLog(Panel, can_focus=True):
         self.chosen = min(max(current + step, 0), last)
         self._draw()
 
+    def action_page(self, pages: int) -> None:
+        self.action_choose(pages * max(1, (self.size.height or 8) - 1))
+
+    def action_first(self) -> None:
+        if self._entries:
+            self.chosen = 0
+            self._draw()
+
+    def action_latest(self) -> None:
+        if self._entries:
+            self.chosen = len(self._entries) - 1
+            self._draw()
+
     def action_go(self) -> None:
         if self._entries:
             entry = self._entries[len(self._entries) - 1 if self.chosen is None else self.chosen]
-            self.post_message(self.Chosen(entry.t))
+            self.post_message(self.Chosen(entry.t, entry.event))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
@@ -246,9 +306,26 @@ class EventLog(Panel, can_focus=True):
     def on_blur(self) -> None:
         self.chosen = None
 
-    def show(self, state: DisplayState) -> None:
-        self._entries = entries(state.events, self.mode, float(state.header.get("sample_interval_s") or 0.0),
-                                state.header)
+    def show(self, state: DisplayState, index: Any = None, now: float | None = None) -> None:
+        """The log at time `now`: every event of `index` (tui/index.py) up to it, or, without an index, the
+        events `state` kept."""
+        slack = float(state.header.get("sample_interval_s") or 0.0)
+        if index is None:
+            self._entries = entries(state.events, self.mode, slack, state.header)
+            self._now = None
+        else:
+            builder = self._builder
+            if builder is None or self._index is not index:
+                builder = self._builder = LogBuilder(slack, state.header)
+                self._index = index
+            first, new = index.events_since(builder.fed)
+            if first != builder.fed:                  # older events were thinned away: start again from here
+                builder = self._builder = LogBuilder(slack, state.header)
+                first, new = index.events_since(0)
+                builder.fed = first
+            builder.feed(new)
+            self._now = state.t if now is None else now
+            self._entries = builder.shown(self.mode, self._now)
         if self.chosen is not None and self.chosen >= len(self._entries):
             self.chosen = None
         self._draw()
@@ -258,10 +335,15 @@ class EventLog(Panel, can_focus=True):
         rows = max(1, self.size.height) if self.size.height else 8
         width = max(20, self.size.width) if self.size.width else 60
         room = width - 11                       # after the clock
+        # Only the entries around what shows are wrapped (a whole run's log has tens of thousands).
+        count = len(self._entries)
+        at = count - 1 if self.chosen is None else self.chosen
+        lo, hi = max(0, at - rows), min(count, at + rows + 1) if self.chosen is not None else count
         # (entry index, clock or indent, text, style): long events wrap
         lines: list[tuple[int, str, str, str]] = []
-        for i, entry in enumerate(self._entries):
-            words = escape(entry.line())      # unknown events echo their keys and values
+        for i in range(lo, hi):
+            entry = self._entries[i]
+            words = escape(entry.line(self._now))      # unknown events echo their keys and values
             clock = format_clock(entry.t) + " "
             while True:
                 if len(words) <= room:

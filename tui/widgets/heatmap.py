@@ -27,6 +27,7 @@ from textual.widget import Widget
 from .. import palette
 from ..grid import Layout, View, layout
 from ..grid import levels as zoom_levels
+from ..marks import marks_of
 
 HALF = "▀"
 MOVE_TIP = "move the cursor (shift: 8 at a time); click selects"    # one help row for the eight cursor keys
@@ -131,6 +132,16 @@ class Heatmap(Widget, can_focus=True):
         self.post_message(self.ViewChanged(self))
         self.announce_cursor()
 
+    def go_to(self, gpu: int) -> None:
+        """Move the cursor to `gpu`, at the same zoom: the view moves to the container that holds it."""
+        gpu = min(max(int(gpu), 0), self.hierarchy.gpus - 1)
+        start, end = self.view.span(self.hierarchy)
+        if not start <= gpu < end:
+            level = self.view.level
+            self.cursor_gpu = gpu
+            self.set_view(View(level, 0 if level == "site" else gpu // self.hierarchy.size(level)))
+        self.set_cursor(gpu)
+
     def set_cursor(self, gpu: int) -> None:
         start, end = self.view.span(self.hierarchy)
         gpu = min(max(int(gpu), start), end - 1)
@@ -234,7 +245,14 @@ class Heatmap(Widget, can_focus=True):
         return self._styles
 
     def pixel_colours(self, lay: Layout) -> np.ndarray:
-        """Colour index of every pixel of the layout for the current metric (numpy, no loop over GPUs)."""
+        """Colour index of every pixel of the layout for the current metric (numpy, no loop over GPUs), with
+        failed, degraded and unallocated GPUs marked (tui/marks.py): a failed GPU shows at every zoom."""
+        colours = self.metric_colours(lay)
+        marks_of(self.state.header).paint(colours, lay, self.state)
+        return colours
+
+    def metric_colours(self, lay: Layout) -> np.ndarray:
+        """Colour index of every pixel for the current metric alone."""
         state = self.state
         if not state.samples:        # nothing measured yet: blank, not a cluster of zeros
             return np.full(lay.pixels, palette.BG, dtype=np.int16)
@@ -339,11 +357,15 @@ class Heatmap(Widget, can_focus=True):
                       styles: palette.StyleCache) -> None:
         """Write each GPU's number and value inside its block when blocks are big (rack and node views)."""
         state = self.state
+        marks = marks_of(state.header)
         inner = lay.scale - 1
         for pixel in range(lay.pixels):
             gpu = lay.gpu0 + pixel * lay.g
             missing = state.missing("power_w" if self.metric == "power" else "util")
-            if missing is not None and missing[gpu]:
+            mark = marks.of(state, gpu)
+            if mark in ("failed", "unallocated"):
+                value = mark
+            elif missing is not None and missing[gpu]:
                 value = "no data"
             elif self.metric == "phase":
                 shares = state.mix.per_gpu(gpu, gpu + 1)[0]
@@ -356,7 +378,8 @@ class Heatmap(Widget, can_focus=True):
             x = int(lay.pixel_x[pixel]) + 1
             y = (int(lay.pixel_yh[pixel]) + 1) // 2 + (1 if lay.scale >= 7 else 0)
             style = styles.on(int(table[pixel]))
-            for row, text in ((y, f"GPU {gpu:,}"), (y + 1, value)):
+            title = f"GPU {gpu:,}" + (" slow" if mark == "degraded" else "")
+            for row, text in ((y, title), (y + 1, value)):
                 bottom = (int(lay.pixel_yh[pixel]) + lay.scale) // 2
                 if row >= bottom or row >= len(strips):
                     continue

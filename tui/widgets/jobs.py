@@ -99,9 +99,10 @@ def inference_figures(job: JobStatus, state: DisplayState, t: float) -> dict[str
         "requests/s": units.si(rate) if rate is not None and live else "—",
         **{name: _latency(job, key) if live else "—" for name, key in (
             ("TTFT", "ttft"), ("TPOT", "tpot"), ("TTFT p99", "ttft_p99"), ("TPOT p99", "tpot_p99"))},
-        "batch": (f"{mean:,.0f}/{limit:,.0f}" if limit else f"{mean:,.0f}") if mean is not None else "—",
-        "KV cache": f"{100 * kv:.0f}%" if kv is not None else "—",
-        "saturated": ("YES" if saturated else "no") if type(saturated) is bool else "—",
+        "batch": (f"{mean:,.0f}/{limit:,.0f}" if limit else f"{mean:,.0f}") if mean is not None and live
+        else "—",
+        "KV cache": f"{100 * kv:.0f}%" if kv is not None and live else "—",
+        "saturated": ("YES" if saturated else "no") if type(saturated) is bool and live else "—",
     }
     out["tokens"] = units.si(job.tokens) if job.tokens else "0"
     out["interrupts"] = f"{job.interruptions:,}"
@@ -114,14 +115,47 @@ def stopped(job: JobStatus) -> bool:
     return job.down or not job.running
 
 
-def status(job: JobStatus, t: float) -> tuple[str, str]:
-    """(short status, style): running, down for how long, or stopped and why."""
+def run_over(state: DisplayState, t: float) -> bool:
+    """The run has reached its end (the header's duration): its jobs are finished, not running."""
+    duration = _number(state.header.get("duration_s"))
+    return duration is not None and duration > 0 and t >= duration - 1e-9
+
+
+def planned(job: JobStatus) -> bool:
+    """No step has completed yet (and none was restored): the plan's figures stand in, marked planned."""
+    return "t" not in job._src and not job.step and not stopped(job)
+
+
+def status(job: JobStatus, t: float, over: bool = False) -> tuple[str, str]:
+    """(short status, style): running, down for how long, finished (the run's end), pending (not started
+    yet), or stopped and why."""
     if job.down:
         since = f" {units.duration(t - job.down_since)}" if job.down_since is not None else ""
         return f"▲ down{since}", "bold red"
     if job.running:
-        return "● running", "green"
+        return ("■ finished", "bold cyan") if over else ("● running", "green")
+    if not job.stop_reason and not job.step and not over:
+        return "○ pending", "dim"
     return ("○ " + (job.stop_reason or "stopped"))[:24], "red"
+
+
+PLANNED = "*"     # marks a plan's figure shown before the first step (`planned`)
+
+
+def plan_figures(job: JobStatus) -> dict[str, str]:
+    """Before the first step: the plan's step time, MFU and tokens/s (the header's entry), marked planned."""
+    out: dict[str, str] = {}
+    step, mfu = _number(job.info.get("step_time_s")), _number(job.info.get("mfu"))
+    econ = job.info.get("economics")
+    rate = _number(econ.get("tokens_per_s_per_mw")) if isinstance(econ, dict) else None
+    mw = _number(econ.get("power_mw")) if isinstance(econ, dict) else None
+    if step:
+        out["step time"] = f"{step:.2f} s{PLANNED}"
+    if rate and mw:
+        out["tokens/s"] = units.si(rate * mw) + PLANNED
+    if mfu:
+        out["MFU"] = f"{mfu * 100:.1f}%{PLANNED}"
+    return out
 
 
 def tokens_at(job: JobStatus, t: float) -> float:
@@ -141,12 +175,14 @@ def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
     label, left = eta(job, state, t)
     live = not stopped(job)
     tokens = tokens_at(job, t)
+    plan = plan_figures(job) if planned(job) else {}
     return {
         "step": f"{job.step:,}",
-        "step time": f"{job.step_time_s:.2f} s" if job.step_time_s and live else "—",
-        "tokens/s": units.si(job.tokens_per_s) if job.tokens_per_s and live else "—",
+        "step time": f"{job.step_time_s:.2f} s" if job.step_time_s and live else plan.get("step time", "—"),
+        **_band(job),
+        "tokens/s": units.si(job.tokens_per_s) if job.tokens_per_s and live else plan.get("tokens/s", "—"),
         "TFLOP/s/GPU": f"{job.tflops_per_gpu:.0f}" if job.tflops_per_gpu and live else "—",
-        "MFU": f"{job.mfu * 100:.1f}%" if job.mfu and live else "—",
+        "MFU": f"{job.mfu * 100:.1f}%" if job.mfu and live else plan.get("MFU", "—"),
         "effective": f"{eff * 100:.1f}%" if eff is not None else "—",
         "tokens": units.si(tokens) if tokens else "0",
         label: units.duration(left) if left else "—",
@@ -155,6 +191,13 @@ def figures(job: JobStatus, state: DisplayState, t: float) -> dict[str, str]:
         "time lost": units.duration(lost_time(job, t)) if lost_time(job, t) else "0",
         **cost_figures(job),
     }
+
+
+def _band(job: JobStatus) -> dict[str, str]:
+    """The plan's band (the header's `uncertainty`: within it, 90% of the published runs like the job came
+    out); nothing for a recording made before the header had it."""
+    u = _number(job.info.get("uncertainty"))
+    return {"likely ±": f"{100 * u:.0f}%"} if u is not None and u >= 0 else {}
 
 
 def cost_figures(job: JobStatus) -> dict[str, str]:
@@ -177,7 +220,7 @@ def lost_time(job: JobStatus, t: float) -> float:
 # The jobs table: (header, width, figure key or None for the name and status, sort key). A serving job's
 # columns follow tok/s when the table has one.
 COLUMNS: tuple[tuple[str, int, str], ...] = (
-    ("state", 7, "state"), ("tok/s", 6, "tokens/s"), ("MFU", 6, "MFU"), ("s/step", 6, "step time"),
+    ("state", 8, "state"), ("tok/s", 6, "tokens/s"), ("MFU", 6, "MFU"), ("s/step", 6, "step time"),
     ("eff.", 6, "effective"), ("int.", 4, "interrupts"), ("lost", 7, "time lost"),
     ("$/Mtok", 6, "$/M tokens"),
     ("step", 7, "step"),
@@ -223,7 +266,8 @@ class JobsPanel(Panel):
         """`ended`: the recording ended before t (compare mode): the figures are its last, not live."""
         width = max(20, self.size.width or 46)    # the content width (inside border and padding)
         jobs = list(state.jobs.values())
-        key = repr((width, self.sort, ended,
+        over = run_over(state, t)
+        key = repr((width, self.sort, ended, over,
                     [(job.name, job.running, job.down, figures(job, state, t)) for job in jobs]))
         if key == self._shown:
             return
@@ -256,9 +300,12 @@ class JobsPanel(Panel):
 
     def _one(self, job: JobStatus, state: DisplayState, t: float, width: int) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
-        label, style = status(job, t)
+        label, style = status(job, t, run_over(state, t))
         text.append(f"{job.name}  ", style="bold")
-        text.append(label + "\n", style=style)
+        text.append(label, style=style)
+        if not is_inference(job) and planned(job) and plan_figures(job):
+            text.append(f"  {PLANNED} planned: no step yet", style="dim italic")
+        text.append("\n")
         text.append(f"{jobinfo.model_name(job)} · ", style="dim")
         text.append(f"{jobinfo.layout_text(job)} · {job.gpus:,} GPUs\n")
         items = list(figures(job, state, t).items())
@@ -305,7 +352,7 @@ class JobsPanel(Panel):
         for job in jobs:
             text.append("\n")
             f = figures(job, state, t)
-            label, style = status(job, t)
+            label, style = status(job, t, run_over(state, t))
             text.append(f"{abbreviate(job.name, name_w):<{name_w}} ",
                         style="bold" if not stopped(job) else style)
             for _, w, key in columns:
@@ -314,8 +361,10 @@ class JobsPanel(Panel):
                     text.append(f"{value[:w]:>{w}} ", style=style)
                     continue
                 value = f.get(key, "—")
-                value = value.removesuffix(" s") if key == "step time" else value
+                value = value.replace(" s", "") if key == "step time" else value
                 text.append(f"{value[-w:]:>{w}} ", style="dim" if value == "—" else "")
+        if any(planned(job) and plan_figures(job) for job in jobs if not is_inference(job)):
+            text.append(f"\n{PLANNED} planned: no step yet", style="dim italic")
         return text
 
     def cycle_sort(self) -> str:

@@ -8,7 +8,8 @@ from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
 from .. import jobinfo
-from ..palette import NODATA_COLOR, PHASE_COLORS, POWER_RAMP, UTIL_RAMP
+from ..marks import marks_of
+from ..palette import MARK_COLORS, NODATA_COLOR, PHASE_COLORS, POWER_RAMP, UTIL_RAMP
 from .panel import QuietStatic
 
 LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory",
@@ -57,14 +58,22 @@ class Legend(QuietStatic):
             if mean is not None:
                 shown = f"{mean * 100:.0f}%" if metric == "util" else f"{mean:.0f} W"
                 text.append(f"   mean {shown}", style="bold")
+        if state.samples:            # failed, degraded and unallocated GPUs have their own colours
+            for mark, count in marks_of(state.header).counts(state, gpu0, gpu1).items():
+                if mark == "failed" and metric == "phase":
+                    continue             # the phases above show it, with its share
+                if count or mark == "failed":
+                    text.append("   ")
+                    text.append("█", style=MARK_COLORS[mark])
+                    text.append(f" {mark} {count:,}", style="bold red" if mark == "failed" and count else "")
         missing = state.missing("power_w" if metric == "power" else "util") if state.samples else None
         none = int(np.count_nonzero(missing[gpu0:gpu1])) if missing is not None else 0
         if none:                    # real telemetry: GPUs that reported nothing are grey, not zero
             text.append("   ")
             text.append("█", style=NODATA_COLOR)
             text.append(f" no data {none:,} GPU{'s' if none != 1 else ''}", style="bold")
-        unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs (mean)" if metric != "phase" else \
-            f"{per_pixel:,} GPUs (commonest; failed wins)"
+        how = "commonest" if metric == "phase" else "mean"
+        unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs ({how}; failed wins)"
         if metric == "phase":
             unit += " · colour: the phase of most time; % of time"
         text.append(f"   ▀ = {unit}", style="dim")

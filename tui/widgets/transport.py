@@ -33,13 +33,16 @@ class TransportBar(QuietStatic):
         self._bar_x = 0
         self._bar_w = 1
 
-    def show(self, playback: Playback, *, live: bool, events: list[float], note: str = "") -> None:
+    def show(self, playback: Playback, *, live: bool, events: list[float], note: str = "",
+             followable: bool = True) -> None:
+        """`live`: a source is still being written; `followable`: it has a live edge to follow (an engine, a
+        real cluster; not a pipe replayed)."""
         width = max(20, self.size.width) if self.size.width else 100
         if playback.at_end and not live and playback.t > playback.start:
             state, style = "■ END", "bold"
         elif playback.paused:
             state, style = "❚❚ PAUSED", "bold yellow"
-        elif playback.follow and live:
+        elif playback.follow and live and followable:
             state, style = "● LIVE", "bold red"
         else:
             state, style = "▶ PLAYING", "bold green"
@@ -50,7 +53,7 @@ class TransportBar(QuietStatic):
         text.append(" / " + format_clock(playback.limit), style="dim")
         text.append("   speed ", style="dim")
         text.append(format_speed(playback.speed), style="bold")
-        if live and not playback.follow:
+        if live and followable and not playback.follow:
             text.append("   f: back to live", style="dim")
         if note:
             text.append(f"   {note}", style="dim")

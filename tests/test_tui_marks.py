@@ -1,0 +1,79 @@
+"""Failed, degraded and unallocated GPUs have their own colours in every metric and zoom (tui/marks.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from clustertop.engine.config.geometry import Geometry
+from clustertop.engine.config.phases import CODE
+from clustertop.engine.stream import schema
+from clustertop.engine.stream.state import ClusterState
+from clustertop.tui import palette
+from clustertop.tui.grid import View, layout
+from clustertop.tui.marks import Marks
+from clustertop.tui.widgets.heatmap import Heatmap
+from tui_pilot import SIZE, app_at, rendered, sync
+
+
+def _half_used() -> ClusterState:
+    """1,024 GPUs, a job on the first 512 (GPU 7 slow), GPU 300 failed, everything else computing."""
+    topology = {"gpus": 1024, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 512,
+                "gpus_per_building": 1024}
+    header: dict[str, Any] = {"type": "header", "topology": topology, "scenario": {},
+                              "jobs": [{"name": "a", "first_gpu": 0, "gpus": 512, "slow_gpus": [7]}]}
+    state = ClusterState(header)
+    phase = np.r_[np.full(512, CODE["compute"]), np.full(512, CODE["idle"])]
+    phase[300] = CODE["failed"]
+    util = np.r_[np.full(512, 95), np.zeros(512, int)]
+    state.apply({"t": 1.0, "type": "sample", "util": schema.rle_encode(util),
+                 "power_w": schema.rle_encode(util * 7), "phase": schema.rle_encode(phase)})
+    return state
+
+
+def test_a_failed_gpu_wins_over_the_mean_then_degraded_and_no_job_is_unallocated() -> None:
+    state = _half_used()
+    marks = Marks(state.header)
+    for view, width in ((View("site"), 40), (View("pod", 0), 80), (View("node", 37), 60)):
+        lay = layout(Geometry.from_summary(state.topology), view, width, 20)
+        colours = palette.level_of(lay.mean(state.util), 1.0).astype(np.int32)
+        marks.paint(colours, lay, state)
+        if lay.gpu0 <= 300 < lay.gpu1:
+            assert colours[lay.pixel_of(300)] == palette.FAILED          # 1 failed among 95% busy
+        if lay.gpu0 <= 7 < lay.gpu1:
+            assert colours[lay.pixel_of(7)] == palette.SLOW
+        unused = colours[lay.pixel_of(max(lay.gpu0, 512)):] if lay.gpu1 > 512 else colours[:0]
+        assert (unused == palette.UNALLOCATED).all()
+        assert palette.UNALLOCATED not in colours[:lay.pixel_of(511) + 1]
+    assert marks.counts(state, 0, 1024) == {"failed": 1, "degraded": 1, "unallocated": 512}
+    assert [marks.of(state, g) for g in (300, 7, 600, 8)] == ["failed", "degraded", "unallocated", None]
+
+
+def test_a_header_without_jobs_marks_nothing_unallocated() -> None:
+    """Real telemetry of a cluster whose jobs are unknown: its GPUs are not 'unallocated'."""
+    state = _half_used()
+    marks = Marks({**state.header, "jobs": []})
+    assert marks.counts(state, 0, 1024)["unallocated"] == 0
+
+
+@sync
+async def test_the_failed_node_shows_red_in_utilization_and_power_at_site_and_node_zoom() -> None:
+    app = app_at(41.0)                                        # during the fault of the recording
+    async with app.run_test(size=SIZE) as pilot:
+        heatmap = app.screen.query_one(Heatmap)
+        failed = np.flatnonzero(app.states[0].phase == CODE["failed"])
+        assert failed.size == 8
+        for key in ("1", "2"):                                # utilization, power
+            await pilot.press(key)
+            lay = heatmap.layout_info
+            colours = heatmap.pixel_colours(lay)
+            assert set(np.flatnonzero(colours == palette.FAILED)) == {lay.pixel_of(int(g)) for g in failed}
+            legend = rendered(app.screen.query_one("#legend"))
+            assert "failed 8" in legend and "degraded 22" in legend and "failed wins" in legend
+        await pilot.press("1")
+        heatmap.set_cursor(int(failed[0]))
+        await pilot.press("enter", "enter", "enter")          # pod, rack, node
+        assert heatmap.view.level == "node"
+        lay = heatmap.layout_info
+        assert (heatmap.pixel_colours(lay) == palette.FAILED).all()
+        assert "failed" in "".join(strip.text for strip in heatmap.render_frame())
