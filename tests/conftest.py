@@ -156,3 +156,18 @@ def http_server() -> Iterator[Callable[[fake_telemetry.Route], fake_telemetry.Fa
     yield start
     for server in servers:
         server.close()
+
+
+@pytest.fixture
+def trickle() -> Iterator[Callable[..., fake_telemetry.Trickle]]:
+    """`trickle(gap=0.1, headers=True, hang=False)`: a server on 127.0.0.1 that sends its answer a byte every
+    `gap` seconds (or its headers too, or nothing at all); `.url`. Stopped when the test ends."""
+    servers: list[fake_telemetry.Trickle] = []
+
+    def start(**kwargs: Any) -> fake_telemetry.Trickle:
+        servers.append(fake_telemetry.Trickle(**kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -32,7 +32,7 @@ def events(path: Path) -> list[dict]:
 
 
 def test_a_simulated_run_exported_and_imported_back_is_the_same(
-        simulated_run: Any, telemetry: Any, tmp_path: Path) -> None:
+        simulated_run: Any, telemetry: Any, tmp_path: Path, capsys: Any) -> None:
     scenario, data = simulated_run.scenario, simulated_run.frames
     names = telemetry.hosts(8)
     util = telemetry.range_dump(tmp_path / "util.json", telemetry.UTIL, data, names, 8, shuffle=1)
@@ -50,6 +50,9 @@ def test_a_simulated_run_exported_and_imported_back_is_the_same(
     assert header["telemetry"]["hosts"] == names       # natural order: gpu-node-2 before gpu-node-10
     assert [j["name"] for j in header["jobs"]] == ["train"]  # the scenario's jobs say which GPUs run what
     assert all("missing" not in e for e in events(out)[1:])
+    last = capsys.readouterr().err.splitlines()[-1]           # the README's summary line
+    assert last == (f"clustertop: wrote {out} ({out.stat().st_size / 1e3:.3g} kB): 11 samples over 10 s (one "
+                    "every 1 s), 8 hosts, 64 of 64 GPUs reporting, 0 faults"), last
 
 
 def test_compare_opens_an_imported_recording_beside_its_scenario(
@@ -258,3 +261,79 @@ def test_dumps_the_fast_path_does_not_take_read_the_same(tmp_path: Path, series_
                  "-o", str(tmp_path / "o.jsonl")]) == 0
     state = Reader(str(tmp_path / "o.jsonl")).fold()
     assert state.util[:3].tolist() == pytest.approx([0.2, 0.21, 0.0]) and state.missing("util")[2]
+
+
+def test_file_order_does_not_matter_nic_dumps_before_dcgm_dumps(tmp_path: Path, series_of: Any) -> None:
+    """Every dump is read before any host is placed: InfiniBand dumps listed before the DCGM ones give the
+    same recording, byte for byte, as the other order (they used to be all skipped)."""
+    ticks = [float(t) for t in range(0, 60, 15)]
+    gpu_series, nic_series = [], []
+    for node in (2, 1):
+        gpu = {"Hostname": f"n{node}", "gpu": "0", "instance": f"10.0.0.{node}:9400"}
+        gpu_series.append(series_of(dcgm.GPU_UTIL, gpu, [(t, 40.0 * node) for t in ticks]))
+        nic_series.append(series_of(dcgm.IB_TX, {"instance": f"10.0.0.{node}:9100", "device": "mlx5_0",
+                                                 "port": "1"}, [(t, 12.5e9 * node * t) for t in ticks]))
+    gpus = _dump(tmp_path / "dcgm.json", gpu_series)
+    nics = _dump(tmp_path / "ib.json", nic_series)
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 16").replace("gpus_per_rack = 16",
+                                                                           "gpus_per_rack = 8")
+                       .replace("racks_per_pod = 2", "racks_per_pod = 1"))             # a node a pod
+    outs = []
+    for order in ((gpus, nics), (nics, gpus)):
+        out = tmp_path / f"real-{order[0].stem}.jsonl"
+        args = ["import", "prometheus", *map(str, order), "--cluster", str(cluster), "-o", str(out)]
+        assert main(args) == 0
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    samples = [e for e in events(tmp_path / "real-ib.jsonl") if e["type"] == "sample"]
+    assert samples[1]["links"]["leaf"] == pytest.approx([0.25, 0.5])   # pod 0 is n1, pod 1 is n2
+
+
+def test_a_gpu_already_at_a_fatal_xid_at_the_first_reading_shows_failed(
+        tmp_path: Path, series_of: Any) -> None:
+    """XID 79 from the first reading, the GPU idle: failed from the start, with no fault event (when it fell
+    off the bus is not known); the same history on a GPU that works (it was reset) is compute."""
+    ticks = [0.0, 15.0, 30.0]
+    series = []
+    for slot, util in ((0, 0.0), (1, 90.0)):
+        gpu = {"Hostname": "n1", "gpu": str(slot)}
+        series.append(series_of(dcgm.GPU_UTIL, gpu, [(t, util) for t in ticks]))
+        series.append(series_of(dcgm.XID, gpu, [(t, 79.0) for t in ticks]))
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 8"))
+    out = tmp_path / "real.jsonl"
+    assert main(["import", "prometheus", str(_dump(tmp_path / "d.json", series)), "--cluster", str(cluster),
+                 "-o", str(out)]) == 0
+    lines = events(out)
+    assert not [e for e in lines if e["type"] == "fault"]
+    for sample in (e for e in lines if e["type"] == "sample"):
+        phase = np.repeat(sample["phase"]["v"], sample["phase"]["n"])
+        assert phase[0] == 10 and phase[1] != 10                        # failed (code 10); compute
+
+
+def test_site_power_and_links_are_missing_not_held_while_nothing_reports(
+        tmp_path: Path, series_of: Any) -> None:
+    """Power and NVLink report at 0 s and 15 s, then only utilization: at 30 s the state has no site power
+    (NaN, the power panel says "no data") and no NVLink tier, not the values of 15 s."""
+    from clustertop.tui.display import DisplayState
+    from clustertop.tui.widgets.power import power_text
+
+    gpu = {"Hostname": "n1", "gpu": "0"}
+    series = [series_of(dcgm.GPU_UTIL, gpu, [(t, 90.0) for t in (0.0, 15.0, 30.0)]),
+              series_of(dcgm.POWER, gpu, [(t, 500.0) for t in (0.0, 15.0)]),
+              series_of(dcgm.NVLINK_TX, gpu, [(t, 225e9) for t in (0.0, 15.0)])]
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER_ONLY.replace("gpus = 64", "gpus = 8")
+                       .replace("racks_per_pod = 2", "racks_per_pod = 2\nsite_power_budget_mw = 1.0"))
+    out = tmp_path / "real.jsonl"
+    assert main(["import", "prometheus", str(_dump(tmp_path / "d.json", series)), "--cluster", str(cluster),
+                 "-o", str(out)]) == 0
+    reader = Reader(str(out))
+    state = reader.fold(until=15.0)
+    assert state.site_mw > 0 and state.links["node"][0] == pytest.approx(0.5)
+    state = Reader(str(out)).fold()
+    assert np.isnan(state.site_mw) and "node" not in state.links
+    display = DisplayState(Reader(str(out)).header)
+    display.fold(Reader(str(out)).events())
+    assert "no data" in power_text(display, 40).plain

@@ -39,7 +39,7 @@ def test_exporters_watched_headless_give_the_run_and_a_target_down_event(
     urls = exporters.urls[:4], exporters.urls[4:]          # two --exporter flags, comma-separated lists
     out, record = tmp_path / "w.jsonl", tmp_path / "rec.jsonl.gz"
     done = watch("--exporter", ",".join(urls[0]), "--exporter", ",".join(urls[1]), "--cluster", scenario,
-                 "--interval", "0.5s", "--timeout", "5s", "--duration", "1s", "-o", str(out),
+                 "--interval", "0.5s", "--timeout", "0.5s", "--duration", "1s", "-o", str(out),
                  "--record", str(record))
     assert done.returncode == 0, done.stderr
     got = samples(out)
@@ -50,10 +50,15 @@ def test_exporters_watched_headless_give_the_run_and_a_target_down_event(
     assert np.array_equal(util[~missing], data[5][1][~missing])
     assert np.array_equal(decode(got[0]["power_w"])[~missing], np.rint(data[5][2][~missing]))
     down = [e for e in Reader(str(out)).events() if e["type"] == "target_down"]
-    assert (len(down) == 1 and down[0]["target"] == exporters.urls[2]
+    assert (len(down) == 1 and down[0]["target"] == exporters.urls[2].split("/")[2]   # no host label seen
+            and down[0]["url"] == exporters.urls[2] and down[0]["node"] == 2
             and down[0]["error"] == "HTTP 500 Internal Server Error")
     assert Reader(str(record)).header["telemetry"]["source"] == "exporter"
     assert [s["t"] for s in samples(record)] == [0.0, 0.5, 1.0]      # --record got the same stream
+    last = done.stderr.splitlines()[-1]                               # the README's summary line
+    assert last.startswith(f"clustertop: wrote {out} (") and f" and {record} (" in last, last
+    assert last.endswith("): 3 samples over 1 s (one every 0.5 s), 8 hosts, 56 of 64 GPUs reporting, "
+                         "0 faults"), last
 
 
 def test_prometheus_watched_headless_without_a_cluster_file(
@@ -77,7 +82,7 @@ def test_prometheus_watched_headless_without_a_cluster_file(
     (lambda url: ["--exporter", f"{url}/nothing"], "HTTP 404 Not Found"),
     (lambda url: ["--exporter", f"{url}/html"], "answered HTML; expected a Prometheus metrics page"),
     (lambda url: ["--exporter", f"{url}/other"], "answered no DCGM GPU metric"),
-    (lambda url: ["--exporter", f"{url}/slow", "--timeout", "0.3s"], "timed out"),
+    (lambda url: ["--exporter", f"{url}/slow", "--timeout", "0.3s"], "no complete answer within 0.3 s"),
     (lambda url: ["--prometheus", f"{url}/html"], "answer is not JSON"),
     (lambda url: ["--prometheus", f"{url}/matrix"], "resultType is 'matrix'; expected \"vector\""),
     (lambda url: ["--exporter", "file:///etc/passwd"], "is not an http:// or https:// URL"),
@@ -118,7 +123,7 @@ def test_the_dashboard_watches_exporters(simulated_run: Any, exporters: Any) -> 
     exporters.replay.k = 4
     exporters.broken[0] = (503, b"down for maintenance")
     source = WatchSource("8 exporters", ["--exporter", ",".join(exporters.urls), "--cluster",
-                                         simulated_run.scenario, "--interval", "0.3s", "--timeout", "5s"])
+                                         simulated_run.scenario, "--interval", "0.3s", "--timeout", "0.3s"])
 
     async def run() -> None:
         app = ClusterTopApp([source])
@@ -162,3 +167,30 @@ def test_fast_exporter_parse_is_the_librarys(telemetry: Any) -> None:
     assert sorted(map(key, ours)) == sorted(map(key, theirs))
     assert len(ours) == 19
     assert ("DCGM_FI_DEV_FB_USED", {"gpu": "0", "Hostname": 'dgx "01"', "note": "a\\b"}, 40960.0) in ours
+
+
+def test_a_fresh_prometheus_with_no_data_yet_is_waited_for(http_server: Any, tmp_path: Path) -> None:
+    """A server that answers, but with no DCGM series yet (not scraped yet): one note, asked again every
+    interval, and watching starts when data comes; not exit code 2."""
+    import orjson
+
+    rounds = {"util": 0}
+
+    def route(path: str, query: dict) -> tuple[int, str, bytes]:
+        q = query.get("query", [""])[0]
+        result = []
+        if dcgm.GPU_UTIL in q and not q.startswith("count"):
+            rounds["util"] += 1
+        if dcgm.GPU_UTIL in q and not q.startswith("count") and rounds["util"] >= 2:
+            result = [{"metric": {"Hostname": "dgx-1", "instance": "10.0.0.1:9400", "gpu": str(g)},
+                       "value": [1.0, "40"]} for g in range(8)]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return 200, "application/json", orjson.dumps(body)
+
+    server = http_server(route)
+    out = tmp_path / "p.jsonl"
+    done = watch("--prometheus", server.url, "--interval", "0.2s", "--duration", "0.4s", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("no DCGM series yet") == 1, done.stderr
+    assert Reader(str(out)).header["telemetry"]["hosts"] == ["dgx-1"]
+    assert len(samples(out)) == 2 and decode(samples(out)[0]["util"])[0] == 40

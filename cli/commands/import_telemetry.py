@@ -23,12 +23,19 @@ def main(args: argparse.Namespace) -> int:
     chatty = wanted(args.output)
 
     def note(text: str) -> None:
-        if chatty or text.startswith(tuple(args.dumps)):       # warnings about a dump always show
+        if chatty or text.startswith((*args.dumps, "warning:")):      # warnings always show
             print(f"clustertop: {escape(text)}", file=sys.stderr)
 
     stats = import_prometheus(args.dumps, args.cluster, args.output, note=note)
     for line in stats.warnings():
         print(f"clustertop: warning: {escape(line)}", file=sys.stderr)     # examples echo labels of the dumps
+    if args.output != "-":
+        from clustertop.engine.telemetry.frames import summary as summary_line
+
+        line = summary_line([args.output], samples=stats.samples, step_s=stats.step_s, hosts=stats.hosts,
+                            gpus_reporting=stats.gpus_reporting, gpus=stats.gpus,
+                            faults=stats.faults)
+        print(f"clustertop: {escape(line)}", file=sys.stderr)
     if args.json:
         summary = {"output": args.output, "samples": stats.samples, "faults": stats.faults,
                    "series": stats.series, "hosts": stats.hosts, "gpus_reporting": stats.gpus_reporting,

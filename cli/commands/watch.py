@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from clustertop.cli import duration_flag
+from clustertop.engine.config import units
 from clustertop.engine.config.errors import UserError, escape
 from clustertop.engine.config.outfile import check_output
 
@@ -43,7 +44,7 @@ def headless(args: argparse.Namespace, interval: float, timeout: float, duration
     for path, flag in zip(outputs, ("-o", "--record")):
         check_output(path, flag)
     if args.prometheus:
-        poller: Any = watch.PrometheusQueries(_url(args.prometheus), timeout)
+        poller: Any = watch.PrometheusQueries(_url(args.prometheus), timeout, interval)
         source = "prometheus"
     else:
         poller = watch.Exporters(watch.exporter_urls(args.exporter), timeout)
@@ -52,18 +53,50 @@ def headless(args: argparse.Namespace, interval: float, timeout: float, duration
     def note(text: str) -> None:
         print(f"clustertop: {escape(text)}", file=sys.stderr)     # notes echo labels from the network
 
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+    stop = watch.Stop()
 
-    signal.signal(signal.SIGTERM, stop)
+    def stopping(signum: int, frame: object) -> None:
+        stop.signal = signum          # looked at every 50 ms; requests in flight are then cancelled
+
+    previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if args.output == "-":
+        _stop_with_parent(stop)
     try:
-        watch.watch(poller, source=source, cluster_file=args.cluster, outputs=outputs, interval=interval,
-                    duration=duration, note=note)
+        watcher = watch.watch(poller, source=source, cluster_file=args.cluster, outputs=outputs,
+                              interval=interval, duration=duration, note=note, stop=stop)
+        line = watcher.summary()
+        if line is not None:
+            note(line)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the dashboard went away
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + stop.signal if stop else 0
+
+
+def _stop_with_parent(stop: Any) -> None:
+    """The dashboard's child (`-o -`, its stdin a pipe from the dashboard): the end of that pipe (the
+    dashboard quit, or died) stops the watcher, whatever the network does."""
+    import stat
+    import threading
+
+    try:
+        if not stat.S_ISFIFO(os.fstat(0).st_mode):
+            return
+    except OSError:
+        return
+
+    def wait() -> None:
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        if not stop:
+            stop.signal = signal.SIGTERM
+
+    threading.Thread(target=wait, name="parent", daemon=True).start()
 
 
 def _url(text: str) -> str:
@@ -80,7 +113,15 @@ def main(args: argparse.Namespace) -> int:
     if bool(args.prometheus) == bool(args.exporter):
         raise UserError("expected either --prometheus URL or --exporter URL[,URL...]", "watch")
     interval = duration_flag(args.interval, "--interval", 0.05, 86400.0) or 5.0
-    timeout = duration_flag(args.timeout, "--timeout", 0.05, 600.0) or min(10.0, max(0.5, 0.8 * interval))
+    timeout = (duration_flag(args.timeout, "--timeout", 0.05, 600.0)
+               or min(interval, 10.0, max(0.5, 0.8 * interval)))
+    if timeout > interval:
+        raise UserError(f"{args.timeout} is longer than the interval ({units.seconds(interval)}); expected "
+                        "a timeout at most the interval, so that a round ends before the next is due",
+                        "--timeout")
+    if args.record and args.output and args.output != "-" and \
+            os.path.realpath(args.record) == os.path.realpath(args.output):
+        raise UserError(f"{args.record} is also -o's file; expected two different files", "--record")
     duration = duration_flag(args.duration, "--duration")
     if args.prometheus:
         _url(args.prometheus)

@@ -319,6 +319,7 @@ _EVENTS: dict[str, dict[str, Check]] = {
     schema.TARGET_DOWN: {"target": text, "error": text},
     schema.TARGET_UP: {"target": text},
     schema.HOSTS_PLACED: {"hosts": _list_of(text, "host names"), "first_node": count},
+    schema.HOSTS_UNPLACED: {"hosts": _list_of(text, "host names"), "reason": text},
 }
 
 

@@ -57,6 +57,7 @@ LINK_SCOPE = {"node": "pod", "leaf": "pod", "spine": "pod", "core": "pod", "camp
 TARGET_DOWN = "target_down"
 TARGET_UP = "target_up"
 HOSTS_PLACED = "hosts_placed"
+HOSTS_UNPLACED = "hosts_unplaced"       # hosts answering with no node (not in cluster.hosts, or too many)
 
 
 def rle_arrays(values: np.ndarray, starts: np.ndarray | None = None,

@@ -16,6 +16,7 @@ energy so far are its view-model's (tui/display.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -220,6 +221,9 @@ class ClusterState:
         self._missing_cache: dict[str, tuple[Any, np.ndarray]] = {}
         self._links: dict[str, np.ndarray] = {}
         self._loads: dict[str, Any] | None = None      # the latest sample's "links", until read
+        # Real telemetry: a sample holds what reported at its time, so a tier or the site power it leaves out
+        # has no reading now (missing: NaN, the tier gone), never the last one held.
+        self.measured = "telemetry" in header
         self.site_mw = 0.0
         self.budget_mw: float | None = header.get("power", {}).get("site_power_budget_mw")
         self.over_budget = False             # the latest sample's mean site power exceeds the budget
@@ -389,12 +393,17 @@ class ClusterState:
         else:                        # an older sample: the dominant phase stands in for the shares
             self.mix.pending = self.mix.rows = None
         loads = event.get("links")
-        if loads:
-            if self._loads is not None:           # not read since the last sample: keep its tiers too
-                loads = {**self._loads, **loads}
-            self._loads = loads
-        if "site_mw" in event:
-            self.site_mw = float(event["site_mw"])
+        if self.measured:
+            self._loads = loads or {}
+            self._links = {}
+            self.site_mw = float(event["site_mw"]) if "site_mw" in event else math.nan
+        else:
+            if loads:
+                if self._loads is not None:           # not read since the last sample: keep its tiers too
+                    loads = {**self._loads, **loads}
+                self._loads = loads
+            if "site_mw" in event:
+                self.site_mw = float(event["site_mw"])
         self.over_budget = bool(event.get("over_budget", False))
         for name, status in event.get("jobs", {}).items():
             job = self.jobs.get(name)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 # Per-GPU gauges (labels: gpu, and Hostname or instance).
 SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"            # ratio 0..1 of cycles an SM had a warp resident
+GR_ENGINE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"     # ratio 0..1 of time the graphics engine was busy
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"               # percent of time a kernel ran (coarser: one busy SM counts)
 POWER = "DCGM_FI_DEV_POWER_USAGE"               # W
 FB_USED = "DCGM_FI_DEV_FB_USED"                 # MiB of frame buffer in use
@@ -20,7 +21,7 @@ XID = "DCGM_FI_DEV_XID_ERRORS"                  # the code of the GPU's last XID
 IB_TX = "node_infiniband_port_data_transmitted_bytes_total"
 IB_RX = "node_infiniband_port_data_received_bytes_total"
 
-GPU_METRICS = (SM_ACTIVE, GPU_UTIL, POWER, FB_USED, NVLINK_TX, NVLINK_RX, XID)
+GPU_METRICS = (SM_ACTIVE, GR_ENGINE, GPU_UTIL, POWER, FB_USED, NVLINK_TX, NVLINK_RX, XID)
 PORT_METRICS = (IB_TX, IB_RX)
 METRICS = GPU_METRICS + PORT_METRICS
 

@@ -11,12 +11,14 @@ formula (engine/model/power.py), the one a simulated run uses, optics included.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..config import units
 from ..config.cluster import Cluster
 from ..config.errors import escape
 from ..config.geometry import Geometry
@@ -92,6 +94,14 @@ class TelemetryStream:
         self.samples = 0
         self.faults = 0
         self.events = 0
+        gpu = cluster.gpu
+        # Physical bounds per metric: a reading outside (dcgm-exporter's blank sentinels such as
+        # 9223372036854775794, a broken sensor) is missing, and counted.
+        self.bounds = {dcgm.SM_ACTIVE: (0.0, 1.0), dcgm.GR_ENGINE: (0.0, 1.0), dcgm.GPU_UTIL: (0.0, 100.0),
+                       dcgm.POWER: (0.0, 2.0 * gpu.tdp_w), dcgm.FB_USED: (0.0, gpu.hbm_gb * 1024.0),
+                       dcgm.NVLINK_TX: (0.0, 1.5 * self.nvlink_bps),
+                       dcgm.NVLINK_RX: (0.0, 1.5 * self.nvlink_bps), dcgm.XID: (0.0, 65535.0)}
+        self.out_of_bounds: dict[str, int] = {}
 
     # -- header ---------------------------------------------------------------------------------------------
 
@@ -128,11 +138,18 @@ class TelemetryStream:
     def _faults(self, t: float, xid: np.ndarray, util: np.ndarray) -> None:
         """A fault for every GPU whose last-XID reading changed to a non-zero code (the first reading is
         history: the gauge keeps the last XID since the exporter started). A fatal XID marks the GPU failed
-        until it works again (utilization above 0) or its XID reading goes back to 0."""
+        until it works again (utilization above 0) or its XID reading goes back to 0; so does a fatal first
+        reading on a GPU doing no work."""
         seen = ~np.isnan(xid)
-        changed = seen & ~np.isnan(self.last_xid) & (xid != self.last_xid) & (xid > 0)
+        known = ~np.isnan(self.last_xid)
+        changed = seen & known & (xid != self.last_xid) & (xid > 0)
         self.last_xid = np.where(seen, xid, self.last_xid)
         self.failed &= ~((seen & (xid == 0)) | (util > 0))
+        # A first reading of a fatal code on a GPU that does no work: it is still down (failed from the
+        # start; no fault event, as when it happened is not known). One that works was reset since.
+        for gpu in np.flatnonzero(seen & ~known & (xid > 0) & (util <= 0)).tolist():
+            if dcgm.xid(int(xid[gpu])).fatal:
+                self.failed[gpu] = True
         for gpu in np.flatnonzero(changed).tolist():
             code = int(xid[gpu])
             fields = dcgm.fault_fields(code)
@@ -150,9 +167,12 @@ class TelemetryStream:
     def write(self, frame: Frame) -> None:
         """The frame's fault events, then its sample."""
         g = frame.gpu
+        self._bound(g)
         nan = np.full(self.gpus, np.nan, dtype=np.float32)
         active = g.get(dcgm.SM_ACTIVE, nan)
-        util = np.where(np.isnan(active), g.get(dcgm.GPU_UTIL, nan), active * 100.0)
+        engine = g.get(dcgm.GR_ENGINE, nan)
+        util = np.where(np.isnan(active),
+                        np.where(np.isnan(engine), g.get(dcgm.GPU_UTIL, nan), engine * 100.0), active * 100.0)
         util_missing = np.isnan(util)
         util_filled = np.where(util_missing, 0.0, np.clip(util, 0.0, 100.0))
         self._faults(frame.t, g.get(dcgm.XID, nan), util_filled)
@@ -170,7 +190,8 @@ class TelemetryStream:
         memory = g.get(dcgm.FB_USED)
         if memory is not None and not np.isnan(memory).all():
             memory_missing = np.isnan(memory)
-            gb = np.where(memory_missing, 0.0, np.round(np.maximum(memory, 0.0) * dcgm.MIB_GB, 1))
+            gb = np.where(memory_missing, 0.0,
+                          np.round(np.maximum(memory.astype(np.float64), 0.0) * dcgm.MIB_GB, 1))
             memory_gb = schema.rle_encode(gb.astype(np.float64))
             if memory_missing.any():
                 missing["memory_gb"] = _rle_flag(memory_missing)
@@ -189,6 +210,25 @@ class TelemetryStream:
             site_mw=round(site_mw, 4) if site_mw is not None else None,
             over_budget=site_mw is not None and self.power.over_budget(site_mw), jobs=jobs or None))
         self.samples += 1
+
+    def _bound(self, readings: dict[str, np.ndarray]) -> None:
+        """Readings outside their metric's physical bounds become missing (NaN), counted per metric."""
+        for metric, values in readings.items():
+            low, high = self.bounds.get(metric, (-np.inf, np.inf))
+            with np.errstate(invalid="ignore"):
+                bad = (values < low) | (values > high)
+            if bad.any():
+                values[bad] = np.nan
+                self.out_of_bounds[metric] = self.out_of_bounds.get(metric, 0) + int(bad.sum())
+
+    def bounds_warning(self) -> str | None:
+        """One line counting the readings taken as missing for being out of bounds, or None."""
+        if not self.out_of_bounds:
+            return None
+        total = sum(self.out_of_bounds.values())
+        parts = ", ".join(f"{metric} {count:,}" for metric, count in sorted(self.out_of_bounds.items()))
+        return (f"{total:,} readings outside their physical bounds (utilization 0-100%, power 0-2x TDP, "
+                f"memory 0-capacity, blank sentinels) taken as missing: {parts}")
 
     def _running(self, util: np.ndarray, missing: np.ndarray, job: Job) -> bool:
         part = slice(job.first_gpu, job.first_gpu + job.gpus)
@@ -229,3 +269,22 @@ def _pod_mean(values: np.ndarray, seen: np.ndarray, pod: np.ndarray, pods: int) 
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(count > 0, total / count, 0.0)
     return [round(float(x), 4) for x in mean]
+
+
+def summary(paths: list[str], *, samples: int, step_s: float, hosts: int, gpus_reporting: int, gpus: int,
+            faults: int) -> str:
+    """The one line `import` and `watch` end with: what was written, how big, and what it holds."""
+    sizes = []
+    for path in paths:
+        try:
+            size = float(os.path.getsize(path))
+            scale, unit = next(((f, u) for f, u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")) if size >= f),
+                               (1.0, "bytes"))
+            sizes.append(f"{path} ({size / scale:.3g} {unit})")
+        except OSError:
+            sizes.append(path)
+    seconds = max(0, samples - 1) * step_s
+    span = units.seconds(round(seconds, 3)) if seconds < 60 else units.format_duration(seconds)
+    return (f"wrote {' and '.join(sizes)}: {units.count(samples, 'sample')} over {span} (one every "
+            f"{units.seconds(step_s)}), {units.count(hosts, 'host')}, {gpus_reporting:,} of "
+            f"{units.count(gpus, 'GPU')} reporting, {units.count(faults, 'fault')}")

@@ -24,7 +24,7 @@ from ..stream import schema
 from ..stream.recorder import Recorder
 from . import dcgm, promjson
 from .frames import FAST_GZIP, Frame, TelemetryStream
-from .placement import Placement, host_names
+from .placement import Placement, host_names, no_match
 
 Note = Callable[[str], None]
 
@@ -36,6 +36,7 @@ class ImportStats:
     series: int = 0
     hosts: int = 0
     gpus_reporting: int = 0
+    gpus: int = 0                 # the cluster's
     start_unix: float = 0.0
     step_s: float = 0.0
     duration_s: float = 0.0
@@ -56,13 +57,16 @@ class ImportStats:
 
 
 class _Hosts:
-    """Temporary ids of hosts in order of appearance (their aliases learnt),
-    before they are placed on nodes."""
+    """Temporary ids of hosts in order of appearance (their aliases learnt), before they are placed on nodes.
+    Hosts with GPUs also get a column of the window's GPU grids, in their own order, so that hosts seen
+    first with no GPU (node_exporter's NIC ports, a dump of them read before the DCGM dumps) take none."""
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         self.names: list[tuple[str, ...]] = []
         self.gpu: list[bool] = []
+        self.column: list[int] = []       # per host: its GPU column (x gpus_per_node), -1 for none
+        self.columns = 0
 
     def id_of(self, names: tuple[str, ...], gpu: bool) -> int:
         ids = self.ids
@@ -74,8 +78,11 @@ class _Hosts:
             tid = len(self.names)
             self.names.append(names)
             self.gpu.append(False)
+            self.column.append(-1)
         if gpu and not self.gpu[tid]:
             self.gpu[tid] = True
+            self.column[tid] = self.columns
+            self.columns += 1
             if names[0] != self.names[tid][0]:       # a GPU series' Hostname is the better name
                 self.names[tid] = names + tuple(n for n in self.names[tid] if n not in names)
         for name in names:
@@ -85,7 +92,8 @@ class _Hosts:
 
 class _Window:
     """Readings of the steps from k0 on that are not written yet: per GPU metric a grid of steps x GPU slots
-    (temporary host id x slot), per port metric steps x hosts (byte rates summed, ports counted)."""
+    (GPU column of a temporary host x slot), per port metric steps x hosts (byte rates summed, ports
+    counted)."""
 
     def __init__(self) -> None:
         self.k0 = 0
@@ -144,6 +152,7 @@ class Importer:
         self.stream: TelemetryStream | None = None
         self.written = 0                  # steps written
         self.seen_gpus = np.zeros(self.cluster.gpus, dtype=bool)
+        self.unmatched: set[str] = set()  # GPU hosts of the dumps that cluster.hosts does not name
         for info in self.infos:
             if info.step and abs(info.step - self.step) > 1e-6 * self.step and \
                     abs(info.step / self.step - round(info.step / self.step)) < 1e-6:
@@ -170,10 +179,14 @@ class Importer:
         except BaseException:
             self._abort()
             raise
+        warning = self.stream.bounds_warning() if self.stream else None
+        if warning:
+            self.note(f"warning: {warning}")
         self.stats.samples = self.stream.samples if self.stream else 0
         self.stats.faults = self.stream.faults if self.stream else 0
         self.stats.hosts = len(self.placement.order)
         self.stats.gpus_reporting = int(self.seen_gpus.sum())
+        self.stats.gpus = self.cluster.gpus
         return self.stats
 
     def _abort(self) -> None:
@@ -206,8 +219,12 @@ class Importer:
             if not names:
                 raise UserError('has no "Hostname" or "instance" label; expected the dcgm-exporter\'s labels',
                                 where)
-            if self.placement.fixed and self.placement.node_of(names) is None:
+            is_gpu = name in dcgm.GPU_METRICS
+            if self.placement.fixed and (self.placement.node_of(names) if is_gpu
+                                         else self.placement.node_near(names)) is None:
                 self.stats.skip("series from hosts not in cluster.hosts", example=names[0])
+                if is_gpu and len(self.unmatched) < 1000:
+                    self.unmatched.add(names[0])
                 continue
             if s.t.size == 0:
                 continue
@@ -224,13 +241,13 @@ class Importer:
                 slot = s.labels.get("gpu")
                 self.placement.check_slot(slot, where)
                 assert slot is not None                  # check_slot raised otherwise
-                tid = hosts.id_of(names, gpu=True)
-                if tid >= self.nodes and not self.placement.fixed:
+                col = hosts.column[hosts.id_of(names, gpu=True)]
+                if col >= self.nodes and not self.placement.fixed:
                     raise UserError(f"more than the cluster's {self.nodes:,} nodes report GPUs (host "
                                     f"{names[0][:60]!r} is one too many); expected a [cluster] with as many "
                                     "nodes as hosts", self.cluster_file)
                 grid = w.grid(w.gpu, name, int(rows.max()) + 1, self.nodes * per_node, np.nan, np.float32)
-                grid[rows, tid * per_node + int(slot)] = s.v
+                grid[rows, col * per_node + int(slot)] = s.v
             else:
                 tid = hosts.id_of(names, gpu=False)
                 if rows.size < 2:
@@ -250,6 +267,9 @@ class Importer:
     def _start(self) -> None:
         """Place the first window's hosts, check there is something to write, open the output, the header."""
         self._place()
+        if self.placement.fixed and self.unmatched and not any(self.hosts.gpu):
+            raise UserError(no_match(list(self.cluster.hosts), list(self.unmatched), "the dumps' hosts"),
+                            self.cluster_file)
         if not self.placement.order:
             found = "; ".join(self.stats.warnings()) or "no series"
             raise UserError(f"no DCGM GPU metric in the dumps ({found}); expected series such as "
@@ -282,7 +302,9 @@ class Importer:
         assert self.stream is not None
         w, gpus = self.window, self.cluster.gpus
         src, dst = self._columns()
-        host_node = [(tid, self.placement.node_of(names)) for tid, names in enumerate(self.hosts.names)]
+        place = self.placement
+        host_node = [(tid, place.node_of(names) if self.hosts.gpu[tid] else place.node_near(names))
+                     for tid, names in enumerate(self.hosts.names)]
         nic_hosts = np.array([tid for tid, node in host_node if node is not None], dtype=np.int64)
         nic_nodes = np.array([node for _, node in host_node if node is not None], dtype=np.int64)
         for k in range(self.written, upto):
@@ -315,7 +337,7 @@ class Importer:
             node = self.placement.node_of(names)
             if node is None:
                 continue
-            src.append(np.arange(per_node) + tid * per_node)
+            src.append(np.arange(per_node) + self.hosts.column[tid] * per_node)
             dst.append(np.arange(per_node) + node * per_node)
         if not src:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)

@@ -26,6 +26,7 @@ from ..config.infile import open_input
 
 CHUNK = 8 << 20
 MAX_SERIES_BYTES = 64 << 20       # one series' JSON (labels and points): about 2.5 million points
+MAX_TAIL = 1 << 20                 # JSON after the result array (warnings) read whole to check it
 MAX_LABEL = 256                    # characters of a label value kept for messages and host names
 VALUES_KEY = b'"values":'
 _TYPE = re.compile(rb'"resultType"\s*:\s*"([^"]{0,40})"')
@@ -182,7 +183,10 @@ def series(path: str, wanted: frozenset[str] | None = None) -> Iterator[Series]:
             else:
                 yield _convert(labels, values, number, path)
     except ijson.JSONError as exc:
-        why = (str(exc).strip().splitlines() or ["?"])[0][:120]
+        text = exc.args[0] if exc.args else ""
+        text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+        # ijson's first line says what is wrong; the next ones quote the file (garbage, control bytes)
+        why = "".join(c for c in (text.strip().splitlines() or ["?"])[0][:120] if c.isprintable())
         raise UserError(f"is not valid JSON after series {number} ({why}); {EXPECTED}", path) from None
     except (OSError, EOFError, zlib.error) as exc:
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
@@ -250,12 +254,19 @@ def _fast_items(path: str) -> Iterator[Any]:
         if found is None:
             raise _Fallback
         pos = found.end()
+        before = buf[:pos]
         while True:
             while pos >= len(buf) and not eof:
                 more()
             head = buf[pos:pos + 1]
-            if head == b"]":
-                return                                   # the end of the result array
+            if head == b"]":                             # the end of the result array: the rest of the
+                while not eof and len(buf) - pos <= MAX_TAIL:        # file closes the object, and what
+                    more()                                          # came before the result with it
+                try:
+                    orjson.loads(before + buf[pos:])
+                except orjson.JSONDecodeError:
+                    raise _Fallback from None            # ijson says where it is not JSON
+                return
             if head != b"{":
                 raise _Fallback
             end = buf.find(b"]]}", pos)
@@ -293,6 +304,16 @@ def _convert(labels: dict[str, str], values: list[Any], number: int, path: str) 
     if not np.isfinite(t).all():
         raise UserError(f"series {number} has a timestamp that is not finite; {EXPECTED}", path)
     return Series(labels, t, v)
+
+
+def evaluated_at(body: bytes) -> float | None:
+    """The evaluation time of an instant query's answer (every result carries it: the time asked about, not
+    the time its sample was scraped; `timestamp(M)` gives that), or None when it has no result."""
+    try:
+        t = float(orjson.loads(body)["data"]["result"][0]["value"][0])
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, IndexError):
+        return None
+    return t if math.isfinite(t) else None
 
 
 def vector(body: bytes, where: str) -> list[tuple[dict[str, str], float]]:

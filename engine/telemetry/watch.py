@@ -14,8 +14,11 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from ..config import catalog, scenario, units
 from ..config.cluster import Cluster, parse_cluster
@@ -25,13 +28,32 @@ from ..config.job import Job
 from ..stream import schema
 from ..stream.recorder import Recorder
 from . import dcgm, exposition, promjson
-from .frames import FAST_GZIP, Frame, TelemetryStream
-from .http import FetchError, check_url, get
-from .placement import Placement, host_names
+from .frames import FAST_GZIP, Frame, TelemetryStream, summary
+from .http import FetchError, cancel, check_url, get
+from .placement import HOST_LABELS, Placement, host_names, natural_key, no_match, some, without_port
 
 Note = Callable[[str], None]
 FAMILIES = (("GB200", "gb200"), ("B200", "b200-sxm-180gb"), ("H200", "h200-sxm-141gb"),
             ("H800", "h800-sxm-80gb"), ("H100", "h100-sxm-80gb"), ("A100", "a100-sxm-80gb"))
+
+
+GRACE = 0.25            # seconds a round waits past its deadline for the requests the watchdog is ending
+TICK = 0.05             # how often a waiting watcher looks whether it was told to stop
+
+
+class Stop:
+    """Set by a signal handler (a plain attribute: a handler takes no lock it could deadlock on) and looked
+    at by the watcher every TICK while it waits; `signal` is the signal's number."""
+
+    def __init__(self) -> None:
+        self.signal = 0
+
+    def __bool__(self) -> bool:
+        return self.signal != 0
+
+
+SCRAPED = "timestamp(up)"          # each target's last scrape time (a result's own time is the evaluation's)
+DEFAULT_SCRAPE = 60.0              # Prometheus's default scrape interval, until a target's own is seen
 
 
 @dataclass
@@ -41,11 +63,28 @@ class Poll:
     samples: list[exposition.Sample] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
     answered: int = 0
+    portless: set[str] = field(default_factory=set)      # instances that answered with no GPU metric
+
+
+def _wait(futures: list[Future[Any]], deadline: float, stop: Stop) -> bool:
+    """Wait for the futures until `deadline` (monotonic); False when told to stop meanwhile. One future at a
+    time, in slices of TICK: the cost is one wait per future, not one per future and tick."""
+    for future in futures:
+        while not future.done():
+            left = deadline - time.monotonic()
+            if stop or left <= 0:
+                return not stop
+            try:
+                future.exception(timeout=min(TICK, left))
+            except (TimeoutError, CancelledError):
+                pass
+    return not stop
 
 
 class Exporters:
-    """dcgm-exporter (and node_exporter) /metrics pages, fetched concurrently; each page's samples get the
-    target's host:port as their `instance` label, as Prometheus would give them."""
+    """dcgm-exporter (and node_exporter) /metrics pages, fetched concurrently within one deadline for the
+    round; each page's samples get the target's host:port as their `instance` label, as Prometheus would
+    give them."""
 
     def __init__(self, urls: list[str], timeout: float, workers: int = 32) -> None:
         self.targets = urls
@@ -55,89 +94,165 @@ class Exporters:
                                        thread_name_prefix="scrape")
         self.wanted = dcgm.METRICS
 
-    def _one(self, k: int) -> tuple[int, list[exposition.Sample] | str]:
+    def _one(self, k: int, deadline: float) -> list[exposition.Sample] | str:
         url = self.targets[k]
         try:
-            page = get(url, self.timeout, accept="text/plain")
+            page = get(url, self.timeout, accept="text/plain", deadline=deadline)
             samples = exposition.parse(page, self.wanted)
         except (FetchError, exposition.PageError) as exc:
-            return k, str(exc)
+            return str(exc)
         instance = self.instances[k]
         for _, labels, _ in samples:
             labels.setdefault("instance", instance)
-        return k, samples
+        return samples
 
-    def poll(self) -> Poll:
+    def poll(self, stop: Stop | None = None) -> Poll | None:
+        """Every target's page within `timeout` from now; None when told to stop meanwhile."""
+        deadline = time.monotonic() + self.timeout
+        futures = [self.pool.submit(self._one, k, deadline) for k in range(len(self.targets))]
+        if not _wait(futures, deadline + GRACE, stop if stop is not None else Stop()):
+            for f in futures:
+                f.cancel()
+            return None
         out = Poll()
-        for k, result in self.pool.map(self._one, range(len(self.targets))):
+        late = f"no complete answer within {units.seconds(self.timeout)}"
+        for k, future in enumerate(futures):
+            result = future.result() if future.done() and not future.cancelled() else late
+            future.cancel()
             if isinstance(result, str):
                 out.failures[self.targets[k]] = result
             else:
                 out.answered += 1
                 out.samples.extend(result)
+                if not any(metric in dcgm.GPU_METRICS for metric, _, _ in result):
+                    out.portless.add(self.instances[k])
         return out
 
     def models(self) -> list[str]:
         return []                 # the pages' samples carry modelName
 
-    def hosts(self) -> list[tuple[str, ...]]:
-        """Each target's host (the URL's, without port, then with it): the nodes, known before any answer. A
-        node's dcgm-exporter and node_exporter share a host, so they are one node."""
-        return [host_names({"instance": netloc}) for netloc in self.instances]
+    def hosts(self, first: Poll) -> list[tuple[str, ...]]:
+        """The nodes, known from the URLs: each target's host and port, but for targets that answered the
+        first round with no GPU metric (a node_exporter, whose ports go to its host's node)."""
+        return [(netloc,) for netloc in self.instances if netloc not in first.portless]
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class PrometheusQueries:
-    """Instant queries to a Prometheus server's HTTP API, one per metric; GPU gauges reduced to the labels
-    that place them (max by Hostname, instance, gpu), port counters as they are."""
+    """Instant queries to a Prometheus server's HTTP API, one per metric, all of a round in parallel within
+    one deadline; GPU gauges reduced to the labels that place them (max by host labels, instance, gpu), port
+    counters as they are."""
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, timeout: float, interval: float = 5.0) -> None:
         self.base = url.rstrip("/")
         self.targets = [self.base]
         self.timeout = timeout
+        self.pool = ThreadPoolExecutor(max_workers=len(dcgm.METRICS) + 1, thread_name_prefix="query")
+        self.known: set[str] = set()       # instances that served DCGM or NIC series
+        self.interval = interval           # the watch's
+        self.evaluated: float | None = None              # the round's evaluation time (Prometheus's clock)
+        self.scraped: dict[str, float] = {}              # instance -> its last scrape time seen
+        self.scrape_interval: dict[str, float] = {}      # instance -> the shortest gap between its scrapes
 
     def query(self, metric: str) -> str:
         if metric in dcgm.GPU_METRICS:
-            return f"max by (Hostname, instance, gpu) ({metric})"
+            return f"max by ({', '.join(HOST_LABELS)}, instance, gpu) ({metric})"
         return metric
 
-    def poll(self) -> Poll:
+    def _ask(self, query: str, deadline: float) -> list[tuple[dict[str, str], float]] | str:
+        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+        try:
+            body = get(url, self.timeout, accept="application/json", deadline=deadline)
+            result = promjson.vector(body, self.base)
+            if query == SCRAPED:
+                self.evaluated = promjson.evaluated_at(body)
+            return result
+        except FetchError as exc:
+            return str(exc)
+        except UserError as exc:
+            return str(exc).removeprefix(f"{self.base}: ")
+
+    def poll(self, stop: Stop | None = None) -> Poll | None:
+        """Every metric's query, and `up`, within `timeout` from now; None when told to stop meanwhile. A
+        target Prometheus finds down (`up` 0) that served DCGM or NIC series is a failure named by its
+        instance, and its series are left out: its GPUs are missing, never its last values."""
+        deadline = time.monotonic() + self.timeout
+        queries = [*(self.query(m) for m in dcgm.METRICS), "up", SCRAPED]
+        futures = [self.pool.submit(self._ask, q, deadline) for q in queries]
+        if not _wait(futures, deadline + GRACE, stop if stop is not None else Stop()):
+            for f in futures:
+                f.cancel()
+            return None
         out = Poll()
         errors = []
-        for metric in dcgm.METRICS:
-            url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": self.query(metric)})
-            try:
-                body = get(url, self.timeout, accept="application/json")
-                for labels, value in promjson.vector(body, self.base):
-                    out.samples.append((metric, labels, value))
-            except FetchError as exc:
-                errors.append(str(exc))
-            except UserError as exc:
-                errors.append(exc.args[0] if exc.args else str(exc))
+        late = f"no complete answer within {units.seconds(self.timeout)}"
+        results = [f.result() if f.done() and not f.cancelled() else late for f in futures]
+        scraped = results.pop()
+        up = results.pop()
+        for metric, result in zip(dcgm.METRICS, results):
+            if isinstance(result, str):
+                errors.append(result)
+                continue
+            for labels, value in result:
+                out.samples.append((metric, labels, value))
+                self.known.add(labels.get("instance", ""))
         if len(errors) == len(dcgm.METRICS):
             out.failures[self.base] = errors[0]
-        else:
-            out.answered = 1
+            return out
+        out.answered = 1
+        if not isinstance(up, str):
+            down = {labels.get("instance", "") for labels, value in up
+                    if value == 0 and (labels.get("instance") in self.known
+                                       or "dcgm" in labels.get("job", "").lower())}
+            down.discard("")
+            if down:
+                for instance in sorted(down, key=natural_key):
+                    out.failures[instance] = "down in Prometheus (up == 0: its last scrape failed)"
+                out.samples = [s for s in out.samples if s[1].get("instance") not in down]
+        if not isinstance(scraped, str) and self.evaluated is not None:
+            stale = self._stale(scraped, self.evaluated)
+            if stale:
+                for instance, age in sorted(stale.items(), key=lambda item: natural_key(item[0])):
+                    out.failures.setdefault(instance, f"no scrape for {units.seconds(round(age))} "
+                                            "(Prometheus holds only older samples: restarted, or the "
+                                            "target is gone)")
+                out.samples = [s for s in out.samples if s[1].get("instance") not in stale]
         return out
 
-    def hosts(self) -> list[tuple[str, ...]]:
+    def _stale(self, scraped: list[tuple[dict[str, str], float]], now: float) -> dict[str, float]:
+        """Instances (that served DCGM or NIC series) whose last scrape is older than max(2 x the watch's
+        interval, 2 x their scrape interval): their readings are missing, never the last ones held within
+        Prometheus's lookback. A target's scrape interval is learnt from the gaps between its scrapes; until
+        one is seen, Prometheus's default (1 minute) is assumed, so a slow scraper never blanks everything."""
+        stale: dict[str, float] = {}
+        for labels, t in scraped:
+            instance = labels.get("instance", "")
+            if not instance or np.isnan(t):
+                continue
+            last = self.scraped.get(instance)
+            if last is not None and t > last:
+                gap = t - last
+                self.scrape_interval[instance] = min(gap, self.scrape_interval.get(instance, gap))
+            self.scraped[instance] = t
+            limit = max(2 * self.interval, 2 * self.scrape_interval.get(instance, DEFAULT_SCRAPE))
+            if now - t > limit and instance in self.known:
+                stale[instance] = now - t
+        return stale
+
+    def hosts(self, first: Poll) -> list[tuple[str, ...]]:
         return []                 # known from the answers only
 
     def models(self) -> list[str]:
         """The GPU models the server knows (dcgm-exporter's modelName label),
         for a cluster inferred from it."""
         query = f"count by (modelName) ({dcgm.GPU_UTIL} or {dcgm.SM_ACTIVE} or {dcgm.POWER})"
-        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
-        try:
-            return [labels.get("modelName", "")
-                    for labels, _ in promjson.vector(get(url, self.timeout), self.base)]
-        except (FetchError, UserError):
-            return []
+        result = self._ask(query, time.monotonic() + self.timeout)
+        return [] if isinstance(result, str) else [labels.get("modelName", "") for labels, _ in result]
 
     def close(self) -> None:
-        pass
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def exporter_urls(values: Iterable[str]) -> list[str]:
@@ -146,7 +261,14 @@ def exporter_urls(values: Iterable[str]) -> list[str]:
     for value in values:
         if value.startswith("@"):
             data = read_capped(value[1:], 16 << 20, "a file of exporter URLs, one a line")
-            items = [line.split("#", 1)[0].strip() for line in data.decode(errors="replace").splitlines()]
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = "\0"
+            if len(data.translate(None, exposition.CONTROL)) != len(data) or "\0" in text:
+                raise UserError("is binary data (not UTF-8 text); expected a file of exporter URLs, one a "
+                                "line", value[1:])
+            items = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         else:
             items = [item.strip() for item in value.split(",")]
         for item in items:
@@ -221,32 +343,65 @@ class _Tee:
 
 
 class Watcher:
-    """Polls every `interval` seconds and writes each round to the outputs."""
+    """Polls every `interval` seconds and writes each round to the outputs, until told to `stop`."""
 
     def __init__(self, poller: Exporters | PrometheusQueries, *, source: str, cluster_file: str | None,
-                 outputs: list[str], interval: float, note: Note | None = None) -> None:
+                 outputs: list[str], interval: float, note: Note | None = None,
+                 stop: Stop | None = None) -> None:
         self.poller = poller
         self.source = source
         self.cluster_file = cluster_file
         self.outputs = outputs
         self.interval = interval
         self.note = note or (lambda text: None)
+        self.stop = stop if stop is not None else Stop()
         self.stream: TelemetryStream | None = None
         self.tee: _Tee | None = None
         self.down: dict[str, str] = {}
         self.counters: dict[tuple[str, int, str, str], tuple[float, float]] = {}
-        self.hosts_cache: dict[tuple[str | None, str | None], tuple[str, ...]] = {}
+        self.hosts_cache: dict[tuple[str | None, str | None, str | None], tuple[str, ...]] = {}
+        self.instance_of = (dict(zip(poller.targets, poller.instances)) if isinstance(poller, Exporters)
+                            else {})
         self.rounds = 0
+        self.waited = 0.0                   # seconds of rounds spent waiting for a first DCGM series
+        self.skipped = 0
         self.started = 0.0
 
     # -- the first round: the cluster and the header ------------------------------------------------------
 
-    def start(self) -> None:
-        """The first round: UserError when nothing answers or nothing is a DCGM metric; then the header."""
+    def _first(self, duration: float | None) -> Poll | None:
+        """The first round with GPU readings. A Prometheus server that answers with no DCGM series yet (a
+        fresh server, or one whose first scrapes have not come) is waited for, a round every interval, with
+        one note; None when told to stop, or when `duration` passes, meanwhile."""
+        told = False
+        while True:
+            self.started = time.monotonic()
+            first = self.poller.poll(self.stop)
+            if first is None or first.answered == 0 or self.source != "prometheus" or \
+                    any(metric in dcgm.GPU_METRICS for metric, _, _ in first.samples):
+                return first
+            if not told:
+                self.note("Prometheus has no DCGM series yet (a fresh server, or dcgm-exporter not scraped "
+                          f"yet): asking again every {units.seconds(self.interval)}")
+                told = True
+            due = self.started + self.interval
+            self.waited += self.interval             # counted in the duration: watching ends on time
+            if duration is not None and self.waited > duration + 1e-9:
+                self.note("no DCGM series came while watching: nothing written")
+                return None
+            while not self.stop and time.monotonic() < due:
+                time.sleep(min(TICK, max(0.0, due - time.monotonic())))
+            if self.stop:
+                return None
+
+    def start(self, duration: float | None = None) -> bool:
+        """The first round: UserError when nothing answers or nothing is a DCGM metric; then the header.
+        False (nothing written) when told to stop first."""
         if self.cluster_file is not None:
             name, cluster, jobs = scenario.load_cluster(self.cluster_file)
-        self.started = time.monotonic()
-        first = self.poller.poll()
+        first = self._first(duration)
+        if first is None:
+            return False
         if first.answered == 0:
             target, reason = next(iter(first.failures.items()))
             more = (f" (and {len(first.failures) - 1:,} more targets failed)" if len(first.failures) > 1
@@ -256,15 +411,20 @@ class Watcher:
         if not any(metric in dcgm.GPU_METRICS for metric, _, _ in first.samples):
             raise UserError(f"answered no DCGM GPU metric; expected {dcgm.GPU_UTIL}, {dcgm.SM_ACTIVE} or "
                             f"{dcgm.POWER} (dcgm-exporter's)", self.poller.targets[0])
+        targets = self.poller.hosts(first)
         if self.cluster_file is None:
-            name, cluster, jobs = inferred_cluster(first.samples, self.note, self.poller.models(),
-                                                   self.poller.hosts())
+            name, cluster, jobs = inferred_cluster(first.samples, self.note, self.poller.models(), targets)
         self.cluster = cluster
         self.nodes = cluster.gpus // cluster.gpus_per_node
         self.placement = Placement(self.nodes, cluster.gpus_per_node, cluster.hosts)
-        self.placement.place(self.poller.hosts() or self._gpu_hosts(first.samples))
+        answering = self._gpu_hosts(first.samples)
+        self.placement.place(targets or answering)
+        unplaced = [names[0] for names in answering if self.placement.node_of(names) is None]
+        if cluster.hosts and len(unplaced) == len(answering):
+            raise UserError(no_match(list(cluster.hosts), [names[0] for names in answering],
+                                     "the hosts that answered"), self.cluster_file)
         if not self.placement.order:
-            raise UserError('no DCGM series has a "gpu" label and a host (Hostname or instance) that fits '
+            raise UserError('no DCGM series has a "gpu" label and a host (hostname or instance) that fits '
                             "the cluster; expected the dcgm-exporter's labels", self.poller.targets[0])
         recorders: list[Recorder] = []
         try:
@@ -279,10 +439,43 @@ class Watcher:
                                       step_s=self.interval, start_unix=round(time.time(), 3), duration_s=None,
                                       path=self.cluster_file or "", hosts=list(self.placement.order))
         self.stream.write_header()
+        self.seen = np.zeros(cluster.gpus, dtype=bool)      # GPUs that reported at least once
+        self._unplaced(0.0, unplaced)
         self._write(0.0, first)
+        return True
+
+    def _unplaced(self, t: float, hosts: list[str]) -> None:
+        """Hosts that answer but have no node (not in cluster.hosts, or beyond the cluster's nodes): one
+        warning line and a `hosts_unplaced` event, once per host."""
+        new = sorted({h for h in hosts if h not in self.placement.unplaced_told}, key=natural_key)
+        if not new:
+            return
+        self.placement.unplaced_told.update(new)
+        why = "not in cluster.hosts" if self.placement.fixed else f"beyond the cluster's {self.nodes:,} nodes"
+        self.note(f"warning: {units.count(len(new), 'host')} answering but not placed ({why}): {some(new)}")
+        assert self.stream is not None
+        self.stream.event(t, schema.HOSTS_UNPLACED, hosts=new, reason=why)
+
+    def _target(self, target: str) -> dict[str, Any]:
+        """What a target_down/up event names: for an exporter (its URL) or a target Prometheus finds down (its
+        instance), the host: its host label when it served one, else its address and port, with its node and
+        URL or instance; the Prometheus server itself by its URL. Only on changes: the lookup may scan."""
+        instance = self.instance_of.get(target, target)
+        if target == self.poller.targets[0] and self.source == "prometheus":
+            return {"target": target}
+        node = self.placement.node_of((instance,))
+        if node is None:
+            return {"target": instance} if instance == target else {"target": instance, "url": target}
+        names = [n for n, k in self.placement.index.items() if k == node and without_port(n) == n]
+        out: dict[str, Any] = {"target": names[0] if names else instance, "node": node}
+        if instance != target:
+            out["url"] = target                  # an exporter's
+        elif out["target"] != instance:
+            out["instance"] = instance           # a target Prometheus found down
+        return out
 
     def _names(self, labels: dict[str, str]) -> tuple[str, ...]:
-        key = (labels.get("Hostname"), labels.get("instance"))
+        key = (labels.get("Hostname"), labels.get("hostname"), labels.get("instance"))
         names = self.hosts_cache.get(key)
         if names is None:
             names = self.hosts_cache[key] = host_names(labels)
@@ -292,35 +485,50 @@ class Watcher:
         seen: dict[tuple[str, ...], None] = {}
         for metric, labels, _ in samples:
             if metric in dcgm.GPU_METRICS:
-                seen[self._names(labels)] = None
+                names = self._names(labels)
+                if names:
+                    seen[names] = None
         return list(seen)
 
     # -- rounds -------------------------------------------------------------------------------------------
 
     def round(self, duration: float | None = None) -> bool:
         """Wait for the next round's time, poll, write; False (and nothing done) when that time is past
-        `duration` seconds of watching."""
+        `duration` seconds of watching or when told to stop. Rounds missed (the machine was suspended, or
+        busy) are written as samples with every GPU missing: a gap shows as a gap."""
         rounds = self.rounds + 1
         due = self.started + rounds * self.interval
         now = time.monotonic()
-        if now > due + self.interval:                    # polling is slower than the interval: skip rounds
+        if now > due + self.interval:
             skipped = int((now - due) // self.interval)
+            if duration is not None:
+                skipped = min(skipped, max(0, int(duration / self.interval + 1e-9) - self.rounds))
+            for k in range(skipped):
+                t = round((self.rounds + 1 + k) * self.interval, 6)
+                assert self.stream is not None
+                self.stream.write(Frame.empty(t, self.cluster.gpus, self.nodes))
+            self.skipped += skipped
             rounds += skipped
             due += skipped * self.interval
-            self.note(f"a round took longer than the interval ({units.seconds(self.interval)}): "
-                      f"{skipped:,} skipped")
+            if skipped:
+                self.note(f"rounds missed their time ({units.seconds(self.interval)} apart): {skipped:,} "
+                          "written with every GPU missing")
         if duration is not None and rounds * self.interval > duration + 1e-9:
             return False
         self.rounds = rounds
-        if due > now:
-            time.sleep(due - now)
-        poll = self.poller.poll()
-        placed = self.placement.place(self._gpu_hosts(poll.samples))
+        while not self.stop and time.monotonic() < due:
+            time.sleep(min(TICK, max(0.0, due - time.monotonic())))
+        poll = self.poller.poll(self.stop) if not self.stop else None
+        if poll is None:
+            return False
+        answering = self._gpu_hosts(poll.samples)
+        placed = self.placement.place(answering)
         t = round(self.rounds * self.interval, 6)
         assert self.stream is not None
         if placed:
             self.stream.event(t, schema.HOSTS_PLACED, hosts=placed,
                               first_node=len(self.placement.order) - len(placed))
+        self._unplaced(t, [names[0] for names in answering if self.placement.node_of(names) is None])
         self._write(t, poll)
         return True
 
@@ -329,14 +537,14 @@ class Watcher:
         assert stream is not None
         for target, reason in poll.failures.items():
             if self.down.get(target) != reason:
-                stream.event(t, schema.TARGET_DOWN, target=target, error=reason)
+                stream.event(t, schema.TARGET_DOWN, **self._target(target), error=reason)
             self.down[target] = reason
         for target in [t_ for t_ in self.down if t_ not in poll.failures]:
             del self.down[target]
-            stream.event(t, schema.TARGET_UP, target=target)
+            stream.event(t, schema.TARGET_UP, **self._target(target))
         frame = Frame.empty(t, self.cluster.gpus, self.nodes)
         gpu_of, names_of = self.placement.gpu_of, self._names
-        node_of = self.placement.node_of
+        node_near = self.placement.node_near
         now = self.started + t
         for metric, labels, value in poll.samples:
             if metric in dcgm.GPU_METRICS:
@@ -344,7 +552,7 @@ class Watcher:
                 if gpu is not None:
                     frame.gpu[metric][gpu] = value
                 continue
-            node = node_of(names_of(labels))
+            node = node_near(names_of(labels))
             if node is None:
                 continue
             key = (metric, node, labels.get("device", ""), labels.get("port", ""))
@@ -353,24 +561,41 @@ class Watcher:
             if last is not None and now > last[0] and value >= last[1]:
                 frame.nic[metric][node] += (value - last[1]) / (now - last[0])
                 frame.ports[metric][node] += 1
+        for values in frame.gpu.values():
+            self.seen |= ~np.isnan(values)
         stream.write(frame)
 
+    def summary(self) -> str | None:
+        """The line watch ends with: the files written and what they hold; None when nothing was."""
+        files = [path for path in self.outputs if path != "-"]
+        if self.stream is None or not files:
+            return None
+        return summary(files, samples=self.stream.samples, step_s=self.interval,
+                       hosts=len(self.placement.order), gpus_reporting=int(self.seen.sum()),
+                       gpus=self.cluster.gpus, faults=self.stream.faults)
+
     def close(self) -> None:
+        if self.stop:
+            cancel()                # requests in flight end now: no thread keeps the process
         self.poller.close()
+        warning = self.stream.bounds_warning() if self.stream else None
+        if warning:
+            self.note(f"warning: {warning}")
         if self.tee is not None:
             self.tee.close()
 
 
 def watch(poller: Exporters | PrometheusQueries, *, source: str, cluster_file: str | None, outputs: list[str],
-          interval: float, duration: float | None = None, note: Note | None = None) -> Watcher:
-    """Watch until `duration` (seconds of watching) or until interrupted;
+          interval: float, duration: float | None = None, note: Note | None = None,
+          stop: Stop | None = None) -> Watcher:
+    """Watch until `duration` (seconds of watching) or until `stop` is set (a signal);
     the outputs are closed either way."""
     watcher = Watcher(poller, source=source, cluster_file=cluster_file, outputs=outputs, interval=interval,
-                      note=note)
+                      note=note, stop=stop)
     try:
-        watcher.start()
-        while watcher.round(duration):
-            pass
+        if watcher.start(duration):
+            while watcher.round(None if duration is None else duration - watcher.waited):
+                pass
     finally:
         watcher.close()
     return watcher

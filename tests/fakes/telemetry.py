@@ -118,6 +118,13 @@ def exporter_page(values: dict[str, np.ndarray], host: str, node: int, per_node:
 Route = Callable[[str, dict[str, list[str]]], tuple[int, str, bytes]]
 
 
+class _Server(ThreadingHTTPServer):
+    # The stdlib's backlog of 5 drops connections of a round of parallel queries: their SYN is resent a
+    # second later, past the round's deadline (real servers listen deeper).
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class FakeServer:
     """A ThreadingHTTPServer on a loopback address (a free port) answering GETs with `route(path, query)`."""
 
@@ -140,8 +147,7 @@ class FakeServer:
 
         self.route = route
         self.requests = 0
-        self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server((host, 0), Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://{host}:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -241,3 +247,65 @@ class FakePrometheus(FakeServer):
     def __init__(self, replay: Replay) -> None:
         self.replay = replay
         super().__init__(prometheus(replay))
+
+
+class Trickle:
+    """A server on 127.0.0.1 that answers slowly: `headers` False sends its status line and headers a byte at
+    a time, True sends them at once; then the body (`length` bytes promised) comes a byte every `gap`
+    seconds, so no single read ever waits long. `hang` accepts and never sends anything."""
+
+    def __init__(self, gap: float = 0.1, headers: bool = True, hang: bool = False,
+                 length: int = 10_000) -> None:
+        import socket
+
+        self.gap, self.headers, self.hang, self.length = gap, headers, hang, length
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: Any) -> None:
+        head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                + str(self.length).encode() + b"\r\n\r\n")
+        try:
+            conn.recv(65536)
+            if self.hang:
+                self.closed.wait()
+                return
+            if self.headers:
+                conn.sendall(head)
+            else:
+                for k in range(len(head)):
+                    if self.closed.wait(self.gap):
+                        return
+                    conn.sendall(head[k:k + 1])
+            for _ in range(self.length):
+                if self.closed.wait(self.gap):
+                    return
+                conn.sendall(b"#")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

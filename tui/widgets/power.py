@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from clustertop.engine.config import units
 from rich.text import Text
 
@@ -47,7 +49,10 @@ def power_text(state: DisplayState, width: int) -> Text:
             text.append(f"{mwh * 3.6e9 / tokens:,.1f} J", style="bold")
             if usd is not None:
                 text.append(f" · {units.usd(usd / tokens * 1e6)} per million", style="bold")
-    if budget:
+    if budget and not math.isfinite(state.site_mw):
+        text.append(f"\nbudget {units.power(float(budget))} ", style="dim")
+        text.append("· no data", style="dim")          # real telemetry: no GPU reported power
+    elif budget:
         share = state.site_mw / float(budget)
         over = state.over_budget or share > 1
         text.append(f"\nbudget {units.power(float(budget))} ", style="dim")
