@@ -154,6 +154,9 @@ class LinksPanel(Panel):
                 text.append(" · ".join(f"{name} {share * 100:.0f}%"
                                        + (f" x{slow:.3f}" if slow > 1.0005 else "")
                                        for name, share, slow in jobs))
+            for line in jobinfo.mesh_links(state):
+                text.append(f"\n{tier_label('node', state)} ", style="dim")
+                text.append(line)
             bad = degraded(state)
             if bad:
                 text.append("\ndegraded ", style="dim")
