@@ -16,7 +16,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Transport", ("toggle_pause", "faster", "slower", "seek", "seek_start", "seek_end", "prev_event",
                    "next_event", "follow_live")),
     ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric", "search", "next_hit")),
-    ("Panels", ("toggle_side", "panel", "view", "other_side", "toggle_worst", "sort_jobs", "event_filter", "choose", "page",
+    ("Panels", ("toggle_side", "panel", "view", "other_side", "toggle_worst", "sort_jobs", "reverse_jobs",
+                "event_filter", "choose", "page",
                 "first", "latest", "go")),
     ("App", ("inject_fault", "save_screenshot", "toggle_theme", "help", "quit")),
 )
