@@ -340,6 +340,8 @@ def _paint(h: Geometry, view: View, width: int, height: int, gpu0: int, gpu1: in
         room = max(0, min(fit.panel_w, width - px))
         if len(title) > room:
             title = title.split(" · ")[0]        # "pod 3", not "pod 3 · ra"
+        if len(title) > room and (across == fit.panels_across - 1 or k == len(starts) - 1):
+            room = width - px                    # nothing to its right: "rack 13" past a narrow panel
         _write(text, half, py, px, title[:room], TITLE_CELL)
         # Pixels of this panel, vectorized.
         p0 = (start - gpu0) // g
