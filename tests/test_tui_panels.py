@@ -289,3 +289,27 @@ async def test_jobs_table_marks_its_order_reverses_it_and_sorts_only_by_shown_co
         await pilot.pause()
         panel = narrow.screen.query_one(JobsPanel)
         assert "interrupts" not in panel.sortable and "time lost" not in panel.sortable
+
+
+@sync
+async def test_the_links_view_highlights_the_degraded_pod_in_its_tier() -> None:
+    """Defect: a degraded spine was only named in text; its pod's cell in the spine's strip looked like any
+    other (here pod 1's spine is degraded and idle: the cell stands out by its highlight, not its load)."""
+    from clustertop.tui.widgets.links import DEGRADED_STYLE, LinksPanel
+
+    source = two_jobs_source()
+    source.index.header["scenario"]["cluster"]["degraded"] = [{"tier": "spine", "pod": 1, "capacity": 0.5}]
+    app = ClusterTopApp([source], start_t=1.5, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = app.screen.query_one(LinksPanel).content
+        plain = text.plain
+        spine = plain.index("\nspine") + 1
+        strip = plain.index("█▁", spine)
+        styles = {str(span.style) for span in text.spans if span.start <= strip + 1 < span.end}
+        assert DEGRADED_STYLE in styles                                   # pod 1's cell
+        assert not any(DEGRADED_STYLE == str(span.style) for span in text.spans
+                       if span.start <= strip < span.end)                # pod 0's is not
+        leaf = plain.index("\nleaf") + 1
+        assert not any(str(span.style) == DEGRADED_STYLE for span in text.spans
+                       if leaf <= span.start < plain.index("\n", leaf))  # nor another tier's
