@@ -313,3 +313,17 @@ async def test_the_links_view_highlights_the_degraded_pod_in_its_tier() -> None:
         leaf = plain.index("\nleaf") + 1
         assert not any(str(span.style) == DEGRADED_STYLE for span in text.spans
                        if leaf <= span.start < plain.index("\n", leaf))  # nor another tier's
+
+
+@sync
+async def test_a_serving_job_shows_its_own_figures_from_the_committed_recording() -> None:
+    """recordings/serving-64.jsonl.gz (inference-serving, 1 minute): the jobs panel reads as a serving job."""
+    from clustertop.tui.widgets.jobs import JobsPanel
+
+    app = ClusterTopApp([RecordingSource("recordings/serving-64.jsonl.gz")], start_t=30.0, paused=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        jobs = rendered(app.screen.query_one(JobsPanel))
+        for figure in ("requests/s", "TTFT", "TPOT", "TTFT p99", "batch", "KV cache", "saturated"):
+            assert re.search(rf"{figure} +[0-9n]", jobs), figure
+        assert re.search(r"batch +\d+/128", jobs) and "MFU" not in jobs and "step time" not in jobs
