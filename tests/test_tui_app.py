@@ -272,3 +272,50 @@ async def test_compare_a_recording_that_ended_is_not_compared_as_current(tmp_pat
         assert row.rstrip().endswith("—") and "x" not in row.split()[-1]
         side_b = rendered(app.screen.query_one("#jobs-b"))
         assert "recording ended 00:00:20.0" in side_b and "running" not in side_b
+
+
+@sync
+async def test_compare_at_80x24_shows_one_view_at_a_time_naming_the_hardware() -> None:
+    """Defect: compare refused anything under 110 x 34 ("enlarge to ..."); its sides never named the
+    accelerator or the scale-up, and it had no links panel."""
+    app = ClusterTopApp([RecordingSource(FLAGSHIP), RecordingSource("recordings/flagship-8k.jsonl.gz")],
+                        start_t=30.0, paused=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert not screen.has_class("-too-small")
+        assert screen.query_one("#side-a").display and not screen.query_one("#side-b").display
+        title = rendered(screen.query_one("#side-a .side-title"))
+        assert "16,384 × h100-sxm-80gb" in title and "NVSwitch" in title
+        await pilot.press("b")
+        await pilot.pause()
+        assert screen.query_one("#side-b").display and not screen.query_one("#side-a").display
+        await pilot.press("5")
+        await pilot.pause()
+        assert "NVLink" in rendered(screen.query_one("#links-b"))
+        await pilot.press("d")
+        await pilot.pause()
+        assert screen.has_class("-table") and screen.query_one("#comparison").region.height > 12
+        assert "8,192" in rendered(screen.query_one("#comparison"))
+        await pilot.press("tab")            # from the table or side B: side A's map, then B's
+        await pilot.pause()
+        assert screen.query_one("#side-a").display and app.focused is screen.query_one("#heatmap-a")
+        await pilot.press("tab")
+        await pilot.pause()
+        assert screen.query_one("#side-b").display and not screen.query_one("#side-a").display
+
+
+@sync
+async def test_compare_of_a_mesh_says_what_its_tp_group_gets(tmp_path) -> None:
+    """mi300x-vs-h100: the xGMI side names its mesh and its links panel tells the '3 of 7 links' story."""
+    mi, h100 = tmp_path / "mi.jsonl", tmp_path / "h.jsonl"
+    assert cli_main(["record", "mi300x-vs-h100", "--duration", "5s", "-o", str(mi)]) == 0
+    assert cli_main(["record", "h100-vs-mi300x", "--duration", "5s", "-o", str(h100)]) == 0
+    app = ClusterTopApp([RecordingSource(str(mi)), RecordingSource(str(h100))], start_t=4.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert "512 × mi300x · xGMI mesh 7 x 64 GB/s" in rendered(screen.query_one("#side-a .side-title"))
+        assert "TP 4: 3 of 7 links, 192 of 448 GB/s" in rendered(screen.query_one("#links-a"))
+        assert "NVSwitch" in rendered(screen.query_one("#side-b .side-title"))
+        assert "of 7 links" not in rendered(screen.query_one("#links-b"))

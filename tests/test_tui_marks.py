@@ -77,3 +77,35 @@ async def test_the_failed_node_shows_red_in_utilization_and_power_at_site_and_no
         lay = heatmap.layout_info
         assert (heatmap.pixel_colours(lay) == palette.FAILED).all()
         assert "failed" in "".join(strip.text for strip in heatmap.render_frame())
+
+
+def test_the_phase_view_draws_network_waits_together_in_their_own_colour() -> None:
+    """Defect: congested-fabric was solid green in the phase view: its GPUs waited on several tiers (TP, DP)
+    at once, none of which alone outweighed computing. The waits count together as 'waiting on the network',
+    one colour, with the legend saying so; a failed GPU still wins."""
+    import numpy as np
+    from clustertop.engine.config.phases import CODE, PHASES
+    from clustertop.tui import palette
+
+    table = np.zeros((3, len(PHASES)), dtype=np.float32)
+    table[0, [CODE["compute"], CODE["tp"], CODE["dp"]]] = (0.40, 0.25, 0.35)     # waits 60%: network
+    table[1, [CODE["compute"], CODE["tp"]]] = (0.60, 0.40)                       # computing
+    table[2, [CODE["bubble"], CODE["tp"], CODE["dp"]]] = (0.50, 0.20, 0.30)       # a tie: the bubble, first
+    rows = np.array([0, 1, 2, 0], dtype=np.int32)
+    phase = np.array([CODE["dp"], CODE["compute"], CODE["bubble"], CODE["failed"]], dtype=np.uint8)
+    codes = palette.network_phases(rows, table, phase)
+    assert codes.tolist() == [palette.NETWORK_CODE, CODE["compute"], CODE["bubble"], CODE["failed"]]
+    colours = palette.phase_colour(codes)
+    assert colours[0] == palette.NETWORK and colours[1] == palette.PHASE_BASE + CODE["compute"]
+
+
+@sync
+async def test_the_phase_legend_names_the_network_waits_and_their_tiers() -> None:
+    from clustertop.tui.widgets.legend import Legend
+
+    app = app_at(30.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        legend = rendered(app.screen.query_one(Legend))
+        assert "waiting on the network" in legend and "(TP " in legend and "wait TP" not in legend

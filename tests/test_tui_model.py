@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 from collections.abc import Callable
 
@@ -74,6 +75,15 @@ def test_layout_prefers_detail_and_labels_the_hierarchy() -> None:
     assert pod.g == 1 and "r192" in " ".join(pod.text)   # one GPU per pixel, bands labelled by rack
     assert levels(h) == ("site", "pod", "rack", "node")
     assert levels(Geometry.from_summary(SITE)) == ("site", "building", "pod", "rack", "node")
+
+
+@pytest.mark.parametrize("width", [40, 38, 30, 12])
+def test_a_narrow_rack_panel_keeps_its_whole_number(width) -> None:
+    """Defect: zoomed into rack 13 at 80x24 (a map 38 columns wide) the label read `rack 1`: the title was cut
+    to the rack's narrow panel."""
+    h = Geometry.from_summary(FLAGSHIP)
+    lay = layout(h, View("rack", 13), width, 16)
+    assert re.search(r"\brack 13\b", lay.text[0])
 
 
 def test_aggregation_mean_and_failed_phase_wins() -> None:

@@ -228,12 +228,19 @@ async def test_drill_down_lists_each_gpu_at_rack_zoom_and_the_worst_at_site_zoom
         await pilot.pause()
         assert app.screen.query_one(Heatmap).view.level == "rack" and table.display
         rows = rendered(table).splitlines()
-        assert rows[0].split()[:6] == ["GPU", "job", "util", "power", "mem", "GB"]
+        assert rows[0].split()[:6] == ["GPU▲", "job", "util", "power", "mem", "GB"]     # in GPU order
         body = [row for row in rows[1:] if row.strip()]
         assert all("/85.9" in row for row in body)          # 80 GiB of HBM, in GB as memory in use is
         assert [row.split()[0] for row in body] == [str(g) for g in range(16)]
         assert all("pretrain" in row and "cmp" in row and "%" in row for row in body)
         assert all(any(ch in row for ch in "▁▂▃▄▅▆▇█") for row in body)   # a history per GPU
+        x0 = next(x for x, _, key in table._headers if key == "gpu")
+        await pilot.click(GpuTable, offset=(x0 + 2, 1))     # the sorted header again: reversed
+        await pilot.pause()
+        rows = rendered(table).splitlines()
+        assert rows[0].split()[0] == "GPU▼" and rows[1].split()[0] == "15"
+        await pilot.click(GpuTable, offset=(x0 + 2, 1))
+        await pilot.pause()
         await pilot.press("backspace", "backspace")
         app.seek(41.0)
         await pilot.press("w")
@@ -242,3 +249,81 @@ async def test_drill_down_lists_each_gpu_at_rack_zoom_and_the_worst_at_site_zoom
         rows = [row for row in rendered(table).splitlines()[1:] if row.strip()]
         assert rows and all("FAIL" in row for row in rows[:8])
         assert rows[0].split()[0] == "1,000"
+
+
+@sync
+async def test_jobs_table_marks_its_order_reverses_it_and_sorts_only_by_shown_columns() -> None:
+    """Defects: `o` offered interruptions and time lost with no such column on screen; no header said the
+    order or its direction; nothing reversed it."""
+    from clustertop.tui.widgets.jobs import JobsPanel
+
+    app = ClusterTopApp([two_jobs_source()], start_t=1.5, paused=True)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        panel = app.screen.query_one(JobsPanel)
+        header = rendered(panel).splitlines()[0]
+        assert header.split()[0] == "job▲"
+        shown = {"tok/s": "tokens/s", "MFU": "MFU", "eff.": "effective", "int.": "interrupts",
+                 "lost": "time lost"}
+        offered = {"name", *(key for head, key in shown.items() if head in header.split())}
+        seen = []
+        for _ in range(len(panel.sortable)):
+            await pilot.press("o")
+            await pilot.pause()
+            seen.append(panel.sort)
+        assert set(seen) == offered == set(panel.sortable) and seen[-1] == "name"
+        await pilot.press("o")                                   # tokens/s, largest first
+        await pilot.pause()
+        rows = rendered(panel).splitlines()
+        assert "tok/s▼" in rows[0] and "prometheus" in rows[1]
+        await pilot.press("O")                                   # reversed
+        await pilot.pause()
+        rows = rendered(panel).splitlines()
+        assert "tok/s▲" in rows[0] and "frontier" in rows[1]
+        x0, _, _ = next(h for h in panel._headers if h[2] == "tokens/s")
+        await pilot.click(JobsPanel, offset=(x0 + 2, 1))         # a click on the sorted header: reversed
+        await pilot.pause()
+        assert "tok/s▼" in rendered(panel).splitlines()[0]
+    narrow = ClusterTopApp([two_jobs_source()], start_t=1.5, paused=True)
+    async with narrow.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        panel = narrow.screen.query_one(JobsPanel)
+        assert "interrupts" not in panel.sortable and "time lost" not in panel.sortable
+
+
+@sync
+async def test_the_links_view_highlights_the_degraded_pod_in_its_tier() -> None:
+    """Defect: a degraded spine was only named in text; its pod's cell in the spine's strip looked like any
+    other (here pod 1's spine is degraded and idle: the cell stands out by its highlight, not its load)."""
+    from clustertop.tui.widgets.links import DEGRADED_STYLE, LinksPanel
+
+    source = two_jobs_source()
+    source.index.header["scenario"]["cluster"]["degraded"] = [{"tier": "spine", "pod": 1, "capacity": 0.5}]
+    app = ClusterTopApp([source], start_t=1.5, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = app.screen.query_one(LinksPanel).content
+        plain = text.plain
+        spine = plain.index("\nspine") + 1
+        strip = plain.index("█▁", spine)
+        styles = {str(span.style) for span in text.spans if span.start <= strip + 1 < span.end}
+        assert DEGRADED_STYLE in styles                                   # pod 1's cell
+        assert not any(DEGRADED_STYLE == str(span.style) for span in text.spans
+                       if span.start <= strip < span.end)                # pod 0's is not
+        leaf = plain.index("\nleaf") + 1
+        assert not any(str(span.style) == DEGRADED_STYLE for span in text.spans
+                       if leaf <= span.start < plain.index("\n", leaf))  # nor another tier's
+
+
+@sync
+async def test_a_serving_job_shows_its_own_figures_from_the_committed_recording() -> None:
+    """recordings/serving-64.jsonl.gz (inference-serving, 1 minute): the jobs panel reads as a serving job."""
+    from clustertop.tui.widgets.jobs import JobsPanel
+
+    app = ClusterTopApp([RecordingSource("recordings/serving-64.jsonl.gz")], start_t=30.0, paused=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        jobs = rendered(app.screen.query_one(JobsPanel))
+        for figure in ("requests/s", "TTFT", "TPOT", "TTFT p99", "batch", "KV cache", "saturated"):
+            assert re.search(rf"{figure} +[0-9n]", jobs), figure
+        assert re.search(r"batch +\d+/128", jobs) and "MFU" not in jobs and "step time" not in jobs

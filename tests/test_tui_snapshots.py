@@ -12,6 +12,7 @@ from clustertop.tui.sources.recording import RecordingSource
 
 FLAGSHIP_16K = "recordings/flagship-16k.jsonl.gz"
 FLAGSHIP_8K = "recordings/flagship-8k.jsonl.gz"
+SERVING = "recordings/serving-64.jsonl.gz"
 SIZE = (200, 60)
 
 
@@ -86,3 +87,15 @@ def test_failed_gpus_at_site_zoom_in_utilization(snap_compare) -> None:
 def test_search_lands_on_a_gpu(snap_compare) -> None:
     """`/ 9000 enter` at pod zoom: the view moves to pod 2 and the cursor (white) is on GPU 9,000."""
     assert snap_compare(replay(), terminal_size=SIZE, press=["enter", "slash", *"9000", "enter"])
+
+
+def test_compare_at_80x24(snap_compare) -> None:
+    """The smallest usual terminal: one side at a time under the A / B / table tabs, its title naming the
+    accelerator and the scale-up; the links panel beside the map."""
+    assert snap_compare(replay(30.0, FLAGSHIP_16K, FLAGSHIP_8K), terminal_size=(80, 24), press=["5"])
+
+
+def test_a_serving_job_in_the_jobs_panel(snap_compare) -> None:
+    """inference-serving at 30 s: the jobs panel gives a serving job's own figures (requests/s, TTFT and TPOT
+    with their p99, batch against its limit, K/V cache use, saturated), not MFU and step time."""
+    assert snap_compare(replay(30.0, SERVING), terminal_size=(120, 40))

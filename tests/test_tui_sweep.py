@@ -165,3 +165,70 @@ async def test_sweep_table_s_saves_a_screenshot_and_question_mark_shows_help(tmp
         await pilot.press("escape", "s")
         await pilot.pause()
         assert not isinstance(app.screen, SweepHelp) and list(tmp_path.glob("*.svg"))
+
+
+@sync
+async def test_sweep_table_shows_every_objective_marks_its_order_and_a_whole_reason() -> None:
+    """Defects: `o` ranked by $ per million tokens and joules per token with no such column; no header said
+    the order or its direction; an invalid point's reason was cut at the screen's edge."""
+    from clustertop.engine.sweep.results import RANKS, read_results
+    from clustertop.tui.sweep import SweepApp, figures
+    from textual.widgets import DataTable, Static
+
+    app = SweepApp(read_results(SWEEP), "sweep-16k.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTable)
+
+        def labels() -> dict[str, str]:
+            return {str(k.value): str(table.columns[k].label) for k in table.columns}
+
+        def marked() -> list[str]:
+            return [label for label in labels().values() if label[-1:] in "▲▼"]
+
+        assert marked() == ["step s▲"]
+        for rank, column, mark in (("tokens_per_s_per_gpu", "tok/s/GPU", "▼"),
+                                   ("usd_per_mtoken", "$/Mtok", "▲"), ("energy_j_per_token", "J/token", "▲"),
+                                   ("tokens_per_s_per_mw", "tok/s/MW", "▼")):
+            await pilot.press("o")
+            await pilot.pause()
+            assert app.objective == RANKS[rank] and marked() == [column + mark]
+        best = app.records[0]
+        fig = figures(best)
+        assert abs(fig["$/Mtok"] - best["jobs"][0]["usd_per_mtoken"]) < 0.01
+        assert abs(fig["J/token"] - best["jobs"][0]["energy_j_per_token"]) < 0.01
+        key = next(k for k in table.columns if k.value == "mem GB/GPU")
+        for mark in ("▲", "▼"):
+            table.post_message(DataTable.HeaderSelected(table, key, list(table.columns).index(key),
+                                                        table.columns[key].label))
+            await pilot.pause()
+            assert marked() == ["mem GB/GPU" + mark]
+        detail = app.query_one("#detail", Static)
+        assert not detail.display
+        table.move_cursor(row=len(app.shown) - 1)
+        await pilot.pause()
+        reason = app.selected()["error"]
+        assert len(reason) > 80 and detail.display and reason in str(detail.render())
+
+
+@sync
+async def test_a_point_run_from_the_sweep_is_named_for_it_and_escape_comes_back(tmp_path) -> None:
+    """Defects: a point run live was titled `point-axei8s9p` (its temporary file), and escape did not return
+    to the table (only q did)."""
+    from clustertop.commands.replay import point_toml
+    from clustertop.engine.sweep.results import read_results
+    from clustertop.tui.app import ClusterTopApp
+    from clustertop.tui.sources.live import display_name
+    from clustertop.tui.sources.recording import RecordingSource
+
+    record = next(r for r in read_results(SWEEP) if r["index"] == 11)
+    assert display_name(point_toml(record, str(tmp_path))) == "llama3-405b-16k-point-11"
+    app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=10.0, paused=True, back="the sweep table")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.is_running
+    plain = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=10.0, paused=True)
+    async with plain.run_test(size=SIZE) as pilot:
+        await pilot.press("escape")
+        await pilot.pause()
+        assert plain.is_running                  # not from a sweep: escape quits nothing

@@ -76,8 +76,11 @@ class ClusterTopApp(App[None]):
 
     def __init__(self, sources: list[Source], *, start_t: float | None = None, paused: bool = False,
                  speed: float = 1.0, metric: str = "util", compare: bool = False,
-                 screenshot_dir: str = ".") -> None:
+                 screenshot_dir: str = ".", back: str | None = None) -> None:
+        """`back`: where quitting returns to (a sweep's table): escape quits too, and the footer says so."""
         super().__init__()
+        if back is not None:
+            self.bind("escape", "quit", description=f"Back to {back}", show=False)
         self.sources = sources
         self.compare = compare or len(sources) > 1
         self.screenshot_dir = screenshot_dir
@@ -393,10 +396,12 @@ class ClusterTopApp(App[None]):
         return run
 
 
-def show(sources: list[Source], compare: bool = False, speed: float = 1.0, metric: str = "util") -> None:
-    """Run the dashboard on `sources` until the user quits; the sources are closed whatever happens."""
+def show(sources: list[Source], compare: bool = False, speed: float = 1.0, metric: str = "util",
+         back: str | None = None) -> None:
+    """Run the dashboard on `sources` until the user quits; the sources are closed whatever happens. `back`:
+    what quitting returns to (escape quits too)."""
     try:
-        ClusterTopApp(sources, compare=compare, speed=speed, metric=metric).run()
+        ClusterTopApp(sources, compare=compare, speed=speed, metric=metric, back=back).run()
     finally:
         for source in sources:
             source.close()

@@ -170,11 +170,12 @@ class Layout:
 
     def phase(self, phases: np.ndarray, offset: int = 0) -> np.ndarray:
         """The commonest phase of each pixel's GPUs; a failed GPU wins (it must show at every zoom).
-        `phases` holds GPUs from `offset` on (the whole cluster by default)."""
+        `phases` holds GPUs from `offset` on (the whole cluster by default); codes up to len(PHASES) (the
+        phase view's "waiting on the network")."""
         seg = phases[self.gpu0 - offset:self.gpu1 - offset]
         if self.g == 1:
             return seg
-        n = len(PHASES)
+        n = len(PHASES) + 1
         ids = np.arange(seg.size, dtype=np.int64) // self.g
         counts = np.bincount(ids * n + seg, minlength=self.pixels * n).reshape(self.pixels, n)
         mode: np.ndarray = counts.argmax(axis=1).astype(np.uint8)
@@ -340,6 +341,8 @@ def _paint(h: Geometry, view: View, width: int, height: int, gpu0: int, gpu1: in
         room = max(0, min(fit.panel_w, width - px))
         if len(title) > room:
             title = title.split(" · ")[0]        # "pod 3", not "pod 3 · ra"
+        if len(title) > room and (across == fit.panels_across - 1 or k == len(starts) - 1):
+            room = width - px                    # nothing to its right: "rack 13" past a narrow panel
         _write(text, half, py, px, title[:room], TITLE_CELL)
         # Pixels of this panel, vectorized.
         p0 = (start - gpu0) // g

@@ -93,3 +93,49 @@ def describe(state: ClusterState, source: str = "") -> str:
     gpu = gpu_spec(state).get("name", "GPU")
     parts = [p for p in (source, "" if name and name in source else name) if p]
     return " · ".join([*parts, f"{state.gpus:,} × {gpu}"])
+
+
+SCALE_UP_KINDS = {"nvswitch": "NVSwitch", "nvl72": "NVL72", "xgmi-mesh": "xGMI mesh",
+                  "roce-mesh": "RoCE mesh", "torus-2d": "2D torus", "torus-3d": "3D torus",
+                  "pcie": "PCIe (host)"}
+
+
+def scale_up_text(state: ClusterState) -> str:
+    """'NVSwitch nvlink4 450 GB/s' or 'xGMI mesh 7 x 64 GB/s': the scale-up domain from the header's
+    `scale_up` (a link to each peer on a mesh, so its links are named), '' when the header has none."""
+    up = state.header.get("scale_up")
+    if not isinstance(up, dict) or "kind" not in up:
+        return ""
+    kind = str(up["kind"])
+    name = SCALE_UP_KINDS.get(kind, escape(kind)[:20])
+    links, per_link = up.get("links_per_gpu"), up.get("gb_s_per_link")
+    if isinstance(links, int) and isinstance(per_link, (int, float)):
+        return f"{name} {links} x {per_link:g} GB/s"
+    link, total = up.get("link"), up.get("gb_s_per_gpu")
+    figure = f" {total:g} GB/s" if isinstance(total, (int, float)) else ""
+    return f"{name} {escape(str(link or ''))[:20]}{figure}".replace("  ", " ")
+
+
+def mesh_links(state: ClusterState) -> list[str]:
+    """On a switchless mesh (a link to each peer): what each job's TP group gets of a GPU's links, 'TP 4: 3 of
+    7 links, 192 of 448 GB/s' (the group reaches its q - 1 peers over q - 1 links; the others go to GPUs
+    outside it; the job's name first when there are several). [] elsewhere: a switch gives every GPU all its
+    bandwidth to any peer."""
+    from clustertop.engine.config.cluster import MESHES
+
+    up = state.header.get("scale_up")
+    if not isinstance(up, dict) or up.get("kind") not in MESHES:
+        return []
+    links, per_link = up.get("links_per_gpu"), up.get("gb_s_per_link")
+    if not isinstance(links, int) or not isinstance(per_link, (int, float)) or links <= 0:
+        return []
+    out = []
+    for name, job in state.jobs.items():
+        tp = int(job.info.get("tp", 1) or 1)
+        tiers = job.info.get("tiers")
+        if tp <= 1 or (isinstance(tiers, dict) and tiers.get("tp") not in (None, "node")):
+            continue
+        used = min(tp - 1, links)
+        who = f"{escape(name)[:20]} " if len(state.jobs) > 1 else ""
+        out.append(f"{who}TP {tp}: {used} of {links} links, {used * per_link:g} of {links * per_link:g} GB/s")
+    return out

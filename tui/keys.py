@@ -16,7 +16,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Transport", ("toggle_pause", "faster", "slower", "seek", "seek_start", "seek_end", "prev_event",
                    "next_event", "follow_live")),
     ("Heatmap", ("move", "zoom_in", "zoom_out", "cycle_metric", "metric", "search", "next_hit")),
-    ("Panels", ("toggle_side", "panel", "toggle_worst", "sort_jobs", "event_filter", "choose", "page",
+    ("Panels", ("toggle_side", "panel", "view", "other_side", "toggle_worst", "sort_jobs", "reverse_jobs",
+                "event_filter", "choose", "page",
                 "first", "latest", "go")),
     ("App", ("inject_fault", "save_screenshot", "toggle_theme", "help", "quit")),
 )
@@ -25,7 +26,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 EXTRA: tuple[tuple[str, str, str], ...] = (
     ("click timeline", "seek there", "follow_live"),
     ("scroll", "zoom in (up, at the mouse) / out (down); double click zooms in", "zoom_out"),
-    ("tab", "next panel (compare: the other cluster)", "metric"),
+    ("tab", "next panel", "metric"),
     ("ctrl+p", "command palette: every action by name", "toggle_theme"),
 )
 
@@ -86,12 +87,13 @@ def rows(classes: Iterable[type]) -> list[tuple[str, list[tuple[str, str]]]]:
 def dashboard_classes() -> tuple[type, ...]:
     """Every class whose bindings are the dashboard's keys: the app, the screens and the focusable widgets."""
     from .app import ClusterTopApp
+    from .screens.compare import CompareScreen
     from .screens.dashboard import DashboardScreen
     from .screens.main import MainScreen
     from .widgets.event_log import EventLog
     from .widgets.heatmap import Heatmap
 
-    return (ClusterTopApp, DashboardScreen, MainScreen, Heatmap, EventLog)
+    return (ClusterTopApp, DashboardScreen, MainScreen, CompareScreen, Heatmap, EventLog)
 
 
 def dashboard_rows() -> list[tuple[str, list[tuple[str, str]]]]:

@@ -60,10 +60,15 @@ NODATA = BG + 5       # GPUs that reported nothing (real telemetry): missing, no
 FAILED = BG + 6       # a pixel holding a failed GPU, in every metric (it wins over the pixel's mean)
 SLOW = BG + 7         # a pixel holding a degraded GPU (a straggler: the header's `slow_gpus`)
 UNALLOCATED = BG + 8  # a pixel of GPUs no job uses
-COLOURS = UNALLOCATED + 1
+NETWORK = BG + 9      # phase view: GPUs waiting on the network (TP, PP, DP, CP and EP waits together)
+COLOURS = NETWORK + 1
 NODATA_COLOR = "#8c8c8c"   # a light neutral grey: apart from every ramp and from idle's dark grey
 SLOW_COLOR = "#ff7a00"     # deep orange: apart from the ramps' ends, failed's red and the bubble's amber
 UNALLOCATED_COLOR = "#5a5a66"   # slate grey: between idle's dark grey and no data's light grey
+NETWORK_COLOR = "#1e90ff"       # a strong blue, among the waits' blues and violets, far from compute's green
+NETWORK_LABEL = "waiting on the network"
+WAITS = ("tp", "pp", "dp", "cp", "ep")
+NETWORK_CODE = len(PHASES)      # the phase view's code for it, after the engine's phases
 MARK_COLORS = {"failed": PHASE_COLORS["failed"], "degraded": SLOW_COLOR, "unallocated": UNALLOCATED_COLOR}
 
 
@@ -86,7 +91,7 @@ class StyleCache:
         table = UTIL_RAMP if metric == "util" else POWER_RAMP
         self.colours: list[str] = list(table) + [PHASE_COLORS[p] for p in PHASES]
         self.colours += [theme.background, theme.cursor, theme.muted, theme.foreground, theme.dim,
-                         NODATA_COLOR, PHASE_COLORS["failed"], SLOW_COLOR, UNALLOCATED_COLOR]
+                         NODATA_COLOR, PHASE_COLORS["failed"], SLOW_COLOR, UNALLOCATED_COLOR, NETWORK_COLOR]
         self._rich = [Color.parse(c) for c in self.colours]
         self._styles: dict[int, Style] = {}
         self.label = Style(color=Color.parse(theme.muted), bgcolor=Color.parse(theme.background))
@@ -139,7 +144,26 @@ def known_phases(codes: np.ndarray) -> np.ndarray:
 
 
 def phase_colour(codes: np.ndarray) -> np.ndarray:
-    return codes.astype(np.int16) + PHASE_BASE
+    """Colour indices of phase-view codes (NETWORK_CODE: waiting on the network)."""
+    colours = codes.astype(np.int16) + PHASE_BASE
+    colours[codes == NETWORK_CODE] = NETWORK
+    return colours
+
+
+_WAIT_CODES = [PHASES.index(w) for w in WAITS]
+
+
+def network_phases(rows: np.ndarray, table: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    """Each GPU's phase of most time with its network waits counted together (NETWORK_CODE when they
+    outweigh each other phase: a slow tier stalls it, whichever dimension waits). `rows` and `table` are
+    the state's phase mix (rows per GPU into rows of shares), `phase` the engine's dominant phase (failed
+    wins)."""
+    merged = np.concatenate([table, table[:, _WAIT_CODES].sum(axis=1, keepdims=True)], axis=1)
+    merged[:, _WAIT_CODES] = 0.0
+    per_row = merged.argmax(axis=1).astype(np.uint8)
+    codes: np.ndarray = per_row[rows]
+    codes[phase == CODE["failed"]] = CODE["failed"]
+    return codes
 
 
 __all__ = [

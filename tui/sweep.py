@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from clustertop.engine.config import units
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.sweep import results
 from clustertop.engine.sweep.results import RANKS, facts, ranked
 from rich.markup import escape
 from rich.text import Text
@@ -41,9 +42,15 @@ def status(record: dict[str, Any]) -> str:
 
 
 OBJECTIVES = list(RANKS.values())
-# The figure columns, and whether larger sorts first when their header is clicked
-FIGURES: dict[str, bool] = {"GPUs": False, "step s": False, "tokens/s": True, "TFLOP/s/GPU": True,
-                            "MFU": True, "mem GB/GPU": False, "status": False}
+# The figure columns, and whether larger sorts first when their header is clicked (and is better)
+FIGURES: dict[str, bool] = {"GPUs": False, "step s": False, "tokens/s": True, "tok/s/GPU": True,
+                            "TFLOP/s/GPU": True, "MFU": True, "mem GB/GPU": False, "$/Mtok": False,
+                            "J/token": False, "tok/s/MW": True, "status": False}
+# each objective `o` ranks by, and the column that shows it
+OBJECTIVE_COLUMNS = {results.STEP_TIME: "step s", results.RATE_PER_GPU: "tok/s/GPU",
+                     results.USD_PER_MTOKEN: "$/Mtok", results.J_PER_TOKEN: "J/token",
+                     results.RATE_PER_MW: "tok/s/MW"}
+ASCENDING, DESCENDING = "▲", "▼"
 
 
 def figures(record: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +69,12 @@ def figures(record: dict[str, Any]) -> dict[str, Any]:
     out["mem GB/GPU"] = None if any(m is None for m in memory) else max(float(m) for m in memory)
     if state == "ok":
         out["step s"], out["tokens/s"] = f.step_time_s, f.tokens_per_s
+        out["tok/s/GPU"] = f.tokens_per_s / f.gpus if f.gpus else None
+        rate = f.tokens_per_s
+        if rate > 0:      # the ranking's own figures (engine/sweep/results.py fit_key)
+            out["$/Mtok"] = None if math.isnan(f.usd_per_hour) else f.usd_per_hour / (rate * 3600) * 1e6
+            out["J/token"] = None if math.isnan(f.power_mw) else f.power_mw * 1e6 / rate
+            out["tok/s/MW"] = f.tokens_per_s / f.power_mw if f.power_mw > 0 else None
         for column, key in (("TFLOP/s/GPU", "model_tflops_per_gpu"), ("MFU", "mfu")):
             values = [j.get(key) for j in jobs]
             if all(v is not None for v in values) and f.gpus:
@@ -74,6 +87,24 @@ def _sort_value(value: Any) -> tuple[int, Any]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return 0, float(value)
     return 1, str(value)
+
+
+def right(s: str, style: str = "") -> Text:
+    return Text(s, justify="right", style=style)
+
+
+def _figure_cell(column: str, value: Any, state: str) -> Text:
+    """A figure as its column shows it; "OOM" in the step column of a point that does not fit."""
+    if state == "oom" and column == "step s":
+        return right("OOM", "bold red")
+    if value is None:
+        return right("—", "dim")
+    shown = {"GPUs": lambda v: f"{v:,}", "step s": lambda v: f"{v:.3f}", "tokens/s": units.si,
+             "tok/s/GPU": units.si, "TFLOP/s/GPU": lambda v: f"{v:.0f}", "MFU": lambda v: f"{v * 100:.1f}%",
+             "mem GB/GPU": lambda v: f"{v:.1f}", "$/Mtok": units.usd, "J/token": lambda v: f"{v:,.2f}",
+             "tok/s/MW": units.si}[column](value)
+    style = "bold" if column == "step s" else "red" if state == "oom" and column == "mem GB/GPU" else ""
+    return right(shown, style)
 
 
 class SweepHelp(ModalScreen[None]):
@@ -91,10 +122,13 @@ class SweepHelp(ModalScreen[None]):
                 "that fit first (by step time, or tokens/s per GPU when their shapes differ), then out of "
                 "memory, then invalid.\n\n"
                 "[b]↑ ↓[/b]  choose a point      [b]enter[/b]  run it live in the dashboard "
-                "(q there comes back)\n"
+                "(q or escape there comes back)\n"
                 "[b]o[/b]  rank by the next objective: step time, tokens/s per GPU, $ per million tokens, "
-                "joules per token, tokens/s per MW (clustertop sweep --rank)\n"
-                "click a column's header: sort by it (again: the other way); points without the figure last\n"
+                "joules per token, tokens/s per MW (clustertop sweep --rank), each a column, marked best "
+                "first\n"
+                "click a column's header: sort by it (again: the other way; ▲ ascending, ▼ descending); "
+                "points without the figure last\n"
+                "an invalid point's reason shows whole under the table when its row is chosen\n"
                 "[b]s[/b]  save an SVG screenshot      [b]?[/b]  this help      [b]q[/b]  quit\n\n"
                 "escape closes")
         yield Static(text)
@@ -106,6 +140,7 @@ class SweepApp(App[Any]):
     TITLE = "clustertop"
     CSS = """
     #about { height: auto; padding: 0 1; color: $text-muted; }
+    #detail { height: auto; padding: 0 1; display: none; }
     DataTable { height: 1fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -138,6 +173,7 @@ class SweepApp(App[Any]):
                          f"{counts['invalid']:,} invalid")
         yield Static(self._about(), id="about")
         yield DataTable(cursor_type="row", zebra_stripes=True)
+        yield Static(id="detail")
         yield Footer()
 
     def _about(self) -> str:
@@ -151,14 +187,22 @@ class SweepApp(App[Any]):
     def on_mount(self) -> None:
         self.sub_title = f"sweep {self.source_name}"
         table = self.query_one(DataTable)
-        table.add_column("#", key="rank")
-        table.add_column("point", key="index")
-        for key in self.keys:
-            table.add_column(Text(key.removeprefix("jobs[0].")), key=key)
-        for column in FIGURES:
-            table.add_column(column, key=column)
         self._fill()
         table.focus()
+
+    def _columns(self) -> None:
+        """The columns, the sorted one marked: ▲ ascending, ▼ descending (ranked by an objective: its
+        column, best first)."""
+        if self.sorted_by is not None:
+            column, descending = self.sorted_by
+        else:
+            column, descending = OBJECTIVE_COLUMNS[self.objective], FIGURES[OBJECTIVE_COLUMNS[self.objective]]
+        table = self.query_one(DataTable)
+        names = [("#", "rank"), ("point", "index"), *((k.removeprefix("jobs[0]."), k) for k in self.keys),
+                 *((c, c) for c in FIGURES)]
+        for label, key in names:
+            mark = (DESCENDING if descending else ASCENDING) if key == column else ""
+            table.add_column(Text(label + mark, style="bold underline" if mark else ""), key=key)
 
     def _fill(self) -> None:
         """The rows in the current order, the cursor kept on its point; "#" is each point's rank by the
@@ -167,7 +211,8 @@ class SweepApp(App[Any]):
         current = self.selected() if table.row_count else None
         rank = {id(r): i for i, r in enumerate(ranked(self.records, self.objective)[0], start=1)}
         rows = self._sorted(*self.sorted_by, rank) if self.sorted_by is not None else self.records
-        table.clear()
+        table.clear(columns=True)
+        self._columns()
         for record in rows:
             table.add_row(*self._row(rank[id(record)], record),
                           key=str(record.get("index", rank[id(record)])))
@@ -216,28 +261,27 @@ class SweepApp(App[Any]):
     def _row(self, rank: int, record: dict[str, Any]) -> list[Any]:
         state = status(record)
         point = [_value(record["point"].get(key, "")) for key in self.keys]
-
-        def right(s: str, style: str = "") -> Text:
-            return Text(s, justify="right", style=style)
-
+        head = [right(str(rank)), right(str(record.get("index", "")))]
         if state == "invalid":
-            reason = str(record.get("error", "invalid"))
-            return [right(str(rank)), right(str(record.get("index", ""))), *point,
-                    *[right("—", "dim")] * 6, Text("invalid: " + reason[:110], style="red")]
+            reason = " ".join(str(record.get("error", "invalid")).split())
+            cut = reason if len(reason) <= 60 else reason[:59] + "…"     # whole under the table
+            return [*head, *point, *[right("—", "dim")] * (len(FIGURES) - 1),
+                    Text("invalid: " + cut, style="red")]
         fig = figures(record)
-        gpus, mem = fig["GPUs"], fig["mem GB/GPU"]
-        if state == "oom":
-            cells = [right(f"{gpus:,}"), right("OOM", "bold red"), right("—", "dim"), right("—", "dim"),
-                        right("—", "dim"), right(f"{mem:.1f}" if mem is not None else "—", "red")]
-            return [right(str(rank)), right(str(record.get("index", ""))), *point, *cells,
-                    Text("out of memory", style="red")]
-        tflops, mfu = fig["TFLOP/s/GPU"], fig["MFU"]
-        cells = [right(f"{gpus:,}"), right(f"{fig['step s']:.3f}", "bold"), right(units.si(fig["tokens/s"])),
-                    right(f"{tflops:.0f}" if tflops is not None else "—"),
-                    right(f"{mfu * 100:.1f}%" if mfu is not None else "—"),
-                    right(f"{mem:.1f}" if mem is not None else "—")]
-        return [right(str(rank)), right(str(record.get("index", ""))), *point, *cells,
-                Text("fits", style="green")]
+        cells = [_figure_cell(column, fig[column], state) for column in FIGURES if column != "status"]
+        last = Text("out of memory", style="red") if state == "oom" else Text("fits", style="green")
+        return [*head, *point, *cells, last]
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The chosen point's reason, whole and wrapped, under the table when it is invalid."""
+        detail = self.query_one("#detail", Static)
+        row = event.cursor_row
+        record = self.shown[row] if 0 <= row < len(self.shown) else None
+        if record is None or status(record) != "invalid":
+            detail.display = False
+            return
+        detail.display = True
+        detail.update(Text(f"point {record.get('index')} is invalid: {record.get('error', '')}", style="red"))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, SweepHelp):

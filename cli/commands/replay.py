@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -39,10 +40,13 @@ def point_toml(record: dict[str, Any], directory: str) -> str:
     if not base:
         raise UserError(f"point {record.get('index')} names no base scenario")
     built, table = point_scenario(base, record["point"])          # checks the point as the sweep built it
-    # the file's name is made here, never from the record (a point or scenario name could hold "../")
-    fd, path = tempfile.mkstemp(prefix="point-", suffix=".toml", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(dumps(table, f"point {int(record.get('index', 0))} of a sweep of {built.name}"))
+    # named for the point, as the dashboard titles it (`llama3-405b-16k-point-3`), in the sweep's own
+    # directory; only letters, digits, '.', '-' and '_' of the scenario's name (it could hold "../")
+    index = int(record.get("index", 0))
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", built.name).strip(".-")[:60] or "sweep"
+    path = os.path.join(directory, f"{stem}-point-{index}.toml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(dumps(table, f"point {index} of a sweep of {built.name}"))
     return path
 
 
@@ -67,7 +71,7 @@ def run_live(scenario_path: str, speed: float = 1.0, metric: str = "util") -> No
     from clustertop.tui.app import show
     from clustertop.tui.sources.live import LiveSource
 
-    show([LiveSource(scenario_path)], speed=speed, metric=metric)
+    show([LiveSource(scenario_path)], speed=speed, metric=metric, back="the sweep table")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..keys import dashboard_rows
-from ..palette import MARK_COLORS, PHASE_COLORS
+from ..palette import MARK_COLORS, NETWORK_COLOR, NETWORK_LABEL, PHASE_COLORS
 
 
 def help_text() -> Table:
@@ -31,6 +31,11 @@ def help_text() -> Table:
         swatch = Text("██ ", style=PHASE_COLORS[name])
         swatch.append(label)
         table.add_row("", swatch)
+        if name == "ep":        # the map draws the waits as one: where a slow tier stalls GPUs
+            swatch = Text("██ ", style=NETWORK_COLOR)
+            swatch.append(f"{NETWORK_LABEL}: on the map, the waits above together, when they outweigh "
+                          "computing and every other phase (the legend gives each wait's share)")
+            table.add_row("", swatch)
     table.add_row("", "")
     table.add_row(Text("Marks", style="bold underline"), "")
     for name, what in (("failed", "a failed GPU, in every metric: it wins over the mean of its cell"),

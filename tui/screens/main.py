@@ -38,6 +38,8 @@ PANELS = ("jobs", "links", "power", "events")
 PANEL_KEYS = ("4", "5", "6", "7")
 HIT_TIP = ("after a search: the next / previous hit; else highlight a job on the map (the others dim), the "
            "next on each press, then all")
+SORT_TIP = ("sort the jobs table by the next column it shows (▲ ascending, ▼ descending); O, or a click on "
+            "the sorted header, reverses it")
 PANEL_TIP = "show or hide the jobs, links, power or events panel (folded side column: show that tab)"
 
 
@@ -70,9 +72,9 @@ class MainScreen(DashboardScreen):
                 tooltip="the worst GPUs of the view under the map (rack and node zoom: every GPU, always)"),
         Binding("e", "event_filter", "Event filter", show=False,
                 tooltip="event log filter: all events, no power swings, faults and restarts ([ ] follow it)"),
-        Binding("o", "sort_jobs", "Sort jobs", show=False,
-                tooltip="sort the jobs table: name, tokens/s, MFU, effective, interruptions, time lost "
-                        "(or click a header)"),
+        Binding("o", "sort_jobs", "Sort jobs", show=False, key_display="o O",
+                tooltip=SORT_TIP),
+        Binding("O", "reverse_jobs", "Reverse the jobs' order", show=False, tooltip=SORT_TIP),
         *(Binding(key, f"panel('{name}')", f"{name.title()} panel", show=False, tooltip=PANEL_TIP,
                   key_display="4 5 6 7" if key == "4" else None)
           for key, name in zip(PANEL_KEYS, PANELS)),
@@ -267,6 +269,11 @@ class MainScreen(DashboardScreen):
 
     def action_sort_jobs(self) -> None:
         order = self.query_one(JobsPanel).cycle_sort()
+        self.notify(f"jobs sorted by {order}", timeout=2)
+        self.update_frame()
+
+    def action_reverse_jobs(self) -> None:
+        order = self.query_one(JobsPanel).reverse_sort()
         self.notify(f"jobs sorted by {order}", timeout=2)
         self.update_frame()
 

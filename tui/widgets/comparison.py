@@ -60,7 +60,7 @@ class Comparison(Panel):
         """`ended[i]`: when side i's recording ended before the clock ('ended 00:01:00.0'); its last sample is
         not the present, so its figures are not compared."""
         table = Table(box=None, expand=True, padding=(0, 2), show_edge=False)
-        table.add_column("figure", style="dim")
+        table.add_column("figure", style="dim", no_wrap=True)
         table.add_column(f"A: {names[0]}", justify="right")
         table.add_column(f"B: {names[1]}", justify="right")
         table.add_column("B − A", justify="right")

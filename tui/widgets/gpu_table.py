@@ -19,6 +19,7 @@ from .. import charts, jobinfo
 from ..index import EventIndex
 from ..palette import PHASE_COLORS
 from ..running import running_app
+from .jobs import ASCENDING, DESCENDING, header_cell
 from .jobs import abbreviate as jobs_abbr
 from .panel import Panel
 
@@ -61,6 +62,7 @@ class GpuTable(Panel):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.sort = "gpu"
+        self.descending = False       # a click on the sorted header reverses the order
         self._headers: list[tuple[int, int, str]] = []
         self._history: dict[int, deque[float]] = {}
         # (the index's samples at or before t, GPUs) of the histories kept (not state.samples: after a seek
@@ -120,16 +122,20 @@ class GpuTable(Panel):
                 "phase": -float(shares[k][PHASES.index("compute")]),
                 "mix": [(PHASES[i], float(shares[k][i])) for i in order if shares[k][i] >= 0.005]})
         if self.sort != "gpu":
-            records.sort(key=lambda r: (r[self.sort], r["gpu"]))
+            records.sort(key=lambda r: r[self.sort], reverse=self.descending)     # ties: in GPU order
+        elif self.descending and not worst:
+            records.reverse()
         history_w = max(4, width - sum(w + 1 for _, w, _ in COLUMNS))
         text = Text(no_wrap=True, overflow="ellipsis")
         self._headers, x = [], 0
         for header, w, key in COLUMNS:
             w = w or history_w
             last = header == COLUMNS[-1][0]
-            text.append(f"{header:<{w}.{w}} " if key in ("gpu", "job", "phase") or last
-                        else f"{header:>{w}} ",
-                        style="bold underline" if key == self.sort and not last else "dim")
+            # the worst GPUs, unsorted, come worst first: no column is the order then
+            marked = key == self.sort and not last and not (worst and key == "gpu")
+            mark = (DESCENDING if self.descending else ASCENDING) if marked else ""
+            text.append(header_cell(header, w, key in ("gpu", "job", "phase") or last, mark) + " ",
+                        style="bold underline" if marked else "dim")
             self._headers.append((x, x + w, key))
             x += w + 1
         for r in records:
@@ -151,7 +157,7 @@ class GpuTable(Panel):
                 used += len(cell) + 1
             text.append(" " * max(0, PHASES_W + 1 - used))
             text.append(charts.sparkline(self._history.get(r["gpu"], ()), history_w, 0.0, 1.0), style="cyan")
-        self.show_if_changed(repr((text.plain, self.sort)), text)
+        self.show_if_changed(repr((text.plain, self.sort, self.descending)), text)
 
     def on_resize(self, event: events.Resize) -> None:
         """How many rows fit changed: list as many GPUs as now fit."""
@@ -164,6 +170,7 @@ class GpuTable(Panel):
             return
         for x0, x1, key in self._headers:
             if x0 <= offset.x < x1:
+                self.descending = not self.descending if key == self.sort else False
                 self.sort = key
                 self._shown = ""
                 running_app(self).redraw()

@@ -258,8 +258,10 @@ class Heatmap(Widget, can_focus=True):
             return np.full(lay.pixels, palette.BG, dtype=np.int16)
         missing = state.missing("power_w" if self.metric == "power" else "util")
         if self.metric == "phase":
-            colours = palette.phase_colour(lay.phase(palette.known_phases(state.phase[lay.gpu0:lay.gpu1]),
-                                                     lay.gpu0))
+            rows, table = state.mix.get()
+            phase = palette.known_phases(state.phase[lay.gpu0:lay.gpu1])
+            codes = palette.network_phases(rows[lay.gpu0:lay.gpu1], table, phase)
+            colours = palette.phase_colour(lay.phase(codes, lay.gpu0))
             if missing is not None:        # the phase of real telemetry comes from its utilization
                 colours[lay.count(~missing) == 0] = palette.NODATA
             return colours
@@ -369,8 +371,13 @@ class Heatmap(Widget, can_focus=True):
                 value = "no data"
             elif self.metric == "phase":
                 shares = state.mix.per_gpu(gpu, gpu + 1)[0]
+                waiting = float(sum(shares[PHASES.index(w)] for w in palette.WAITS))
                 code = int(shares.argmax())
-                value = f"{PHASE_LABELS.get(PHASES[code], '?')} {shares[code] * 100:.0f}%"
+                others = [float(v) for name, v in zip(PHASES, shares) if name not in palette.WAITS]
+                if waiting > max(others):
+                    value = f"network {waiting * 100:.0f}%"
+                else:
+                    value = f"{PHASE_LABELS.get(PHASES[code], '?')} {shares[code] * 100:.0f}%"
             elif self.metric == "power":
                 value = f"{float(state.power_w[gpu]):.0f} W"
             else:

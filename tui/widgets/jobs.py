@@ -228,16 +228,22 @@ COLUMNS: tuple[tuple[str, int, str], ...] = (
 SERVING_COLUMNS: tuple[tuple[str, int, str], ...] = (
     ("req/s", 6, "requests/s"), ("TTFT", 6, "TTFT"), ("TPOT", 6, "TPOT"))
 SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
+ASCENDING, DESCENDING = "▲", "▼"
 
 
-def sort_value(job: JobStatus, key: str, state: DisplayState, t: float) -> tuple[float, str]:
-    """Descending figures first (a stopped job's rates count as 0), names ascending."""
+def sort_value(job: JobStatus, key: str, state: DisplayState, t: float) -> float | str:
+    """A job's place in ascending order of `key` (a stopped job's rates count as 0)."""
     if key == "name":
-        return (0.0, job.name)
-    value = {"tokens/s": 0.0 if stopped(job) else job.tokens_per_s, "MFU": 0.0 if stopped(job) else job.mfu,
+        return job.name
+    return {"tokens/s": 0.0 if stopped(job) else job.tokens_per_s, "MFU": 0.0 if stopped(job) else job.mfu,
              "effective": effective(job, t, job_start_time(state, job.name)) or 0.0,
              "interrupts": float(job.interruptions), "time lost": lost_time(job, t)}[key]
-    return (-value, job.name)
+
+
+def header_cell(header: str, width: int, left: bool, mark: str = "") -> str:
+    """A column's header in its width, with the sort mark (▲ ascending, ▼ descending) kept when it is cut."""
+    label = header[:width - len(mark)] + mark
+    return f"{label:<{width}}" if left else f"{label:>{width}}"
 
 
 def abbreviate(name: str, width: int) -> str:
@@ -260,14 +266,16 @@ class JobsPanel(Panel):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.sort = "name"
+        self.descending = False         # names A to Z first; a figure's largest first
         self._headers: list[tuple[int, int, str]] = []
+        self.sortable: tuple[str, ...] = SORTS[:1]    # the sort keys of the columns the table shows
 
     def show(self, state: DisplayState, t: float, ended: str | None = None) -> None:
         """`ended`: the recording ended before t (compare mode): the figures are its last, not live."""
         width = max(20, self.size.width or 46)    # the content width (inside border and padding)
         jobs = list(state.jobs.values())
         over = run_over(state, t)
-        key = repr((width, self.sort, ended, over,
+        key = repr((width, self.sort, self.descending, ended, over,
                     [(job.name, job.running, job.down, figures(job, state, t)) for job in jobs]))
         if key == self._shown:
             return
@@ -336,14 +344,19 @@ class JobsPanel(Panel):
         return name_w, shown
 
     def _many(self, state: DisplayState, t: float, width: int) -> Text:
-        jobs = sorted(state.jobs.values(), key=lambda job: sort_value(job, self.sort, state, t))
-        name_w, columns = self.columns(width, max(len(job.name) for job in jobs),
-                                       any(is_inference(job) for job in jobs))
+        name_w, columns = self.columns(width, max(len(job.name) for job in state.jobs.values()),
+                                       any(is_inference(job) for job in state.jobs.values()))
+        self.sortable = tuple(k for k in SORTS if k == "name" or any(c[2] == k for c in columns))
+        if self.sort not in self.sortable:          # its column no longer fits: by name
+            self.sort, self.descending = "name", False
+        jobs = sorted(state.jobs.values(), key=lambda job: job.name)     # ties: by name, either way
+        jobs.sort(key=lambda job: sort_value(job, self.sort, state, t), reverse=self.descending)
         text = Text(no_wrap=True, overflow="ellipsis")
         self._headers = []
         x = 0
         for header, w, key in (("job", name_w, "name"), *columns):
-            cell = f"{header:<{w}}" if key == "name" else f"{header:>{w}}"
+            mark = (DESCENDING if self.descending else ASCENDING) if key == self.sort else ""
+            cell = header_cell(header, w, key == "name", mark)
             style = "bold underline" if key == self.sort else "dim"
             self._headers.append((x, x + w, key))
             text.append(cell, style=style)
@@ -367,17 +380,34 @@ class JobsPanel(Panel):
             text.append(f"\n{PLANNED} planned: no step yet", style="dim italic")
         return text
 
-    def cycle_sort(self) -> str:
-        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)] if self.sort in SORTS else SORTS[0]
+    def sort_by(self, key: str) -> None:
+        """Sort by `key`: the same key again reverses the order; a new one starts names A to Z, figures
+        largest first."""
+        if key == self.sort:
+            self.descending = not self.descending
+        else:
+            self.sort, self.descending = key, key != "name"
         self._shown = ""
-        return self.sort
+
+    def cycle_sort(self) -> str:
+        """The next column the table shows (only those), and 'tokens/s ▼'."""
+        keys = self.sortable
+        self.sort_by(keys[(keys.index(self.sort) + 1) % len(keys)] if self.sort in keys else keys[0])
+        return self.order
+
+    def reverse_sort(self) -> str:
+        self.sort_by(self.sort)
+        return self.order
+
+    @property
+    def order(self) -> str:
+        return f"{self.sort} {DESCENDING if self.descending else ASCENDING}"
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
         if offset is None or offset.y != 0:
             return
         for x0, x1, key in self._headers:
-            if x0 <= offset.x < x1 and key in SORTS:
-                self.sort = key
-                self._shown = ""
+            if x0 <= offset.x < x1 and key in self.sortable:
+                self.sort_by(key)
                 running_app(self).redraw()

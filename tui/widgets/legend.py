@@ -9,11 +9,20 @@ from rich.text import Text
 
 from .. import jobinfo
 from ..marks import marks_of
-from ..palette import MARK_COLORS, NODATA_COLOR, PHASE_COLORS, POWER_RAMP, UTIL_RAMP
+from ..palette import (
+    MARK_COLORS,
+    NETWORK_COLOR,
+    NETWORK_LABEL,
+    NODATA_COLOR,
+    PHASE_COLORS,
+    POWER_RAMP,
+    UTIL_RAMP,
+    WAITS,
+)
 from .panel import QuietStatic
 
-LEGEND_PHASES = ("compute", "tp", "pp", "dp", "cp", "ep", "bubble", "optimizer", "checkpoint", "memory",
-                 "idle", "failed")
+# "network": the wait phases together (the map draws them in one colour: palette.network_phases)
+LEGEND_PHASES = ("compute", "network", "bubble", "optimizer", "checkpoint", "memory", "idle", "failed")
 
 
 class Legend(QuietStatic):
@@ -35,6 +44,16 @@ class Legend(QuietStatic):
             shares = state.mix.shares(gpu0, gpu1)
             failed = np.count_nonzero(state.phase[gpu0:gpu1] == PHASES.index("failed")) / max(1, gpu1 - gpu0)
             for name in LEGEND_PHASES:
+                if name == "network":
+                    waits = [(w, float(shares[PHASES.index(w)])) for w in WAITS]
+                    share = sum(v for _, v in waits)
+                    if share < 0.005:
+                        continue
+                    text.append("█", style=NETWORK_COLOR)
+                    text.append(f" {NETWORK_LABEL} {share * 100:.0f}% ")
+                    text.append("(" + " · ".join(f"{w.upper()} {v * 100:.0f}" for w, v in waits if v >= 0.005)
+                                + ")  ", style="dim")
+                    continue
                 code = PHASES.index(name)
                 share = max(float(shares[code]), failed if name == "failed" else 0.0)
                 if share < 0.005 and name not in ("compute", "failed"):

@@ -40,16 +40,20 @@ def load_style(load: float) -> str:
     return "red" if load >= 0.9 else "yellow" if load >= 0.7 else "green"
 
 
+def strip_group(n: int, width: int, pods_per_building: int) -> tuple[int, int, int]:
+    """(pods per character, pods per building, gaps between buildings) of a strip of n pods in `width`."""
+    per_building = pods_per_building if 1 < pods_per_building < n else n
+    gaps = n // per_building - 1 if per_building < n else 0
+    group = max(1, -(-n // max(1, width - gaps)))
+    return group, per_building, 0 if group > 1 else gaps
+
+
 def pod_strip(loads: np.ndarray, width: int, pods_per_building: int) -> tuple[str, list[float]]:
     """One character per pod (or per group of pods, their maximum, when they do not fit), as high as its load
     (a quarter or the tier's busiest is full height, so a low load stays low and one pod apart stands out); a
     space between buildings when they fit."""
     n = loads.size
-    per_building = pods_per_building if 1 < pods_per_building < n else n
-    gaps = n // per_building - 1 if per_building < n else 0
-    group = max(1, -(-n // max(1, width - gaps)))
-    if group > 1:
-        gaps = 0
+    group, per_building, gaps = strip_group(n, width, pods_per_building)
     cells: list[float] = [float(loads[i:i + group].max()) for i in range(0, n, group)]
     top = max(max(cells), 0.25)
     out = []
@@ -75,6 +79,22 @@ def hottest(state: ClusterState, count: int = 3) -> list[tuple[str, str, float]]
         elif loads.size:
             found.append((tier, "site", float(loads[0])))
     return sorted(found, key=lambda item: -item[2])[:count]
+
+
+DEGRADED_STYLE = "bold black on yellow"      # a degraded link's pod in the strip, and the line naming it
+
+
+def degraded_pods(state: ClusterState, tier: str, n: int) -> np.ndarray:
+    """Which of a tier's n blocks the scenario degrades (every one for a degradation of every pod)."""
+    out = np.zeros(n, dtype=bool)
+    for d in jobinfo.cluster(state).get("degraded") or []:
+        if isinstance(d, dict) and d.get("tier") == tier and float(d.get("capacity", 1.0) or 1.0) < 1.0:
+            pod = d.get("pod")
+            if pod is None:
+                out[:] = True
+            elif isinstance(pod, int) and 0 <= pod < n:
+                out[pod] = True
+    return out
 
 
 def degraded(state: ClusterState) -> list[str]:
@@ -128,16 +148,23 @@ class LinksPanel(Panel):
             text.append(charts.bar(load, 8), style=load_style(load))
             text.append(f" {load * 100:3.0f}% ", style=load_style(load))
             if loads.size > 1:
-                strip, cells = pod_strip(loads, room, per_building if scope(state, tier) == "pod" else 1)
+                pods = per_building if scope(state, tier) == "pod" else 1
+                strip, cells = pod_strip(loads, room, pods)
+                group = strip_group(loads.size, room, pods)[0]
+                slow = degraded_pods(state, tier, loads.size) if scope(state, tier) == "pod" else None
                 usual = float(np.median(loads))
                 k = 0
                 for ch in strip:
                     if ch == " ":
                         text.append(" ")
                         continue
-                    # a pod apart from the others
+                    # a pod apart from the others; a pod whose link the scenario degrades, highlighted
                     apart = cells[k] >= 1.5 * usual and cells[k] - usual >= 0.02
-                    text.append(ch, style="bold yellow" if apart and cells[k] < 0.9 else load_style(cells[k]))
+                    if slow is not None and slow[k * group:(k + 1) * group].any():
+                        style = DEGRADED_STYLE
+                    else:
+                        style = "bold yellow" if apart and cells[k] < 0.9 else load_style(cells[k])
+                    text.append(ch, style=style)
                     k += 1
             else:
                 text.append(charts.sparkline(state.link_history.get(tier, ()), room, 0.0, 1.0), style="cyan")
@@ -154,8 +181,11 @@ class LinksPanel(Panel):
                 text.append(" · ".join(f"{name} {share * 100:.0f}%"
                                        + (f" x{slow:.3f}" if slow > 1.0005 else "")
                                        for name, share, slow in jobs))
+            for line in jobinfo.mesh_links(state):
+                text.append(f"\n{tier_label('node', state)} ", style="dim")
+                text.append(line)
             bad = degraded(state)
             if bad:
                 text.append("\ndegraded ", style="dim")
-                text.append(" · ".join(bad), style="bold yellow")
+                text.append(" · ".join(bad), style=DEGRADED_STYLE)
         self.show_if_changed(text.plain, text)
