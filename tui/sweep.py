@@ -99,10 +99,12 @@ def _figure_cell(column: str, value: Any, state: str) -> Text:
         return right("OOM", "bold red")
     if value is None:
         return right("—", "dim")
-    shown = {"GPUs": lambda v: f"{v:,}", "step s": lambda v: f"{v:.3f}", "tokens/s": units.si,
-             "tok/s/GPU": units.si, "TFLOP/s/GPU": lambda v: f"{v:.0f}", "MFU": lambda v: f"{v * 100:.1f}%",
-             "mem GB/GPU": lambda v: f"{v:.1f}", "$/Mtok": units.usd, "J/token": lambda v: f"{v:,.2f}",
-             "tok/s/MW": units.si}[column](value)
+    formats: dict[str, Callable[[Any], str]] = {
+        "GPUs": lambda v: f"{v:,}", "step s": lambda v: f"{v:.3f}", "tokens/s": units.si,
+        "tok/s/GPU": units.si, "TFLOP/s/GPU": lambda v: f"{v:.0f}", "MFU": lambda v: f"{v * 100:.1f}%",
+        "mem GB/GPU": lambda v: f"{v:.1f}", "$/Mtok": units.usd, "J/token": lambda v: f"{v:,.2f}",
+        "tok/s/MW": units.si}
+    shown = formats[column](value)
     style = "bold" if column == "step s" else "red" if state == "oom" and column == "mem GB/GPU" else ""
     return right(shown, style)
 
