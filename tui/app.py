@@ -233,10 +233,20 @@ class ClusterTopApp(App[None]):
         self.redraw()
 
     def action_faster(self) -> None:
-        self._set_speed(self.playback.faster())
+        if not self._real_time():
+            self._set_speed(self.playback.faster())
 
     def action_slower(self) -> None:
-        self._set_speed(self.playback.slower())
+        if not self._real_time():
+            self._set_speed(self.playback.slower())
+
+    def _real_time(self) -> bool:
+        """Watching a real cluster at its live edge: its clock is the wall's, no speed changes it (seek back
+        to replay what was recorded at a speed)."""
+        if any(s.kind == "watch" for s in self.sources) and self.playback.follow:
+            self.notify("watching live: the clock is real time (seek back to replay faster)", timeout=3)
+            return True
+        return False
 
     def _set_speed(self, speed: float) -> None:
         self._send(protocol.speed(speed))

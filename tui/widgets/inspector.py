@@ -37,7 +37,14 @@ def phase_shares(state: ClusterState, gpu0: int, gpu1: int) -> list[tuple[str, f
     return [(PHASES[i], float(shares[i])) for i in np.argsort(-shares, kind="stable") if shares[i] >= 0.005]
 
 
-def shares_text(text: Text, shares: list[tuple[str, float]], limit: int = 4) -> None:
+def shares_text(text: Text, shares: list[tuple[str, float]], limit: int = 4,
+                measured: bool = True) -> None:
+    """The phases by share; real telemetry measures no phase (its "computing" is a GPU at least half busy, the
+    rest is not idle but unknown): the share at least half busy, said as such."""
+    if not measured:
+        busy = dict(shares).get("compute", 0.0)
+        text.append(f"{busy * 100:.0f}% at least half busy (phases not measured)", style="dim")
+        return
     for name, share in shares[:limit]:
         text.append("■", style=PHASE_COLORS.get(name, ""))
         text.append(f" {PHASE_LABELS.get(name, name)} {share * 100:.0f}% ")
@@ -106,7 +113,7 @@ class Inspector(QuietStatic):
             elif capacity is not None:
                 text.append(f" · memory — of {units.gb(capacity)}", style="dim")
             text.append(" · ", style="dim")
-            shares_text(text, shares, 3)
+            shares_text(text, shares, 3, measured="telemetry" not in state.header)
         else:
             seen = ~no_util[gpu0:gpu1] if no_util is not None else np.ones(util.size, dtype=bool)
             if seen.any():
@@ -119,7 +126,7 @@ class Inspector(QuietStatic):
                 text.append(f"({int((~seen).sum()):,} without data) ", style="bold")
             text.append(f"· power {float(power.sum(dtype=np.float64)) / 1e3:,.1f} kW ")
             text.append("· ", style="dim")
-            shares_text(text, shares)
+            shares_text(text, shares, measured="telemetry" not in state.header)
         self.show_if_changed(text.plain, text)
 
 
