@@ -452,3 +452,16 @@ def test_power_panel_shows_the_site_budget_and_when_it_is_exceeded() -> None:
     state.apply({**sample(2.0, 90, mw=24.8), "over_budget": True})
     assert "103.3%  OVER BUDGET" in power_text(state, 40).plain
     assert "budget" not in power_text(DisplayState(header()), 40).plain    # no budget set: no line
+
+
+def test_compare_gives_no_tokens_per_mw_for_a_run_that_reports_no_tokens() -> None:
+    from clustertop.tui.widgets.comparison import FIGURES
+
+    per_mw = next(f for name, f, _, _ in FIGURES if name == "tokens/s per MW")
+
+    class Real:                          # a real cluster's telemetry: power, but no job reports tokens
+        def __init__(self) -> None:
+            self.jobs: dict[str, object] = {}
+            self.site_mw = 12.5
+
+    assert per_mw(Real()) is None        # shown "—", not "0"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from clustertop.engine.config import units
@@ -24,6 +25,14 @@ def _job(state: DisplayState, attr: str) -> float | None:
     return float(value) or None
 
 
+def _per_mw(tokens_per_s: float | None, site_mw: float) -> float | None:
+    """Tokens/s per MW of the site; None (shown "—") when no job reports tokens (a real cluster's telemetry)
+    or no power is known."""
+    if tokens_per_s is None or not site_mw or math.isnan(site_mw):
+        return None
+    return tokens_per_s / site_mw
+
+
 def _per_token(state: DisplayState, dollars: bool) -> float | None:
     """The site's energy (J) or cost (USD per million) per token kept, from the start to now."""
     mwh, usd = spent(state)
@@ -43,8 +52,7 @@ FIGURES: tuple[Figure, ...] = (
     ("MFU", lambda s: _job(s, "mfu"), lambda v: f"{v * 100:.1f}%", True),
     ("mean utilization", lambda s: s.mean("util") if s.samples else None, lambda v: f"{v * 100:.0f}%", True),
     ("site power", lambda s: s.site_mw if s.samples else None, units.power, False),
-    ("tokens/s per MW", lambda s: (_job(s, "tokens_per_s") or 0) / s.site_mw if s.site_mw else None, units.si,
-     True),
+    ("tokens/s per MW", lambda s: _per_mw(_job(s, "tokens_per_s"), s.site_mw), units.si, True),
     ("energy per token so far", lambda s: _per_token(s, False), lambda v: f"{v:,.2f} J", False),
     ("cost per M tokens so far", lambda s: _per_token(s, True), units.usd, False),
 )
