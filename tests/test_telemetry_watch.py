@@ -142,7 +142,7 @@ def test_the_dashboard_watches_exporters(simulated_run: Any, exporters: Any) -> 
             assert "no data 8 GPUs" in str(app.screen.query_one(Legend)._shown)
             inspected = str(app.screen.query_one(Inspector)._shown)
             assert "host 127.0.0.2" in inspected
-            assert "phases not measured" in inspected and "idle" not in inspected     # not "idle 100%"
+            assert "phase no data" in inspected and "idle" not in inspected    # not "idle 100%"
             assert "503 Service Unavailable" in str(app.screen.query_one(EventLog)._shown)
             assert "watch 8 exporters" in app.sub_title
             if app.playback.follow:                    # at the live edge the clock is the wall's

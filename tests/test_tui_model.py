@@ -465,3 +465,20 @@ def test_compare_gives_no_tokens_per_mw_for_a_run_that_reports_no_tokens() -> No
             self.site_mw = 12.5
 
     assert per_mw(Real()) is None        # shown "—", not "0"
+
+
+def test_the_phase_legend_counts_gpus_without_data_as_no_data_not_idle() -> None:
+    from clustertop.engine.config.phases import PHASES
+    from clustertop.tui.display import DisplayState
+    from clustertop.tui.widgets.legend import Legend
+
+    state = DisplayState(header())
+    half = np.zeros(16384, dtype=bool)
+    half[:8192] = True                    # half the GPUs reported nothing (real telemetry writes them idle)
+    state.apply({**sample(1.0, 0), "phase": schema.rle_encode(np.full(16384, PHASES.index("idle"))),
+                 "missing": {"util": schema.rle_encode(half)}})
+    legend = Legend()
+    legend.update = lambda content: None  # type: ignore[method-assign]   # no app: the text alone
+    legend.show(state, "phase", 0, 16384, 1)
+    shown = str(legend._shown)
+    assert "idle 50%" in shown and "no data 8,192 GPUs" in shown

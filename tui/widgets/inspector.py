@@ -113,7 +113,10 @@ class Inspector(QuietStatic):
             elif capacity is not None:
                 text.append(f" · memory — of {units.gb(capacity)}", style="dim")
             text.append(" · ", style="dim")
-            shares_text(text, shares, 3, measured="telemetry" not in state.header)
+            if no_util is not None and no_util[gpu0]:
+                text.append("phase no data", style="dim")
+            else:
+                shares_text(text, shares, 3, measured="telemetry" not in state.header)
         else:
             seen = ~no_util[gpu0:gpu1] if no_util is not None else np.ones(util.size, dtype=bool)
             if seen.any():
@@ -126,7 +129,11 @@ class Inspector(QuietStatic):
                 text.append(f"({int((~seen).sum()):,} without data) ", style="bold")
             text.append(f"· power {float(power.sum(dtype=np.float64)) / 1e3:,.1f} kW ")
             text.append("· ", style="dim")
-            shares_text(text, shares, measured="telemetry" not in state.header)
+            if seen.all() or "telemetry" not in state.header:
+                shares_text(text, shares, measured="telemetry" not in state.header)
+            elif seen.any():             # the share at least half busy among the GPUs that reported
+                busy = dict(shares).get("compute", 0.0) * seen.size / int(seen.sum())
+                shares_text(text, [("compute", busy)], measured=False)
         self.show_if_changed(text.plain, text)
 
 

@@ -43,6 +43,11 @@ class Legend(QuietStatic):
         elif metric == "phase":    # the time shares of the view's GPUs over the sample interval
             shares = state.mix.shares(gpu0, gpu1)
             failed = np.count_nonzero(state.phase[gpu0:gpu1] == PHASES.index("failed")) / max(1, gpu1 - gpu0)
+            missing = state.missing("util")
+            if missing is not None:      # GPUs that reported nothing are not idle: counted below as no data
+                unknown = np.count_nonzero(missing[gpu0:gpu1]) / max(1, gpu1 - gpu0)
+                shares = shares.copy()
+                shares[PHASES.index("idle")] = max(0.0, float(shares[PHASES.index("idle")]) - unknown)
             for name in LEGEND_PHASES:
                 if name == "network":
                     waits = [(w, float(shares[PHASES.index(w)])) for w in WAITS]
