@@ -132,3 +132,28 @@ def test_the_jobs_table_gives_serving_figures_their_own_columns() -> None:
     train = next(line for line in text if line.startswith("train"))
     assert "250 ms" in chat and "30 ms" in chat and "120" in chat
     assert "ms" not in train                   # a training job has no latencies: its serving cells are "—"
+
+
+def test_every_shown_column_of_the_jobs_table_sorts() -> None:
+    from clustertop.tui.display import DisplayState
+    from clustertop.tui.widgets.jobs import JobsPanel, sort_value
+
+    topology = {"gpus": 192, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 64,
+                "gpus_per_building": 192, "nodes": 24, "racks": 12, "pods": 3, "buildings": 1}
+    jobs = [{"name": "train", "kind": "training", "first_gpu": 0, "gpus": 64, "tp": 8, "dp": 8},
+            {"name": "chat", "kind": "inference", "first_gpu": 64, "gpus": 64, "tp": 4, "dp": 16,
+             "ttft_s": 0.25, "tpot_s": 0.03, "requests_per_s": 120.0},
+            {"name": "agent", "kind": "inference", "first_gpu": 128, "gpus": 64, "tp": 4, "dp": 16,
+             "ttft_s": 0.05, "tpot_s": 0.04, "requests_per_s": 30.0}]
+    state = DisplayState({"type": "header", "topology": topology, "jobs": jobs, "sample_interval_s": 1.0})
+    for name in ("train", "chat", "agent"):
+        state.apply({"t": 0.0, "type": "job_start", "job": name})
+    panel = JobsPanel()
+    panel._many(state, 0.0, 200)
+    shown = [key for _, _, key in panel._headers]
+    assert set(shown) - {"state"} <= set(panel.sortable)
+    assert {"TTFT", "TPOT", "requests/s", "step", "$/M tokens"} <= set(panel.sortable)
+    by_ttft = sorted(state.jobs.values(), key=lambda j: sort_value(j, "TTFT", state, 0.0))
+    assert [j.name for j in by_ttft] == ["agent", "chat", "train"]       # no latency: last
+    by_rate = sorted(state.jobs.values(), key=lambda j: sort_value(j, "requests/s", state, 0.0))
+    assert [j.name for j in by_rate] == ["train", "agent", "chat"]

@@ -227,7 +227,8 @@ COLUMNS: tuple[tuple[str, int, str], ...] = (
 )
 SERVING_COLUMNS: tuple[tuple[str, int, str], ...] = (
     ("req/s", 6, "requests/s"), ("TTFT", 6, "TTFT"), ("TPOT", 6, "TPOT"))
-SORTS = ("name", "tokens/s", "MFU", "effective", "interrupts", "time lost")
+SORTS = ("name", "tokens/s", "requests/s", "TTFT", "TPOT", "MFU", "step time", "effective", "interrupts",
+         "time lost", "$/M tokens", "step")
 ASCENDING, DESCENDING = "▲", "▼"
 
 
@@ -235,9 +236,20 @@ def sort_value(job: JobStatus, key: str, state: DisplayState, t: float) -> float
     """A job's place in ascending order of `key` (a stopped job's rates count as 0)."""
     if key == "name":
         return job.name
-    return {"tokens/s": 0.0 if stopped(job) else job.tokens_per_s, "MFU": 0.0 if stopped(job) else job.mfu,
-             "effective": effective(job, t, job_start_time(state, job.name)) or 0.0,
-             "interrupts": float(job.interruptions), "time lost": lost_time(job, t)}[key]
+    live = not stopped(job)
+    if key in ("requests/s", "TTFT", "TPOT", "$/M tokens"):
+        # serving figures and the plan's cost; a job without one (training, a record before it) goes last
+        field = {"requests/s": "requests_per_s", "TTFT": "ttft_s", "TPOT": "tpot_s"}.get(key)
+        econ = job.info.get("economics")
+        value = (_number(_serving(job, field)) if field else
+                 _number(econ.get("usd_per_mtoken")) if isinstance(econ, dict) else None)
+        if key == "requests/s":
+            return value if value is not None and live else 0.0
+        return value if value is not None else math.inf
+    return {"tokens/s": job.tokens_per_s if live else 0.0, "MFU": job.mfu if live else 0.0,
+            "step time": job.step_time_s if live and job.step_time_s else math.inf, "step": float(job.step),
+            "effective": effective(job, t, job_start_time(state, job.name)) or 0.0,
+            "interrupts": float(job.interruptions), "time lost": lost_time(job, t)}[key]
 
 
 def header_cell(header: str, width: int, left: bool, mark: str = "") -> str:
