@@ -75,12 +75,18 @@ class Row:
 
 
 @cache
-def tables() -> dict[str, Any]:
-    with resources.files("clustertop.engine.config.catalogs").joinpath(CALIBRATION_FILE).open("rb") as f:
+def catalog_tables(name: str) -> dict[str, Any]:
+    """A TOML file of published runs in engine/config/catalogs/, loaded once."""
+    with resources.files("clustertop.engine.config.catalogs").joinpath(name).open("rb") as f:
         return tomllib.load(f)
 
 
-def _records(table: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def tables() -> dict[str, Any]:
+    return catalog_tables(CALIBRATION_FILE)
+
+
+def records(table: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A table's rows as {column: value}."""
     for row in table["rows"]:
         yield dict(zip(table["columns"], row))
 
@@ -111,7 +117,7 @@ def _llm_foundry() -> Iterator[Row]:
     the parameters' all-gather. Attention: MPT's 2023 kernels (`attn_impl` "triton", the Triton FlashAttention
     that also takes ALiBi, or "flash", FlashAttention-1: the tables predate llm-foundry's FlashAttention-2
     support), both of the FA1 class ("flash1"). MosaicML's H100 nodes have 8 x 400G InfiniBand."""
-    for r in _records(tables()["llm_foundry"]):
+    for r in records(tables()["llm_foundry"]):
         gpu, net = DGX_H100 if r["gpu"] == "h100" else DGX_A100
         zero = 2 if r["note"] == "SHARD_GRAD_OP" else 3
         job = {"model": f"mpt-{r['model']}", "seq_len": r["seq"], "global_batch": r["global_batch"],
@@ -146,19 +152,19 @@ def _megatron_job(model: str, r: dict[str, Any], precision: str, attention: str,
 
 
 def _nemo() -> Iterator[Row]:
-    for r in _records(tables()["nemo_2407_fp8"]):
+    for r in records(tables()["nemo_2407_fp8"]):
         name = f"{r['model']} fp8 {r['gpus']} GPUs tp{r['tp']} pp{r['pp']} cp{r['cp']} vp{r['vp']}"
         job = _megatron_job(r["model"], r, "fp8", "flash3", ce_fusion=False)
         yield Row("nemo", name, _scenario(name, _cluster(*DGX_H100[:1], r["gpus"], DGX_H100[1]), job),
                   r["tok_s_gpu"], TOKENS)
     table = tables()["nemo_long_sequence_llama2_7b_fp8"]
-    for r in _records(table):
+    for r in records(table):
         run = {**r, "micro_batch": 1}
         name = f"llama2-7b fp8 seq {r['seq']} {r['gpus']} GPUs tp{r['tp']} pp{r['pp']} cp{r['cp']}"
         job = _megatron_job("llama2-7b", run, "fp8", "flash2", ce_fusion=False)
         yield Row("nemo", name, _scenario(name, _cluster(*DGX_H100[:1], r["gpus"], DGX_H100[1]), job),
                   r["tflops_cp"], TFLOPS_NEMO)
-    for r in _records(tables()["megatron_bridge_2511"]):
+    for r in records(tables()["megatron_bridge_2511"]):
         if r["system"] not in BRIDGE_GPUS or r["ep"] > 1:
             continue                      # SKIPPED: GB300 (not calibrated) and the MoE rows (rank order)
         name = (f"{r['model']} {r['precision']} {r['system']} {r['gpus']} GPUs tp{r['tp']} pp{r['pp']} "
@@ -176,7 +182,7 @@ def _nemo() -> Iterator[Row]:
 
 
 def _dgxc() -> Iterator[Row]:
-    for r in _records(tables()["dgxc"]):
+    for r in records(tables()["dgxc"]):
         name = f"{r['model']} {r['precision']} {r['gpus']} GPUs tp{r['tp']} cp{r['cp']}"
         job = _megatron_job(r["model"], r, r["precision"], "flash3")
         yield Row("dgxc", name, _scenario(name, _cluster(*DGX_H100[:1], r["gpus"], DGX_H100[1]), job),
@@ -202,7 +208,7 @@ def _torchtitan() -> Iterator[Row]:
 
 def _flash_attention() -> Iterator[Row]:
     """FlashAttention's GPT-3 runs: 8 A100, seq 2048, data parallel (batch of 0.5M or 1M tokens), no AC."""
-    for r in _records({"columns": tables()["flash_attention_gpt3_a100"]["columns"],
+    for r in records({"columns": tables()["flash_attention_gpt3_a100"]["columns"],
                        "rows": tables()["flash_attention_gpt3_a100"]["rows"]}):
         sequences = 256 if r["batch_tokens"] < 750_000 else 512
         name = f"{r['model']} a100 8 GPUs"

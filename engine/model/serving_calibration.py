@@ -16,13 +16,11 @@ saturation only (below, it is the offered rate).
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Iterator
 from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from .calibration import Row
+from .calibration import Row, catalog_tables, records
 
 if TYPE_CHECKING:
     from .estimate import JobEstimate
@@ -42,15 +40,8 @@ ONLINE_MAX_BATCH = 2048           # trtllm-build's default max_batch_size (relea
 SATURATED_TTFT_MS = 1000.0        # an online run whose mean TTFT passes a second is queueing: saturated
 
 
-@cache
 def tables() -> dict[str, Any]:
-    with resources.files("clustertop.engine.config.catalogs").joinpath(SERVING_FILE).open("rb") as f:
-        return tomllib.load(f)
-
-
-def _records(table: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for row in table["rows"]:
-        yield dict(zip(table["columns"], row))
+    return catalog_tables(SERVING_FILE)
 
 
 def _scenario(name: str, gpu: str, tp: int, job: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +54,7 @@ def _scenario(name: str, gpu: str, tp: int, job: dict[str, Any]) -> dict[str, An
 
 def _offline() -> Iterator[Row]:
     """trtllm-bench throughput (release 0.17): every request queued at once."""
-    for r in _records(tables()["trtllm_v017_offline"]):
+    for r in records(tables()["trtllm_v017_offline"]):
         isl, osl = r["isl"], r["osl"]
         name = f"{r['model']} {r['gpu']} {r['precision']} tp{r['tp']} {isl}/{osl} offline"
         job = {"model": r["model"], "precision": r["precision"], "request_rate": "max",
@@ -76,7 +67,7 @@ def _offline() -> Iterator[Row]:
 
 def _online() -> Iterator[Row]:
     """Triton's TensorRT-LLM backend (release 0.14, BF16): 500 requests at a rate, or all at once ("inf")."""
-    for i, r in enumerate(_records(tables()["trtllm_v014_online"])):
+    for i, r in enumerate(records(tables()["trtllm_v014_online"])):
         isl, osl, qps = r["isl"], r["osl"], r["qps"]
         saturated = qps == "inf" or r["mean_ttft_ms"] > SATURATED_TTFT_MS
         name = f"{r['model']} {r['gpu']} tp{r['tp']} {isl}/{osl} at {qps} qps"
