@@ -17,7 +17,7 @@ from typing import Any
 from . import catalog, facility
 from .catalog import GPU, Fabric
 from .errors import quote
-from .fields import Context, Field, catalog_entry, check_table, optional
+from .fields import Context, Field, array_of_tables, catalog_entry, check_table, optional
 from .optics import SiteOptics, site_optics
 
 MAX_GPUS = 10_000_000
@@ -271,12 +271,7 @@ def _hosts(ctx: Context, raw: Any, nodes: int) -> tuple[str, ...]:
 
 
 def _degraded(ctx: Context, raw: Any, pods: int) -> tuple[DegradedLinks, ...]:
-    if raw is None:
-        return ()
-    if isinstance(raw, dict):
-        raw = [raw]
-    if not isinstance(raw, list):
-        raise ctx.error("cluster.degraded", "expected an array of [[cluster.degraded]] tables")
+    raw = array_of_tables(ctx, "cluster.degraded", raw, "expected an array of [[cluster.degraded]] tables")
     out = []
     for i, entry in enumerate(raw):
         d = check_table(ctx, f"cluster.degraded[{i}]", entry, DEGRADED_SPEC)

@@ -151,6 +151,17 @@ def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field],
     return out
 
 
+def array_of_tables(ctx: Context, path: str, raw: Any, expected: str) -> list[Any]:
+    """[[path]] tables as a list (one [path] table is a list of one); none: []; else one clear error."""
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        return [raw]
+    if not isinstance(raw, list):
+        raise ctx.error(path, expected)
+    return raw
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 

@@ -22,6 +22,7 @@ from .fields import (
     Context,
     Field,
     Sections,
+    array_of_tables,
     check_table,
     check_table_memo,
     did_you_mean,
@@ -289,12 +290,10 @@ def _injections(ctx: Context, raw: Any, cluster: Cluster) -> tuple[Injection, ..
     """[[faults.inject]]: faults at given times and GPUs, with a Table 5 cause."""
     from .catalog import causes
 
-    if raw is None:
+    raw = array_of_tables(ctx, "faults.inject", raw,
+                          "expected an array of [[faults.inject]] tables (at, gpu, cause)")
+    if not raw:
         return ()
-    if isinstance(raw, dict):
-        raw = [raw]
-    if not isinstance(raw, list):
-        raise ctx.error("faults.inject", "expected an array of [[faults.inject]] tables (at, gpu, cause)")
     names = [c.name for c in causes()]
     out = []
     for i, entry in enumerate(raw):
