@@ -131,12 +131,17 @@ def embedding_params(model: Model) -> int:
     return model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
 
 
+def layer_kinds(model: Model) -> tuple[int, int]:
+    """(dense, MoE) layers of the whole model: an MoE model's first `dense_layers` are dense."""
+    n_moe = model.layers - model.dense_layers if model.is_moe else 0
+    return model.layers - n_moe, n_moe
+
+
 def total_params(model: Model) -> tuple[float, float]:
     """(total, active per token) parameters of the whole model, embeddings included."""
     dense = layer_params(model, False)
     moe = layer_params(model, True) if model.is_moe else dense
-    n_moe = model.layers - model.dense_layers if model.is_moe else 0
-    n_dense = model.layers - n_moe
+    n_dense, n_moe = layer_kinds(model)
     emb = embedding_params(model)
     return (n_dense * dense[0] + n_moe * moe[0] + emb, n_dense * dense[1] + n_moe * moe[1] + emb)
 
@@ -148,8 +153,8 @@ def model_flops_per_token(model: Model, seq_len: int) -> float:
     d_qk, d_v, _ = attention_dims(model)
     dense = layer_params(model, False)[1] - 2 * model.hidden
     moe = layer_params(model, True)[1] - 2 * model.hidden if model.is_moe else dense
-    n_moe = model.layers - model.dense_layers if model.is_moe else 0
-    matmul = (model.layers - n_moe) * dense + n_moe * moe + model.hidden * model.vocab
+    n_dense, n_moe = layer_kinds(model)
+    matmul = n_dense * dense + n_moe * moe + model.hidden * model.vocab
     attention = seq_len * model.heads * (d_qk + d_v) * model.layers     # forward, causal: s/2 keys per query
     return 6.0 * matmul + 3.0 * attention
 

@@ -47,13 +47,6 @@ def kv_dtype(job: Job) -> str:
     return job.kv_cache_dtype if job.kv_cache_dtype != "auto" else job.precision
 
 
-def layers_of(job: Job) -> tuple[int, int]:
-    """(dense, MoE) layers of the whole model."""
-    m = job.model
-    n_moe = m.layers - m.dense_layers if m.is_moe else 0
-    return m.layers - n_moe, n_moe
-
-
 def kv_bytes_per_token(job: Job) -> float:
     """K/V cache bytes one token of context takes on one GPU of the replica (its stage's layers)."""
     return cm.kv_width_per_rank(job.model, job.tp) * KV_BYTES[kv_dtype(job)] * job.model.layers / job.pp
@@ -89,7 +82,7 @@ class IterationCost:
         self.cluster, self.job, self.gpu = cluster, job, cluster.gpu
         model = job.model
         self.layers = model.layers                              # every stage's layers, run in turn
-        self.dense_layers, self.moe_layers = layers_of(job)
+        self.dense_layers, self.moe_layers = cm.layer_kinds(model)
         d_qk, d_v, _ = cm.attention_dims(model)
         self.head_dim = (d_qk + d_v) / 2
         self.heads = model.heads / job.tp

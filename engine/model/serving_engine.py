@@ -106,7 +106,7 @@ class Engine:
     def _make_room(self, s: _State) -> int:
         """Preempt the newest decoding requests until the cache takes this iteration's decode tokens."""
         preempted = 0
-        while s.decoding and s.kv_used() + s.n_dec > self.capacity:
+        while s.n_dec > 0 and s.kv_used() + s.n_dec > self.capacity:   # n_dec: live requests only
             s.preempt_newest()
             preempted += 1
         return preempted

@@ -64,8 +64,7 @@ class ServingMemory:
 def weights_bytes(job: Job) -> float:
     """Bytes of parameters one GPU of a replica holds."""
     model = job.model
-    dense, moe = (model.layers - (model.layers - model.dense_layers if model.is_moe else 0),
-                  model.layers - model.dense_layers if model.is_moe else 0)
+    dense, moe = cm.layer_kinds(model)
     params = (dense * cm.layer_params_per_gpu(model, False, job.tp, job.ep)
               + moe * cm.layer_params_per_gpu(model, True, job.tp, job.ep)) / job.pp
     embeddings = cm.embedding_params(model) / (job.tp * job.pp)
