@@ -52,7 +52,6 @@ class Outcome:
     done: np.ndarray              # time of the last token (NaN: never)
     preemptions: int = 0
     rejected: int = 0             # requests longer than the whole cache: refused on arrival, as engines do
-    end: float = 0.0              # when the simulation stopped
     # (start, seconds, iterations, decode tokens per iteration, prefill tokens in all, context per iteration,
     # prefill attention work in all) of each step
     trace: list[tuple[float, float, int, int, int, float, float]] = field(default_factory=list)
@@ -65,7 +64,7 @@ class Engine:
         self.cost, self.capacity, self.budget, self.max_batch = cost, kv_tokens, budget, max_batch
         self.watermark = int(WATERMARK * kv_tokens)
 
-    def run(self, req: Requests, until: float = math.inf) -> Outcome:
+    def run(self, req: Requests) -> Outcome:
         n = len(req)
         first = np.full(n, np.nan)
         done = np.full(n, np.nan)
@@ -85,15 +84,12 @@ class Engine:
                     break
                 t = float(arrival[s.next_arrival])          # idle until the next request arrives
                 continue
-            if t >= until:
-                break
             out.preemptions += self._make_room(s)
             chunks = self._chunks(s)
             if not chunks and self._can_skip(s):
                 t = self._decode_run(s, t, out, req)
                 continue
             t = self._iteration(s, t, chunks, out, req)
-        out.end = t
         return out
 
     def _fits_alone(self, s: _State, rid: int) -> bool:
