@@ -18,9 +18,14 @@ def job_of(state: ClusterState, gpu: int) -> JobStatus | None:
     return None
 
 
+def geometry(job: JobStatus) -> JobGeometry:
+    """Where a job's ranks sit, as the engine places them (engine/config/geometry.py)."""
+    return JobGeometry.from_entry({**job.info, "first_gpu": job.first_gpu, "gpus": job.gpus})
+
+
 def ranks(job: JobStatus, gpu: int) -> dict[str, int]:
-    """Parallel ranks of one GPU of a job, placed as the engine places them (engine/config/geometry.py)."""
-    return JobGeometry.from_entry({**job.info, "first_gpu": job.first_gpu, "gpus": job.gpus}).ranks(gpu)
+    """Parallel ranks of one GPU of a job."""
+    return geometry(job).ranks(gpu)
 
 
 def layout_text(job: JobStatus) -> str:

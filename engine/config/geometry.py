@@ -3,18 +3,21 @@ and where a job's ranks and pipeline stages are.
 
 GPUs are numbered 0..N-1 in physical order: consecutive GPUs share a node, consecutive nodes a rack, and so
 on; the last pod (and building) may be partial. A job takes consecutive GPUs from its first one, and its
-parallel ranks follow the Llama 3 order (section 3.3.2): TP innermost, then CP, PP, DP outermost, so that TP
-stays inside the scale-up domain and DP, whose traffic overlaps with compute, takes the outer tiers; EP shards
-experts across consecutive DP ranks. Everything here is arithmetic on indices, vectorized with numpy.
+parallel ranks follow a rank order, innermost first: by default the Llama 3 order (section 3.3.2): TP, then
+CP, PP, DP outermost, so that TP stays inside the scale-up domain and DP, whose traffic overlaps with
+compute, takes the outer tiers; or Megatron-Core's "tp-cp-ep-dp-pp" (PP outermost, DP inside it: an MoE
+job's experts sit next to TP, in its scale-up domain). EP shards experts across consecutive DP ranks, the
+innermost part of DP, in either order. Everything here is arithmetic on indices, vectorized with numpy.
 
 The simulation (its tracks and samples), the stream's reducer, the Perfetto export and the dashboard find a
-job's stages and ranks through JobGeometry; the model finds tiers through Geometry, and layout.py its strides
-through JobGeometry, but collectives.members (a (dp, pp, cp, tp) grid) and step._net (stages every tp * cp
-GPUs) derive the same order from the job's sizes themselves: a change of RANK_ORDER must change them too.
+job's stages and ranks through JobGeometry; the model finds tiers through Geometry, and layout.py,
+collectives.members (a grid of the job's sizes, outermost first) and step._net (stages every stride("pp")
+GPUs) follow the job's order through JobGeometry too.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -29,6 +32,10 @@ TIERS = ("node", "leaf", "spine", "core", "campus")
 LEVELS = ("site", "building", "pod", "rack", "node")
 # Parallel dimensions, innermost rank first; EP is carved out of DP (x CP) ranks.
 RANK_ORDER = ("tp", "cp", "pp", "dp")
+# The orders a job can take (its `rank_order` setting, innermost first; "ep" marks where EP sits, the inner
+# part of DP, and may be left out), each as the order of the four dimensions it places.
+RANK_ORDERS = {"tp-cp-pp-dp": RANK_ORDER, "tp-cp-pp-ep-dp": RANK_ORDER,
+               "tp-cp-dp-pp": ("tp", "cp", "dp", "pp"), "tp-cp-ep-dp-pp": ("tp", "cp", "dp", "pp")}
 DIMS = ("tp", "cp", "pp", "dp", "ep")
 
 
@@ -140,9 +147,17 @@ class Geometry:
                 "nodes": self.nodes, "racks": self.racks, "pods": self.pods, "buildings": self.buildings}
 
 
+def order_of(entry: Any) -> tuple[str, ...]:
+    """The dimension order of a rank order as a header writes it (a list, innermost first) or as a job sets it
+    (a "tp-cp-..." string); anything else is the default (a recording from before orders were written)."""
+    if isinstance(entry, list) and all(isinstance(d, str) for d in entry):
+        entry = "-".join(entry)
+    return RANK_ORDERS.get(entry, RANK_ORDER) if isinstance(entry, str) else RANK_ORDER
+
+
 @dataclass(frozen=True)
 class JobGeometry:
-    """Where a job's ranks sit: GPUs [first_gpu, first_gpu + gpus), ranks in RANK_ORDER."""
+    """Where a job's ranks sit: GPUs [first_gpu, first_gpu + gpus), ranks in `order` (innermost first)."""
 
     first_gpu: int
     gpus: int
@@ -150,21 +165,23 @@ class JobGeometry:
     cp: int = 1
     pp: int = 1
     ep: int = 1
+    order: tuple[str, ...] = RANK_ORDER
 
     @classmethod
     def of(cls, job: Any) -> JobGeometry:
         """A scenario's job (engine/config/job.py's Job)."""
-        return cls(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.ep)
+        return cls(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.ep, order_of(job.rank_order))
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> JobGeometry:
-        """A stream header's job entry, read defensively (a missing or zero size is 1)."""
+        """A stream header's job entry, read defensively (a missing or zero size is 1, an unknown order the
+        default)."""
 
         def size(dim: str) -> int:
             return max(1, int(entry.get(dim, 1) or 1))
 
         return cls(int(entry["first_gpu"]), int(entry["gpus"]), size("tp"), size("cp"), size("pp"),
-                   size("ep"))
+                   size("ep"), order_of(entry.get("rank_order")))
 
     @property
     def dp(self) -> int:
@@ -176,32 +193,35 @@ class JobGeometry:
         return self.tp * self.cp
 
     def stride(self, dim: str) -> int:
-        """GPUs between consecutive ranks of a dimension (EP runs along DP)."""
-        return {"tp": 1, "cp": self.tp, "pp": self.unit, "dp": self.unit * self.pp,
-                "ep": self.unit * self.pp}[dim]
+        """GPUs between consecutive ranks of a dimension: the product of the sizes inside it in the order (EP
+        runs along DP, its innermost part)."""
+        d = "dp" if dim == "ep" else dim
+        sizes = {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}
+        return math.prod(sizes[inner] for inner in self.order[:self.order.index(d)])
 
     def stage_of(self) -> np.ndarray:
         """The pipeline stage of each of the job's GPUs, in job-local order (read-only, shared)."""
-        return stage_of(self.gpus, self.unit, self.pp)
+        return stage_of(self.gpus, self.stride("pp"), self.pp)
 
     def ranks(self, gpu: int) -> dict[str, int]:
         """The parallel ranks of one GPU of the job (a global GPU index)."""
         local = gpu - self.first_gpu
-        dp = local // (self.unit * self.pp)
-        return {"tp": local % self.tp, "cp": local // self.tp % self.cp, "pp": local // self.unit % self.pp,
-                "dp": dp, "ep": dp % self.ep}
+        sizes = {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}
+        out = {d: local // self.stride(d) % sizes[d] for d in RANK_ORDER}
+        return {**out, "ep": out["dp"] % self.ep}
 
     def units(self) -> tuple[np.ndarray, np.ndarray]:
         """(first GPU, stage) of every unit (one stage of one replica, tp * cp GPUs) in GPU order."""
         unit = np.arange(-(-self.gpus // self.unit), dtype=np.int64)
-        return self.first_gpu + unit * self.unit, unit % self.pp
+        return self.first_gpu + unit * self.unit, unit * self.unit // self.stride("pp") % self.pp
 
 
 @lru_cache(maxsize=32)
-def stage_of(gpus: int, unit: int, pp: int) -> np.ndarray:
-    """The pipeline stage of each of `gpus` GPUs of a job whose stages alternate every `unit` (tp * cp) GPUs,
-    in the smallest integer type that holds it (a site's jobs hold millions of GPUs)."""
+def stage_of(gpus: int, stride: int, pp: int) -> np.ndarray:
+    """The pipeline stage of each of `gpus` GPUs of a job whose stages alternate every `stride` GPUs (tp * cp
+    in the Llama 3 order, tp * cp * dp with PP outermost), in the smallest integer type that holds it (a
+    site's jobs hold millions of GPUs)."""
     dtype = np.int16 if pp <= np.iinfo(np.int16).max else np.int32
-    stage = ((np.arange(gpus, dtype=np.int64) // max(1, unit)) % max(1, pp)).astype(dtype)
+    stage = ((np.arange(gpus, dtype=np.int64) // max(1, stride)) % max(1, pp)).astype(dtype)
     stage.flags.writeable = False
     return stage

@@ -12,6 +12,7 @@ from .catalog import Model
 from .cluster import MAX_GPUS, Cluster
 from .errors import quote
 from .fields import Context, Field, Sections, catalog_entry, check_table_memo, optional
+from .geometry import RANK_ORDERS
 
 MAX_PIPELINE_STAGES = 16_384   # each stage is costed on its own (Llama 3 405B ran 16)
 # A served request's time outside the engine, in its TTFT: the HTTP hop, the tokenizer and the first token's
@@ -74,6 +75,8 @@ class Job:
     overlap_param_gather: bool = True    # parameter all-gather (ZeRO) ahead of the forward (else exposed)
     tp_comm_overlap: bool = False        # TP collectives overlapped with the GEMMs (Transformer Engine)
     grad_reduce_dtype: str = "fp32"      # the data type gradients are reduced in: "fp32" | "bf16"
+    rank_order: str = "tp-cp-pp-dp"      # where ranks sit, innermost first (engine/config/geometry.py):
+                                         # Llama 3's order, or Megatron-Core's "tp-cp-ep-dp-pp"
 
     @property
     def is_inference(self) -> bool:
@@ -127,6 +130,7 @@ JOB_SPEC: dict[str, Field] = {
     "overlap_param_gather": optional("bool", True),
     "tp_comm_overlap": optional("bool", False),
     "grad_reduce_dtype": optional("str", "fp32", choices=("fp32", "bf16")),
+    "rank_order": optional("str", "tp-cp-pp-dp", choices=tuple(RANK_ORDERS)),
 }
 
 
@@ -170,7 +174,8 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                overlap_p2p_comm=j["overlap_p2p_comm"], fused_kernels=j["fused_kernels"],
                cross_entropy_fusion=j["cross_entropy_fusion"],
                overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],
-               tp_comm_overlap=j["tp_comm_overlap"], grad_reduce_dtype=j["grad_reduce_dtype"])
+               tp_comm_overlap=j["tp_comm_overlap"], grad_reduce_dtype=j["grad_reduce_dtype"],
+               rank_order=j["rank_order"])
 
 
 def _model(ctx: Context, path: str, raw: Any, name: str) -> Model:

@@ -41,6 +41,12 @@ TFLOPS_NEMO = "tflops_per_gpu_nemo"             # NeMo's formulas: matmuls + ful
                                                 # (non-causal) attention 12 s h
 ROW_TOLERANCE = 0.25        # a row further off than this is a miss (the issue's target: no row beyond 25%)
 
+# The DeepSeek-V3 rows of megatron_bridge_2511 are placed as they ran (rank_order "tp-cp-ep-dp-pp") and
+# shown by validate, but not counted: they come out far too fast (validate gives how far), the MoE layer's
+# cost at this scale (token permutation, the router, grouped GEMMs of a few hundred tokens per expert, 16
+# uninterleaved stages on B200) not modeled well enough yet.
+MOE_CHECK = "MoE cost not modeled well enough yet"
+
 SKIPPED = {
     "torchtitan_h100_500w_llama3_8b": "H100s with 96 GB HBM2e capped at 500 W: not a catalog GPU, and a "
                                       "power cap would need a figure no measurement here gives; fsdp_compile "
@@ -51,10 +57,6 @@ SKIPPED = {
                                   "rows stay out of the set the constants were fitted on (as a check they "
                                   "come out -4% (8B), +6% (70B, FSDP with activations offloaded) and "
                                   "-14% (405B))",
-    "megatron_bridge_2511 deepseek-v3": "Megatron-Core places expert parallelism next to TP (rank order "
-                                        "tp-cp-ep-dp-pp); a scenario's ranks follow Llama 3's order (TP, CP, "
-                                        "PP, DP, EP within DP), so EP 8-64 with PP > 1 cannot be placed as "
-                                        "it ran",
     "gemm_h100_bf16_tflops": "a kernel table: it fits the GEMM model (engine/model/kernels.py), "
                              "it is not a run",
     "flash_attention2_tflops": "a kernel table: it fits the attention model (engine/model/kernels.py)",
@@ -72,6 +74,7 @@ class Row:
     measure: str         # TOKENS or a TFLOPS_* convention
     fit: bool = False    # used to fit the efficiency constants (docs/performance-model.md 9); else held out
     tolerance: float = ROW_TOLERANCE
+    check: str = ""      # why the row is only a check (not in the error figures, the fit, the band)
 
 
 @cache
@@ -164,12 +167,16 @@ def _nemo() -> Iterator[Row]:
         job = _megatron_job("llama2-7b", run, "fp8", "flash2", ce_fusion=False)
         yield Row("nemo", name, _scenario(name, _cluster(*DGX_H100[:1], r["gpus"], DGX_H100[1]), job),
                   r["tflops_cp"], TFLOPS_NEMO)
-    for r in records(tables()["megatron_bridge_2511"]):
-        if r["system"] not in BRIDGE_GPUS or r["ep"] > 1:
-            continue                      # SKIPPED: GB300 (not calibrated) and the MoE rows (rank order)
+    bridge = [r for r in records(tables()["megatron_bridge_2511"]) if r["system"] in BRIDGE_GPUS]
+    # (SKIPPED: GB300, not calibrated). The MoE rows come last, so that the dense rows keep their places.
+    for r in sorted(bridge, key=lambda r: r["ep"] > 1):
         name = (f"{r['model']} {r['precision']} {r['system']} {r['gpus']} GPUs tp{r['tp']} pp{r['pp']} "
-                f"cp{r['cp']} (25.11)")
+                f"cp{r['cp']}{' ep' + str(r['ep']) if r['ep'] > 1 else ''} (25.11)")
         job = _megatron_job(r["model"], r, "fp8" if r["precision"].startswith("fp8") else "bf16", "flash3")
+        check = ""
+        if r["ep"] > 1:      # Megatron-Core's rank order: experts next to TP, PP outermost
+            job.update(ep=r["ep"], rank_order="tp-cp-ep-dp-pp")
+            check = MOE_CHECK
         if r["fsdp"]:
             job["zero"] = 3
             if r["system"] in ("gb200", "gb300"):      # FSDP on Grace parts offloads activations over
@@ -178,7 +185,7 @@ def _nemo() -> Iterator[Row]:
         if r["system"] == "gb200":       # one NVLink domain per rack: 64 of an NVL72's GPUs in use
             cluster.update(scale_up="nvl72", gpus_per_node=min(r["gpus"], 64),
                            nics_per_node=min(r["gpus"], 64), gpus_per_rack=min(r["gpus"], 64))
-        yield Row("nemo", name, _scenario(name, cluster, job), r["tok_s_gpu"], TOKENS)
+        yield Row("nemo", name, _scenario(name, cluster, job), r["tok_s_gpu"], TOKENS, check=check)
 
 
 def _dgxc() -> Iterator[Row]:
@@ -242,7 +249,8 @@ def rows() -> tuple[Row, ...]:
     out = []
     for name, make in SOURCES.items():
         for i, row in enumerate(make()):
-            out.append(row if name == "references" else dataclasses.replace(row, fit=i % 2 == 0))
+            fit = i % 2 == 0 and not row.check
+            out.append(row if name == "references" else dataclasses.replace(row, fit=fit))
     return tuple(out)
 
 

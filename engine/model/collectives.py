@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import catalog
 from ..config.cluster import Cluster
-from ..config.geometry import TIERS, Geometry
+from ..config.geometry import RANK_ORDER, TIERS, Geometry, JobGeometry, order_of
 from ..config.job import Job
 from ..config.units import GB
 from . import scaleup
@@ -85,23 +85,31 @@ class Placement:
     pp: int
     dp: int
     ep: int
+    order: tuple[str, ...] = RANK_ORDER
+
+    def geometry(self) -> JobGeometry:
+        return JobGeometry(self.first_gpu, self.gpus, self.tp, self.cp, self.pp, self.ep, self.order)
 
 
 def placement(job: Job | Placement) -> Placement:
     if isinstance(job, Placement):
         return job
-    return Placement(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.dp, job.ep)
+    return Placement(job.first_gpu, job.gpus, job.tp, job.cp, job.pp, job.dp, job.ep,
+                     order_of(job.rank_order))
 
 
 def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     """Job-local GPU indices of every group over `dims`, shape (groups, size), members in ring order."""
-    grid = np.arange(job.gpus).reshape(job.dp, job.pp, job.cp, job.tp)
+    sizes = {"tp": job.tp, "cp": job.cp, "pp": job.pp, "dp": job.dp}
+    outer_first = placement(job).order[::-1]
+    grid = np.arange(job.gpus).reshape([sizes[d] for d in outer_first])
+    names = list(outer_first)
     if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/config/geometry.py)
-        grid = grid.reshape(job.dp // job.ep, job.ep, job.pp, job.cp, job.tp)
-        names = ["dpo", "ep", "pp", "cp", "tp"]
+        at = names.index("dp")
+        grid = grid.reshape(grid.shape[:at] + (job.dp // job.ep, job.ep) + grid.shape[at + 1:])
+        names[at:at + 1] = ["dpo", "ep"]
         want = ["ep"]
     else:
-        names = ["dp", "pp", "cp", "tp"]
         want = [d for d in ("dp", "cp", "pp", "tp") if d in dims]
     axes = [names.index(n) for n in names if n not in want] + [names.index(n) for n in want]
     moved = np.transpose(grid, axes)

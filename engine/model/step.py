@@ -97,7 +97,7 @@ def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) 
     """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them), with
     other jobs' traffic on the tiers it shares (`background`, engine/model/contention.py)."""
     topo = Geometry.of(cluster)
-    stride = job.tp * job.cp
+    stride = job.geometry().stride("pp")
     first = job.first_gpu
     r = np.arange(job.pp)
     tiers = tuple(topo.tier_between(first + r * stride, first + (r + 1) % job.pp * stride).tolist())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.geometry import RANK_ORDER, TIERS
+from ..config.geometry import TIERS
 from ..config.job import Job
 from ..config.phases import PHASES
 from . import schema
@@ -22,7 +22,7 @@ def job_entry(job: Job, **figures: Any) -> dict[str, Any]:
     them), then the writer's `figures` in the order given."""
     return {"name": job.name, "kind": job.kind, "model": job.model.name, "first_gpu": job.first_gpu,
             "gpus": job.gpus, "tp": job.tp, "cp": job.cp, "pp": job.pp, "dp": job.dp, "ep": job.ep,
-            "virtual_stages": job.virtual_stages, "rank_order": list(RANK_ORDER), **figures}
+            "virtual_stages": job.virtual_stages, "rank_order": job.rank_order.split("-"), **figures}
 
 
 def header(*, scenario: dict[str, Any], topology: dict[str, int], jobs: list[dict[str, Any]], seed: int,

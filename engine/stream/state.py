@@ -161,7 +161,7 @@ class PhaseMix:
             if job_rows is None:
                 continue
             job = JobGeometry.from_entry(info)
-            stage = stage_of(job.gpus, job.unit, len(job_rows))       # the rows are the job's stages
+            stage = stage_of(job.gpus, job.stride("pp"), len(job_rows))   # the rows are the job's stages
             rows[job.first_gpu:job.first_gpu + job.gpus] = np.asarray(job_rows, dtype=np.int32)[stage]
         extra = mix.get("gpus")
         if extra:

@@ -6,7 +6,7 @@ import numpy as np
 from clustertop.engine.config import units
 from clustertop.engine.config.geometry import DIMS, Geometry
 from clustertop.engine.config.phases import PHASE_LABELS, PHASES
-from clustertop.engine.stream.state import ClusterState, JobStatus
+from clustertop.engine.stream.state import ClusterState
 from rich.text import Text
 
 from .. import jobinfo
@@ -88,7 +88,7 @@ class Inspector(QuietStatic):
                     size = int(job.info.get(d, 1) or 1)
                     if size == 1:
                         continue
-                    if d in ("tp", "cp", "pp") and gpu1 - gpu0 >= size * _stride(job, d):
+                    if d in ("tp", "cp", "pp") and gpu1 - gpu0 >= size * jobinfo.geometry(job).stride(d):
                         spans.append(f"{d.upper()} all {size}")
                     else:
                         spans.append(f"{d.upper()} {lo}" if lo == hi else f"{d.upper()} {lo}–{hi}")
@@ -136,7 +136,3 @@ class Inspector(QuietStatic):
                 shares_text(text, [("compute", busy)], measured=False)
         self.show_if_changed(text.plain, text)
 
-
-def _stride(job: JobStatus, dim: str) -> int:
-    sizes = {d: int(job.info.get(d, 1) or 1) for d in DIMS}
-    return {"tp": 1, "cp": sizes["tp"], "pp": sizes["tp"] * sizes["cp"]}.get(dim, 1)
