@@ -11,13 +11,6 @@ from typing import Any, TypeVar
 
 from .fields import Context, Field, check_table, optional
 
-# FlashAttention-1 and the Triton FlashAttention kernel (2022-2023 stacks: MPT's attn_impl "flash" and
-# "triton") run fwd + bwd at this share of FlashAttention-2's rate on the same GPU. FITTED once on the
-# calibration set's fitting rows (scripts/fit_efficiency.py, docs/performance-model.md 9); the FA2 paper (Dao
-# 2023, section 4.1) measures FA2 1.7-3.0x faster than FA1 and 1.3-2.5x faster than Triton's:
-# a share of 0.33-0.77.
-FLASH1_SHARE = 0.45
-
 
 @dataclass(frozen=True)
 class GPU:
@@ -37,7 +30,7 @@ class GPU:
     # Kernel parameters of the performance model (engine/model/kernels.py); each value in gpus.toml names the
     # measurement it comes from. Defaults are the H100 figures.
     sms: int = 132                        # streaming multiprocessors (GEMM tiles run on them in waves)
-    gemm_efficiency: float = 0.69         # sustained fraction of dense BF16 peak in a GEMM's main loop
+    gemm_efficiency: float = 0.71         # sustained fraction of dense BF16 peak in a GEMM's main loop
     fp8_gemm_efficiency: float = 0.66     # the same for FP8 GEMMs, as a fraction of the FP8 peak
     gemm_tile: tuple[int, int] = (64, 128)   # output tile of one SM (fitted to the measured H100 GEMM table)
     gemm_k0: float = 128.0                # a tile's fixed prologue/epilogue, in units of k
@@ -47,6 +40,9 @@ class GPU:
     flash2_full_tflops: float = 331.0     # the same without the causal mask
     flash3_tflops: float = 490.0          # FA3 / cuDNN fused attention (Hopper and newer); 0: not available
     flash3_full_tflops: float = 490.0
+    flash1_share: float = 0.40            # FlashAttention-1 and Triton's FlashAttention (2022-23 stacks:
+                                          # MPT's attn_impl "flash" and "triton") as a share of FA2's rate
+                                          # (FITTED per GPU: gpus.toml; on other GPUs as on the H100)
     hbm_efficiency: float = 0.80          # fraction of HBM bandwidth reached by elementwise kernels
     host_link_gb_s: float = 55.0          # GPU <-> host memory per direction (PCIe Gen5 x16 as copies reach
                                           # it; Gen4 and NVLink-C2C in gpus.toml): offload (job `offload`)
@@ -80,12 +76,12 @@ class GPU:
 
     def attention_plateau(self, kernel: str, causal: bool) -> float:
         """TF/s a fused attention kernel reaches on long sequences (fwd + bwd, FA2's FLOPs convention).
-        FlashAttention-1 and the Triton FlashAttention kernel ("flash1") reach FLASH1_SHARE of FA2's."""
+        FlashAttention-1 and the Triton FlashAttention kernel ("flash1") reach `flash1_share` of FA2's."""
         chosen = self.attention_kernel(kernel)
         if chosen == "flash3":
             return self.flash3_tflops if causal else self.flash3_full_tflops
         fa2 = self.flash2_tflops if causal else self.flash2_full_tflops
-        return fa2 * FLASH1_SHARE if chosen == "flash1" else fa2
+        return fa2 * self.flash1_share if chosen == "flash1" else fa2
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for the precision; FP8 falls back to BF16 on GPUs without FP8 tensor cores."""
@@ -179,6 +175,7 @@ GPU_SPEC: dict[str, Field] = {
     "flash2_full_tflops": optional("float", None, positive=True, high=1e5),
     "flash3_tflops": optional("float", None, low=0.0, high=1e5),
     "flash3_full_tflops": optional("float", None, low=0.0, high=1e5),
+    "flash1_share": optional("float", None, positive=True, high=1.0),
     "hbm_efficiency": optional("float", None, positive=True, high=1.0),
     "kernel_overhead_us": optional("float", None, low=0.0, high=1e4),
     "serving_overhead_us": optional("float", None, low=0.0, high=1e6),
