@@ -33,6 +33,28 @@ def test_interleaved_bubble_is_p_minus_1_over_v_m(p: int, v: int, m: int) -> Non
     assert (run.end_s - ideal) / ideal == pytest.approx((p - 1) / (v * m))
 
 
+@pytest.mark.parametrize("p,m", [(35, 8), (35, 70), (12, 64), (4, 4)])
+def test_blocking_sends_pay_every_transfer_in_every_slot(p: int, m: int) -> None:
+    """Non-interleaved 1F1B with blocking point-to-point (DeepSpeed's pipeline engine, Megatron without
+    interleaving): each forward and each backward ends with its transfer, so each of the m + p - 1 slots of
+    the textbook schedule costs F + B + 2 s: step = (m + p - 1) (F + B + 2 s), deep pipelines with few
+    microbatches (PP 35, 8 microbatches: a bubble of 81%) included, less the transfers the first and last
+    stages do not make."""
+    from clustertop.engine.model.step import _blocking_sends
+
+    f, b, s = 1.0, 2.0, 0.05
+    fwd, bwd = _uniform(p, 1, f, b)
+    frozen = tuple(tuple(tuple(c) for c in stage) for stage in fwd), \
+        tuple(tuple(tuple(c) for c in stage) for stage in bwd)
+    fwd2, bwd2, send, send_b = _blocking_sends(*frozen, (s,) * p, (s,) * p)
+    run = simulate("1f1b", p, 1, m, fwd2, bwd2, send, send_b)
+    formula = (m + p - 1) * (f + b + 2 * s)
+    assert formula - s * 4 <= run.end_s <= formula + 1e-9
+    # the same pipeline without the transfers: the bubble formula itself
+    plain = simulate("1f1b", p, 1, m, *_uniform(p, 1, f, b), [0.0] * p, [0.0] * p)
+    assert plain.end_s == pytest.approx((m + p - 1) * (f + b))
+
+
 def test_intervals_are_contiguous_and_classify_waiting() -> None:
     p, m = 4, 6
     fwd, bwd = _uniform(p, 1)
