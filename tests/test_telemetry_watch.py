@@ -185,9 +185,10 @@ def test_a_fresh_prometheus_with_no_data_yet_is_waited_for(http_server: Any, tmp
     def route(path: str, query: dict) -> tuple[int, str, bytes]:
         q = query.get("query", [""])[0]
         result = []
-        if dcgm.GPU_UTIL in q and not q.startswith("count"):
+        values = dcgm.GPU_UTIL in q and not q.startswith("count") and "timestamp(" not in q
+        if values:
             rounds["util"] += 1
-        if dcgm.GPU_UTIL in q and not q.startswith("count") and rounds["util"] >= 2:
+        if values and rounds["util"] >= 2:
             result = [{"metric": {"Hostname": "dgx-1", "instance": "10.0.0.1:9400", "gpu": str(g)},
                        "value": [1.0, "40"]} for g in range(8)]
         body = {"status": "success", "data": {"resultType": "vector", "result": result}}
