@@ -190,9 +190,11 @@ class PrometheusQueries:
         return max(2 * self.interval, 2 * self.scrape_interval.get(instance, DEFAULT_SCRAPE))
 
     def poll(self, stop: Stop | None = None) -> Poll | None:
-        """Every metric's query, and `up`, within `timeout` from now; None when told to stop meanwhile. A
-        target Prometheus finds down (`up` 0) that served DCGM or NIC series is a failure named by its
-        instance, and its series are left out: its GPUs are missing, never its last values."""
+        """Every metric's query, each GPU gauge's scrape times, `up` and each target's last scrape, within
+        `timeout` from now; None when told to stop meanwhile. A reading older than its target's limit is left
+        out (`_fresh`); a target Prometheus finds down (`up` 0), or not scraped within its limit, that served
+        DCGM or NIC series is a failure named by its instance, and its series are left out: its GPUs are
+        missing, never its last values."""
         deadline = time.monotonic() + self.timeout
         queries = [*(self.query(m) for m in dcgm.METRICS), *(self.stamp_query(m) for m in dcgm.GPU_METRICS),
                    "up", SCRAPED]
