@@ -156,7 +156,7 @@ def test_a_target_prometheus_finds_down_is_an_event_and_its_gpus_no_data(
             asked["up"] += 1
             result = [{"metric": {"instance": f"10.0.0.{n}:9400", "job": "gpu"},
                        "value": [1.0, "0" if n == 2 and asked["up"] > 1 else "1"]} for n in (1, 2)]
-        elif dcgm.GPU_UTIL in q:
+        elif dcgm.GPU_UTIL in q and "timestamp(" not in q:
             result = [{"metric": {"Hostname": f"dgx-{n}", "instance": f"10.0.0.{n}:9400", "gpu": str(g)},
                        "value": [1.0, "40"]} for n in (1, 2) for g in range(8)]
         body = {"status": "success", "data": {"resultType": "vector", "result": result}}
@@ -212,7 +212,7 @@ def test_readings_prometheus_holds_from_an_old_scrape_are_missing(http_server: A
         elif q == "up":
             result = [{"metric": {"instance": f"10.0.0.{n}:9400", "job": "gpu"}, "value": [now, "1"]}
                       for n in (1, 2)]
-        elif dcgm.GPU_UTIL in q:
+        elif dcgm.GPU_UTIL in q and "timestamp(" not in q:
             result = [{"metric": {"Hostname": f"dgx-{n}", "instance": f"10.0.0.{n}:9400", "gpu": str(g)},
                        "value": [now, "40"]} for n in (1, 2) for g in range(8)]
         body = {"status": "success", "data": {"resultType": "vector", "result": result}}
@@ -248,3 +248,46 @@ def test_a_targets_scrape_interval_is_learnt_so_a_slow_scraper_is_not_stale() ->
     assert poller._stale([(labels, 1030.0)], 1080.0) == {}                 # a gap of 30 s: limit 60 s
     assert poller._stale([(labels, 1030.0)], 1100.0) == {"a:9400": 70.0}
     poller.close()
+
+
+def test_a_reading_whose_own_scrape_is_old_is_missing_though_its_target_is_fresh(
+        http_server: Any, tmp_path: Path) -> None:
+    """Readings carry their own age (`timestamp()` of each series, asked with its values): GPU 3's
+    utilization last scraped 500 s ago (a series a federation or remote-write path stopped updating) is
+    missing, while its power and its target, scraped 2 s ago, are read; one warning counts them, no event."""
+
+    def route(path: str, query: dict) -> tuple[int, str, bytes]:
+        q = query.get("query", [""])[0]
+        now = 1_700_000_000.0
+        result = []
+        targets = [{"instance": "10.0.0.1:9400", "job": "gpu"}]
+        gpus = [{"Hostname": "dgx-1", "instance": "10.0.0.1:9400", "gpu": str(g)} for g in range(8)]
+        if q == "timestamp(up)":
+            result = [{"metric": m, "value": [now, repr(now - 2.0)]} for m in targets]
+        elif q == "up":
+            result = [{"metric": m, "value": [now, "1"]} for m in targets]
+        elif "timestamp(" in q and (dcgm.GPU_UTIL in q or dcgm.POWER in q):
+            old = dcgm.GPU_UTIL in q
+            result = [{"metric": m, "value": [now, repr(now - (500.0 if old and g == 3 else 2.0))]}
+                      for g, m in enumerate(gpus)]
+        elif dcgm.GPU_UTIL in q or dcgm.POWER in q:
+            result = [{"metric": m, "value": [now, "40"]} for m in gpus]
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return 200, "application/json", orjson.dumps(body)
+
+    server = http_server(route)
+    out = tmp_path / "p.jsonl"
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER.replace("gpus = 32", "gpus = 8").replace("rack = 16", "rack = 8"))
+    done = watch("--prometheus", server.url, "--cluster", str(cluster), "--interval", "0.3s", "--duration",
+                 "0.3s", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "warning: 2 readings older than twice the interval" in done.stderr, done.stderr
+    events = list(Reader(str(out)).events())
+    assert not [e for e in events if e["type"] in ("target_down", "target_up")]
+    samples = [e for e in events if e["type"] == "sample"]
+    assert len(samples) == 2
+    for sample in samples:
+        util = np.repeat(sample["missing"]["util"]["v"], sample["missing"]["util"]["n"]).astype(bool)
+        assert util.tolist() == [False] * 3 + [True] + [False] * 4
+        assert "power_w" not in sample["missing"]

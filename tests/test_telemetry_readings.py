@@ -74,3 +74,24 @@ def test_gr_engine_active_is_the_utilization_after_sm_active(http_server: Any, t
     state = Reader(str(out)).fold()
     assert np.allclose(state.util, [0.5] + [0.75] * 7)
     assert state.missing("power_w")[1]
+
+
+def test_nvlink_bandwidth_total_gives_the_links_where_the_byte_counters_are_absent(
+        tmp_path: Path, capsys: Any) -> None:
+    """dcgm-exporter's default DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (MB/s, both directions together) is half a
+    GPU's load per direction where it has no DCGM_FI_PROF_NVLINK_*_BYTES; where it has those, they win; a
+    total beyond 1.5 x both directions' line rate (a cumulative count) is out of bounds, not a full link."""
+    series = [_series(dcgm.GPU_UTIL, g, ["50", "50"]) for g in range(8)]
+    series += [_series(dcgm.NVLINK_TX, 0, ["225e9", "225e9"]), _series(dcgm.NVLINK_TX, 4, ["45e9", "45e9"])]
+    series += [_series("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", g, [v, v])
+               for g, v in ((1, "450000"), (2, "90000"), (3, "1e12"), (4, "900000"))]
+    dump = tmp_path / "d.json"
+    dump.write_bytes(orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}))
+    cluster = tmp_path / "site.toml"
+    cluster.write_text(CLUSTER)
+    out = tmp_path / "real.jsonl"
+    assert main(["import", "prometheus", str(dump), "--cluster", str(cluster), "-o", str(out)]) == 0
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL 2" in capsys.readouterr().err    # GPU 3's, twice
+    samples = [e for e in Reader(str(out)).events() if e["type"] == "sample"]
+    # GPUs 0 and 1 at half of NVLink 4's 450 GB/s, 2 and 4 at a tenth; 3 and the others no reading
+    assert samples[0]["links"]["node"] == [0.3] and samples[1]["links"]["node"] == [0.3]

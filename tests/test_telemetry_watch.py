@@ -185,9 +185,10 @@ def test_a_fresh_prometheus_with_no_data_yet_is_waited_for(http_server: Any, tmp
     def route(path: str, query: dict) -> tuple[int, str, bytes]:
         q = query.get("query", [""])[0]
         result = []
-        if dcgm.GPU_UTIL in q and not q.startswith("count"):
+        values = dcgm.GPU_UTIL in q and not q.startswith("count") and "timestamp(" not in q
+        if values:
             rounds["util"] += 1
-        if dcgm.GPU_UTIL in q and not q.startswith("count") and rounds["util"] >= 2:
+        if values and rounds["util"] >= 2:
             result = [{"metric": {"Hostname": "dgx-1", "instance": "10.0.0.1:9400", "gpu": str(g)},
                        "value": [1.0, "40"]} for g in range(8)]
         body = {"status": "success", "data": {"resultType": "vector", "result": result}}
@@ -200,3 +201,23 @@ def test_a_fresh_prometheus_with_no_data_yet_is_waited_for(http_server: Any, tmp
     assert done.stderr.count("no DCGM series yet") == 1, done.stderr
     assert Reader(str(out)).header["telemetry"]["hosts"] == ["dgx-1"]
     assert len(samples(out)) == 2 and decode(samples(out)[0]["util"])[0] == 40
+
+
+def test_the_dashboards_watcher_runs_at_a_lower_priority_than_the_dashboard() -> None:
+    """The child `watch ... -o -` yields the cores to the dashboard (nice + 10, at most 19): its rounds of
+    parsing come due every interval, a frame every 33 ms, and they meet when a sample arrives."""
+    import os
+
+    from clustertop.tui.sources.watch import NICE, WatchSource
+
+    recording = Path(__file__).parent.parent / "recordings" / "serving-64.jsonl.gz"
+    code = "import sys, time; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read()); sys.stdout.flush(); " \
+           "time.sleep(30)"
+    command = [sys.executable, "-c", code, str(recording)]
+    source = WatchSource("stand-in", [], command=command)
+    try:
+        assert NICE == 10
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, source.proc.pid) == min(19, mine + NICE)
+    finally:
+        source.close()

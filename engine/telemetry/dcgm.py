@@ -16,16 +16,19 @@ POWER = "DCGM_FI_DEV_POWER_USAGE"               # W
 FB_USED = "DCGM_FI_DEV_FB_USED"                 # MiB of frame buffer in use
 NVLINK_TX = "DCGM_FI_PROF_NVLINK_TX_BYTES"      # B/s sent over NVLink (a rate, not a counter)
 NVLINK_RX = "DCGM_FI_PROF_NVLINK_RX_BYTES"      # B/s received
+NVLINK_TOTAL = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"   # MB/s over all links, sent and received together
+#                            (dcgm-exporter's default counters; taken as a rate: docs/telemetry.md says why)
 XID = "DCGM_FI_DEV_XID_ERRORS"                  # the code of the GPU's last XID error (0: none since start)
 # Per-port counters of a node's InfiniBand / RoCE NICs (labels: device, port, instance).
 IB_TX = "node_infiniband_port_data_transmitted_bytes_total"
 IB_RX = "node_infiniband_port_data_received_bytes_total"
 
-GPU_METRICS = (SM_ACTIVE, GR_ENGINE, GPU_UTIL, POWER, FB_USED, NVLINK_TX, NVLINK_RX, XID)
+GPU_METRICS = (SM_ACTIVE, GR_ENGINE, GPU_UTIL, POWER, FB_USED, NVLINK_TX, NVLINK_RX, NVLINK_TOTAL, XID)
 PORT_METRICS = (IB_TX, IB_RX)
 METRICS = GPU_METRICS + PORT_METRICS
 
 MIB_GB = 1024 * 1024 / 1e9                      # FB_USED is in MiB; the stream's memory is in GB (1e9 bytes)
+MB = 1e6                                        # NVLINK_TOTAL is in MB/s
 
 
 @dataclass(frozen=True)

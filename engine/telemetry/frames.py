@@ -100,7 +100,9 @@ class TelemetryStream:
         self.bounds = {dcgm.SM_ACTIVE: (0.0, 1.0), dcgm.GR_ENGINE: (0.0, 1.0), dcgm.GPU_UTIL: (0.0, 100.0),
                        dcgm.POWER: (0.0, 2.0 * gpu.tdp_w), dcgm.FB_USED: (0.0, gpu.hbm_gb * 1024.0),
                        dcgm.NVLINK_TX: (0.0, 1.5 * self.nvlink_bps),
-                       dcgm.NVLINK_RX: (0.0, 1.5 * self.nvlink_bps), dcgm.XID: (0.0, 65535.0)}
+                       dcgm.NVLINK_RX: (0.0, 1.5 * self.nvlink_bps),
+                       dcgm.NVLINK_TOTAL: (0.0, 1.5 * 2 * self.nvlink_bps / dcgm.MB),
+                       dcgm.XID: (0.0, 65535.0)}
         self.out_of_bounds: dict[str, int] = {}
 
     # -- header ---------------------------------------------------------------------------------------------
@@ -236,19 +238,16 @@ class TelemetryStream:
         return bool(seen.any() and float(util[part][seen].mean()) >= RUNNING_PERCENT)
 
     def _links(self, frame: Frame) -> dict[str, list[float]]:
-        """NVLink (tier "node"): each GPU's busier direction over its line rate, averaged over the GPUs of a
-        pod that reported; NICs (tier "leaf"): the pod's ports' bytes over their line rate. Tiers nobody
+        """NVLink (tier "node"): each GPU's busier direction over its line rate (a GPU with no byte counters
+        but the total bandwidth: half of it, the mean of the two directions), averaged over the GPUs of a pod
+        that reported; NICs (tier "leaf"): the pod's ports' bytes over their line rate. Tiers nobody
         reported are left out; a pod with no reading shows 0."""
         links: dict[str, list[float]] = {}
-        tx, rx = frame.gpu.get(dcgm.NVLINK_TX), frame.gpu.get(dcgm.NVLINK_RX)
-        rates = [r for r in (tx, rx) if r is not None]
-        if rates:
-            stacked = np.stack(rates)
-            seen = ~np.isnan(stacked).all(axis=0)
+        busiest = _nvlink_busiest(frame.gpu)
+        if busiest is not None:
+            seen = ~np.isnan(busiest)
             if seen.any():
-                busiest = np.where(seen, np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), axis=0),
-                                   0.0)
-                load = np.clip(busiest / self.nvlink_bps, 0.0, 1.0)
+                load = np.clip(np.where(seen, busiest, 0.0) / self.nvlink_bps, 0.0, 1.0)
                 links["node"] = _pod_mean(load, seen, self.pod_of_gpu, self.pods)
         ports = [frame.ports[m] for m in dcgm.PORT_METRICS if m in frame.ports]
         if ports and max(int(p.sum()) for p in ports) > 0:
@@ -261,6 +260,25 @@ class TelemetryStream:
                 best = np.maximum(best, load)
             links["leaf"] = [round(float(x), 4) for x in np.clip(best, 0.0, 1.0)]
         return links
+
+
+def _nvlink_busiest(gpu: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Each GPU's NVLink bytes per second in its busier direction (float32 as read; NaN: no reading): the
+    PROF byte counters where it has either, else half its DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (MB/s, both
+    directions together); None when the frame has none of them."""
+    rates = [gpu[m] for m in (dcgm.NVLINK_TX, dcgm.NVLINK_RX) if m in gpu]
+    total = gpu.get(dcgm.NVLINK_TOTAL)
+    if not rates and total is None:
+        return None
+    busiest = np.full(len(next(iter(gpu.values()))), np.nan, dtype=np.float32)
+    if rates:
+        stacked = np.stack(rates)
+        seen = ~np.isnan(stacked).all(axis=0)
+        busiest[seen] = np.nanmax(stacked[:, seen], axis=0)
+    if total is not None:
+        fill = np.isnan(busiest)
+        busiest[fill] = total[fill] * np.float32(dcgm.MB / 2)
+    return busiest
 
 
 def _pod_mean(values: np.ndarray, seen: np.ndarray, pod: np.ndarray, pods: int) -> list[float]:

@@ -140,46 +140,64 @@ class Exporters:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+Answer = tuple[list[tuple[dict[str, str], float]], float | None]    # a query's samples, its evaluation time
+
+
 class PrometheusQueries:
     """Instant queries to a Prometheus server's HTTP API, one per metric, all of a round in parallel within
     one deadline; GPU gauges reduced to the labels that place them (max by host labels, instance, gpu), port
-    counters as they are."""
+    counters as they are. Each GPU gauge is asked twice: its values, and `timestamp()` of them, the time each
+    reading was scraped, so a reading older than its target's limit (`limit`) is missing, not shown as
+    current."""
 
     def __init__(self, url: str, timeout: float, interval: float = 5.0) -> None:
         self.base = url.rstrip("/")
         self.targets = [self.base]
         self.timeout = timeout
-        self.pool = ThreadPoolExecutor(max_workers=len(dcgm.METRICS) + 1, thread_name_prefix="query")
+        self.pool = ThreadPoolExecutor(max_workers=len(dcgm.METRICS) + len(dcgm.GPU_METRICS) + 2,
+                                       thread_name_prefix="query")
         self.known: set[str] = set()       # instances that served DCGM or NIC series
         self.interval = interval           # the watch's
-        self.evaluated: float | None = None              # the round's evaluation time (Prometheus's clock)
         self.scraped: dict[str, float] = {}              # instance -> its last scrape time seen
         self.scrape_interval: dict[str, float] = {}      # instance -> the shortest gap between its scrapes
+        self.aged = 0                      # readings left out for their age (a warning at the end)
 
     def query(self, metric: str) -> str:
         if metric in dcgm.GPU_METRICS:
             return f"max by ({', '.join(HOST_LABELS)}, instance, gpu) ({metric})"
         return metric
 
-    def _ask(self, query: str, deadline: float) -> list[tuple[dict[str, str], float]] | str:
+    @staticmethod
+    def stamp_query(metric: str) -> str:
+        """The scrape time of each of a GPU gauge's readings, by the labels its values are asked by (an
+        instant query's own time is the evaluation's; `timestamp()` of a selector is its sample's)."""
+        return f"max by ({', '.join(HOST_LABELS)}, instance, gpu) (timestamp({metric}))"
+
+    def _ask(self, query: str, deadline: float) -> Answer | str:
         url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
         try:
             body = get(url, self.timeout, accept="application/json", deadline=deadline)
-            result = promjson.vector(body, self.base)
-            if query == SCRAPED:
-                self.evaluated = promjson.evaluated_at(body)
-            return result
+            return promjson.vector(body, self.base), promjson.evaluated_at(body)
         except FetchError as exc:
             return str(exc)
         except UserError as exc:
             return str(exc).removeprefix(f"{self.base}: ")
 
+    def limit(self, instance: str) -> float:
+        """The age past which a target's readings are missing: twice the watch's interval, or twice the
+        target's scrape interval when that is longer (learnt from its scrapes; a minute, Prometheus's
+        default, until one is seen)."""
+        return max(2 * self.interval, 2 * self.scrape_interval.get(instance, DEFAULT_SCRAPE))
+
     def poll(self, stop: Stop | None = None) -> Poll | None:
-        """Every metric's query, and `up`, within `timeout` from now; None when told to stop meanwhile. A
-        target Prometheus finds down (`up` 0) that served DCGM or NIC series is a failure named by its
-        instance, and its series are left out: its GPUs are missing, never its last values."""
+        """Every metric's query, each GPU gauge's scrape times, `up` and each target's last scrape, within
+        `timeout` from now; None when told to stop meanwhile. A reading older than its target's limit is left
+        out (`_fresh`); a target Prometheus finds down (`up` 0), or not scraped within its limit, that served
+        DCGM or NIC series is a failure named by its instance, and its series are left out: its GPUs are
+        missing, never its last values."""
         deadline = time.monotonic() + self.timeout
-        queries = [*(self.query(m) for m in dcgm.METRICS), "up", SCRAPED]
+        queries = [*(self.query(m) for m in dcgm.METRICS), *(self.stamp_query(m) for m in dcgm.GPU_METRICS),
+                   "up", SCRAPED]
         futures = [self.pool.submit(self._ask, q, deadline) for q in queries]
         if not _wait(futures, deadline + GRACE, stop if stop is not None else Stop()):
             for f in futures:
@@ -188,16 +206,18 @@ class PrometheusQueries:
         out = Poll()
         errors = []
         late = f"no complete answer within {units.seconds(self.timeout)}"
-        results = [f.result() if f.done() and not f.cancelled() else late for f in futures]
-        scraped = results.pop()
-        up = results.pop()
-        for metric, result in zip(dcgm.METRICS, results):
-            if isinstance(result, str):
-                errors.append(result)
+        answers = [f.result() if f.done() and not f.cancelled() else late for f in futures]
+        values, stamps = answers[:len(dcgm.METRICS)], answers[len(dcgm.METRICS):-2]
+        up, scraped = (a if isinstance(a, str) else a[0] for a in answers[-2:])
+        now = max((a[1] for a in answers if not isinstance(a, str) and a[1] is not None), default=None)
+        for metric, answer in zip(dcgm.METRICS, values):
+            if isinstance(answer, str):
+                errors.append(answer)
                 continue
-            for labels, value in result:
-                out.samples.append((metric, labels, value))
+            for labels, value in answer[0]:
                 self.known.add(labels.get("instance", ""))
+            out.samples.extend((metric, labels, value) for labels, value in self._fresh(metric, answer[0],
+                                                                                         stamps, now))
         if len(errors) == len(dcgm.METRICS):
             out.failures[self.base] = errors[0]
             return out
@@ -211,8 +231,8 @@ class PrometheusQueries:
                 for instance in sorted(down, key=natural_key):
                     out.failures[instance] = "down in Prometheus (up == 0: its last scrape failed)"
                 out.samples = [s for s in out.samples if s[1].get("instance") not in down]
-        if not isinstance(scraped, str) and self.evaluated is not None:
-            stale = self._stale(scraped, self.evaluated)
+        if not isinstance(scraped, str) and now is not None:
+            stale = self._stale(scraped, now)
             if stale:
                 for instance, age in sorted(stale.items(), key=lambda item: natural_key(item[0])):
                     out.failures.setdefault(instance, f"no scrape for {units.seconds(round(age))} "
@@ -220,6 +240,26 @@ class PrometheusQueries:
                                             "target is gone)")
                 out.samples = [s for s in out.samples if s[1].get("instance") not in stale]
         return out
+
+    def _fresh(self, metric: str, readings: list[tuple[dict[str, str], float]], stamps: list[Answer | str],
+               now: float | None) -> list[tuple[dict[str, str], float]]:
+        """A GPU gauge's readings but those whose own scrape time (its `timestamp()` query) is older than
+        their target's limit at `now`, Prometheus's evaluation time; all of them when that query failed. The
+        test is one comparison a reading: only readings older than twice the interval look up their target's
+        own limit."""
+        if metric not in dcgm.GPU_METRICS or now is None:
+            return readings
+        answer = stamps[dcgm.GPU_METRICS.index(metric)]
+        if isinstance(answer, str):
+            return readings
+        oldest = now - 2 * self.interval
+        old = {_key(labels) for labels, t in answer[0]
+               if t < oldest and now - t > self.limit(labels.get("instance", ""))}
+        if not old:
+            return readings
+        kept = [(labels, value) for labels, value in readings if _key(labels) not in old]
+        self.aged += len(readings) - len(kept)
+        return kept
 
     def _stale(self, scraped: list[tuple[dict[str, str], float]], now: float) -> dict[str, float]:
         """Instances (that served DCGM or NIC series) whose last scrape is older than max(2 x the watch's
@@ -236,8 +276,7 @@ class PrometheusQueries:
                 gap = t - last
                 self.scrape_interval[instance] = min(gap, self.scrape_interval.get(instance, gap))
             self.scraped[instance] = t
-            limit = max(2 * self.interval, 2 * self.scrape_interval.get(instance, DEFAULT_SCRAPE))
-            if now - t > limit and instance in self.known:
+            if now - t > self.limit(instance) and instance in self.known:
                 stale[instance] = now - t
         return stale
 
@@ -248,11 +287,23 @@ class PrometheusQueries:
         """The GPU models the server knows (dcgm-exporter's modelName label),
         for a cluster inferred from it."""
         query = f"count by (modelName) ({dcgm.GPU_UTIL} or {dcgm.SM_ACTIVE} or {dcgm.POWER})"
-        result = self._ask(query, time.monotonic() + self.timeout)
-        return [] if isinstance(result, str) else [labels.get("modelName", "") for labels, _ in result]
+        answer = self._ask(query, time.monotonic() + self.timeout)
+        return [] if isinstance(answer, str) else [labels.get("modelName", "") for labels, _ in answer[0]]
+
+    def warning(self) -> str | None:
+        """One line counting the readings left out for their age, or None."""
+        if not self.aged:
+            return None
+        return (f"{self.aged:,} readings older than twice the interval (or their target's scrape interval) "
+                "taken as missing: Prometheus held them from an earlier scrape")
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _key(labels: dict[str, str]) -> tuple[str, ...]:
+    """What tells a GPU gauge's series apart once reduced by host labels, instance and gpu."""
+    return tuple(labels.get(name, "") for name in (*HOST_LABELS, "instance", "gpu"))
 
 
 def exporter_urls(values: Iterable[str]) -> list[str]:
@@ -578,9 +629,11 @@ class Watcher:
         if self.stop:
             cancel()                # requests in flight end now: no thread keeps the process
         self.poller.close()
-        warning = self.stream.bounds_warning() if self.stream else None
-        if warning:
-            self.note(f"warning: {warning}")
+        warnings = [self.stream.bounds_warning() if self.stream else None,
+                    self.poller.warning() if isinstance(self.poller, PrometheusQueries) else None]
+        for warning in warnings:
+            if warning:
+                self.note(f"warning: {warning}")
         if self.tee is not None:
             self.tee.close()
 

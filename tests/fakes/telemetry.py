@@ -219,7 +219,8 @@ class Exporters:
 
 def prometheus(replay: Replay) -> Route:
     """/api/v1/query for `max by (Hostname, instance, gpu) (METRIC)` (what clustertop asks) and plain metric
-    names: a vector of the replay's current frame."""
+    names: a vector of the replay's current frame; `timestamp(METRIC)` in the query: each reading's scrape
+    time, the evaluation's (fresh)."""
 
     def route(path: str, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
         if path != "/api/v1/query":
@@ -228,7 +229,13 @@ def prometheus(replay: Replay) -> Route:
         metric = q.rsplit("(", 1)[-1].rstrip(")").strip() if "(" in q else q
         result = []
         values = replay.values()
-        if metric in values:
+        if metric in values and "timestamp(" in q:            # scraped just now
+            for gpu in range(len(values[metric])):
+                node, slot = divmod(gpu, replay.per_node)
+                lab = labels(metric, replay.names[node], node, slot)
+                lab = {k: lab[k] for k in ("Hostname", "instance", "gpu")}
+                result.append({"metric": lab, "value": [T0, repr(T0)]})
+        elif metric in values:
             for gpu, value in enumerate(values[metric]):
                 node, slot = divmod(gpu, replay.per_node)
                 lab = labels(metric, replay.names[node], node, slot)
