@@ -165,7 +165,7 @@ def dither_levels(gpu0: int, n: int, per_pixel: int) -> np.ndarray:
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     x ^= x >> np.uint64(31)
-    levels: np.ndarray = (x >> np.uint64(64 - DITHER_LEVELS.bit_length() + 1)).astype(np.int64)
+    levels: np.ndarray = (x >> np.uint64(64 - DITHER_LEVELS.bit_length() + 1)).astype(np.int32)
     return levels
 
 
@@ -189,7 +189,9 @@ def network_phases(rows: np.ndarray, table: np.ndarray, phase: np.ndarray, gpu0:
         lut += cum[:, k, None] <= threshold[None, :]
     lut[total[:, 0] <= 0] = CODE["idle"]
     levels = dither_levels(gpu0, rows.size, max(1, per_pixel))
-    codes: np.ndarray = lut.reshape(-1)[rows.astype(np.int64) * DITHER_LEVELS + levels]
+    at = rows.astype(np.int32) * np.int32(DITHER_LEVELS)     # int32: far fewer than 2M distinct rows
+    at += levels
+    codes: np.ndarray = lut.reshape(-1)[at]
     codes[phase == CODE["failed"]] = CODE["failed"]
     return codes
 
