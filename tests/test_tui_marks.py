@@ -113,6 +113,11 @@ def test_the_phase_view_draws_each_phase_in_proportion_to_its_time() -> None:
     assert abs(np.count_nonzero(pixels[:, 0] == palette.NETWORK_CODE) / pixels.shape[0] - 0.21) < 0.03
     colours = palette.phase_colour(codes)
     assert (colours[codes == palette.NETWORK_CODE] == palette.NETWORK).all()
+    # GPUs drawn big enough to carry their own label: each its phase of most time, as the label names it
+    big = palette.network_phases(rows, table, phase, 0, 0)
+    assert (big[6:n // 2] == CODE["compute"]).all() and big[5] == CODE["failed"]
+    table[0, [CODE["compute"], CODE["tp"], CODE["dp"], CODE["bubble"]]] = (0.40, 0.25, 0.35, 0.0)
+    assert (palette.network_phases(rows, table, phase, 0, 0)[6:n // 2] == palette.NETWORK_CODE).all()
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +149,13 @@ async def test_congested_fabric_shows_its_network_waits_on_the_map(congested: st
         assert abs(drawn - waits) < 0.04
         bubble = np.count_nonzero(colours == palette.PHASE_BASE + CODE["bubble"]) / colours.size
         assert abs(bubble - float(shares[CODE["bubble"]])) < 0.04
+        await pilot.press("enter", "enter", "enter", "enter")       # node 0: its GPUs labelled
+        await pilot.pause()
+        lay = heatmap.layout_info
+        assert heatmap.view.level == "node" and lay.g == 1 and lay.scale >= 5
+        colours = heatmap.pixel_colours(lay)
+        assert (colours[1:] == palette.PHASE_BASE + CODE["compute"]).all()       # 0: the cursor
+        assert "computin" in "".join(strip.text for strip in heatmap.render_frame())
 
 
 @sync

@@ -177,9 +177,14 @@ def network_phases(rows: np.ndarray, table: np.ndarray, phase: np.ndarray, gpu0:
     network 20% of the time show that colour on about 20% of their cells, however much longer they compute.
     `rows` and `table` are the state's phase mix (rows per GPU into rows of shares) of the GPUs from `gpu0`
     on, `phase` the engine's dominant phase (failed wins); the GPUs of one pixel of `per_pixel` share a
-    threshold, so the pixel shows their drawn phase."""
+    threshold, so the pixel shows their drawn phase. `per_pixel` 0: each GPU its phase of most time (GPUs
+    drawn big enough to carry their own label, which names that phase)."""
     merged = np.concatenate([table, table[:, _WAIT_CODES].sum(axis=1, keepdims=True)], axis=1)
     merged[:, _WAIT_CODES] = 0.0
+    if per_pixel <= 0:
+        codes: np.ndarray = merged.argmax(axis=1).astype(np.uint8)[rows]
+        codes[phase == CODE["failed"]] = CODE["failed"]
+        return codes
     total = merged.sum(axis=1, keepdims=True)
     cum = np.cumsum(merged, axis=1) / np.where(total > 0, total, 1.0)
     cum[:, -1] = np.inf                       # rounding never leaves a threshold past the last share
@@ -188,10 +193,10 @@ def network_phases(rows: np.ndarray, table: np.ndarray, phase: np.ndarray, gpu0:
     for k in range(merged.shape[1] - 1):      # a phase column at a time, not a GPU
         lut += cum[:, k, None] <= threshold[None, :]
     lut[total[:, 0] <= 0] = CODE["idle"]
-    levels = dither_levels(gpu0, rows.size, max(1, per_pixel))
+    levels = dither_levels(gpu0, rows.size, per_pixel)
     at = rows.astype(np.int32) * np.int32(DITHER_LEVELS)     # int32: far fewer than 2M distinct rows
     at += levels
-    codes: np.ndarray = lut.reshape(-1)[at]
+    codes = lut.reshape(-1)[at]
     codes[phase == CODE["failed"]] = CODE["failed"]
     return codes
 

@@ -50,8 +50,9 @@ def help_text() -> Table:
                       "Where many GPUs share a pixel it shows their mean utilization or power; a failed GPU "
                       "always shows. The phase view draws each phase on the share of the cells that it takes "
                       "of the GPUs' time over the sample interval (GPUs that wait on the network a fifth of "
-                      "the time show that colour on a fifth of their cells, scattered). Columns are racks "
-                      "when they fit; titles name the pods and buildings.")
+                      "the time show that colour on a fifth of their cells, scattered); GPUs drawn big "
+                      "enough to carry a label show their phase of most time, which the label names. Columns "
+                      "are racks when they fit; titles name the pods and buildings.")
     return table
 
 

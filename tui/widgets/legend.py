@@ -99,6 +99,6 @@ class Legend(QuietStatic):
         how = "drawn in proportion" if metric == "phase" else "mean"
         unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs ({how}; failed wins)"
         if metric == "phase":
-            unit += " · each phase's share of the cells is its % of time"
+            unit += " · each phase's share of the cells is its % of time" if per_pixel > 1 else " · % of time"
         text.append(f"   ▀ = {unit}", style="dim")
         self.show_if_changed(text.plain, text)
