@@ -132,13 +132,16 @@ def scale_up_links(state: ClusterState, switches: bool = True) -> list[str]:
     kind = up.get("kind") if isinstance(up, dict) else None
     if not isinstance(up, dict) or kind not in (*MESHES, *(SWITCHES if switches else ())):
         return []
-    links, per_link, per_gpu = up.get("links_per_gpu"), up.get("gb_s_per_link"), up.get("gb_s_per_gpu")
 
-    def positive(v: object) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    def figure(key: str) -> float:
+        """A positive number of the header's scale_up, else 0."""
+        v = up.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0.0
 
-    if not (positive(per_gpu) if kind in SWITCHES else isinstance(links, int) and positive(links)
-            and positive(per_link)):
+    links = up.get("links_per_gpu")
+    links = links if isinstance(links, int) and not isinstance(links, bool) and links > 0 else 0
+    per_link, per_gpu = figure("gb_s_per_link"), figure("gb_s_per_gpu")
+    if not (per_gpu if kind in SWITCHES else links and per_link):
         return []
     out = []
     for name, job in state.jobs.items():
