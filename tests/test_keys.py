@@ -38,3 +38,21 @@ def test_shared_tooltips_share_a_row_and_keys_are_not_repeated() -> None:
 def test_the_readme_table_is_the_generated_one() -> None:
     readme = (ROOT / "README.md").read_text()
     assert keys.markdown() in readme, "README's key table is stale: python -m clustertop.tui.keys"
+
+
+def test_escape_is_in_the_help() -> None:
+    """Defect: escape closes the help, the search bar and the palette, and takes a point run from a sweep's
+    table back to the table, but the help did not list it."""
+    import io
+
+    from clustertop.tui.screens.help import help_text
+    from rich.console import Console
+
+    app = dict(keys.dashboard_rows())["App"]
+    what = {k: w for k, w in app}
+    assert "escape" in what and "back to the table" in what["escape"]
+    assert "search" in what["escape"] and "help" in what["escape"]
+    assert [k for k, _ in app][-2:] == ["?", "q"]
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(help_text())
+    assert any(line.strip().startswith("escape ") for line in console.export_text().splitlines())

@@ -307,7 +307,8 @@ async def test_compare_at_80x24_shows_one_view_at_a_time_naming_the_hardware() -
 
 @sync
 async def test_compare_of_a_mesh_says_what_its_tp_group_gets(tmp_path) -> None:
-    """mi300x-vs-h100: the xGMI side names its mesh and its links panel tells the '3 of 7 links' story."""
+    """mi300x-vs-h100: the xGMI side names its mesh and its links panel tells the '3 of 7 links' story; the
+    NVSwitch side tells its half (defect: it had no such line), all links to any peer."""
     mi, h100 = tmp_path / "mi.jsonl", tmp_path / "h.jsonl"
     assert cli_main(["record", "mi300x-vs-h100", "--duration", "5s", "-o", str(mi)]) == 0
     assert cli_main(["record", "h100-vs-mi300x", "--duration", "5s", "-o", str(h100)]) == 0
@@ -316,6 +317,8 @@ async def test_compare_of_a_mesh_says_what_its_tp_group_gets(tmp_path) -> None:
         await pilot.pause()
         screen = app.screen
         assert "512 × mi300x · xGMI mesh 7 x 64 GB/s" in rendered(screen.query_one("#side-a .side-title"))
-        assert "TP 4: 3 of 7 links, 192 of 448 GB/s" in rendered(screen.query_one("#links-a"))
+        assert "xGMI TP 4: 3 of 7 links, 192 GB/s" in rendered(screen.query_one("#links-a"))
         assert "NVSwitch" in rendered(screen.query_one("#side-b .side-title"))
         assert "of 7 links" not in rendered(screen.query_one("#links-b"))
+        links_b = rendered(screen.query_one("#links-b"))
+        assert "NVLink TP 4: all links, 450 GB/s" in links_b

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Any
 
 import numpy as np
+import pytest
+from clustertop.cli import main
 from clustertop.engine.config.geometry import Geometry
-from clustertop.engine.config.phases import CODE
+from clustertop.engine.config.phases import CODE, PHASES
 from clustertop.engine.stream import schema
 from clustertop.engine.stream.state import ClusterState
 from clustertop.tui import palette
@@ -79,24 +83,79 @@ async def test_the_failed_node_shows_red_in_utilization_and_power_at_site_and_no
         assert "failed" in "".join(strip.text for strip in heatmap.render_frame())
 
 
-def test_the_phase_view_draws_network_waits_together_in_their_own_colour() -> None:
-    """Defect: congested-fabric was solid green in the phase view: its GPUs waited on several tiers (TP, DP)
-    at once, none of which alone outweighed computing. The waits count together as 'waiting on the network',
-    one colour, with the legend saying so; a failed GPU still wins."""
-    import numpy as np
-    from clustertop.engine.config.phases import CODE, PHASES
-    from clustertop.tui import palette
-
+def test_the_phase_view_draws_each_phase_in_proportion_to_its_time() -> None:
+    """Defect: congested-fabric was solid green in the phase view although its GPUs waited on the network a
+    fifth of the time: each GPU showed its phase of most time over the sample interval (5 s at the 6 h
+    default, most of a step), and computing always outweighed the waits. The waits count together as
+    'waiting on the network', and each phase covers the share of the GPUs' cells that it takes of their
+    time; a failed GPU still wins; the same GPUs draw the same on every call."""
+    n = 20_000
     table = np.zeros((3, len(PHASES)), dtype=np.float32)
-    table[0, [CODE["compute"], CODE["tp"], CODE["dp"]]] = (0.40, 0.25, 0.35)     # waits 60%: network
-    table[1, [CODE["compute"], CODE["tp"]]] = (0.60, 0.40)                       # computing
-    table[2, [CODE["bubble"], CODE["tp"], CODE["dp"]]] = (0.50, 0.20, 0.30)       # a tie: the bubble, first
-    rows = np.array([0, 1, 2, 0], dtype=np.int32)
-    phase = np.array([CODE["dp"], CODE["compute"], CODE["bubble"], CODE["failed"]], dtype=np.uint8)
+    table[0, [CODE["compute"], CODE["tp"], CODE["dp"], CODE["bubble"]]] = (0.60, 0.10, 0.11, 0.19)
+    table[1, CODE["compute"]] = 1.0
+    table[2, CODE["idle"]] = 1.0
+    rows = np.zeros(n, dtype=np.int32)
+    rows[n // 2:] = 1
+    rows[-100:] = 2
+    phase = np.full(n, CODE["compute"], dtype=np.uint8)
+    phase[5] = CODE["failed"]
     codes = palette.network_phases(rows, table, phase)
-    assert codes.tolist() == [palette.NETWORK_CODE, CODE["compute"], CODE["bubble"], CODE["failed"]]
+    waiting = codes[:n // 2]
+    share = {c: np.count_nonzero(waiting == c) / waiting.size for c in np.unique(waiting)}
+    assert abs(share[palette.NETWORK_CODE] - 0.21) < 0.015           # TP and DP waits together
+    assert abs(share[CODE["compute"]] - 0.60) < 0.015 and abs(share[CODE["bubble"]] - 0.19) < 0.015
+    assert codes[5] == CODE["failed"]
+    assert (codes[n // 2:-100] == CODE["compute"]).all() and (codes[-100:] == CODE["idle"]).all()
+    assert (palette.network_phases(rows, table, phase) == codes).all()
+    # a pixel of 8 GPUs draws one phase, and the pixels keep the proportions
+    pixels = palette.network_phases(rows, table, phase, 0, 8)[8:n // 2].reshape(-1, 8)
+    assert (pixels == pixels[:, :1]).all()
+    assert abs(np.count_nonzero(pixels[:, 0] == palette.NETWORK_CODE) / pixels.shape[0] - 0.21) < 0.03
     colours = palette.phase_colour(codes)
-    assert colours[0] == palette.NETWORK and colours[1] == palette.PHASE_BASE + CODE["compute"]
+    assert (colours[codes == palette.NETWORK_CODE] == palette.NETWORK).all()
+    # GPUs drawn big enough to carry their own label: each its phase of most time, as the label names it
+    big = palette.network_phases(rows, table, phase, 0, 0)
+    assert (big[6:n // 2] == CODE["compute"]).all() and big[5] == CODE["failed"]
+    table[0, [CODE["compute"], CODE["tp"], CODE["dp"], CODE["bubble"]]] = (0.40, 0.25, 0.35, 0.0)
+    assert (palette.network_phases(rows, table, phase, 0, 0)[6:n // 2] == palette.NETWORK_CODE).all()
+
+
+@pytest.fixture(scope="module")
+def congested(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """30 s of congested-fabric sampled every 5 s, as at its 6 h default."""
+    out = tmp_path_factory.mktemp("congested") / "run.jsonl.gz"
+    with contextlib.redirect_stderr(io.StringIO()):
+        code = main(["record", "congested-fabric", "--duration", "30s", "--sample", "5s", "-o", str(out)])
+    assert code == 0
+    return str(out)
+
+
+@sync
+async def test_congested_fabric_shows_its_network_waits_on_the_map(congested: str) -> None:
+    """The phase view of congested-fabric at site zoom: the cells in the 'waiting on the network' colour are
+    the share of the time its GPUs wait on the network (the legend's figure), not none."""
+    app = app_at(25.0, path=congested)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        lay = heatmap.layout_info
+        assert lay.g > 1
+        colours = heatmap.pixel_colours(lay)
+        shares = heatmap.state.mix.shares(lay.gpu0, lay.gpu1)
+        waits = float(sum(shares[PHASES.index(w)] for w in palette.WAITS))
+        assert waits > 0.15
+        drawn = np.count_nonzero(colours == palette.NETWORK) / colours.size
+        assert abs(drawn - waits) < 0.04
+        bubble = np.count_nonzero(colours == palette.PHASE_BASE + CODE["bubble"]) / colours.size
+        assert abs(bubble - float(shares[CODE["bubble"]])) < 0.04
+        await pilot.press("enter", "enter", "enter", "enter")       # node 0: its GPUs labelled
+        await pilot.pause()
+        lay = heatmap.layout_info
+        assert heatmap.view.level == "node" and lay.g == 1 and lay.scale >= 5
+        colours = heatmap.pixel_colours(lay)
+        assert (colours[1:] == palette.PHASE_BASE + CODE["compute"]).all()       # 0: the cursor
+        assert "computin" in "".join(strip.text for strip in heatmap.render_frame())
 
 
 @sync

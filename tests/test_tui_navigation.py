@@ -14,7 +14,7 @@ from clustertop.tui.widgets.event_log import EventLog
 from clustertop.tui.widgets.heatmap import Heatmap
 from test_tui_model import header, sample
 from test_tui_panels import two_jobs_source
-from tui_pilot import SIZE, app_at, rendered, sync, unwrapped
+from tui_pilot import FLAGSHIP, SIZE, app_at, rendered, sync, unwrapped
 
 
 def _long_run() -> Source:
@@ -128,6 +128,36 @@ async def test_the_footer_always_shows_help_and_quit_first() -> None:
             keys = [k for k in app.screen.query(FooterKey) if "-command-palette" not in k.classes]
             assert [k.action for k in keys[:2]] == ["help", "quit"]
             assert all(k.region.right <= size[0] for k in keys[:2])
+
+
+@sync
+async def test_the_compare_footer_at_80_columns_cuts_no_key() -> None:
+    """Defect: at 80 columns the compare footer ran its keys under `^p palette`: in the table view `←→` showed
+    without `Seek`, its label under the palette's key. A key that does not fit whole is left out; the
+    palette's key shows whole at the right edge, and a wider terminal shows the keys again."""
+    from clustertop.tui.sources.recording import RecordingSource
+    from textual.widgets._footer import FooterKey
+
+    app = ClusterTopApp([RecordingSource(FLAGSHIP), RecordingSource("recordings/flagship-8k.jsonl.gz")],
+                        start_t=30.0, paused=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for key in ("a", "b", "d"):
+            await pilot.press(key)
+            await pilot.pause()
+            await pilot.pause()
+            keys = list(app.screen.query(FooterKey))
+            palette = next(k for k in keys if "-command-palette" in k.classes)
+            assert palette.display and palette.region.right <= 80
+            assert palette.region.width >= len("^p palette")
+            shown = [k for k in keys if k is not palette and k.display]
+            assert [k.action for k in shown[:2]] == ["help", "quit"]
+            assert all(k.region.right - 1 <= palette.region.x for k in shown), key     # but its padding
+            assert all(k.region.width > 0 for k in shown)
+        assert "seek(-1)" not in [k.action for k in shown]
+        await pilot.resize_terminal(200, 60)
+        await pilot.pause()
+        await pilot.pause()
+        assert "seek(-1)" in [k.action for k in app.screen.query(FooterKey) if k.display]
 
 
 @sync

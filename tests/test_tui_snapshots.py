@@ -7,6 +7,11 @@ the report before committing.
 
 from __future__ import annotations
 
+import contextlib
+import io
+
+import pytest
+from clustertop.cli import main
 from clustertop.tui.app import ClusterTopApp
 from clustertop.tui.sources.recording import RecordingSource
 
@@ -99,3 +104,21 @@ def test_a_serving_job_in_the_jobs_panel(snap_compare) -> None:
     """inference-serving at 30 s: the jobs panel gives a serving job's own figures (requests/s, TTFT and TPOT
     with their p99, batch against its limit, K/V cache use, saturated), not MFU and step time."""
     assert snap_compare(replay(30.0, SERVING), terminal_size=(120, 40))
+
+
+@pytest.fixture(scope="module")
+def congested(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """30 s of congested-fabric sampled every 5 s, as at its 6 h default (a fixed name: the title shows
+    it)."""
+    out = tmp_path_factory.mktemp("congested") / "congested-fabric.jsonl.gz"
+    with contextlib.redirect_stderr(io.StringIO()):
+        code = main(["record", "congested-fabric", "--duration", "30s", "--sample", "5s", "-o", str(out)])
+    assert code == 0
+    return str(out)
+
+
+def test_congested_fabric_in_the_phase_view(snap_compare, congested: str) -> None:
+    """congested-fabric at 25 s in the phase view: its GPUs wait on the network (TP, DP and PP together)
+    about a fifth of the time, and about a fifth of the map's cells show that colour, scattered among
+    computing and the bubble; the links panel highlights the degraded spine of pod 2."""
+    assert snap_compare(replay(25.0, congested), terminal_size=(120, 40), press=["3"])

@@ -211,17 +211,41 @@ async def test_sweep_table_shows_every_objective_marks_its_order_and_a_whole_rea
 
 
 @sync
-async def test_a_point_run_from_the_sweep_is_named_for_it_and_escape_comes_back(tmp_path) -> None:
-    """Defects: a point run live was titled `point-axei8s9p` (its temporary file), and escape did not return
-    to the table (only q did)."""
-    from clustertop.commands.replay import point_toml
+async def test_a_point_run_from_the_sweep_is_titled_by_its_parameters_and_escape_comes_back(
+        tmp_path, monkeypatch) -> None:
+    """Defects: a point run live was titled `point-axei8s9p` (its temporary file), then
+    `llama3-405b-16k-point-11` (its index): it is titled by what it is, its parameters as `--vary` takes them;
+    escape did not return to the table (only q did)."""
+    from clustertop.commands import replay
     from clustertop.engine.sweep.results import read_results
+    from clustertop.tui import app as app_module
+    from clustertop.tui import sweep
     from clustertop.tui.app import ClusterTopApp
-    from clustertop.tui.sources.live import display_name
+    from clustertop.tui.sources import live
     from clustertop.tui.sources.recording import RecordingSource
 
     record = next(r for r in read_results(SWEEP) if r["index"] == 11)
-    assert display_name(point_toml(record, str(tmp_path))) == "llama3-405b-16k-point-11"
+    assert sweep.point_title(record) == "llama3-405b-16k tp=8 pp=16 virtual_stages=4"
+    # through `clustertop replay results.jsonl`: enter on point 11, then quit the table
+    picks = iter([record, None])
+
+    def run(self: sweep.SweepApp) -> str | None:
+        chosen = next(picks)
+        if chosen is None:
+            return None
+        self.chosen = chosen
+        return str(self.prepare(chosen)) if self.prepare else None
+
+    class Engine:
+        def __init__(self, scenario: str) -> None:
+            self.scenario, self.name = scenario, live.display_name(scenario)
+
+    shown: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(sweep.SweepApp, "run", run)
+    monkeypatch.setattr(live, "LiveSource", Engine)
+    monkeypatch.setattr(app_module, "show", lambda sources, **kw: shown.append((sources[0].name, kw["back"])))
+    assert replay.run_sweep(SWEEP) == 0
+    assert shown == [("llama3-405b-16k tp=8 pp=16 virtual_stages=4", "the sweep table")]
     app = ClusterTopApp([RecordingSource(FLAGSHIP)], start_t=10.0, paused=True, back="the sweep table")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("escape")

@@ -121,18 +121,32 @@ def scale_up_text(state: ClusterState) -> str:
     return f"{name} {escape(str(link or ''))[:20]}{figure}".replace("  ", " ")
 
 
-def mesh_links(state: ClusterState) -> list[str]:
-    """On a switchless mesh (a link to each peer): what each job's TP group gets of a GPU's links, 'TP 4: 3 of
-    7 links, 192 of 448 GB/s' (the group reaches its q - 1 peers over q - 1 links; the others go to GPUs
-    outside it; the job's name first when there are several). [] elsewhere: a switch gives every GPU all its
-    bandwidth to any peer."""
+SWITCHES = ("nvswitch", "nvl72")     # scale-up kinds where every GPU reaches any peer with all its links
+
+
+def scale_up_links(state: ClusterState, switches: bool = True) -> list[str]:
+    """What each job's TP group gets of a GPU's scale-up links (the job's name first when there are several),
+    short enough for a folded panel at 80 columns. On a switchless mesh (a link to each peer): 'TP 4: 3 of 7
+    links, 192 GB/s' (the group reaches its q - 1 peers over q - 1 links; the others go to GPUs outside it).
+    Through a switch: 'TP 4: all links, 450 GB/s' (every GPU reaches any peer with all its bandwidth; with
+    `switches` False: [], as it goes without saying but beside a mesh). [] for other scale-ups (PCIe through
+    the host, tori) and jobs without TP inside the node."""
     from clustertop.engine.config.cluster import MESHES
 
     up = state.header.get("scale_up")
-    if not isinstance(up, dict) or up.get("kind") not in MESHES:
+    kind = up.get("kind") if isinstance(up, dict) else None
+    if not isinstance(up, dict) or kind not in (*MESHES, *(SWITCHES if switches else ())):
         return []
-    links, per_link = up.get("links_per_gpu"), up.get("gb_s_per_link")
-    if not isinstance(links, int) or not isinstance(per_link, (int, float)) or links <= 0:
+
+    def figure(key: str) -> float:
+        """A positive number of the header's scale_up, else 0."""
+        v = up.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 0.0
+
+    links = up.get("links_per_gpu")
+    links = links if isinstance(links, int) and not isinstance(links, bool) and links > 0 else 0
+    per_link, per_gpu = figure("gb_s_per_link"), figure("gb_s_per_gpu")
+    if not (per_gpu if kind in SWITCHES else links and per_link):
         return []
     out = []
     for name, job in state.jobs.items():
@@ -140,7 +154,10 @@ def mesh_links(state: ClusterState) -> list[str]:
         tiers = job.info.get("tiers")
         if tp <= 1 or (isinstance(tiers, dict) and tiers.get("tp") not in (None, "node")):
             continue
-        used = min(tp - 1, links)
         who = f"{escape(name)[:20]} " if len(state.jobs) > 1 else ""
-        out.append(f"{who}TP {tp}: {used} of {links} links, {used * per_link:g} of {links * per_link:g} GB/s")
+        if kind in SWITCHES:
+            out.append(f"{who}TP {tp}: all links, {per_gpu:g} GB/s")
+            continue
+        used = min(tp - 1, links)
+        out.append(f"{who}TP {tp}: {used} of {links} links, {used * per_link:g} GB/s")
     return out

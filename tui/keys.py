@@ -28,6 +28,8 @@ EXTRA: tuple[tuple[str, str, str], ...] = (
     ("scroll", "zoom in (up, at the mouse) / out (down); double click zooms in", "zoom_out"),
     ("tab", "next panel", "metric"),
     ("ctrl+p", "command palette: every action by name", "toggle_theme"),
+    ("escape", "close the help, the search bar or the palette; a point run from a sweep: back to the table",
+     "toggle_theme"),
 )
 
 _NAMES = {"left": "←", "right": "→", "up": "↑", "down": "↓", "question_mark": "?", "left_square_bracket": "[",

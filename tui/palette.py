@@ -7,6 +7,7 @@ half-block cell gets one precomputed Rich Style.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from clustertop.engine.config.phases import CODE, PHASES
@@ -151,17 +152,51 @@ def phase_colour(codes: np.ndarray) -> np.ndarray:
 
 
 _WAIT_CODES = [PHASES.index(w) for w in WAITS]
+DITHER_LEVELS = 1024      # thresholds of the phase view's proportional drawing (shares to within 0.1%)
 
 
-def network_phases(rows: np.ndarray, table: np.ndarray, phase: np.ndarray) -> np.ndarray:
-    """Each GPU's phase of most time with its network waits counted together (NETWORK_CODE when they
-    outweigh each other phase: a slow tier stalls it, whichever dimension waits). `rows` and `table` are
-    the state's phase mix (rows per GPU into rows of shares), `phase` the engine's dominant phase (failed
-    wins)."""
+@lru_cache(maxsize=8)
+def dither_levels(gpu0: int, n: int, per_pixel: int) -> np.ndarray:
+    """A threshold level (0..DITHER_LEVELS-1) for each of the GPUs [gpu0, gpu0 + n), one per pixel of
+    `per_pixel` GPUs: a hash of the pixel's index, so the same GPUs get the same levels on every machine and
+    every frame, and the levels of any few hundred pixels spread evenly."""
+    key = (np.arange(n, dtype=np.uint64) // np.uint64(per_pixel)) + np.uint64(gpu0 // per_pixel)
+    x = (key + np.uint64(0x632BE59BD9B4E019)) * np.uint64(0x9E3779B97F4A7C15)      # splitmix64's finalizer
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    levels: np.ndarray = (x >> np.uint64(64 - DITHER_LEVELS.bit_length() + 1)).astype(np.int32)
+    return levels
+
+
+def network_phases(rows: np.ndarray, table: np.ndarray, phase: np.ndarray, gpu0: int = 0,
+                   per_pixel: int = 1) -> np.ndarray:
+    """The phase-view code of each GPU, its network waits counted together (NETWORK_CODE: whichever
+    dimension waits, a slow tier stalls it), drawn in proportion to the time shares: a GPU shows the phase
+    whose slice of its cumulative shares holds its pixel's threshold (dither_levels), so GPUs that wait on the
+    network 20% of the time show that colour on about 20% of their cells, however much longer they compute.
+    `rows` and `table` are the state's phase mix (rows per GPU into rows of shares) of the GPUs from `gpu0`
+    on, `phase` the engine's dominant phase (failed wins); the GPUs of one pixel of `per_pixel` share a
+    threshold, so the pixel shows their drawn phase. `per_pixel` 0: each GPU its phase of most time (GPUs
+    drawn big enough to carry their own label, which names that phase)."""
     merged = np.concatenate([table, table[:, _WAIT_CODES].sum(axis=1, keepdims=True)], axis=1)
     merged[:, _WAIT_CODES] = 0.0
-    per_row = merged.argmax(axis=1).astype(np.uint8)
-    codes: np.ndarray = per_row[rows]
+    if per_pixel <= 0:
+        codes: np.ndarray = merged.argmax(axis=1).astype(np.uint8)[rows]
+        codes[phase == CODE["failed"]] = CODE["failed"]
+        return codes
+    total = merged.sum(axis=1, keepdims=True)
+    cum = np.cumsum(merged, axis=1) / np.where(total > 0, total, 1.0)
+    cum[:, -1] = np.inf                       # rounding never leaves a threshold past the last share
+    threshold = (np.arange(DITHER_LEVELS) + 0.5) / DITHER_LEVELS
+    lut = np.zeros((table.shape[0], DITHER_LEVELS), dtype=np.uint8)   # (row, level) -> code
+    for k in range(merged.shape[1] - 1):      # a phase column at a time, not a GPU
+        lut += cum[:, k, None] <= threshold[None, :]
+    lut[total[:, 0] <= 0] = CODE["idle"]
+    levels = dither_levels(gpu0, rows.size, per_pixel)
+    at = rows.astype(np.int32) * np.int32(DITHER_LEVELS)     # int32: far fewer than 2M distinct rows
+    at += levels
+    codes = lut.reshape(-1)[at]
     codes[phase == CODE["failed"]] = CODE["failed"]
     return codes
 

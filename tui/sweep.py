@@ -36,6 +36,17 @@ def _value(value: Any) -> Text:
     return Text(f"{value:,}" if isinstance(value, int) else str(value))
 
 
+def point_title(record: dict[str, Any]) -> str:
+    """What a point is, as a run of it is titled: its base scenario and values as `--vary` takes them
+    ("llama3-405b-16k tp=8 pp=16 virtual_stages=4"; the first job's keys as the table's columns name them)."""
+    def shown(value: Any) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+    values = " ".join(f"{key.removeprefix('jobs[0].')}={shown(value)}"
+                      for key, value in record.get("point", {}).items())
+    return f"{record.get('scenario') or 'sweep'} {values}".strip()
+
+
 def status(record: dict[str, Any]) -> str:
     """"ok", "oom" (some job does not fit) or "invalid" (the point was refused)."""
     return facts(record).status
@@ -161,6 +172,7 @@ class SweepApp(App[Any]):
         self.shown = self.records                            # the rows in the table's order
         self.source_name = name
         self.prepare = prepare
+        self.chosen: dict[str, Any] | None = None           # the point enter ran
         self.keys: list[str] = []
         for record in self.records:
             for key in record["point"]:
@@ -309,4 +321,5 @@ class SweepApp(App[Any]):
         except UserError as exc:
             self.notify(escape(str(exc)), severity="error", timeout=8)
             return
+        self.chosen = record
         self.exit(prepared)

@@ -40,8 +40,9 @@ def point_toml(record: dict[str, Any], directory: str) -> str:
     if not base:
         raise UserError(f"point {record.get('index')} names no base scenario")
     built, table = point_scenario(base, record["point"])          # checks the point as the sweep built it
-    # named for the point, as the dashboard titles it (`llama3-405b-16k-point-3`), in the sweep's own
-    # directory; only letters, digits, '.', '-' and '_' of the scenario's name (it could hold "../")
+    # named for the point (`llama3-405b-16k-point-3`; the dashboard titles it by its values: point_title), in
+    # the sweep's own directory; only letters, digits, '.', '-' and '_' of the scenario's name (it could hold
+    # "../")
     index = int(record.get("index", 0))
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", built.name).strip(".-")[:60] or "sweep"
     path = os.path.join(directory, f"{stem}-point-{index}.toml")
@@ -54,24 +55,27 @@ def run_sweep(path: str, speed: float = 1.0, metric: str = "util") -> int:
     from clustertop.engine.sweep.results import read_results
 
     records = read_results(path)                      # a bad file is a one-line error before any screen
-    from clustertop.tui.sweep import SweepApp
+    from clustertop.tui.sweep import SweepApp, point_title
     directory = tempfile.mkdtemp(prefix="clustertop-sweep-")
     try:
         while True:
             table = SweepApp(records, Path(path).name, prepare=lambda record: point_toml(record, directory))
             chosen = table.run()
-            if not chosen:
+            if not chosen or table.chosen is None:
                 return 0
-            run_live(chosen, speed, metric)
+            run_live(chosen, point_title(table.chosen), speed, metric)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_live(scenario_path: str, speed: float = 1.0, metric: str = "util") -> None:
-    from clustertop.tui.app import show
-    from clustertop.tui.sources.live import LiveSource
+def run_live(scenario_path: str, title: str, speed: float = 1.0, metric: str = "util") -> None:
+    """A sweep's point live in the dashboard, titled `title` (what the point is, not its temporary file)."""
+    from clustertop.tui import app
+    from clustertop.tui.sources import live
 
-    show([LiveSource(scenario_path)], speed=speed, metric=metric, back="the sweep table")
+    source = live.LiveSource(scenario_path)
+    source.name = title
+    app.show([source], speed=speed, metric=metric, back="the sweep table")
 
 
 def main(args: argparse.Namespace) -> int:

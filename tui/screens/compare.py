@@ -140,7 +140,9 @@ class CompareScreen(DashboardScreen):
                         with Vertical(classes="side-panels", id=f"panels-{side}"):
                             yield SideTabs(PANELS, PANEL_KEYS, id=f"tabs-{side}")
                             yield JobsPanel(id=f"jobs-{side}")
-                            yield LinksPanel(id=f"links-{side}")
+                            links = LinksPanel(id=f"links-{side}")
+                            links.switch_links = True    # both halves of a mesh / switch story
+                            yield links
         yield Comparison(id="comparison")
         yield TransportBar(id="transport")
         yield TooSmall()

@@ -33,8 +33,8 @@ def help_text() -> Table:
         table.add_row("", swatch)
         if name == "ep":        # the map draws the waits as one: where a slow tier stalls GPUs
             swatch = Text("██ ", style=NETWORK_COLOR)
-            swatch.append(f"{NETWORK_LABEL}: on the map, the waits above together, when they outweigh "
-                          "computing and every other phase (the legend gives each wait's share)")
+            swatch.append(f"{NETWORK_LABEL}: on the map, the waits above together (the legend gives "
+                          "each wait's share)")
             table.add_row("", swatch)
     table.add_row("", "")
     table.add_row(Text("Marks", style="bold underline"), "")
@@ -47,9 +47,12 @@ def help_text() -> Table:
     table.add_row("", "")
     table.add_row(Text("Cells", style="bold underline"), "")
     table.add_row("", "Each character cell holds two GPUs (or groups of GPUs), one above the other (▀). "
-                      "Where many GPUs share a pixel it shows their mean utilization or power, or their "
-                      "commonest phase; a failed GPU always shows. Columns are racks when they fit; titles "
-                      "name the pods and buildings.")
+                      "Where many GPUs share a pixel it shows their mean utilization or power; a failed GPU "
+                      "always shows. The phase view draws each phase on the share of the cells that it takes "
+                      "of the GPUs' time over the sample interval (GPUs that wait on the network a fifth of "
+                      "the time show that colour on a fifth of their cells, scattered); GPUs drawn big "
+                      "enough to carry a label show their phase of most time, which the label names. Columns "
+                      "are racks when they fit; titles name the pods and buildings.")
     return table
 
 

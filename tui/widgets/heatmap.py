@@ -260,7 +260,9 @@ class Heatmap(Widget, can_focus=True):
         if self.metric == "phase":
             rows, table = state.mix.get()
             phase = palette.known_phases(state.phase[lay.gpu0:lay.gpu1])
-            codes = palette.network_phases(rows[lay.gpu0:lay.gpu1], table, phase)
+            labelled = lay.scale >= 5          # as render_frame: blocks that name their own phase
+            codes = palette.network_phases(rows[lay.gpu0:lay.gpu1], table, phase, lay.gpu0,
+                                           0 if labelled else lay.g)
             colours = palette.phase_colour(lay.phase(codes, lay.gpu0))
             if missing is not None:        # the phase of real telemetry comes from its utilization
                 colours[lay.count(~missing) == 0] = palette.NODATA

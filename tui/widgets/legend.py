@@ -96,9 +96,9 @@ class Legend(QuietStatic):
             text.append("   ")
             text.append("█", style=NODATA_COLOR)
             text.append(f" no data {none:,} GPU{'s' if none != 1 else ''}", style="bold")
-        how = "commonest" if metric == "phase" else "mean"
+        how = "drawn in proportion" if metric == "phase" else "mean"
         unit = "GPU" if per_pixel == 1 else f"{per_pixel:,} GPUs ({how}; failed wins)"
         if metric == "phase":
-            unit += " · colour: the phase of most time; % of time"
+            unit += " · each phase's share of the cells is its % of time" if per_pixel > 1 else " · % of time"
         text.append(f"   ▀ = {unit}", style="dim")
         self.show_if_changed(text.plain, text)

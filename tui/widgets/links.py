@@ -130,6 +130,7 @@ class LinksPanel(Panel):
     apart) or, for a site-wide tier, its recent history; the hottest links and the degraded ones below."""
 
     TITLE = "links · saturation (max)"
+    switch_links = False     # say what a TP group gets through a switch too (compare: beside a mesh's line)
 
     def show(self, state: DisplayState) -> None:
         tiers = [t for t in TIERS if t in state.links] + sorted(set(state.links) - set(TIERS))
@@ -181,7 +182,7 @@ class LinksPanel(Panel):
                 text.append(" · ".join(f"{name} {share * 100:.0f}%"
                                        + (f" x{slow:.3f}" if slow > 1.0005 else "")
                                        for name, share, slow in jobs))
-            for line in jobinfo.mesh_links(state):
+            for line in jobinfo.scale_up_links(state, self.switch_links):
                 text.append(f"\n{tier_label('node', state)} ", style="dim")
                 text.append(line)
             bad = degraded(state)
