@@ -166,17 +166,11 @@ class _Segments:
 
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
-        # stages mostly share their chunks' segments (the same objects): each distinct one is built once
-        which: dict[int, int] = {}
-        kept: list[list[Segment]] = []
-        index = []
-        for kind in (fwd, bwd):
-            for stage in kind:
-                for segs in stage:
-                    if id(segs) not in which:
-                        which[id(segs)] = len(kept)
-                        kept.append([(name, d) for name, d in segs if d > 0])
-                    index.append(which[id(segs)])
+        # stages mostly share their chunks' segments (equal ones): each distinct one is built once
+        which: dict[tuple[Segment, ...], int] = {}
+        index = [which.setdefault(tuple(segs), len(which)) for kind in (fwd, bwd) for stage in kind
+                 for segs in stage]
+        kept = [[(name, d) for name, d in segs if d > 0] for segs in which]
         n = max(1, max(map(len, kept)))
         duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])
         phase = np.array([[CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
