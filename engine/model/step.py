@@ -169,6 +169,7 @@ class JobModel:
         self._passes: dict[tuple[Any, ...], Passes] = {}
         self._params: dict[tuple[int, int, bool, bool], float] = {}
         self._tp_s: dict[tuple[float, bool], float] = {}
+        self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
 
     def chunks(self, v: int) -> tuple[tuple[Chunk, ...], ...]:
         return chunking.chunks(self.job.model, self.job.pp, v)
@@ -284,7 +285,13 @@ class JobModel:
     def memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
         """What one GPU of each pipeline stage holds under `cfg`: a StageMemory whose fields are arrays over
         the stages, computed together (elementwise, the same operations as for one stage: a deep pipeline has
-        64)."""
+        64); kept for the plan, which shows it again."""
+        held = self._memory.get(cfg)
+        if held is None:
+            held = self._memory[cfg] = self._stage_memory(cfg)
+        return held
+
+    def _stage_memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
