@@ -43,7 +43,7 @@ def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
     out = [[Chunk(0, 0, False, False)] * v for _ in range(p)]
     for vs, n in enumerate(counts):
         c, r = divmod(vs, p)
-        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n))
+        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n)) if model.is_moe else 0
         out[r][c] = Chunk(starts[vs], n, vs == 0, vs == p * v - 1, moe)
     return tuple(map(tuple, out))
 
