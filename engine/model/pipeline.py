@@ -168,8 +168,15 @@ class _Segments:
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
         # stages mostly share their chunks' segments (equal ones): each distinct one is built once
         which: dict[tuple[Segment, ...], int] = {}
-        index = [which.setdefault(tuple(segs), len(which)) for kind in (fwd, bwd) for stage in kind
-                 for segs in stage]
+        seen: dict[int, int] = {}                 # the same object: no need to compare its contents
+        index = []
+        for kind in (fwd, bwd):
+            for stage in kind:
+                for segs in stage:
+                    i = seen.get(id(segs))
+                    if i is None:
+                        i = seen[id(segs)] = which.setdefault(tuple(segs), len(which))
+                    index.append(i)
         kept = [[(name, d) for name, d in segs if d > 0] for segs in which]
         n = max(1, max(map(len, kept)))
         duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])

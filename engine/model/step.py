@@ -563,9 +563,18 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
     travel, so each operation that sends ends with the transfer ("pp") and its output arrives as it ends. The
     last stage's last chunk sends no forward output, the first stage's first chunk no gradient."""
     p, v = len(fwd), len(fwd[0])
-    fwd = tuple(tuple(tuple(segs) + ((("pp", send[r]),) if (r, c) != (p - 1, v - 1) else ())
+    made: dict[tuple[int, float], tuple[Segment, ...]] = {}    # stages alike send alike: one tuple each
+
+    def sending(segs: Sequence[Segment], seconds: float) -> tuple[Segment, ...]:
+        key = (id(segs), seconds)
+        out = made.get(key)
+        if out is None:
+            out = made[key] = (*segs, ("pp", seconds))
+        return out
+
+    fwd = tuple(tuple(sending(segs, send[r]) if (r, c) != (p - 1, v - 1) else tuple(segs)
                       for c, segs in enumerate(stage)) for r, stage in enumerate(fwd))
-    bwd = tuple(tuple(tuple(segs) + ((("pp", send_b[r]),) if (r, c) != (0, 0) else ())
+    bwd = tuple(tuple(sending(segs, send_b[r]) if (r, c) != (0, 0) else tuple(segs)
                       for c, segs in enumerate(stage)) for r, stage in enumerate(bwd))
     zero = (0.0,) * p
     return fwd, bwd, zero, zero
