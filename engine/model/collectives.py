@@ -130,7 +130,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     node = groups // topo.gpus_per_node
     q = int(np.sum(node[0] == node[0, 0]))
     k = len(np.unique(node[0]))
-    tier = TIERS[_outermost(topo, groups)]
+    outermost = _outermost(topo, groups)
+    tier = TIERS[outermost]
     oversub = cluster.oversubscription()
     crossing: dict[str, float] = {}
     demands: dict[str, np.ndarray] = {}
@@ -142,7 +143,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
         # carries q rails); for an all-to-all, the members outside its node
         net_share = (size - q) / size if pattern == "all2all" else \
             float(np.count_nonzero(_leaves(node))) * q / groups.size
-        for t in NET_TIERS:
+        for t in NET_TIERS[:max(0, outermost - TIERS.index(NET_TIERS[0]) + 1)]:
+            # (a tier above the outermost one crossed: every group inside one of its blocks, nothing leaves)
             block = topo.block_sizes()[t]
             src_block = groups // block
             if pattern == "all2all":
