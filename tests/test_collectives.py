@@ -145,3 +145,11 @@ def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
         assert seen >= {1, 2}                      # groups that leave a node, a rack
         assert bool(seen & {3, 4}) == (topo.pods > 1)   # and a pod or a building, when there are several
     assert col._outermost(topo, np.array([[5, 5]])) == 0          # nothing left: the node tier
+
+
+def test_group_size_is_the_members_row_length() -> None:
+    from clustertop.engine.model.collectives import Placement, group_size, members
+
+    job = Placement(first_gpu=0, gpus=2 * 3 * 4 * 2 * 5, tp=2, cp=3, pp=4, dp=10, ep=5)
+    for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp"), ("ep",)):
+        assert group_size(job, dims) == members(job, dims).shape[1], dims

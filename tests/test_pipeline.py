@@ -163,3 +163,28 @@ def test_evaluate_matches_with_operations_that_take_no_time(schedule: str, p: in
     for name in ("produced", "start", "end"):
         assert np.array_equal(getattr(simulated, name), getattr(evaluated, name), equal_nan=True), name
     assert evaluated.end_s >= m * 1.0                                          # every backward of a stage
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("1f1b", 2), ("1f1b", 5), ("gpipe", 1)])
+def test_waves_from_the_closed_form_are_the_walked_ones(schedule: str, v: int) -> None:
+    """The closed form of the schedule's waves (raised where it is short) is the one-operation-at-a-time walk:
+    exact for 1F1B and GPipe, a few rounds for interleaving, and never the fallback."""
+    for p in (1, 2, 3, 4, 7, 16):
+        for m in (1, 2, 3, 5, 8, 16, 33, 64):
+            if check(schedule, p, v, m) is not None:
+                continue
+            program = pipeline._program(schedule, p, v, m)
+            guess = pipeline._wave_guess(schedule, p, v, m, program)
+            walked = pipeline._walked_waves(schedule, p, v, m, program).reshape(guess.shape)
+            if v == 1:
+                assert np.array_equal(guess, walked), (schedule, p, v, m)
+            layered = pipeline._longest_chains(program, guess, 2 * p + 2)
+            assert layered is not None and np.array_equal(layered, walked), (schedule, p, v, m)
+
+
+def test_longest_chains_gives_up_when_the_rounds_run_out() -> None:
+    program = pipeline._program("1f1b", 8, 1, 8)
+    assert pipeline._longest_chains(program, np.zeros((8, 16), dtype=np.intp), 2) is None
+    layered = pipeline._longest_chains(program, np.zeros((8, 16), dtype=np.intp), 100)
+    assert layered is not None
+    assert np.array_equal(layered.ravel(), pipeline._walked_waves("1f1b", 8, 1, 8, program))

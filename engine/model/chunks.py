@@ -43,7 +43,7 @@ def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
     out = [[Chunk(0, 0, False, False)] * v for _ in range(p)]
     for vs, n in enumerate(counts):
         c, r = divmod(vs, p)
-        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n))
+        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n)) if model.is_moe else 0
         out[r][c] = Chunk(starts[vs], n, vs == 0, vs == p * v - 1, moe)
     return tuple(map(tuple, out))
 
@@ -83,14 +83,23 @@ def expert_params(model: Model, tp: int, ep: int, st: Chunk) -> float:
 
 @lru_cache(maxsize=256)
 def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageFacts, ...]:
-    """What each pipeline stage holds on one GPU, all its chunks together."""
-    def first_layer(st: Chunk) -> Chunk:
-        return Chunk(st.first_layer, 1, False, False, int(cm.is_moe_layer(model, st.first_layer)))
+    """What each pipeline stage holds on one GPU, all its chunks together (stages mostly hold chunks of the
+    same blocks: each distinct one's parameters are counted once)."""
+    params: dict[tuple[int, int, bool, bool], float] = {}
 
+    def held(st: Chunk) -> float:
+        key = (st.layers, st.moe, st.embedding, st.output)
+        if key not in params:
+            params[key] = chunk_params(model, tp, ep, pp, st)
+        return params[key]
+
+    # a chunk's largest layer is its first (embedding and output aside): a one-layer chunk of its kind
+    one_layer = {moe: chunk_params(model, tp, ep, pp, Chunk(0, 1, False, False, int(moe)))
+                 for moe in (False, True)}
     return tuple(StageFacts(
-        params=sum(chunk_params(model, tp, ep, pp, st) for st in stage),
+        params=sum(held(st) for st in stage),
         expert_params=sum(expert_params(model, tp, ep, st) for st in stage),
-        largest_layer_params=max((chunk_params(model, tp, ep, pp, first_layer(st)) for st in stage
+        largest_layer_params=max((one_layer[cm.is_moe_layer(model, st.first_layer)] for st in stage
                                   if st.layers), default=0.0),
         layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
         output=any(st.output for st in stage)) for stage in chunks(model, pp, v))

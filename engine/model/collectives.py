@@ -117,6 +117,11 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     return np.ascontiguousarray(moved.reshape(-1, size))     # row by row: what every caller walks
 
 
+def group_size(job: Job | Placement, dims: tuple[str, ...]) -> int:
+    """Members of each group over `dims` (what `members` gives each row), without building the groups."""
+    return job.ep if "ep" in dims else math.prod(getattr(job, d) for d in dims)
+
+
 def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern: str = "ring",
           background: Background = ()) -> Route:
     """Placement facts of the groups over `dims` ("ring" for collectives and p2p chains, "all2all" for EP).
@@ -130,15 +135,16 @@ def route(cluster: Cluster, job: Job | Placement, dims: tuple[str, ...], pattern
 @lru_cache(maxsize=256)
 def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str,
            background: Background = ()) -> Route:
+    if group_size(job, dims) <= 1:
+        return Route(1, 1, 1, None, 1.0, {})
     topo = Geometry.of(cluster)
     groups = members(job, dims) + job.first_gpu
     size = groups.shape[1]
-    if size <= 1:
-        return Route(1, 1, 1, None, 1.0, {})
     node = groups // topo.gpus_per_node
     q = int(np.sum(node[0] == node[0, 0]))
     k = len(np.unique(node[0]))
-    tier = TIERS[_outermost(topo, groups)]
+    outermost = _outermost(topo, groups)
+    tier = TIERS[outermost]
     oversub = cluster.oversubscription()
     crossing: dict[str, float] = {}
     demands: dict[str, np.ndarray] = {}
@@ -150,7 +156,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
         # carries q rails); for an all-to-all, the members outside its node
         net_share = (size - q) / size if pattern == "all2all" else \
             float(np.count_nonzero(_leaves(node))) * q / groups.size
-        for t in NET_TIERS:
+        for t in NET_TIERS[:max(0, outermost - TIERS.index(NET_TIERS[0]) + 1)]:
+            # (a tier above the outermost one crossed: every group inside one of its blocks, nothing leaves)
             block = topo.block_sizes()[t]
             src_block = groups // block
             if pattern == "all2all":

@@ -226,8 +226,11 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                         f"sequence{'s' if per_replica != 1 else ''} per replica")
     best, fits = _search(model, configs, plan)
     cfg = best.config
-    resolved = dataclasses.replace(job, micro_batch=cfg.micro_batch, virtual_stages=cfg.virtual_stages,
-                                   recompute=cfg.recompute)
+    settled = (job.micro_batch, job.virtual_stages, job.recompute) == (cfg.micro_batch, cfg.virtual_stages,
+                                                                         cfg.recompute)
+    resolved = job if settled else dataclasses.replace(job, micro_batch=cfg.micro_batch,
+                                                       virtual_stages=cfg.virtual_stages,
+                                                       recompute=cfg.recompute)
     chosen = {k: getattr(cfg, k) for k in ("micro_batch", "virtual_stages", "recompute")
               if getattr(job, k) == "auto"}
     tiers = _tiers(cluster, job)

@@ -166,17 +166,18 @@ class _Segments:
 
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
-        # stages mostly share their chunks' segments (the same objects): each distinct one is built once
-        which: dict[int, int] = {}
-        kept: list[list[Segment]] = []
+        # stages mostly share their chunks' segments (equal ones): each distinct one is built once
+        which: dict[tuple[Segment, ...], int] = {}
+        seen: dict[int, int] = {}                 # the same object: no need to compare its contents
         index = []
         for kind in (fwd, bwd):
             for stage in kind:
                 for segs in stage:
-                    if id(segs) not in which:
-                        which[id(segs)] = len(kept)
-                        kept.append([(name, d) for name, d in segs if d > 0])
-                    index.append(which[id(segs)])
+                    i = seen.get(id(segs))
+                    if i is None:
+                        i = seen[id(segs)] = which.setdefault(tuple(segs), len(which))
+                    index.append(i)
+        kept = [[(name, d) for name, d in segs if d > 0] for segs in which]
         n = max(1, max(map(len, kept)))
         duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])
         phase = np.array([[CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
@@ -478,8 +479,68 @@ class _Waves:
 @lru_cache(maxsize=256)
 def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     """Each operation's wave is one more than the latest of its stage's previous operation and its input's
-    producer: walk the stages in turn, each as far as its inputs' waves are known."""
+    producer (the longest chain of operations ending at it: any such layering gives `evaluate` the same
+    numbers, as the operations of a wave depend only on earlier ones)."""
     program = _program(schedule, p, v, m)
+    k_max = program.kind.shape[1]
+    n = p * k_max
+    layered = _longest_chains(program, _wave_guess(schedule, p, v, m, program), 2 * p + 2)
+    waves = layered.ravel() if layered is not None else _walked_waves(schedule, p, v, m, program)
+    order = np.argsort(waves, kind="stable")
+    position = np.empty(n + 1, dtype=np.intp)
+    position[order] = np.arange(n)
+    position[-1] = n                 # no input: the slot that reads NaN
+    flat = np.arange(n)
+    prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
+    input_of = position[program.source.ravel()]
+    stage_kind = (order // k_max) * 2 + program.kind.ravel()[order]
+    return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
+                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n],
+                  input_of)
+
+
+
+def _wave_guess(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
+    """[stage, operation]: each operation's wave when every operation takes one step (the schedule's closed
+    form). Exact for 1F1B and GPipe; for interleaved 1F1B it misses the waits of stage 0's later chunks for
+    the last stage, which `_longest_chains` adds in about p rounds."""
+    backward = program.kind == 1
+    r = np.arange(p)[:, None]
+    nb = np.cumsum(backward, axis=1) - backward              # backwards before the operation
+    nf = np.arange(program.kind.shape[1]) - nb                # forwards before it (its index, if a forward)
+    if schedule == "gpipe":                                   # all forwards down, then all backwards up
+        guess: np.ndarray = np.where(backward, m + 2 * p - 2 - r + nb, r + nf)
+        return guess
+    total = m * v
+    warm = np.minimum(p - r - 1, m) if v == 1 else np.minimum(2 * (p - r - 1) + (v - 1) * p, total)
+    steady = total - warm
+    first_b = (v + 1) * p - 1 - r                             # the first gradient's round trip
+    cooldown = first_b + 2 * (steady - 1) + (2 if v == 1 else 1) * (nb - steady + 1)
+    b = np.where(nb < steady, first_b + 2 * nb, cooldown)
+    guess = np.where(backward, b, np.where(nf <= warm, r + nf, first_b + 2 * (nf - warm) - 1))
+    return guess
+
+
+def _longest_chains(program: _Program, guess: np.ndarray, rounds: int) -> np.ndarray | None:
+    """Waves from a guess: raise each operation to one more than its input's wave and its stage's previous
+    operation's (along a stage at once: w[k] - k is a running max), all stages together, until nothing
+    changes (a valid layering, the least one above the guess) or `rounds` pass (None)."""
+    k = np.arange(program.kind.shape[1])
+    has_input = program.source >= 0
+    source = np.where(has_input, program.source, 0)
+    waves = guess.astype(np.intp)
+    for _ in range(rounds):
+        after = np.where(has_input, waves.ravel()[source] + 1, 0)
+        raised = np.maximum.accumulate(np.maximum(after, waves) - k, axis=1) + k
+        if np.array_equal(raised, waves):
+            return waves
+        waves = raised
+    return None
+
+
+def _walked_waves(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
+    """The waves by walking the stages in turn, each as far as its inputs' waves are known (one operation at
+    a time: what `_longest_chains` does not finish); a schedule that cannot finish is a deadlock."""
     k_max = program.kind.shape[1]
     n = p * k_max
     sources = program.source.tolist()
@@ -505,18 +566,7 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
             done[r] = k
         if left == before:
             raise RuntimeError(f"pipeline schedule {schedule} p={p} v={v} m={m} deadlocked")
-    waves = np.array(wave)
-    order = np.argsort(waves, kind="stable")
-    position = np.empty(n + 1, dtype=np.intp)
-    position[order] = np.arange(n)
-    position[-1] = n                 # no input: the slot that reads NaN
-    flat = np.arange(n)
-    prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
-    input_of = position[program.source.ravel()]
-    stage_kind = (order // k_max) * 2 + program.kind.ravel()[order]
-    return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
-                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n],
-                  input_of)
+    return np.array(wave)
 
 
 def split_layers(layers: int, stages: int) -> list[int]:

@@ -169,6 +169,7 @@ class JobModel:
         self._passes: dict[tuple[Any, ...], Passes] = {}
         self._params: dict[tuple[int, int, bool, bool], float] = {}
         self._tp_s: dict[tuple[float, bool], float] = {}
+        self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
 
     def chunks(self, v: int) -> tuple[tuple[Chunk, ...], ...]:
         return chunking.chunks(self.job.model, self.job.pp, v)
@@ -284,7 +285,13 @@ class JobModel:
     def memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
         """What one GPU of each pipeline stage holds under `cfg`: a StageMemory whose fields are arrays over
         the stages, computed together (elementwise, the same operations as for one stage: a deep pipeline has
-        64)."""
+        64); kept for the plan, which shows it again."""
+        held = self._memory.get(cfg)
+        if held is None:
+            held = self._memory[cfg] = self._stage_memory(cfg)
+        return held
+
+    def _stage_memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
         job = self.job
         m = self.per_replica // cfg.micro_batch
         sh = shard(job, cfg.micro_batch)
@@ -556,9 +563,18 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
     travel, so each operation that sends ends with the transfer ("pp") and its output arrives as it ends. The
     last stage's last chunk sends no forward output, the first stage's first chunk no gradient."""
     p, v = len(fwd), len(fwd[0])
-    fwd = tuple(tuple(tuple(segs) + ((("pp", send[r]),) if (r, c) != (p - 1, v - 1) else ())
+    made: dict[tuple[int, float], tuple[Segment, ...]] = {}    # stages alike send alike: one tuple each
+
+    def sending(segs: Sequence[Segment], seconds: float) -> tuple[Segment, ...]:
+        key = (id(segs), seconds)
+        out = made.get(key)
+        if out is None:
+            out = made[key] = (*segs, ("pp", seconds))
+        return out
+
+    fwd = tuple(tuple(sending(segs, send[r]) if (r, c) != (p - 1, v - 1) else tuple(segs)
                       for c, segs in enumerate(stage)) for r, stage in enumerate(fwd))
-    bwd = tuple(tuple(tuple(segs) + ((("pp", send_b[r]),) if (r, c) != (0, 0) else ())
+    bwd = tuple(tuple(sending(segs, send_b[r]) if (r, c) != (0, 0) else tuple(segs)
                       for c, segs in enumerate(stage)) for r, stage in enumerate(bwd))
     zero = (0.0,) * p
     return fwd, bwd, zero, zero
