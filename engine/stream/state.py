@@ -294,6 +294,10 @@ class ClusterState:
             values = values[~missing[gpu0:gpu1]]
         return float(values.mean(dtype=np.float64)) if values.size else None
 
+    def uses(self, kind: str) -> bool:
+        """Whether folding an event of type `kind` changes more than the state's time."""
+        return kind == schema.STEP or self._handlers.get(kind, _ignore) is not _ignore
+
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event into the state."""
         self.fold((event,))
