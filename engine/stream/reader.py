@@ -27,7 +27,7 @@ from ..config.errors import UserError, escape
 from ..config.infile import open_input
 from . import schema
 from .checks import MAX_SHAPE_BYTES, MAX_SHAPES, SHAPE, EventChecks, header_problem
-from .skipping import Passable, passable, time_of
+from .skipping import PARSED, Passable, passable, time_of
 from .state import ClusterState
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -321,7 +321,7 @@ class Reader:
         shapes: dict[bytes, Passable | None] = {}        # shapes checked: how they fold unparsed
         pending: dict[str | None, bytes] = {}            # job (None: no use) -> its last line passed over
         current: bytes | None = None                    # the shape of the last line passed over
-        key, layout, zeros = Passable(None, b"", None)   # how it folds
+        key, layout, zeros = PARSED                      # how it folds
         last: int | float | None = float("-inf")        # time of the last line (None: read it from last_line)
         last_line, last_layout = b"", b""                # the last line if passed over, its time's layout
         try:
@@ -330,10 +330,8 @@ class Reader:
                     line_shape = translate(line, table) if len(line) <= longest else line
                     if line_shape != current:
                         hit = shapes.get(line_shape) if line_shape is not line else None
-                        if hit is not None:
-                            current = line_shape
-                            key, layout, zeros = hit
-                    if line_shape == current and (zeros is None or 48 not in zeros(line)):   # no leading 0
+                        current, (key, layout, zeros) = (None, PARSED) if hit is None else (line_shape, hit)
+                    if 48 not in zeros(line):     # no leading 0 (PARSED: any line)
                         # (the time of a line of the last one's layout, no less in bytes, is no less)
                         if layout == last_layout and line >= last_line:
                             last = None

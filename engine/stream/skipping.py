@@ -22,7 +22,7 @@ checked, when the shape leaves nothing to its digits:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -36,17 +36,18 @@ _TIME = re.compile(rb"0+(\.0+)?")
 _DIGIT = re.compile(r"[0-9]")
 _PREFIX = b'{"t":'
 MAX_DIGITS = 19                   # runs of digits this long are parsed (past 64 bits an int is a float)
+_NONE = itemgetter(slice(0, 0))   # no digit (b"")
 
 
 class Passable(NamedTuple):
     """How a line of one shape folds without its parse: the key it waits under until the next line that is
     parsed (a step's job; None for an event the fold has no use for), its time's layout (the line's bytes up
-    to its time's point or comma, digits made 0), and a getter of its integer parts' first digits (None: no
-    integer part of two digits or more)."""
+    to its time's point or comma, digits made 0), and a getter of the first digits of its integer parts of two
+    digits or more (a 48, "0", among them: the line is not JSON)."""
 
     key: str | None
     layout: bytes
-    zeros: Callable[[bytes], tuple[int, ...]] | None
+    zeros: Callable[[bytes], Container[int]]
 
 
 def passable(event: Any, line: bytes, line_shape: bytes, used: bool) -> Passable | None:
@@ -74,8 +75,12 @@ def passable(event: Any, line: bytes, line_shape: bytes, used: bool) -> Passable
             return None
         if token[1] is not None and len(token[1]) > 1:
             starts.append(token.start(1))
-    zeros = itemgetter(*starts, starts[0]) if starts else None     # (two or more: always a tuple)
+    zeros = itemgetter(*starts, starts[0]) if starts else _NONE     # (two or more: always a tuple)
     return Passable(key, line_shape[:time.start(1) if time[1] else end], zeros)
+
+
+# What the reader's loop holds for a line of a shape not passable: parse it (its "zeros" hold a "0").
+PARSED = Passable(None, b"", lambda line: b"0")
 
 
 def time_of(line: bytes) -> int | float:
