@@ -389,3 +389,18 @@ def test_a_fold_agrees_with_the_full_check_on_every_digit() -> None:
         assert _fold_outcome(stream) == expected, mutated
         outcomes.add(isinstance(expected, str) and expected.split(": ", 1)[1][:20])
     assert {False, "time goes backwards ", "line is not valid JS"} <= outcomes, outcomes
+
+
+def test_a_display_state_folded_from_a_file_logs_every_event() -> None:
+    """The dashboard's state keeps the discrete events the plain state has no use for (power swings)."""
+    from clustertop.tui.display import DisplayState
+
+    stream = _stream([line for t in range(10, 20) for line in (STEP_OF % (b"%d.5" % t, b"%d" % t),
+                                                                SWING_AT % (b"%d.75" % t, b"10.5"))])
+    reader = Reader(io.BytesIO(stream))
+    expected = DisplayState(reader.header)
+    expected.fold(reader.events())
+    reader = Reader(io.BytesIO(stream))
+    folded = reader.fold(DisplayState(reader.header))
+    assert isinstance(folded, DisplayState) and len(folded.events) == 10
+    assert list(folded.events) == list(expected.events) and folded.t == expected.t == 19.75
