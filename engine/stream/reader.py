@@ -345,16 +345,18 @@ class Reader:
                         pending[key] = line
                         last_line, last_layout = line, layout
                         continue
-                    if pending:
-                        yield from self._pending(pending, None)
+                    if pending:                   # each job's last step (not an event of no use)
+                        for kept_key, kept in pending.items():
+                            if kept_key is not None:
+                                yield orjson.loads(kept)
+                        pending.clear()
                     before = last if last is not None else time_of(last_line)
                     event, known = self._parsed(batch, line, line_shape, before)
                     last, last_line, last_layout = event["t"], b"", b""
                     if known and line_shape not in shapes and len(shapes) < MAX_SHAPES:
                         shapes[line_shape] = passable(event, line, line_shape, uses(event["type"]))
                     yield event
-            if pending:
-                yield from self._pending(pending, last_line)
+            yield from self._pending(pending, last_line)
             event = self._tail(last if last is not None else time_of(last_line))
             if event is not None:
                 yield event
@@ -362,9 +364,10 @@ class Reader:
             self.close()
 
     @staticmethod
-    def _pending(pending: dict[str | None, bytes], final: bytes | None) -> Iterator[dict[str, Any]]:
-        """The lines passed over that a fold keeps, parsed (checked already): each job's last step, and
-        `final` (the stream's last line, if passed over) last, the fold's time being its last event's."""
+    def _pending(pending: dict[str | None, bytes], final: bytes) -> Iterator[dict[str, Any]]:
+        """At the stream's end, the lines passed over that a fold keeps, parsed (checked already): each job's
+        last step, and `final` (the stream's last line, if passed over) last, the fold's time being its last
+        event's."""
         lines = sorted((line for key, line in pending.items() if key is not None or line is final),
                        key=lambda line: line is final)
         pending.clear()
