@@ -357,9 +357,9 @@ class Reader:
                         shapes[line_shape] = passable(event, line, line_shape, uses(event["type"]))
                     yield event
             yield from self._pending(pending, last_line)
-            event = self._tail(last if last is not None else time_of(last_line))
-            if event is not None:
-                yield event
+            tail = self._tail(last if last is not None else time_of(last_line))
+            if tail is not None:
+                yield tail
         finally:
             self.close()
 
