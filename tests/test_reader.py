@@ -304,3 +304,103 @@ def test_the_shape_fast_path_agrees_with_the_full_check_on_every_digit() -> None
     assert tried > 500
 
 
+
+
+# ----- a fold passes over what it does not keep (engine/stream/skipping.py) --------------------------------
+
+
+def _fold_outcome(stream: bytes, by_events: bool = False) -> Any:
+    """What folding a stream gives: its error, or the state's time and every job field."""
+    try:
+        reader = Reader(io.BytesIO(stream))
+        if by_events:
+            state = ClusterState(reader.header)
+            state.fold(reader.events())
+        else:
+            state = reader.fold()
+    except UserError as exc:
+        return str(exc)
+    jobs = {name: {key: getattr(job, key) for key in job.__slots__} for name, job in state.jobs.items()}
+    return state.t, type(state.t), state.samples, state.version, jobs
+
+
+def test_fold_parses_only_the_lines_it_keeps(tmp_path: Path, scenario_file: Any, texts: Any, planner: Any,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of the steps between two samples only each job's last is parsed, and the state is the one every event
+    folded gives."""
+    run = Run(scenario.load(scenario_file(texts.mixed)), planner=planner, duration_s=300.0, sample_s=30.0)
+    data = record(run, tmp_path / "r.jsonl").read_bytes()
+    lines = data.count(b"\n")
+    assert data.count(b'"type":"step"') > 4 * data.count(b'"type":"sample"')
+    expected = _fold_outcome(data, by_events=True)
+    parsed = 0
+    real = orjson.loads
+
+    def loads(line: bytes) -> Any:
+        nonlocal parsed
+        parsed += 1
+        return real(line)
+
+    monkeypatch.setattr(orjson, "loads", loads)
+    assert _fold_outcome(data) == expected
+    assert parsed < lines / 3, (parsed, lines)
+
+
+STEP_OF = b'{"t":%s,"type":"step","job":"train","step":%s,"step_time_s":0.75,"tokens":1024,"mfu":0.3}'
+SWING_AT = b'{"t":%s,"type":"power_swing","from_mw":12.5,"to_mw":%s,"delta_mw":-1.25,"over_budget":false}'
+
+
+def _stream(lines: list[bytes]) -> bytes:
+    header = {"type": "header", "schema": "clustertop.events", "schema_version": 1,
+              "topology": {"gpus": 8}, "jobs": [{"name": "train", "first_gpu": 0, "gpus": 8}]}
+    return b"\n".join([orjson.dumps(header), *lines]) + b"\n"
+
+
+@pytest.mark.parametrize("last", [
+    STEP_OF % (b"13.5", b"12"),                    # a step
+    SWING_AT % (b"13.5", b"11.25"),                # an event the state has no use for: its time is the fold's
+    SWING_AT % (b"14", b"11.25"),                  # an int time stays an int
+    STEP_OF % (b"13.25", b"12"),                   # time goes backwards, by the bytes of the same layout
+    STEP_OF % (b"9.75", b"12"),                    # of another layout
+    STEP_OF % (b"13.5", b"012"),                   # a leading zero
+    STEP_OF % (b"013.5", b"12"),
+    STEP_OF % (b"13.5", b"1e3"),                   # another shape
+])
+def test_a_fold_ends_as_every_event_folded_does(last: bytes) -> None:
+    lines = [STEP_OF % (b"%d.5" % t, b"%d" % t) for t in range(10, 13)]
+    lines += [SWING_AT % (b"13.25", b"10.5"), SWING_AT % (b"13.25", b"10.5"), STEP_OF % (b"13.5", b"11")]
+    stream = _stream([*lines, last])
+    assert _fold_outcome(stream) == _fold_outcome(stream, by_events=True)
+
+
+def test_a_fold_agrees_with_the_full_check_on_every_digit() -> None:
+    """Lines passed over unparsed, with random digits (0 too: leading zeros, times going back): a fold refuses
+    exactly what reading every event refuses, with the same words, else ends in the same state."""
+    rng = np.random.default_rng(11)
+    good = [STEP_OF % (b"10.5", b"10"), SWING_AT % (b"10.5", b"10.25"), STEP_OF % (b"10.75", b"11"),
+            STEP_OF % (b"11.5", b"12"), SWING_AT % (b"11.5", b"11.25"), STEP_OF % (b"11.75", b"13")]
+    outcomes = set()
+    for _ in range(400):
+        line = good[int(rng.integers(3, len(good)))]
+        mutated = bytes(b if not 48 <= b <= 57 or rng.random() < 0.7 else int(rng.integers(48, 58))
+                        for b in line)
+        stream = _stream([*good, mutated, STEP_OF % (b"99.5", b"14")])
+        expected = _fold_outcome(stream, by_events=True)
+        assert _fold_outcome(stream) == expected, mutated
+        outcomes.add(isinstance(expected, str) and expected.split(": ", 1)[1][:20])
+    assert {False, "time goes backwards ", "line is not valid JS"} <= outcomes, outcomes
+
+
+def test_a_display_state_folded_from_a_file_logs_every_event() -> None:
+    """The dashboard's state keeps the discrete events the plain state has no use for (power swings)."""
+    from clustertop.tui.display import DisplayState
+
+    stream = _stream([line for t in range(10, 20) for line in (STEP_OF % (b"%d.5" % t, b"%d" % t),
+                                                                SWING_AT % (b"%d.75" % t, b"10.5"))])
+    reader = Reader(io.BytesIO(stream))
+    expected = DisplayState(reader.header)
+    expected.fold(reader.events())
+    reader = Reader(io.BytesIO(stream))
+    folded = reader.fold(DisplayState(reader.header))
+    assert isinstance(folded, DisplayState) and len(folded.events) == 10
+    assert list(folded.events) == list(expected.events) and folded.t == expected.t == 19.75

@@ -62,6 +62,11 @@ class DisplayState(ClusterState):
             elif kind not in _UNLOGGED:
                 self.events.append(event)
 
+    def uses(self, kind: str) -> bool:
+        """Whether folding an event of type `kind` changes more than the time: the log keeps it, or the state
+        folds it."""
+        return kind not in _UNLOGGED or super().uses(kind)
+
     def remember(self, t: float, site_mw: float | None, peaks: Mapping[str, float]) -> None:
         """One sample's point on the sparklines (its site MW, each tier's peak load) and its energy."""
         for tier, peak in peaks.items():

@@ -26,7 +26,8 @@ import orjson
 from ..config.errors import UserError, escape
 from ..config.infile import open_input
 from . import schema
-from .checks import MAX_SHAPE_BYTES, SHAPE, EventChecks, header_problem
+from .checks import MAX_SHAPE_BYTES, MAX_SHAPES, SHAPE, EventChecks, header_problem
+from .skipping import PARSED, Passable, passable, time_of
 from .state import ClusterState
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -300,14 +301,96 @@ class Reader:
             yield event
 
     def fold(self, state: ClusterState | None = None, until: float | None = None) -> ClusterState:
-        """Fold every event (or those with t <= until) into a ClusterState: the fast path of replay, seek."""
+        """Fold every event (or those with t <= until) into a ClusterState. Without `until`, steps that a
+        later step of their job replaces before any other event, and events the state has no use for, are
+        checked but not parsed (engine/stream/skipping.py)."""
         state = state if state is not None else ClusterState(self.header)
-        events = self.events()
+        events = self.events() if until is not None else self._folded(state.uses)
         try:
             state.fold(events if until is None else takewhile(lambda event: event["t"] <= until, events))
         finally:
             events.close()
         return state
+
+    def _folded(self, uses: Callable[[str], bool]) -> Generator[dict[str, Any], None, None]:
+        """The events a fold of the whole stream needs, in order, every line checked: events() but for lines
+        of a shape skipping.passable passes (`uses(type)`: whether the state folds events of the type). Of
+        those only each job's last step before a line that is parsed, and the stream's last line, are parsed
+        and handed on."""
+        translate, table, longest = bytes.translate, SHAPE, MAX_SHAPE_BYTES
+        shapes: dict[bytes, Passable | None] = {}        # shapes checked: how they fold unparsed
+        pending: dict[str | None, bytes] = {}            # job (None: no use) -> its last line passed over
+        current: bytes | None = None                    # the shape of the last line passed over
+        key, layout, zeros = PARSED                      # how it folds
+        last: int | float | None = float("-inf")        # time of the last line (None: read it from last_line)
+        last_line, last_layout = b"", b""                # the last line if passed over, its time's layout
+        try:
+            for batch in self._all_batches():
+                for line in batch:
+                    line_shape = translate(line, table) if len(line) <= longest else line
+                    if line_shape != current:
+                        hit = shapes.get(line_shape) if line_shape is not line else None
+                        current, (key, layout, zeros) = (None, PARSED) if hit is None else (line_shape, hit)
+                    if 48 not in zeros(line):     # no leading 0 (PARSED: any line)
+                        # (the time of a line of the last one's layout, no less in bytes, is no less)
+                        if layout == last_layout and line >= last_line:
+                            last = None
+                        else:
+                            t = time_of(line)
+                            before = last if last is not None else time_of(last_line)
+                            if t < before:
+                                raise self._bad_line(batch, line,
+                                                     f"time goes backwards ({t} after {before})")
+                            last = t
+                        pending[key] = line
+                        last_line, last_layout = line, layout
+                        continue
+                    if pending:                   # each job's last step (not an event of no use)
+                        for kept_key, kept in pending.items():
+                            if kept_key is not None:
+                                yield orjson.loads(kept)
+                        pending.clear()
+                    before = last if last is not None else time_of(last_line)
+                    event, known = self._parsed(batch, line, line_shape, before)
+                    last, last_line, last_layout = event["t"], b"", b""
+                    if known and line_shape not in shapes and len(shapes) < MAX_SHAPES:
+                        shapes[line_shape] = passable(event, line, line_shape, uses(event["type"]))
+                    yield event
+            yield from self._pending(pending, last_line)
+            tail = self._tail(last if last is not None else time_of(last_line))
+            if tail is not None:
+                yield tail
+        finally:
+            self.close()
+
+    @staticmethod
+    def _pending(pending: dict[str | None, bytes], final: bytes) -> Iterator[dict[str, Any]]:
+        """At the stream's end, the lines passed over that a fold keeps, parsed (checked already): each job's
+        last step, and `final` (the stream's last line, if passed over) last, the fold's time being its last
+        event's."""
+        lines = sorted((line for key, line in pending.items() if key is not None or line is final),
+                       key=lambda line: line is final)
+        pending.clear()
+        for line in lines:
+            yield orjson.loads(line)
+
+    def _parsed(self, batch: list[bytes], line: bytes, line_shape: bytes,
+                last: float) -> tuple[dict[str, Any], bool]:
+        """A line parsed and checked as events() checks it after `last`, and whether its shape was known
+        before (a line of a known shape passes on its time alone)."""
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise self._bad_line(batch, line, _not_json(exc)) from None
+        if line_shape is line or line_shape not in self.checks.known:
+            why = self._problem(event, last)
+            if why:
+                raise self._bad_line(batch, line, why)
+            self.checks.remember(event, line, line_shape)
+            return event, False
+        if event["t"] < last:
+            raise self._bad_line(batch, line, f"time goes backwards ({event['t']} after {last})")
+        return event, True
 
     def _tail(self, last: float) -> dict[str, Any] | None:
         """The unterminated last line: used if it is a whole event, a warning if it is cut short, an error if

@@ -294,6 +294,11 @@ class ClusterState:
             values = values[~missing[gpu0:gpu1]]
         return float(values.mean(dtype=np.float64)) if values.size else None
 
+    def uses(self, kind: str) -> bool:
+        """Whether folding an event of type `kind` changes more than the state's time (a reader's fold passes
+        over the others unparsed, and over steps that a later step of their job replaces: Reader.fold)."""
+        return kind == schema.STEP or self._handlers.get(kind, _ignore) is not _ignore
+
     def apply(self, event: dict[str, Any]) -> None:
         """Fold one event into the state."""
         self.fold((event,))
