@@ -18,7 +18,7 @@ from rich.segment import Segment
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.color import Color
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
@@ -95,8 +95,13 @@ class Heatmap(Widget, can_focus=True):
         self._labels_key: object = None
         self._labels: list[tuple[int, int, str, str]] = []
         self._layout: Layout | None = None
-        self._frame: list[Strip] | None = None
-        self._frame_key: tuple[object, ...] | None = None
+        self._frame: list[Strip] = []                  # every line of the frame last drawn...
+        self._frame_key: tuple[object, ...] | None = None  # ...of this state and cursor
+        self._frame_context: tuple[object, ...] | None = None    # ...in this view, metric, size, theme
+        self._frame_layout: Layout | None = None
+        self._codes: np.ndarray | None = None          # ...whose cells are these colour pairs
+        self._segments: dict[int, Segment] = {}       # a run of equal cells by (pair, length)
+        self._segments_styles: palette.StyleCache | None = None
         self._styles: palette.StyleCache | None = None
         self._styles_key: tuple[str, str] | None = None
 
@@ -109,7 +114,7 @@ class Heatmap(Widget, can_focus=True):
                 self.hierarchy = Geometry.from_summary(state.topology)
                 self._layout = None
             self.state = state
-            self.refresh()
+            self.redraw()
 
     @property
     def layout_info(self) -> Layout:
@@ -147,7 +152,7 @@ class Heatmap(Widget, can_focus=True):
         gpu = min(max(int(gpu), start), end - 1)
         if gpu != self.cursor_gpu:
             self.cursor_gpu = gpu
-            self.refresh()
+            self.redraw()
         self.announce_cursor()
 
     # -- actions ------------------------------------------------------------------------------------------
@@ -277,10 +282,9 @@ class Heatmap(Widget, can_focus=True):
         colours[empty] = palette.NODATA
         return colours
 
-    def render_frame(self) -> list[Strip]:
-        """Every line of the heatmap for the current state (the work a frame costs)."""
-        lay = self._get_layout()
-        styles = self._theme()
+    def cell_codes(self, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
+        """The colour pair (top * COLOURS + bottom) of every cell, and the colour of every pixel followed by
+        the title's, the labels' and the background's (what negative cell codes select)."""
         colours = self.pixel_colours(lay).astype(np.int32)
         job = self.state.jobs.get(self.highlight or "")
         if job is not None and lay.pixels:     # like a k9s namespace: only this job's GPUs keep their colour
@@ -289,38 +293,99 @@ class Heatmap(Widget, can_focus=True):
             colours[~inside] = palette.DIM
         if lay.pixels:
             colours[lay.pixel_of(self.cursor_gpu)] = palette.CURSOR
-        # The last three entries are what negative cell codes select: title, label, blank.
         table = np.concatenate([colours,
                                 np.array([palette.TITLE, palette.LABEL, palette.BG], dtype=np.int32)])
-        codes = table[lay.top] * palette.COLOURS + table[lay.bottom]
-        title_code = palette.TITLE * palette.COLOURS + palette.TITLE
-        label_code = palette.LABEL * palette.COLOURS + palette.LABEL
-        blank_code = palette.BG * palette.COLOURS + palette.BG
-        changes = codes[:, 1:] != codes[:, :-1]
-        strips: list[Strip] = []
+        return table[lay.top] * palette.COLOURS + table[lay.bottom], table
+
+    def render_frame(self) -> list[Strip]:
+        """Every line of the heatmap for the current state."""
+        self._update_frame(diff=False)
+        return list(self._frame)
+
+    def redraw(self) -> None:
+        """Repaint what changed since the last frame: the rows with a cell whose colour changed (every row
+        after a change of view, metric, size, theme, highlight or jobs)."""
+        rows = self._update_frame(diff=True)
+        if rows is None:
+            self.refresh()
+            return
+        if not rows.size:
+            return
+        width = self._frame_layout.width if self._frame_layout is not None else self.size.width
+        first = rows[np.diff(rows, prepend=-2) != 1].tolist()        # runs of consecutive rows
+        last = rows[np.diff(rows, append=rows[-1] + 2) != 1].tolist()
+        self.refresh(*(Region(0, a, width, b - a + 1) for a, b in zip(first, last)))
+
+    def _update_frame(self, diff: bool) -> np.ndarray | None:
+        """Bring the frame up to date with the state and the cursor (the work a frame costs): only its rows
+        with a changed cell are built again when `diff` and nothing but the state and the cursor changed.
+        Returns those rows, or None when every row was built."""
+        lay = self._get_layout()
+        styles = self._theme()
+        key = (self.state.version, id(self.state), self.cursor_gpu)
+        context = (self.view, self.metric, lay.width, lay.height, self.app.theme, self.highlight, styles,
+                   tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
+        same = self._frame_layout is lay and self._frame_context == context and self._codes is not None
+        if same and self._frame_key == key:
+            return np.zeros(0, dtype=np.int64)
+        codes, table = self.cell_codes(lay)
+        if styles is not self._segments_styles:
+            self._segments, self._segments_styles = {}, styles
+        if diff and same and lay.scale < 5 and self._codes is not None and self._codes.shape == codes.shape:
+            rows: np.ndarray | None = np.flatnonzero((codes != self._codes).any(axis=1))
+        else:
+            rows = None
+        built = np.arange(lay.height) if rows is None else rows
+        if rows is None:
+            self._frame = [Strip.blank(lay.width, styles.blank)] * lay.height
+        for y, strip in zip(built.tolist(), self._strips(lay, codes, built, styles)):
+            self._frame[y] = strip
+        if lay.scale >= 5:
+            self._label_blocks(lay, self._frame, table, styles)
+        elif len(self.state.jobs) > 1:
+            self._label_jobs(lay, self._frame, styles, set(built.tolist()))
+        self._codes, self._frame_key, self._frame_context, self._frame_layout = codes, key, context, lay
+        return rows
+
+    def _strips(self, lay: Layout, codes: np.ndarray, rows: np.ndarray,
+                styles: palette.StyleCache) -> list[Strip]:
+        """The lines `rows` of the frame: each run of equal cells one Segment (cached by colour pair and
+        length), found for all rows at once."""
         width = lay.width
+        if not rows.size or not width:
+            return [Strip.blank(width, styles.blank) for _ in rows.tolist()]
+        cells = codes[rows]
+        starts = np.ones(cells.shape, dtype=bool)
+        starts[:, 1:] = cells[:, 1:] != cells[:, :-1]
+        flat = np.flatnonzero(starts)
+        x0 = flat % width
+        x1 = np.append(x0[1:], 0)
+        x1[x1 == 0] = width                      # a run ends where the next begins, or with its row
+        runs = cells.ravel()[flat]
+        keys = (runs * (width + 1) + (x1 - x0)).tolist()
+        bounds = [0, *np.cumsum(starts.sum(axis=1)).tolist()]
+        specials = {palette.TITLE * palette.COLOURS + palette.TITLE: styles.title,
+                    palette.LABEL * palette.COLOURS + palette.LABEL: styles.label}
+        cache = self._segments
         pair = styles.pair
-        for y in range(lay.height):
-            row = codes[y]
-            starts = [0, *(np.flatnonzero(changes[y]) + 1).tolist()]
-            ends = starts[1:] + [width]
-            values = row[starts].tolist()
+        blank = palette.BG * palette.COLOURS + palette.BG
+        strips: list[Strip] = []
+        x0_list, x1_list, runs_list = x0.tolist(), x1.tolist(), runs.tolist()
+        for i, y in enumerate(rows.tolist()):
             text = lay.text[y]
             segments = []
-            for start, end, code in zip(starts, ends, values):
-                if code == title_code:
-                    segments.append(Segment(text[start:end], styles.title))
-                elif code == label_code:
-                    segments.append(Segment(text[start:end], styles.label))
-                elif code == blank_code:
-                    segments.append(Segment(" " * (end - start), styles.blank))
-                else:
-                    segments.append(Segment(HALF * (end - start), pair(code)))
+            for j in range(bounds[i], bounds[i + 1]):
+                segment = cache.get(keys[j])
+                if segment is None:
+                    code, start, end = runs_list[j], x0_list[j], x1_list[j]
+                    if code in specials:          # titles and labels: their text, not cached
+                        segment = Segment(text[start:end], specials[code])
+                    else:
+                        segment = cache[keys[j]] = (Segment(" " * (end - start), styles.blank)
+                                                    if code == blank else
+                                                    Segment(HALF * (end - start), pair(code)))
+                segments.append(segment)
             strips.append(Strip(segments, width))
-        if lay.scale >= 5:
-            self._label_blocks(lay, strips, table, styles)
-        elif len(self.state.jobs) > 1:
-            self._label_jobs(lay, strips, styles)
         return strips
 
     def job_labels(self, lay: Layout) -> list[tuple[int, int, str, str]]:
@@ -344,12 +409,14 @@ class Heatmap(Widget, can_focus=True):
                 out.append((x, y, text, job.name))
         return out
 
-    def _label_jobs(self, lay: Layout, strips: list[Strip], styles: palette.StyleCache) -> None:
+    def _label_jobs(self, lay: Layout, strips: list[Strip], styles: palette.StyleCache,
+                    rows: set[int]) -> None:
+        """Write each job's name over the lines `rows` (built again) where its GPUs begin."""
         key = (id(lay), tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
         if self._labels_key != key:
             self._labels_key, self._labels = key, self.job_labels(lay)
         for x, y, text, name in self._labels:
-            if y >= len(strips):
+            if y >= len(strips) or y not in rows:
                 continue
             style = styles.job_label(name == self.highlight)
             left, _, right = strips[y].divide([x, x + len(text), lay.width])
@@ -397,11 +464,7 @@ class Heatmap(Widget, can_focus=True):
                 strips[row] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
 
     def render_line(self, y: int) -> Strip:
-        key = (self.state.version, id(self.state), self.view, self.metric, self.cursor_gpu, self.size,
-               self.app.theme, self.highlight)
-        if self._frame is None or key != self._frame_key:
-            self._frame = self.render_frame()
-            self._frame_key = key
+        self._update_frame(diff=False)     # a frame changed by anything but show() and the cursor: all of it
         if y < len(self._frame):
             return self._frame[y]
         return Strip.blank(self.size.width, self._theme().blank)
