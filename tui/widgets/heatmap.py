@@ -8,7 +8,7 @@ the cursor, the size or the theme changes.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 from clustertop.engine.config.geometry import Geometry
@@ -102,6 +102,7 @@ class Heatmap(Widget, can_focus=True):
         self._codes: np.ndarray | None = None          # ...whose cells are these colour pairs
         self._segments: dict[int, Segment] = {}       # a run of equal cells by (pair, length)
         self._segments_styles: palette.StyleCache | None = None
+        self._line_key: tuple[object, ...] | None = None    # what render_line last checked the frame for
         self._styles: palette.StyleCache | None = None
         self._styles_key: tuple[str, str] | None = None
 
@@ -323,9 +324,9 @@ class Heatmap(Widget, can_focus=True):
         lay = self._get_layout()
         styles = self._theme()
         key = (self.state.version, id(self.state), self.cursor_gpu)
-        context = (self.view, self.metric, lay.width, lay.height, self.app.theme, self.highlight, styles,
-                   tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
-        same = self._frame_layout is lay and self._frame_context == context and self._codes is not None
+        context = (self.hierarchy, self.view, lay.width, lay.height, self.metric, self.app.theme, styles,
+                   self.highlight, tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
+        same = self._frame_context == context and self._codes is not None
         if same and self._frame_key == key:
             return np.zeros(0, dtype=np.int64)
         codes, table = self.cell_codes(lay)
@@ -349,8 +350,9 @@ class Heatmap(Widget, can_focus=True):
 
     def _strips(self, lay: Layout, codes: np.ndarray, rows: np.ndarray,
                 styles: palette.StyleCache) -> list[Strip]:
-        """The lines `rows` of the frame: each run of equal cells one Segment (cached by colour pair and
-        length), found for all rows at once."""
+        """The lines `rows` of the frame: each run of equal cells one Segment, found for all rows at once;
+        a run of pixels or background is cached by colour pair and length, a title's or a label's is its
+        text."""
         width = lay.width
         if not rows.size or not width:
             return [Strip.blank(width, styles.blank) for _ in rows.tolist()]
@@ -362,31 +364,27 @@ class Heatmap(Widget, can_focus=True):
         x1 = np.append(x0[1:], 0)
         x1[x1 == 0] = width                      # a run ends where the next begins, or with its row
         runs = cells.ravel()[flat]
-        keys = (runs * (width + 1) + (x1 - x0)).tolist()
-        bounds = [0, *np.cumsum(starts.sum(axis=1)).tolist()]
-        specials = {palette.TITLE * palette.COLOURS + palette.TITLE: styles.title,
-                    palette.LABEL * palette.COLOURS + palette.LABEL: styles.label}
+        title = palette.TITLE * palette.COLOURS + palette.TITLE
+        label = palette.LABEL * palette.COLOURS + palette.LABEL
+        texts = np.flatnonzero((runs == title) | (runs == label))
+        keys = runs * (width + 1) + (x1 - x0)
+        keys[texts] = -1                         # not cached: set below
         cache = self._segments
-        pair = styles.pair
+        keys_list = keys.tolist()
+        missing = set(keys_list).difference(cache)
+        missing.discard(-1)
         blank = palette.BG * palette.COLOURS + palette.BG
-        strips: list[Strip] = []
-        x0_list, x1_list, runs_list = x0.tolist(), x1.tolist(), runs.tolist()
-        for i, y in enumerate(rows.tolist()):
-            text = lay.text[y]
-            segments = []
-            for j in range(bounds[i], bounds[i + 1]):
-                segment = cache.get(keys[j])
-                if segment is None:
-                    code, start, end = runs_list[j], x0_list[j], x1_list[j]
-                    if code in specials:          # titles and labels: their text, not cached
-                        segment = Segment(text[start:end], specials[code])
-                    else:
-                        segment = cache[keys[j]] = (Segment(" " * (end - start), styles.blank)
-                                                    if code == blank else
-                                                    Segment(HALF * (end - start), pair(code)))
-                segments.append(segment)
-            strips.append(Strip(segments, width))
-        return strips
+        for key in missing:
+            code, length = divmod(key, width + 1)
+            cache[key] = (Segment(" " * length, styles.blank) if code == blank else
+                          Segment(HALF * length, styles.pair(code)))
+        segments: list[Segment | None] = list(map(cache.get, keys_list))
+        for j, y, start, end, code in zip(texts.tolist(), rows[flat[texts] // width].tolist(),
+                                          x0[texts].tolist(), x1[texts].tolist(), runs[texts].tolist()):
+            segments[j] = Segment(lay.text[y][start:end], styles.title if code == title else styles.label)
+        bounds = np.cumsum(starts.sum(axis=1)).tolist()
+        filled = cast(list[Segment], segments)
+        return [Strip(filled[a:b], width) for a, b in zip([0, *bounds], bounds)]
 
     def job_labels(self, lay: Layout) -> list[tuple[int, int, str, str]]:
         """(x, y, text, job) of each job's name where its GPUs begin in each panel of the view, so that at any
@@ -464,7 +462,11 @@ class Heatmap(Widget, can_focus=True):
                 strips[row] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
 
     def render_line(self, y: int) -> Strip:
-        self._update_frame(diff=False)     # a frame changed by anything but show() and the cursor: all of it
+        key = (self.state.version, id(self.state), self.cursor_gpu, self.view, self.metric, self.size,
+               self.app.theme, self.highlight)
+        if key != self._line_key:          # a frame changed by anything but show() and the cursor: all of it
+            self._update_frame(diff=False)
+            self._line_key = key
         if y < len(self._frame):
             return self._frame[y]
         return Strip.blank(self.size.width, self._theme().blank)
