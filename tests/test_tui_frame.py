@@ -93,10 +93,12 @@ async def test_a_new_sample_repaints_only_the_rows_whose_cells_changed() -> None
         rows = set(np.nonzero(np.isin(lay.top, pixels) | np.isin(lay.bottom, pixels))[0].tolist())
         assert calls and all(regions for regions in calls)           # never the whole map
         assert set().union(*map(_rows, calls)) == rows and len(rows) < lay.height // 4
-        calls.clear()
-        heatmap.set_cursor(3072)                                     # the cursor: its old and new rows
+        heatmap.set_cursor(1100)
         await pilot.pause()
-        was, now = lay.pixel_of(0), lay.pixel_of(3072)
+        calls.clear()
+        heatmap.set_cursor(2000)                                     # the cursor: its old and new rows
+        await pilot.pause()
+        was, now = lay.pixel_of(1100), lay.pixel_of(2000)
         moved = set(np.nonzero(np.isin(lay.top, [was, now]) | np.isin(lay.bottom, [was, now]))[0].tolist())
         assert calls and set().union(*map(_rows, calls)) == moved
         calls.clear()

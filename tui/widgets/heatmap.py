@@ -8,6 +8,7 @@ the cursor, the size or the theme changes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, cast
 
 import numpy as np
@@ -18,6 +19,7 @@ from rich.segment import Segment
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.color import Color
+from textual.filter import LineFilter
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -25,11 +27,13 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from .. import palette
+from ..filters import FilterMemo
 from ..grid import Layout, View, layout
 from ..grid import levels as zoom_levels
 from ..marks import marks_of
 
 HALF = "▀"
+JOB_LABEL = palette.COLOURS * palette.COLOURS    # cell codes from here: the cells of the k-th job's name
 MOVE_TIP = "move the cursor (shift: 8 at a time); click selects"    # one help row for the eight cursor keys
 
 
@@ -94,6 +98,8 @@ class Heatmap(Widget, can_focus=True):
         self.highlight: str | None = None     # a job's name: the other GPUs are dimmed
         self._labels_key: object = None
         self._labels: list[tuple[int, int, str, str]] = []
+        none = np.zeros(0, dtype=np.int64)
+        self._label_cells: tuple[np.ndarray, np.ndarray, np.ndarray] = (none, none, none)
         self._layout: Layout | None = None
         self._frame: list[Strip] = []                  # every line of the frame last drawn...
         self._frame_key: tuple[object, ...] | None = None  # ...of this state and cursor
@@ -103,6 +109,7 @@ class Heatmap(Widget, can_focus=True):
         self._segments: dict[int, Segment] = {}       # a run of equal cells by (pair, length)
         self._segments_styles: palette.StyleCache | None = None
         self._line_key: tuple[object, ...] | None = None    # what render_line last checked the frame for
+        self._filters = FilterMemo()
         self._styles: palette.StyleCache | None = None
         self._styles_key: tuple[str, str] | None = None
 
@@ -330,6 +337,10 @@ class Heatmap(Widget, can_focus=True):
         if same and self._frame_key == key:
             return np.zeros(0, dtype=np.int64)
         codes, table = self.cell_codes(lay)
+        labelled = lay.scale < 5 and len(self.state.jobs) > 1
+        if labelled:                              # each job's name over its cells: a run of its own
+            ys, xs, ids = self._job_label_cells(lay)
+            codes[ys, xs] = JOB_LABEL + ids
         if styles is not self._segments_styles:
             self._segments, self._segments_styles = {}, styles
         if diff and same and lay.scale < 5 and self._codes is not None and self._codes.shape == codes.shape:
@@ -343,8 +354,6 @@ class Heatmap(Widget, can_focus=True):
             self._frame[y] = strip
         if lay.scale >= 5:
             self._label_blocks(lay, self._frame, table, styles)
-        elif len(self.state.jobs) > 1:
-            self._label_jobs(lay, self._frame, styles, set(built.tolist()))
         self._codes, self._frame_key, self._frame_context, self._frame_layout = codes, key, context, lay
         return rows
 
@@ -366,7 +375,7 @@ class Heatmap(Widget, can_focus=True):
         runs = cells.ravel()[flat]
         title = palette.TITLE * palette.COLOURS + palette.TITLE
         label = palette.LABEL * palette.COLOURS + palette.LABEL
-        texts = np.flatnonzero((runs == title) | (runs == label))
+        texts = np.flatnonzero((runs == title) | (runs == label) | (runs >= JOB_LABEL))
         keys = runs * (width + 1) + (x1 - x0)
         keys[texts] = -1                         # not cached: set below
         cache = self._segments
@@ -381,7 +390,11 @@ class Heatmap(Widget, can_focus=True):
         segments: list[Segment | None] = list(map(cache.get, keys_list))
         for j, y, start, end, code in zip(texts.tolist(), rows[flat[texts] // width].tolist(),
                                           x0[texts].tolist(), x1[texts].tolist(), runs[texts].tolist()):
-            segments[j] = Segment(lay.text[y][start:end], styles.title if code == title else styles.label)
+            if code >= JOB_LABEL:
+                _, _, text, name = self._labels[code - JOB_LABEL]
+                segments[j] = Segment(text, styles.job_label(name == self.highlight))
+            else:
+                segments[j] = Segment(lay.text[y][start:end], styles.title if code == title else styles.label)
         bounds = np.cumsum(starts.sum(axis=1)).tolist()
         filled = cast(list[Segment], segments)
         return [Strip(filled[a:b], width) for a, b in zip([0, *bounds], bounds)]
@@ -407,18 +420,17 @@ class Heatmap(Widget, can_focus=True):
                 out.append((x, y, text, job.name))
         return out
 
-    def _label_jobs(self, lay: Layout, strips: list[Strip], styles: palette.StyleCache,
-                    rows: set[int]) -> None:
-        """Write each job's name over the lines `rows` (built again) where its GPUs begin."""
+    def _job_label_cells(self, lay: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cells (rows, columns) each job's name covers (`job_labels`), and which label covers each."""
         key = (id(lay), tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
         if self._labels_key != key:
-            self._labels_key, self._labels = key, self.job_labels(lay)
-        for x, y, text, name in self._labels:
-            if y >= len(strips) or y not in rows:
-                continue
-            style = styles.job_label(name == self.highlight)
-            left, _, right = strips[y].divide([x, x + len(text), lay.width])
-            strips[y] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
+            self._labels = self.job_labels(lay)
+            shown = [(k, x, y, len(text)) for k, (x, y, text, _) in enumerate(self._labels) if y < lay.height]
+            self._labels_key, self._label_cells = key, (
+                np.array([y for _, _, y, n in shown for _ in range(n)], dtype=np.int64),
+                np.array([x + i for _, x, _, n in shown for i in range(n)], dtype=np.int64),
+                np.array([k for k, _, _, n in shown for _ in range(n)], dtype=np.int64))
+        return self._label_cells
 
     def _label_blocks(self, lay: Layout, strips: list[Strip], table: np.ndarray,
                       styles: palette.StyleCache) -> None:
@@ -460,6 +472,10 @@ class Heatmap(Widget, can_focus=True):
                     continue
                 left, _, right = strips[row].divide([x, x + len(text), lay.width])
                 strips[row] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """The app's line filters, remembering what they made of each segment (runs repeat every frame)."""
+        return self._filters(super().get_line_filters())
 
     def render_line(self, y: int) -> Strip:
         key = (self.state.version, id(self.state), self.cursor_gpu, self.view, self.metric, self.size,
