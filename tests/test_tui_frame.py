@@ -1,5 +1,6 @@
 """A frame redraws only what changed (issue 26): the heatmap builds and repaints only the rows with a cell
-whose colour changed, and what it draws is the frame built whole."""
+whose colour changed, a panel only its lines whose text changed, and what they draw is what they draw
+whole."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from clustertop.tui.app import ClusterTopApp
 from clustertop.tui.index import EventIndex
 from clustertop.tui.sources import Source
 from clustertop.tui.widgets.heatmap import Heatmap
+from clustertop.tui.widgets.power import PowerPanel
+from rich.text import Text
+from textual.app import App, ComposeResult
 from textual.geometry import Region
+from textual.widget import Widget
 from tui_pilot import SIZE, sync
 
 GPUS = 6144
+Calls = list[tuple[tuple[Region, ...], dict[str, Any]]]    # what a widget asked Textual to repaint
 SLOW = (1024, 1040)      # two nodes of the first job: the only GPUs whose utilization changes at 2 s
 
 
@@ -128,3 +134,64 @@ async def test_the_frame_built_row_by_row_is_the_frame_built_whole() -> None:
             await pilot.pause()
             assert _shown(heatmap) == shown
             assert any(seg.text.startswith("▸") for line in drawn for seg in line)   # the jobs' names
+
+
+class _Figures(App[None]):
+    """A panel alone, as the side column stacks it."""
+
+    def compose(self) -> ComposeResult:
+        yield PowerPanel(id="panel")
+
+
+def _figures(site: str, swing: str, style: str = "bold") -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("site ", style="dim")
+    text.append(site, style=style)
+    text.append("\nsparkline ▁▂▃▄", style="yellow")
+    text.append(f"\nrange 1 MW – 2 MW  swing {swing}", style="dim")
+    return text
+
+
+@sync
+async def test_a_panel_repaints_only_its_lines_that_changed() -> None:
+    app = _Figures()
+    async with app.run_test(size=(60, 12)) as pilot:
+        panel = app.query_one(PowerPanel)
+        panel.show_if_changed("a", _figures("20.1 MW", "1 MW"))
+        await pilot.pause()
+        calls: Calls = []
+        refresh = Widget.refresh
+
+        def spy(widget: Widget, *regions: Region, **kwargs: Any) -> Widget:
+            if widget is panel:           # what reaches Textual
+                calls.append((regions, kwargs))
+            return refresh(widget, *regions, **kwargs)
+
+        Widget.refresh = spy  # type: ignore[method-assign]
+        try:
+            await _steps(pilot, panel, calls)
+        finally:
+            Widget.refresh = refresh  # type: ignore[method-assign]
+
+
+async def _steps(pilot: Any, panel: PowerPanel, calls: Calls) -> None:
+    """New figures, a line or two changed at a time: only those lines reach Textual, and the screen then
+    shows what a repaint of the whole panel shows."""
+    steps = [(_figures("20.2 MW", "1 MW"), {0}), (_figures("20.2 MW", "2 MW"), {2}),
+             (_figures("20.2 MW", "2 MW", style="red"), {0}),           # the same words in another style
+             (_figures("20.3 MW", "3 MW"), {0, 2})]
+    for k, (text, rows) in enumerate(steps):
+        calls.clear()
+        assert panel.show_if_changed(f"step {k}", text)
+        await pilot.pause()
+        assert calls and all(regions for regions, _ in calls)              # never the whole panel...
+        assert not any(kwargs.get("layout") for _, kwargs in calls)        # ...nor the screen's layout
+        assert set().union(*(_rows(regions) for regions, _ in calls)) == rows
+        shown = [list(strip) for strip in panel.render_lines(panel.size.region)]
+        panel.refresh()                                                   # all of it again: the same
+        await pilot.pause()
+        assert [list(strip) for strip in panel.render_lines(panel.size.region)] == shown
+    calls.clear()
+    panel.show_if_changed("more", _figures("20.3 MW", "3 MW") + Text("\nso far 1 MWh"))
+    await pilot.pause()
+    assert any(not regions and kwargs.get("layout") for regions, kwargs in calls)       # taller: laid out

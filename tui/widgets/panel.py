@@ -1,26 +1,59 @@
-"""Text widgets that repaint only when what they show changed, and the dashboard's titled panels (jobs, links,
-power, events, comparison): the same with a rounded border and the title on it."""
+"""Text widgets that repaint only what changed, and the dashboard's titled panels (jobs, links, power, events,
+comparison): the same with a rounded border and the title on it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
+from textual.geometry import Region
 from textual.widgets import Static
 
 
 class QuietStatic(Static):
     """A Static whose `show_if_changed` updates it only when `key` (what it says) differs from last time:
-    repainting costs more than building the text, and most frames change nothing."""
+    repainting costs more than building the text, and most frames change nothing. When its lines do not
+    wrap (`text-wrap: nowrap`) and their number and width stay, only the lines that changed are repainted
+    (a line is drawn from its own text alone), and the screen is not laid out again."""
 
     _shown = ""
+    _lines: tuple[object, list[Text]] | None = None   # how and which lines were last shown (not wrapped)
+    _only: tuple[Region, ...] | None = None           # what `update` repaints (None: all of it)
 
     def show_if_changed(self, key: str, content: Any) -> bool:
         """Show `content` unless `key` is what is shown already; True when it repainted."""
         if key == self._shown:
             return False
         self._shown = key
-        self.update(content)
+        rows = self._changed_rows(content)
+        if rows is None:
+            self.update(content)
+            return True
+        self._only = tuple(Region(0, y, self.size.width, 1) for y in rows)
+        try:
+            self.update(content, layout=False)     # its height stays: the screen keeps its layout
+        finally:
+            self._only = None
         return True
+
+    def _changed_rows(self, content: Any) -> list[int] | None:
+        """The lines of `content` that differ from those shown, or None when it must be drawn whole."""
+        before, self._lines = self._lines, None
+        if not isinstance(content, Text) or self.styles.text_wrap != "nowrap" or not self.is_mounted:
+            return None
+        lines = list(content.split("\n", allow_blank=True))
+        self._lines = ((self.size.width, str(content.style), content.justify, content.overflow), lines)
+        if before is None or before[0] != self._lines[0] or len(before[1]) != len(lines):
+            return None
+        return [y for y, (old, new) in enumerate(zip(before[1], lines)) if old != new]
+
+    def refresh(self, *regions: Region, **kwargs: Any) -> QuietStatic:
+        if self._only is not None and not regions:   # `update` repaints the lines that changed, no more
+            if not self._only:
+                return self
+            regions = self._only
+        super().refresh(*regions, **kwargs)
+        return self
 
 
 class Panel(QuietStatic):
