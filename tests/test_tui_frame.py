@@ -12,6 +12,7 @@ from clustertop.tui.app import ClusterTopApp
 from clustertop.tui.index import EventIndex
 from clustertop.tui.sources import Source
 from clustertop.tui.widgets.heatmap import Heatmap
+from clustertop.tui.widgets.panel import line_keys
 from clustertop.tui.widgets.power import PowerPanel
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -195,3 +196,12 @@ async def _steps(pilot: Any, panel: PowerPanel, calls: Calls) -> None:
     panel.show_if_changed("more", _figures("20.3 MW", "3 MW") + Text("\nso far 1 MWh"))
     await pilot.pause()
     assert any(not regions and kwargs.get("layout") for regions, kwargs in calls)       # taller: laid out
+
+
+def test_a_style_over_several_lines_counts_in_each() -> None:
+    one, two = Text("ab\ncd\nef"), Text("ab\ncd\nef")
+    one.stylize("bold", 1, 4)          # "b", the newline and "c"
+    two.stylize("bold", 1, 2)
+    keys = line_keys(one), line_keys(two)
+    assert [a == b for a, b in zip(*keys)] == [True, False, True]
+    assert [plain for plain, _ in keys[0]] == ["ab", "cd", "ef"]

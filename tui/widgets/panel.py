@@ -3,11 +3,31 @@ comparison): the same with a rounded border and the title on it."""
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from rich.text import Text
 from textual.geometry import Region
 from textual.widgets import Static
+
+
+def line_keys(text: Text) -> list[object]:
+    """What each line of `text` draws: its words and the styles over them (a span over several lines counts
+    in each, over its part of it)."""
+    plain = text.plain
+    lines = plain.split("\n")
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    spans: list[list[tuple[int, int, object]]] = [[] for _ in lines]
+    for span in text.spans:
+        first = bisect.bisect_right(starts, span.start) - 1
+        last = bisect.bisect_right(starts, span.end - 1) - 1
+        for y in range(max(first, 0), max(last, first, 0) + 1):
+            start, end = max(span.start - starts[y], 0), min(span.end - starts[y], len(lines[y]))
+            if start < end:
+                spans[y].append((start, end, span.style))
+    return [(line, tuple(kept)) for line, kept in zip(lines, spans)]
 
 
 class QuietStatic(Static):
@@ -17,7 +37,7 @@ class QuietStatic(Static):
     (a line is drawn from its own text alone), and the screen is not laid out again."""
 
     _shown = ""
-    _lines: tuple[object, list[Text]] | None = None   # how and which lines were last shown (not wrapped)
+    _lines: tuple[object, list[object]] | None = None   # how and which lines were last shown (not wrapped)
     _only: tuple[Region, ...] | None = None           # what `update` repaints (None: all of it)
 
     def show_if_changed(self, key: str, content: Any) -> bool:
@@ -41,7 +61,7 @@ class QuietStatic(Static):
         before, self._lines = self._lines, None
         if not isinstance(content, Text) or self.styles.text_wrap != "nowrap" or not self.is_mounted:
             return None
-        lines = list(content.split("\n", allow_blank=True))
+        lines = line_keys(content)
         self._lines = ((self.size.width, str(content.style), content.justify, content.overflow), lines)
         if before is None or before[0] != self._lines[0] or len(before[1]) != len(lines):
             return None
