@@ -40,6 +40,7 @@ class Marks:
         self.any_unallocated = bool(header.get("jobs")) and not bool(self.allocated.all())
         self._pixels_key: tuple[int, int, int] | None = None
         self._pixels: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._counts: dict[tuple[int, int], tuple[int, int]] = {}     # (degraded, unallocated) of a range
 
     def pixels(self, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
         """(pixels no job uses, pixels holding a degraded GPU) of a layout."""
@@ -64,11 +65,17 @@ class Marks:
             colours[failed // lay.g] = palette.FAILED
 
     def counts(self, state: ClusterState, gpu0: int, gpu1: int) -> dict[str, int]:
-        """How many of the GPUs [gpu0, gpu1) are failed, degraded and unallocated now."""
+        """How many of the GPUs [gpu0, gpu1) are failed, degraded and unallocated now (the header's marks
+        counted once per range)."""
         failed = int(np.count_nonzero(state.phase[gpu0:gpu1] == FAILED_CODE)) if state.samples else 0
-        slow = int(np.count_nonzero((self.slow >= gpu0) & (self.slow < gpu1)))
-        unallocated = int(np.count_nonzero(~self.allocated[gpu0:gpu1])) if self.any_unallocated else 0
-        return {"failed": failed, "degraded": slow, "unallocated": unallocated}
+        fixed = self._counts.get((gpu0, gpu1))
+        if fixed is None:
+            slow = int(np.count_nonzero((self.slow >= gpu0) & (self.slow < gpu1)))
+            unallocated = int(np.count_nonzero(~self.allocated[gpu0:gpu1])) if self.any_unallocated else 0
+            if len(self._counts) > 64:
+                self._counts.clear()
+            fixed = self._counts[(gpu0, gpu1)] = (slow, unallocated)
+        return {"failed": failed, "degraded": fixed[0], "unallocated": fixed[1]}
 
     def of(self, state: ClusterState, gpu: int) -> str | None:
         """The mark of one GPU (failed, degraded, unallocated) or None."""

@@ -8,7 +8,8 @@ the cursor, the size or the theme changes.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import ClassVar, cast
 
 import numpy as np
 from clustertop.engine.config.geometry import Geometry
@@ -18,18 +19,21 @@ from rich.segment import Segment
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.color import Color
-from textual.geometry import Size
+from textual.filter import LineFilter
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
 from .. import palette
+from ..filters import FilterMemo
 from ..grid import Layout, View, layout
 from ..grid import levels as zoom_levels
 from ..marks import marks_of
 
 HALF = "▀"
+JOB_LABEL = palette.COLOURS * palette.COLOURS    # cell codes from here: the cells of the k-th job's name
 MOVE_TIP = "move the cursor (shift: 8 at a time); click selects"    # one help row for the eight cursor keys
 
 
@@ -94,9 +98,18 @@ class Heatmap(Widget, can_focus=True):
         self.highlight: str | None = None     # a job's name: the other GPUs are dimmed
         self._labels_key: object = None
         self._labels: list[tuple[int, int, str, str]] = []
+        none = np.zeros(0, dtype=np.int64)
+        self._label_cells: tuple[np.ndarray, np.ndarray, np.ndarray] = (none, none, none)
         self._layout: Layout | None = None
-        self._frame: list[Strip] | None = None
-        self._frame_key: tuple[object, ...] | None = None
+        self._frame: list[Strip] = []                  # every line of the frame last drawn...
+        self._frame_key: tuple[object, ...] | None = None  # ...of this state and cursor
+        self._frame_context: tuple[object, ...] | None = None    # ...in this view, metric, size, theme
+        self._frame_layout: Layout | None = None
+        self._codes: np.ndarray | None = None          # ...whose cells are these colour pairs
+        self._segments: dict[int, Segment] = {}       # a run of equal cells by (pair, length)
+        self._segments_styles: palette.StyleCache | None = None
+        self._line_key: tuple[object, ...] | None = None    # what render_line last checked the frame for
+        self._filters = FilterMemo()
         self._styles: palette.StyleCache | None = None
         self._styles_key: tuple[str, str] | None = None
 
@@ -109,7 +122,7 @@ class Heatmap(Widget, can_focus=True):
                 self.hierarchy = Geometry.from_summary(state.topology)
                 self._layout = None
             self.state = state
-            self.refresh()
+            self.redraw()
 
     @property
     def layout_info(self) -> Layout:
@@ -147,7 +160,7 @@ class Heatmap(Widget, can_focus=True):
         gpu = min(max(int(gpu), start), end - 1)
         if gpu != self.cursor_gpu:
             self.cursor_gpu = gpu
-            self.refresh()
+            self.redraw()
         self.announce_cursor()
 
     # -- actions ------------------------------------------------------------------------------------------
@@ -279,10 +292,9 @@ class Heatmap(Widget, can_focus=True):
         colours[empty] = palette.NODATA
         return colours
 
-    def render_frame(self) -> list[Strip]:
-        """Every line of the heatmap for the current state (the work a frame costs)."""
-        lay = self._get_layout()
-        styles = self._theme()
+    def cell_codes(self, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
+        """The colour pair (top * COLOURS + bottom) of every cell, and the colour of every pixel followed by
+        the title's, the labels' and the background's (what negative cell codes select)."""
         colours = self.pixel_colours(lay).astype(np.int32)
         job = self.state.jobs.get(self.highlight or "")
         if job is not None and lay.pixels:     # like a k9s namespace: only this job's GPUs keep their colour
@@ -291,39 +303,103 @@ class Heatmap(Widget, can_focus=True):
             colours[~inside] = palette.DIM
         if lay.pixels:
             colours[lay.pixel_of(self.cursor_gpu)] = palette.CURSOR
-        # The last three entries are what negative cell codes select: title, label, blank.
         table = np.concatenate([colours,
                                 np.array([palette.TITLE, palette.LABEL, palette.BG], dtype=np.int32)])
-        codes = table[lay.top] * palette.COLOURS + table[lay.bottom]
-        title_code = palette.TITLE * palette.COLOURS + palette.TITLE
-        label_code = palette.LABEL * palette.COLOURS + palette.LABEL
-        blank_code = palette.BG * palette.COLOURS + palette.BG
-        changes = codes[:, 1:] != codes[:, :-1]
-        strips: list[Strip] = []
-        width = lay.width
-        pair = styles.pair
-        for y in range(lay.height):
-            row = codes[y]
-            starts = [0, *(np.flatnonzero(changes[y]) + 1).tolist()]
-            ends = starts[1:] + [width]
-            values = row[starts].tolist()
-            text = lay.text[y]
-            segments = []
-            for start, end, code in zip(starts, ends, values):
-                if code == title_code:
-                    segments.append(Segment(text[start:end], styles.title))
-                elif code == label_code:
-                    segments.append(Segment(text[start:end], styles.label))
-                elif code == blank_code:
-                    segments.append(Segment(" " * (end - start), styles.blank))
-                else:
-                    segments.append(Segment(HALF * (end - start), pair(code)))
-            strips.append(Strip(segments, width))
+        return table[lay.top] * palette.COLOURS + table[lay.bottom], table
+
+    def render_frame(self) -> list[Strip]:
+        """Every line of the heatmap for the current state."""
+        self._update_frame(diff=False)
+        return list(self._frame)
+
+    def redraw(self) -> None:
+        """Repaint what changed since the last frame: the rows with a cell whose colour changed (every row
+        after a change of view, metric, size, theme, highlight or jobs)."""
+        rows = self._update_frame(diff=True)
+        if rows is None:
+            self.refresh()
+            return
+        if not rows.size:
+            return
+        width = self._frame_layout.width if self._frame_layout is not None else self.size.width
+        first = rows[np.diff(rows, prepend=-2) != 1].tolist()        # runs of consecutive rows
+        last = rows[np.diff(rows, append=rows[-1] + 2) != 1].tolist()
+        self.refresh(*(Region(0, a, width, b - a + 1) for a, b in zip(first, last)))
+
+    def _update_frame(self, diff: bool) -> np.ndarray | None:
+        """Bring the frame up to date with the state and the cursor (the work a frame costs): only its rows
+        with a changed cell are built again when `diff` and nothing but the state and the cursor changed.
+        Returns those rows, or None when every row was built."""
+        lay = self._get_layout()
+        styles = self._theme()
+        key = (self.state.version, id(self.state), self.cursor_gpu)
+        context = (self.hierarchy, self.view, lay.width, lay.height, self.metric, self.app.theme, styles,
+                   self.highlight, tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
+        same = self._frame_context == context and self._codes is not None
+        if same and self._frame_key == key:
+            return np.zeros(0, dtype=np.int64)
+        codes, table = self.cell_codes(lay)
+        labelled = lay.scale < 5 and len(self.state.jobs) > 1
+        if labelled:                              # each job's name over its cells: a run of its own
+            ys, xs, ids = self._job_label_cells(lay)
+            codes[ys, xs] = JOB_LABEL + ids
+        if styles is not self._segments_styles:
+            self._segments, self._segments_styles = {}, styles
+        if diff and same and lay.scale < 5 and self._codes is not None and self._codes.shape == codes.shape:
+            rows: np.ndarray | None = np.flatnonzero((codes != self._codes).any(axis=1))
+        else:
+            rows = None
+        built = np.arange(lay.height) if rows is None else rows
+        if rows is None:
+            self._frame = [Strip.blank(lay.width, styles.blank)] * lay.height
+        for y, strip in zip(built.tolist(), self._strips(lay, codes, built, styles)):
+            self._frame[y] = strip
         if lay.scale >= 5:
-            self._label_blocks(lay, strips, table, styles)
-        elif len(self.state.jobs) > 1:
-            self._label_jobs(lay, strips, styles)
-        return strips
+            self._label_blocks(lay, self._frame, table, styles)
+        self._codes, self._frame_key, self._frame_context, self._frame_layout = codes, key, context, lay
+        return rows
+
+    def _strips(self, lay: Layout, codes: np.ndarray, rows: np.ndarray,
+                styles: palette.StyleCache) -> list[Strip]:
+        """The lines `rows` of the frame: each run of equal cells one Segment, found for all rows at once;
+        a run of pixels or background is cached by colour pair and length, a title's or a label's is its
+        text."""
+        width = lay.width
+        if not rows.size or not width:
+            return [Strip.blank(width, styles.blank) for _ in rows.tolist()]
+        cells = codes[rows]
+        starts = np.ones(cells.shape, dtype=bool)
+        starts[:, 1:] = cells[:, 1:] != cells[:, :-1]
+        flat = np.flatnonzero(starts)
+        x0 = flat % width
+        x1 = np.append(x0[1:], 0)
+        x1[x1 == 0] = width                      # a run ends where the next begins, or with its row
+        runs = cells.ravel()[flat]
+        title = palette.TITLE * palette.COLOURS + palette.TITLE
+        label = palette.LABEL * palette.COLOURS + palette.LABEL
+        texts = np.flatnonzero((runs == title) | (runs == label) | (runs >= JOB_LABEL))
+        keys = runs * (width + 1) + (x1 - x0)
+        keys[texts] = -1                         # not cached: set below
+        cache = self._segments
+        keys_list = keys.tolist()
+        missing = set(keys_list).difference(cache)
+        missing.discard(-1)
+        blank = palette.BG * palette.COLOURS + palette.BG
+        for key in missing:
+            code, length = divmod(key, width + 1)
+            cache[key] = (Segment(" " * length, styles.blank) if code == blank else
+                          Segment(HALF * length, styles.pair(code)))
+        segments: list[Segment | None] = list(map(cache.get, keys_list))
+        for j, y, start, end, code in zip(texts.tolist(), rows[flat[texts] // width].tolist(),
+                                          x0[texts].tolist(), x1[texts].tolist(), runs[texts].tolist()):
+            if code >= JOB_LABEL:
+                _, _, text, name = self._labels[code - JOB_LABEL]
+                segments[j] = Segment(text, styles.job_label(name == self.highlight))
+            else:
+                segments[j] = Segment(lay.text[y][start:end], styles.title if code == title else styles.label)
+        bounds = np.cumsum(starts.sum(axis=1)).tolist()
+        filled = cast(list[Segment], segments)
+        return [Strip(filled[a:b], width) for a, b in zip([0, *bounds], bounds)]
 
     def job_labels(self, lay: Layout) -> list[tuple[int, int, str, str]]:
         """(x, y, text, job) of each job's name where its GPUs begin in each panel of the view, so that at any
@@ -346,16 +422,17 @@ class Heatmap(Widget, can_focus=True):
                 out.append((x, y, text, job.name))
         return out
 
-    def _label_jobs(self, lay: Layout, strips: list[Strip], styles: palette.StyleCache) -> None:
+    def _job_label_cells(self, lay: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cells (rows, columns) each job's name covers (`job_labels`), and which label covers each."""
         key = (id(lay), tuple((j.name, j.first_gpu) for j in self.state.jobs.values()))
         if self._labels_key != key:
-            self._labels_key, self._labels = key, self.job_labels(lay)
-        for x, y, text, name in self._labels:
-            if y >= len(strips):
-                continue
-            style = styles.job_label(name == self.highlight)
-            left, _, right = strips[y].divide([x, x + len(text), lay.width])
-            strips[y] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
+            self._labels = self.job_labels(lay)
+            shown = [(k, x, y, len(text)) for k, (x, y, text, _) in enumerate(self._labels) if y < lay.height]
+            self._labels_key, self._label_cells = key, (
+                np.array([y for _, _, y, n in shown for _ in range(n)], dtype=np.int64),
+                np.array([x + i for _, x, _, n in shown for i in range(n)], dtype=np.int64),
+                np.array([k for k, _, _, n in shown for _ in range(n)], dtype=np.int64))
+        return self._label_cells
 
     def _label_blocks(self, lay: Layout, strips: list[Strip], table: np.ndarray,
                       styles: palette.StyleCache) -> None:
@@ -398,12 +475,16 @@ class Heatmap(Widget, can_focus=True):
                 left, _, right = strips[row].divide([x, x + len(text), lay.width])
                 strips[row] = Strip.join([left, Strip([Segment(text, style)], len(text)), right])
 
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """The app's line filters, remembering what they made of each segment (runs repeat every frame)."""
+        return self._filters(super().get_line_filters())
+
     def render_line(self, y: int) -> Strip:
-        key = (self.state.version, id(self.state), self.view, self.metric, self.cursor_gpu, self.size,
+        key = (self.state.version, id(self.state), self.cursor_gpu, self.view, self.metric, self.size,
                self.app.theme, self.highlight)
-        if self._frame is None or key != self._frame_key:
-            self._frame = self.render_frame()
-            self._frame_key = key
+        if key != self._line_key:          # a frame changed by anything but show() and the cursor: all of it
+            self._update_frame(diff=False)
+            self._line_key = key
         if y < len(self._frame):
             return self._frame[y]
         return Strip.blank(self.size.width, self._theme().blank)

@@ -19,6 +19,7 @@ class TransportBar(QuietStatic):
         height: 2;
         padding: 0 1;
         background: $panel;
+        text-wrap: nowrap;
     }
     """
 

@@ -1,0 +1,207 @@
+"""A frame redraws only what changed (issue 26): the heatmap builds and repaints only the rows with a cell
+whose colour changed, a panel only its lines whose text changed, and what they draw is what they draw
+whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from clustertop.engine.stream import schema
+from clustertop.tui.app import ClusterTopApp
+from clustertop.tui.index import EventIndex
+from clustertop.tui.sources import Source
+from clustertop.tui.widgets.heatmap import Heatmap
+from clustertop.tui.widgets.panel import line_keys
+from clustertop.tui.widgets.power import PowerPanel
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+from textual.widget import Widget
+from tui_pilot import SIZE, sync
+
+GPUS = 6144
+Calls = list[tuple[tuple[Region, ...], dict[str, Any]]]    # what a widget asked Textual to repaint
+SLOW = (1024, 1040)      # two nodes of the first job: the only GPUs whose utilization changes at 2 s
+
+
+def _util(t: float) -> np.ndarray:
+    util = np.r_[np.full(3072, 80), np.full(3072, 40)]
+    if t >= 2.0:
+        util[SLOW[0]:SLOW[1]] = 10
+    if t >= 3.0:                   # then a stripe over both jobs, every 96th GPU
+        util[::96] = 100
+    return util
+
+
+def _source() -> Source:
+    """Two jobs (a pod each, so their names are written over the map) and a sample a second."""
+    topology = {"gpus": GPUS, "gpus_per_node": 8, "gpus_per_rack": 16, "gpus_per_pod": 3072,
+                "gpus_per_building": GPUS}
+    jobs = [{"name": name, "first_gpu": 3072 * i, "gpus": 3072, "tp": 8, "cp": 1, "pp": 4, "dp": 96, "ep": 1,
+             "model": "llama3.1-405b"} for i, name in enumerate(("pretrain", "serving"))]
+    header = {"type": "header", "schema": schema.SCHEMA, "schema_version": schema.SCHEMA_VERSION,
+              "scenario": {"name": "frame", "cluster": {"gpu": {"name": "h100", "tdp_w": 700.0}}},
+              "topology": topology, "jobs": jobs, "sample_interval_s": 1.0, "duration_s": 60.0}
+    index = EventIndex(header)
+    for t in (1.0, 2.0, 3.0, 4.0):
+        util = _util(t)
+        index.add({"t": t, "type": "sample", "util": schema.rle_encode(util),
+                   "power_w": schema.rle_encode(util * 7),
+                   "phase": schema.rle_encode((util > 20).astype(int)),
+                   "links": {"node": 0.3, "core": 0.1}, "site_mw": 3.0})
+    index.finish()
+    return Source("frame.jsonl", index)
+
+
+def _spy(heatmap: Heatmap) -> list[tuple[Region, ...]]:
+    """Record what the heatmap asks Textual to repaint: () is the whole widget."""
+    calls: list[tuple[Region, ...]] = []
+    refresh = heatmap.refresh
+
+    def spy(*regions: Region, **kwargs: Any) -> Heatmap:
+        calls.append(regions)
+        return refresh(*regions, **kwargs)
+
+    heatmap.refresh = spy  # type: ignore[method-assign]
+    return calls
+
+
+def _rows(regions: tuple[Region, ...]) -> set[int]:
+    return {y for region in regions for y in region.line_range}
+
+
+def _lines(heatmap: Heatmap) -> list[list[Any]]:
+    return [list(strip) for strip in heatmap.render_frame()]
+
+
+def _shown(heatmap: Heatmap) -> list[list[Any]]:
+    """The lines Textual shows of the heatmap (the rows not repainted come from its cache)."""
+    return [list(strip) for strip in heatmap.render_lines(heatmap.size.region)]
+
+
+def _whole(heatmap: Heatmap) -> list[list[Any]]:
+    """The frame built from nothing, as after a change of view."""
+    heatmap._frame_context = None
+    return _lines(heatmap)
+
+
+@sync
+async def test_a_new_sample_repaints_only_the_rows_whose_cells_changed() -> None:
+    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        calls = _spy(heatmap)
+        lay = heatmap.layout_info
+        app.seek(2.0)
+        await pilot.pause()
+        pixels = np.unique([lay.pixel_of(g) for g in range(*SLOW)])
+        rows = set(np.nonzero(np.isin(lay.top, pixels) | np.isin(lay.bottom, pixels))[0].tolist())
+        assert calls and all(regions for regions in calls)           # never the whole map
+        assert set().union(*map(_rows, calls)) == rows and len(rows) < lay.height // 4
+        heatmap.set_cursor(1100)
+        await pilot.pause()
+        calls.clear()
+        heatmap.set_cursor(2000)                                     # the cursor: its old and new rows
+        await pilot.pause()
+        was, now = lay.pixel_of(1100), lay.pixel_of(2000)
+        moved = set(np.nonzero(np.isin(lay.top, [was, now]) | np.isin(lay.bottom, [was, now]))[0].tolist())
+        assert calls and set().union(*map(_rows, calls)) == moved
+        calls.clear()
+        app.seek(2.0)                                               # the same picture: nothing to repaint
+        await pilot.pause()
+        assert not set().union(*map(_rows, calls)) and all(regions for regions in calls)
+
+
+@sync
+async def test_the_frame_built_row_by_row_is_the_frame_built_whole() -> None:
+    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        steps = [lambda: app.seek(2.0), lambda: heatmap.set_cursor(1030), lambda: app.seek(3.0),
+                 lambda: app.seek(4.0), lambda: pilot.press("n"), lambda: app.seek(1.0),
+                 lambda: heatmap.set_cursor(5000), lambda: pilot.press("2"), lambda: app.seek(3.0),
+                 lambda: pilot.press("3"), lambda: app.seek(2.0), lambda: pilot.press("n", "n")]
+        for step in steps:
+            done = step()
+            if done is not None:
+                await done
+            await pilot.pause()
+            drawn, shown = _lines(heatmap), _shown(heatmap)
+            assert drawn == _whole(heatmap)
+            heatmap.refresh()                                       # all of it again: the same screen
+            await pilot.pause()
+            assert _shown(heatmap) == shown
+            assert any(seg.text.startswith("▸") for line in drawn for seg in line)   # the jobs' names
+
+
+class _Figures(App[None]):
+    """A panel alone, as the side column stacks it."""
+
+    def compose(self) -> ComposeResult:
+        yield PowerPanel(id="panel")
+
+
+def _figures(site: str, swing: str, style: str = "bold") -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append("site ", style="dim")
+    text.append(site, style=style)
+    text.append("\nsparkline ▁▂▃▄", style="yellow")
+    text.append(f"\nrange 1 MW – 2 MW  swing {swing}", style="dim")
+    return text
+
+
+@sync
+async def test_a_panel_repaints_only_its_lines_that_changed() -> None:
+    app = _Figures()
+    async with app.run_test(size=(60, 12)) as pilot:
+        panel = app.query_one(PowerPanel)
+        panel.show_if_changed("a", _figures("20.1 MW", "1 MW"))
+        await pilot.pause()
+        calls: Calls = []
+        refresh = Widget.refresh
+
+        def spy(widget: Widget, *regions: Region, **kwargs: Any) -> Widget:
+            if widget is panel:           # what reaches Textual
+                calls.append((regions, kwargs))
+            return refresh(widget, *regions, **kwargs)
+
+        Widget.refresh = spy  # type: ignore[method-assign]
+        try:
+            await _steps(pilot, panel, calls)
+        finally:
+            Widget.refresh = refresh  # type: ignore[method-assign]
+
+
+async def _steps(pilot: Any, panel: PowerPanel, calls: Calls) -> None:
+    """New figures, a line or two changed at a time: only those lines reach Textual, and the screen then
+    shows what a repaint of the whole panel shows."""
+    steps = [(_figures("20.2 MW", "1 MW"), {0}), (_figures("20.2 MW", "2 MW"), {2}),
+             (_figures("20.2 MW", "2 MW", style="red"), {0}),           # the same words in another style
+             (_figures("20.3 MW", "3 MW"), {0, 2})]
+    for k, (text, rows) in enumerate(steps):
+        calls.clear()
+        assert panel.show_if_changed(f"step {k}", text)
+        await pilot.pause()
+        assert calls and all(regions for regions, _ in calls)              # never the whole panel...
+        assert not any(kwargs.get("layout") for _, kwargs in calls)        # ...nor the screen's layout
+        assert set().union(*(_rows(regions) for regions, _ in calls)) == rows
+        shown = [list(strip) for strip in panel.render_lines(panel.size.region)]
+        panel.refresh()                                                   # all of it again: the same
+        await pilot.pause()
+        assert [list(strip) for strip in panel.render_lines(panel.size.region)] == shown
+    calls.clear()
+    panel.show_if_changed("more", _figures("20.3 MW", "3 MW") + Text("\nso far 1 MWh"))
+    await pilot.pause()
+    assert any(not regions and kwargs.get("layout") for regions, kwargs in calls)       # taller: laid out
+
+
+def test_a_style_over_several_lines_counts_in_each() -> None:
+    one, two = Text("ab\ncd\nef"), Text("ab\ncd\nef")
+    one.stylize("bold", 1, 4)          # "b", the newline and "c"
+    two.stylize("bold", 1, 2)
+    keys = line_keys(one), line_keys(two)
+    assert [a == b for a, b in zip(*keys)] == [True, False, True]
+    assert [plain for plain, _ in keys[0]] == ["ab", "cd", "ef"]
