@@ -31,6 +31,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
+import orjson
 import simpy
 
 from ..config.errors import UserError
@@ -44,7 +45,7 @@ from ..model.layout import Layout
 from ..model.plan import StepPlan
 from ..model.power import PowerModel
 from ..stream import schema
-from ..stream.lines import line, wire_time
+from ..stream.lines import OPT_PART, line, wire_time
 from ..stream.recorder import ListSink, Sink
 from . import faults, hooks, variability
 from .activity import Activity, CompiledPlan, Constant, Running, Segment
@@ -129,6 +130,8 @@ class Run:
         self.site_power = SitePower(self.env, self.emit, self.power, self.tracks, self.overrides,
                                     self.topology.gpus)
         self._sink: Sink | None = None
+        self._step_due = -math.inf          # no step of any job ends before this time (advance)
+        self._step_bytes: dict[tuple[int, int], tuple[bytes, bytes, int, CompiledPlan]] = {}
 
     def _plan(self, planner: Planner) -> SharedTiers | None:
         """Every job's track with its plan: alone, or with its neighbours' traffic when a planner solves jobs
@@ -184,6 +187,7 @@ class Run:
         track.segments.append(Segment(now, math.inf, activity))
         if isinstance(activity, Running):      # a restart rolls the counters back to its checkpoint at once
             track.step, track.tokens_total = activity.step0, activity.tokens0
+            self._step_due = -math.inf
         self._power_changed()
 
     def resume(self, track: JobTrack, step: int | None = None, tokens: int | None = None) -> None:
@@ -393,8 +397,14 @@ class Run:
     # ----- step events ------------------------------------------------------------------------------------
 
     def advance(self, t: float) -> None:
-        """Write every step that ended at or before t, across jobs, in time order."""
+        """Write every step that ended at or before t, across jobs, in time order.
+
+        Called before every line; most calls find nothing due: `_step_due` is a time before which no job's
+        next step can end (reset when a job switches activity), so those return at once."""
+        if t < self._step_due:
+            return
         pending: list[tuple[float, int, int, JobTrack, Running]] = []
+        due = math.inf
         for track in self.tracks:
             act = track.segments[-1].activity if track.segments else None
             if not isinstance(act, Running):
@@ -404,23 +414,41 @@ class Run:
             for k in range(act.emitted + 1, last + 1):
                 pending.append((act.t0 + k * period, track.index, k, track, act))
             act.emitted = max(act.emitted, last)
+            # safely before the next step's end (the test above has a 1e-9 tolerance)
+            due = min(due, act.t0 + (act.emitted + 1 - 1e-6) * period)
+        self._step_due = due
         if not pending:
             return
         if len(self.tracks) > 1:
             pending.sort(key=lambda p: (p[0], p[1]))
         assert self._sink is not None
         write = self._sink.write
-        self.stats.events += len(pending)
+        stats = self.stats
+        stats.events += len(pending)
+        dumps = orjson.dumps
         for when, _, k, track, act in pending:
-            track.step = act.step0 + k
-            kpi = act.plan.kpi
-            track.tokens_total = act.tokens0 + k * kpi["tokens"]
-            track.productive_s += act.plan.step_time_s
-            track.last_kpi = kpi
-            self.stats.steps += 1
-            self.stats.tokens += kpi["tokens"]
-            write(line({"t": wire_time(when), "type": schema.STEP, "job": track.job.name, "step": track.step,
-                        **kpi, "tokens_total": track.tokens_total}))
+            plan = act.plan
+            head, kpi_body, tokens = self._step_parts(track, plan)
+            track.step = step = act.step0 + k
+            track.tokens_total = total = act.tokens0 + k * tokens
+            track.productive_s += plan.step_time_s
+            track.last_kpi = plan.kpi
+            stats.steps += 1
+            stats.tokens += tokens
+            write(b'{"t":%b%b%d,%b,"tokens_total":%d}\n' % (dumps(wire_time(when)), head, step, kpi_body,
+                                                              total))
+
+    def _step_parts(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, bytes, int]:
+        """A job's step line with one plan, serialized once: what comes between the time and the step number,
+        the KPIs, and the tokens per step (the line is `line()` of the event `advance` writes)."""
+        key = (track.index, id(plan))
+        parts = self._step_bytes.get(key)
+        if parts is None or parts[3] is not plan:
+            kpi = plan.kpi
+            head = b',"type":"step","job":%b,"step":' % orjson.dumps(track.job.name, option=OPT_PART)
+            parts = (head, orjson.dumps(kpi, option=OPT_PART)[1:-1], int(kpi["tokens"]), plan)
+            self._step_bytes[key] = parts
+        return parts[0], parts[1], parts[2]
 
     def _write(self, event: dict[str, Any]) -> None:
         assert self._sink is not None
