@@ -403,40 +403,48 @@ class Run:
         next step can end (reset when a job switches activity), so those return at once."""
         if t < self._step_due:
             return
-        pending: list[tuple[float, int, int, JobTrack, Running]] = []
+        pending: list[tuple[float, int, bytes]] = []
         due = math.inf
+        jobs = 0
+        dumps = orjson.dumps
+        stats = self.stats
         for track in self.tracks:
             act = track.segments[-1].activity if track.segments else None
             if not isinstance(act, Running):
                 continue
-            period = act.plan.step_time_s
+            plan = act.plan
+            period = plan.step_time_s
             last = math.floor((t - act.t0) / period + 1e-9)
-            for k in range(act.emitted + 1, last + 1):
-                pending.append((act.t0 + k * period, track.index, k, track, act))
-            act.emitted = max(act.emitted, last)
+            first = act.emitted + 1
+            if last >= first:
+                jobs += 1
+                head, kpi_body, tokens = self._step_parts(track, plan)
+                t0, step0, tokens0, index = act.t0, act.step0, act.tokens0, track.index
+                for k in range(first, last + 1):
+                    when = t0 + k * period
+                    pending.append((when, index, b'{"t":%b%b%d,%b,"tokens_total":%d}\n' % (
+                        dumps(wire_time(when)), head, step0 + k, kpi_body, tokens0 + k * tokens)))
+                productive = track.productive_s
+                for _ in range(last - first + 1):          # added one step at a time (the same sum)
+                    productive += period
+                track.productive_s = productive
+                track.step, track.tokens_total = step0 + last, tokens0 + last * tokens
+                track.last_kpi = plan.kpi
+                stats.steps += last - first + 1
+                stats.tokens += (last - first + 1) * tokens
+                act.emitted = last
             # safely before the next step's end (the test above has a 1e-9 tolerance)
             due = min(due, act.t0 + (act.emitted + 1 - 1e-6) * period)
         self._step_due = due
         if not pending:
             return
-        if len(self.tracks) > 1:
+        if jobs > 1:
             pending.sort(key=lambda p: (p[0], p[1]))
         assert self._sink is not None
-        write = self._sink.write
-        stats = self.stats
         stats.events += len(pending)
-        dumps = orjson.dumps
-        for when, _, k, track, act in pending:
-            plan = act.plan
-            head, kpi_body, tokens = self._step_parts(track, plan)
-            track.step = step = act.step0 + k
-            track.tokens_total = total = act.tokens0 + k * tokens
-            track.productive_s += plan.step_time_s
-            track.last_kpi = plan.kpi
-            stats.steps += 1
-            stats.tokens += tokens
-            write(b'{"t":%b%b%d,%b,"tokens_total":%d}\n' % (dumps(wire_time(when)), head, step, kpi_body,
-                                                              total))
+        write = self._sink.write
+        for _, _, text in pending:
+            write(text)
 
     def _step_parts(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, bytes, int]:
         """A job's step line with one plan, serialized once: what comes between the time and the step number,

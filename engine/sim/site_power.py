@@ -40,6 +40,7 @@ class SitePower:
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
         self._pending = False
+        self._watts: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (activity, watts)
 
     def changed(self) -> None:
         """Something changed what GPUs draw: look at the site once everything at this instant is done."""
@@ -63,8 +64,17 @@ class SitePower:
             self.emit(schema.POWER_SWING, **fields)
 
     def job_watts(self, track: JobTrack) -> tuple[float, float, float]:
-        """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants."""
+        """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants
+        (computed once per activity)."""
         act = track.segments[-1].activity if track.segments else None
+        got = self._watts.get(track.index)
+        if got is not None and got[0] is act:
+            return got[1]
+        watts = self._job_watts(track, act)
+        self._watts[track.index] = (act, watts)
+        return watts
+
+    def _job_watts(self, track: JobTrack, act: object) -> tuple[float, float, float]:
         power = self.power
         w = power.phase_w
         if isinstance(act, Running):
