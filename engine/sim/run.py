@@ -64,9 +64,9 @@ MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fi
 SAMPLE_BYTES_PER_RUN = 20          # a run in the three per-GPU arrays, at most:
 #                                    "100,700,1," + three counts (15 measured)
 SAMPLE_BYTES_PER_LOAD = 8          # a link load, "0.1234,"
-MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection,
-#                                     restart, lost work), so 5,000 take ~15 s;
-#                                     the flagship's 54 days expect ~470
+MAX_FAULTS = 10_000                 # interruptions a run expects: each is simulated (~2 ms: detection,
+#                                     restart, lost work, the neighbours' new steps), so 10,000 take ~20 s;
+#                                     the flagship's 54 days expect ~470, prometheus-1gw's ~7,800
 
 
 class ModelPlanner:
