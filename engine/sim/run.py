@@ -45,7 +45,7 @@ from ..model.layout import Layout
 from ..model.plan import StepPlan
 from ..model.power import PowerModel
 from ..stream import schema
-from ..stream.lines import OPT_PART, line, wire_time
+from ..stream.lines import OPT_PART, line, time_json, wire_time
 from ..stream.recorder import ListSink, Sink
 from . import faults, hooks, variability
 from .activity import Activity, CompiledPlan, Constant, Running, Segment
@@ -406,7 +406,6 @@ class Run:
         pending: list[tuple[float, int, bytes]] = []
         due = math.inf
         jobs = 0
-        dumps = orjson.dumps
         stats = self.stats
         for track in self.tracks:
             act = track.segments[-1].activity if track.segments else None
@@ -423,7 +422,7 @@ class Run:
                 for k in range(first, last + 1):
                     when = t0 + k * period
                     pending.append((when, index, b'{"t":%b%b%d,%b,"tokens_total":%d}\n' % (
-                        dumps(wire_time(when)), head, step0 + k, kpi_body, tokens0 + k * tokens)))
+                        time_json(when), head, step0 + k, kpi_body, tokens0 + k * tokens)))
                 productive = track.productive_s
                 for _ in range(last - first + 1):          # added one step at a time (the same sum)
                     productive += period
@@ -439,7 +438,7 @@ class Run:
         if not pending:
             return
         if jobs > 1:
-            pending.sort(key=lambda p: (p[0], p[1]))
+            pending.sort()                  # by time, then job (a job's steps have distinct times)
         assert self._sink is not None
         stats.events += len(pending)
         write = self._sink.write

@@ -27,6 +27,16 @@ def wire_time(t: float) -> float:
     return float(round(t, 6))
 
 
+def time_json(t: float) -> bytes:
+    """`wire_time(t)` serialized, quickly: for 1e-3 <= t < 1e9 its six-decimal form without trailing zeros
+    (there decimals 1e-6 apart are distinct doubles, so that is the shortest repr of round(t, 6), which orjson
+    writes); elsewhere orjson's."""
+    if 1e-3 <= t < 1e9:
+        text = (b"%.6f" % t).rstrip(b"0")
+        return text + b"0" if text[-1] == 46 else text      # "5." -> "5.0"
+    return orjson.dumps(wire_time(t))
+
+
 def line(obj: dict[str, Any]) -> bytes:
     """One line of the stream (the header, an event): `obj` as JSON and a newline."""
     return orjson.dumps(obj, option=OPT)
