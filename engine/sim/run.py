@@ -131,7 +131,7 @@ class Run:
                                     self.topology.gpus)
         self._sink: Sink | None = None
         self._step_due = -math.inf          # no step of any job ends before this time (advance)
-        self._step_bytes: dict[tuple[int, int], tuple[bytes, bytes, int, CompiledPlan]] = {}
+        self._step_bytes: dict[int, tuple[bytes, bytes, int, CompiledPlan]] = {}   # per job (_step_parts)
 
     def _plan(self, planner: Planner) -> SharedTiers | None:
         """Every job's track with its plan: alone, or with its neighbours' traffic when a planner solves jobs
@@ -446,15 +446,14 @@ class Run:
             write(text)
 
     def _step_parts(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, bytes, int]:
-        """A job's step line with one plan, serialized once: what comes between the time and the step number,
-        the KPIs, and the tokens per step (the line is `line()` of the event `advance` writes)."""
-        key = (track.index, id(plan))
-        parts = self._step_bytes.get(key)
+        """A job's step line with its current plan, serialized once: what comes between the time and the step
+        number, the KPIs, and the tokens per step (the line is `line()` of the event `advance` writes)."""
+        parts = self._step_bytes.get(track.index)
         if parts is None or parts[3] is not plan:
             kpi = plan.kpi
             head = b',"type":"step","job":%b,"step":' % orjson.dumps(track.job.name, option=OPT_PART)
             parts = (head, orjson.dumps(kpi, option=OPT_PART)[1:-1], int(kpi["tokens"]), plan)
-            self._step_bytes[key] = parts
+            self._step_bytes[track.index] = parts
         return parts[0], parts[1], parts[2]
 
     def _write(self, event: dict[str, Any]) -> None:

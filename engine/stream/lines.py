@@ -46,9 +46,9 @@ def rle_json(values: np.ndarray, starts: np.ndarray | None = None, size: int | N
     """A per-GPU array run-length encoded (schema.rle_arrays), serialized: a sample part."""
     v, n = schema.rle_arrays(values, starts, size)
     data = orjson.dumps({"v": v, "n": n}, option=OPT_PART)
-    # orjson's bytes keep its buffer's spare capacity (often a few times the length): a large part, which the
+    # orjson's bytes keep its buffer's spare capacity (often several times the length): a part, which the
     # simulation keeps for reuse, is copied to its exact size
-    return data if len(data) < 1 << 16 else memoryview(data).tobytes()
+    return data if len(data) < 1 << 10 else memoryview(data).tobytes()
 
 
 def sample_line(t: float, *, util: Any, power_w: Any, phase: Any, phase_mix: Any = None,
