@@ -63,6 +63,8 @@ class Periodic:
         return total
 
     def integral(self, xa: float, xb: float) -> np.ndarray:
+        if xa == 0.0:                   # a segment from its start: at(0) is zeros, and x - 0 is x
+            return self.at(xb)
         between: np.ndarray = self.at(xb) - self.at(xa)
         return between
 

@@ -242,11 +242,11 @@ class JobDriver:
             run.resume(track)
             self._abort(self.behind)            # a newer snapshot supersedes a write still in flight
             self.behind = writing
-            env.process(self._write_behind(writing))
+            env.timeout(self.ckpt.write_s).callbacks.append(lambda _: self._written(writing))
             self.next_ckpt = env.now + max(self.ckpt.interval_s, self.ckpt.write_s)
 
-    def _write_behind(self, writing: Writing) -> Generator[Any, Any, None]:
-        yield self.env.timeout(self.ckpt.write_s)
+    def _written(self, writing: Writing) -> None:
+        """The write behind training is done (a timeout's callback, not a process: one event, not three)."""
         if self.behind is writing:
             self.behind = None
             self._commit(writing)

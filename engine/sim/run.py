@@ -31,6 +31,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
+import orjson
 import simpy
 
 from ..config.errors import UserError
@@ -44,7 +45,7 @@ from ..model.layout import Layout
 from ..model.plan import StepPlan
 from ..model.power import PowerModel
 from ..stream import schema
-from ..stream.lines import line, wire_time
+from ..stream.lines import OPT_PART, line, time_json, wire_time
 from ..stream.recorder import ListSink, Sink
 from . import faults, hooks, variability
 from .activity import Activity, CompiledPlan, Constant, Running, Segment
@@ -63,9 +64,10 @@ MAX_STEP_EVENTS = 20_000_000        # ~4 GB of JSON Lines: refuse rather than fi
 SAMPLE_BYTES_PER_RUN = 20          # a run in the three per-GPU arrays, at most:
 #                                    "100,700,1," + three counts (15 measured)
 SAMPLE_BYTES_PER_LOAD = 8          # a link load, "0.1234,"
-MAX_FAULTS = 5_000                  # interruptions a run expects: each is simulated (~3 ms: detection,
-#                                     restart, lost work), so 5,000 take ~15 s;
-#                                     the flagship's 54 days expect ~470
+MAX_FAULTS = 10_000                 # interruptions a run expects: each is simulated (~2 ms: detection,
+#                                     restart, lost work, the neighbours' new steps), so 10,000 take ~20 s;
+#                                     the flagship's 54 days expect ~470, prometheus-1gw's ~7,800
+MAX_INJECTED = 5_000                # [[faults.inject]] entries: a scenario lists each one by hand
 
 
 class ModelPlanner:
@@ -129,6 +131,8 @@ class Run:
         self.site_power = SitePower(self.env, self.emit, self.power, self.tracks, self.overrides,
                                     self.topology.gpus)
         self._sink: Sink | None = None
+        self._step_due = -math.inf          # no step of any job ends before this time (advance)
+        self._step_bytes: dict[int, tuple[bytes, bytes, int, CompiledPlan]] = {}   # per job (_step_parts)
 
     def _plan(self, planner: Planner) -> SharedTiers | None:
         """Every job's track with its plan: alone, or with its neighbours' traffic when a planner solves jobs
@@ -184,6 +188,7 @@ class Run:
         track.segments.append(Segment(now, math.inf, activity))
         if isinstance(activity, Running):      # a restart rolls the counters back to its checkpoint at once
             track.step, track.tokens_total = activity.step0, activity.tokens0
+            self._step_due = -math.inf
         self._power_changed()
 
     def resume(self, track: JobTrack, step: int | None = None, tokens: int | None = None) -> None:
@@ -321,9 +326,9 @@ class Run:
         """UserError when the jobs expect more interruptions than a run can simulate (MAX_FAULTS)."""
         f = self.scenario.faults
         where = self.scenario.path or None
-        if len(f.inject) > MAX_FAULTS:
+        if len(f.inject) > MAX_INJECTED:
             raise UserError(f"faults.inject: {len(f.inject):,} injected faults; expected at most "
-                            f"{MAX_FAULTS:,}, as each one is simulated", where)
+                            f"{MAX_INJECTED:,}, as each one is simulated", where)
         if not f.enabled:
             return
         count = sum(faults.expected(t.job.gpus, self.topology.gpus_per_node, self.duration_s, f.rate_scale,
@@ -393,34 +398,64 @@ class Run:
     # ----- step events ------------------------------------------------------------------------------------
 
     def advance(self, t: float) -> None:
-        """Write every step that ended at or before t, across jobs, in time order."""
-        pending: list[tuple[float, int, int, JobTrack, Running]] = []
+        """Write every step that ended at or before t, across jobs, in time order.
+
+        Called before every line; most calls find nothing due: `_step_due` is a time before which no job's
+        next step can end (reset when a job switches activity), so those return at once."""
+        if t < self._step_due:
+            return
+        pending: list[tuple[float, int, bytes]] = []
+        due = math.inf
+        jobs = 0
+        stats = self.stats
         for track in self.tracks:
             act = track.segments[-1].activity if track.segments else None
             if not isinstance(act, Running):
                 continue
-            period = act.plan.step_time_s
+            plan = act.plan
+            period = plan.step_time_s
             last = math.floor((t - act.t0) / period + 1e-9)
-            for k in range(act.emitted + 1, last + 1):
-                pending.append((act.t0 + k * period, track.index, k, track, act))
-            act.emitted = max(act.emitted, last)
+            first = act.emitted + 1
+            if last >= first:
+                jobs += 1
+                head, kpi_body, tokens = self._step_parts(track, plan)
+                t0, step0, tokens0, index = act.t0, act.step0, act.tokens0, track.index
+                for k in range(first, last + 1):
+                    when = t0 + k * period
+                    pending.append((when, index, b'{"t":%b%b%d,%b,"tokens_total":%d}\n' % (
+                        time_json(when), head, step0 + k, kpi_body, tokens0 + k * tokens)))
+                productive = track.productive_s
+                for _ in range(last - first + 1):          # added one step at a time (the same sum)
+                    productive += period
+                track.productive_s = productive
+                track.step, track.tokens_total = step0 + last, tokens0 + last * tokens
+                track.last_kpi = plan.kpi
+                stats.steps += last - first + 1
+                stats.tokens += (last - first + 1) * tokens
+                act.emitted = last
+            # safely before the next step's end (the test above has a 1e-9 tolerance)
+            due = min(due, act.t0 + (act.emitted + 1 - 1e-6) * period)
+        self._step_due = due
         if not pending:
             return
-        if len(self.tracks) > 1:
-            pending.sort(key=lambda p: (p[0], p[1]))
+        if jobs > 1:
+            pending.sort()                  # by time, then job (a job's steps have distinct times)
         assert self._sink is not None
+        stats.events += len(pending)
         write = self._sink.write
-        self.stats.events += len(pending)
-        for when, _, k, track, act in pending:
-            track.step = act.step0 + k
-            kpi = act.plan.kpi
-            track.tokens_total = act.tokens0 + k * kpi["tokens"]
-            track.productive_s += act.plan.step_time_s
-            track.last_kpi = kpi
-            self.stats.steps += 1
-            self.stats.tokens += kpi["tokens"]
-            write(line({"t": wire_time(when), "type": schema.STEP, "job": track.job.name, "step": track.step,
-                        **kpi, "tokens_total": track.tokens_total}))
+        for _, _, text in pending:
+            write(text)
+
+    def _step_parts(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, bytes, int]:
+        """A job's step line with its current plan, serialized once: what comes between the time and the step
+        number, the KPIs, and the tokens per step (the line is `line()` of the event `advance` writes)."""
+        parts = self._step_bytes.get(track.index)
+        if parts is None or parts[3] is not plan:
+            kpi = plan.kpi
+            head = b',"type":"step","job":%b,"step":' % orjson.dumps(track.job.name, option=OPT_PART)
+            parts = (head, orjson.dumps(kpi, option=OPT_PART)[1:-1], int(kpi["tokens"]), plan)
+            self._step_bytes[track.index] = parts
+        return parts[0], parts[1], parts[2]
 
     def _write(self, event: dict[str, Any]) -> None:
         assert self._sink is not None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import orjson
@@ -48,6 +48,8 @@ NICE_INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 3
 MAX_SAMPLES = 10_000_000
 INSTANT = 1e-9            # the window of the t = 0 sample (its instantaneous state)
 COMPUTE = CODE["compute"]
+CACHE_BYTES = 16 << 20    # encoded samples kept for reuse (Recent)
+V = TypeVar("V")
 
 
 def default_sample_interval(duration_s: float, gpus: int = 0) -> float:
@@ -73,9 +75,9 @@ class Sampler:
         self.power = power
         self.overrides = overrides
         self.idle_gpus = idle_gpus(tracks, topo.gpus)
-        self._cache: dict[Any, tuple[bytes, bytes, bytes]] = {}
+        self._cache: Recent[tuple[bytes, bytes, bytes]] = Recent()
         self.energy_mwh = 0.0  # the site's energy over the samples so far (exact means x their windows)
-        self._mix_cache: dict[Any, bytes] = {}
+        self._mix_cache: Recent[bytes] = Recent()
         self.blocks: list[tuple[int, int, JobTrack | None]] = []
         pos = 0
         for track in sorted(self.tracks, key=lambda t: t.job.first_gpu):
@@ -273,9 +275,7 @@ class Sampler:
         mix_bytes = self._mix_cache.get(tuple(mix_key))
         if mix_bytes is None:
             mix_bytes = self.mix(stage_pct, p, patch_pct)
-            if len(self._mix_cache) > 256:
-                self._mix_cache.clear()
-            self._mix_cache[tuple(mix_key)] = mix_bytes
+            self._mix_cache.put(tuple(mix_key), mix_bytes, len(mix_bytes))
         cache_key = tuple(key)
         cached = self._cache.get(cache_key)
         if cached is not None:
@@ -297,9 +297,7 @@ class Sampler:
                 v[at] = extra
             out.append(rle_json(v, starts, n))
         result = (out[0], out[1], out[2])
-        if len(self._cache) > 256:
-            self._cache.clear()
-        self._cache[cache_key] = result
+        self._cache.put(cache_key, result, sum(map(len, result)))
         return (*result, mix_bytes)
 
     def _override_rows(self, m_stages: dict[int, StageMeans], o: Override, a: float,
@@ -321,6 +319,27 @@ class Sampler:
         rows[:, CODE[o.phase]] += w
         np.maximum(rows, 0.0, out=rows)
         return first, rows
+
+
+class Recent(Generic[V]):
+    """Encoded parts of recent samples by key, for samples that come out the same: at most `entries`, and
+    about `budget` bytes (a site's per-GPU arrays take megabytes each; the oldest go first)."""
+
+    def __init__(self, entries: int = 256, budget: int = CACHE_BYTES) -> None:
+        self.entries, self.budget = entries, budget
+        self.items: dict[Any, tuple[V, int]] = {}
+        self.size = 0
+
+    def get(self, key: Any) -> V | None:
+        got = self.items.get(key)
+        return got[0] if got is not None else None
+
+    def put(self, key: Any, value: V, size: int) -> None:
+        items = self.items
+        while items and (len(items) >= self.entries or self.size + size > self.budget):
+            self.size -= items.pop(next(iter(items)))[1]
+        items[key] = (value, size)
+        self.size += size
 
 
 def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -40,6 +40,7 @@ class SitePower:
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
         self._pending = False
+        self._watts: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (plan or phase, W)
 
     def changed(self) -> None:
         """Something changed what GPUs draw: look at the site once everything at this instant is done."""
@@ -63,8 +64,19 @@ class SitePower:
             self.emit(schema.POWER_SWING, **fields)
 
     def job_watts(self, track: JobTrack) -> tuple[float, float, float]:
-        """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants."""
+        """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants
+        (computed once per step plan or phase: a job's restarts and checkpoints come back to the same)."""
         act = track.segments[-1].activity if track.segments else None
+        what: object = (act.plan if isinstance(act, Running) else act.phase if isinstance(act, Constant)
+                        else None)
+        got = self._watts.get(track.index)
+        if got is not None and got[0] is what:
+            return got[1]
+        watts = self._job_watts(track, act)
+        self._watts[track.index] = (what, watts)
+        return watts
+
+    def _job_watts(self, track: JobTrack, act: object) -> tuple[float, float, float]:
         power = self.power
         w = power.phase_w
         if isinstance(act, Running):
@@ -84,25 +96,24 @@ class SitePower:
     def now(self) -> tuple[float, float, float]:
         """Site MW now: (level, lowest, highest), with the overrides in force."""
         power = self.power
-        w = power.phase_w
         idle = power.idle_w
         level = lo = hi = self.idle_gpus * idle
-        per_gpu: list[tuple[int, int, float]] = []
         for track in self.tracks:
             a, b, c = self.job_watts(track)
             level, lo, hi = level + a, lo + b, hi + c
-            per_gpu.append((track.job.first_gpu, track.job.gpus, a / track.job.gpus))
         now = self.env.now
-        for o in self.overrides:
-            if not o.start <= now < o.end:
-                continue
-            covered = 0
-            delta = 0.0
-            for first, count, mean in per_gpu:
-                n = max(0, min(o.first + o.count, first + count) - max(o.first, first))
-                covered += n
-                delta += n * (w[CODE[o.phase]] - mean)
-            delta += (o.count - covered) * (w[CODE[o.phase]] - idle)
-            level, lo, hi = level + delta, lo + delta, hi + delta
+        active = [o for o in self.overrides if o.start <= now < o.end]
+        if active:
+            w = power.phase_w
+            per_gpu = [(t.job.first_gpu, t.job.gpus, self.job_watts(t)[0] / t.job.gpus) for t in self.tracks]
+            for o in active:
+                covered = 0
+                delta = 0.0
+                for first, count, mean in per_gpu:
+                    n = max(0, min(o.first + o.count, first + count) - max(o.first, first))
+                    covered += n
+                    delta += n * (w[CODE[o.phase]] - mean)
+                delta += (o.count - covered) * (w[CODE[o.phase]] - idle)
+                level, lo, hi = level + delta, lo + delta, hi + delta
         n = self.gpus
         return float(power.site_mw(level, n)), float(power.site_mw(lo, n)), float(power.site_mw(hi, n))

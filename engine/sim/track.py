@@ -43,6 +43,8 @@ class JobTrack:
     factor: float = 1.0                      # that factor
     variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
     replan: bool = False                     # a new step (its neighbours' traffic) waits for a step boundary
+    # per plan it has had (by id): (that plan, its stretched step), for when it comes back
+    stretches: dict[int, tuple[CompiledPlan, CompiledPlan]] = field(default_factory=dict)
 
     @property
     def activity(self) -> Activity:

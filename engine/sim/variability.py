@@ -68,6 +68,7 @@ def stretch(scenario: Scenario, track: JobTrack, speeds: np.ndarray | None, phas
         slowest = min(1.0, float(speeds.min()))      # the cost model's step is that of a nominal GPU
     k = 1.0 / slowest
     track.stretched = CompiledPlan.of(scenario, j, nominal.plan, (k - 1.0) * step, phase_w)
+    track.stretches[id(nominal)] = (nominal, track.stretched)
     if speeds is None or k == 1.0:
         return
     stage = track.stage_index()
@@ -84,10 +85,15 @@ def restretch(scenario: Scenario, track: JobTrack, phase_w: np.ndarray) -> None:
     """The stretched step again after the job's plan changed (its neighbours' traffic): the same slowest GPU,
     the same GPUs drawn on their own."""
     assert track.plan is not None
+    track.variants = {}          # the day's variants of the step before are dropped (each holds its arrays)
+    got = track.stretches.get(id(track.plan))
+    if got is not None and got[0] is track.plan:       # a plan it had before (the same neighbours again)
+        track.stretched = got[1]
+        return
     k = 1.0 / track.stragglers.speed if track.stragglers is not None else 1.0
     track.stretched = CompiledPlan.of(scenario, track.job, track.plan.plan,
                                       (k - 1.0) * track.plan.step_time_s, phase_w)
-    track.variants = {}
+    track.stretches[id(track.plan)] = (track.plan, track.stretched)
 
 
 def diurnal(amplitude: float, t: float) -> float:

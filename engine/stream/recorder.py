@@ -10,11 +10,18 @@ new member starts at the first sample after MEMBER_BYTES of uncompressed data, s
 keyframe and a long recording can be cut at member boundaries into valid pieces. Concatenated members are
 plain gzip: `gzip -dc` and Python's gzip module read them.
 
+Gzip is compressed on a thread of the Recorder's own (zlib lets go of the interpreter lock while it works), so
+a simulation goes on while its last lines are compressed: the same chunks, in the same order, with the same
+flushes give the same bytes; `flush()` and `close()` wait for it, and an error writing the output is raised at
+the next call. At most QUEUED chunks wait, so a fast writer waits for it rather than fill memory.
+
 A writer (the simulation, real telemetry) writes to any `Sink`: a Recorder, or a ListSink (keeps the lines).
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import zlib
 from typing import BinaryIO, Protocol
 
@@ -23,6 +30,10 @@ from ..config.outfile import Output, open_output
 BUFFER_BYTES = 1 << 20
 MEMBER_BYTES = 4 << 20
 LEVEL = 6
+QUEUED = 8                      # chunks waiting for the compressing thread (each ~BUFFER_BYTES or a sample)
+_MEMBER = -1                    # a queued operation: end the gzip member and start the next
+_FLUSH_OUT = -2                 # a queued operation: flush the output
+_STOP = -3
 
 
 class Sink(Protocol):
@@ -60,6 +71,9 @@ class Recorder:
         self.bytes_out = 0              # bytes written to the output
         self.lines = 0
         self._z = self._compressor() if compress else None
+        self._queue: queue.Queue[tuple[int, bytes]] | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     @classmethod
     def open(cls, path: str, level: int = LEVEL) -> Recorder:
@@ -83,31 +97,80 @@ class Recorder:
         """A sample: may open a new gzip member (so that it starts with this line), then flush."""
         if self._z is not None and self.member + self.buffered >= MEMBER_BYTES:
             self._drain(zlib.Z_NO_FLUSH)
-            self._emit(self._z.flush(zlib.Z_FINISH))
-            self._z = self._compressor()
+            self._submit(_MEMBER, b"")
             self.member = 0
         self.write(line)
         self._drain(zlib.Z_SYNC_FLUSH)
-        self.out.flush()
+        self._submit(_FLUSH_OUT, b"")
 
     def flush(self) -> None:
         """Write out what is buffered now (paced live runs);
         gzip: a sync flush, so a reader can decompress it."""
         if self.buffer:
             self._drain(zlib.Z_SYNC_FLUSH)
-        self.out.flush()
+        self._submit(_FLUSH_OUT, b"")
+        self._wait()
 
     def _drain(self, mode: int) -> None:
         data = b"".join(self.buffer)
         self.buffer.clear()
         self.buffered = 0
+        if self._z is not None:
+            self.member += len(data)
+        self._submit(mode, data)
+
+    def _submit(self, op: int, data: bytes) -> None:
+        """Compress and write a chunk (op: its zlib flush mode), end a member, or flush the output: on the
+        compressing thread for gzip (in order), here for plain output."""
+        if self._error is not None:
+            raise self._error
         if self._z is None:
-            self._emit(data)
+            if op == _FLUSH_OUT:
+                self.out.flush()
+            else:
+                self._emit(data)
             return
-        self.member += len(data)
-        self._emit(self._z.compress(data))
-        if mode != zlib.Z_NO_FLUSH:
-            self._emit(self._z.flush(mode))
+        if self._queue is None:
+            self._queue = queue.Queue(QUEUED)
+            self._thread = threading.Thread(target=self._compress, name="recorder-gzip", daemon=True)
+            self._thread.start()
+        self._queue.put((op, data))
+
+    def _compress(self) -> None:
+        """The compressing thread: the queued operations in order; after an error, it only empties the queue
+        (the error is raised to the writer at its next call)."""
+        assert self._queue is not None
+        while True:
+            op, data = self._queue.get()
+            try:
+                if op == _STOP:
+                    return
+                if self._error is None:
+                    self._apply(op, data)
+            except BaseException as exc:  # noqa: BLE001 (any error, e.g. a full disk's UserError, goes back)
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def _apply(self, op: int, data: bytes) -> None:
+        z = self._z
+        assert z is not None
+        if op == _MEMBER:
+            self._emit(z.flush(zlib.Z_FINISH))
+            self._z = self._compressor()
+        elif op == _FLUSH_OUT:
+            self.out.flush()
+        else:
+            self._emit(z.compress(data))
+            if op != zlib.Z_NO_FLUSH:
+                self._emit(z.flush(op))
+
+    def _wait(self) -> None:
+        """Until the compressing thread has done everything queued; its error, if any, raised here."""
+        if self._queue is not None:
+            self._queue.join()
+        if self._error is not None:
+            raise self._error
 
     def _emit(self, data: bytes) -> None:
         if data:
@@ -118,10 +181,15 @@ class Recorder:
         """Write what is buffered and end the gzip stream; closes files (not stdout)."""
         try:
             self._drain(zlib.Z_NO_FLUSH)
+            self._wait()
             if self._z is not None:
                 self._emit(self._z.flush(zlib.Z_FINISH))
                 self._z = None
             self.out.flush()
         finally:
+            if self._queue is not None and self._thread is not None:
+                self._queue.put((_STOP, b""))
+                self._thread.join()
+                self._queue = self._thread = None
             if self.close_out:
                 self.out.close()
