@@ -64,10 +64,10 @@ def test_recent_keeps_the_newest_parts_within_its_budget() -> None:
 
 def test_the_sampler_keeps_its_reused_parts_within_its_budget() -> None:
     run = Run(scenario.load("llama3-405b-16k"), duration_s=1800.0, sample_s=5.0)
-    run.sampler._cache.budget = 20_000
+    run.sampler._cache.budget = 60_000         # a few of the flagship's samples (20-25 kB each)
     for _ in run.lines():
         pass
-    assert 0 < run.sampler._cache.size <= 20_000
+    assert 0 < run.sampler._cache.size <= 60_000
 
 
 def test_a_job_gets_its_stretched_step_back_when_its_neighbours_plan_comes_back() -> None:
