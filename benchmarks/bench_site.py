@@ -3,29 +3,32 @@
 `peak_rss_hyperion_mb` (5 GW, ~2.2M GPUs).
 
 Each runs `clustertop record` in a child process at the scenario's default sampling interval, so the peak RSS
-is the child's alone (os.wait4: that child's, not the largest of all children so far).
+is the child's alone (its own, through a small launcher: not the largest of all children so far, nor this
+process's RSS at the fork).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+# Linux counts a child's peak RSS from its fork, before its exec: a child forked from this (large) process
+# would report this process's RSS when that is larger than its own. A small launcher forks the recording
+# instead and reports that grandchild's own peak.
+_LAUNCHER = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+             "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
 
 def _record(scenario: str, out: Path, duration: str = "1h") -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one `clustertop record` child."""
     start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "clustertop", "record", scenario, "--duration", duration,
-                              "-o", str(out)], stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise subprocess.CalledProcessError(child.returncode, child.args)
-    return time.perf_counter() - start, usage.ru_maxrss / 1024
+    done = subprocess.run([sys.executable, "-c", _LAUNCHER, sys.executable, "-m", "clustertop", "record",
+                           scenario, "--duration", duration, "-o", str(out)],
+                          check=True, capture_output=True, text=True)
+    return time.perf_counter() - start, int(done.stdout.split()[-1]) / 1024
 
 
 def run() -> dict[str, float]:
