@@ -27,28 +27,26 @@ def test_a_request_ends_within_its_deadline_whatever_the_server_does(trickle: An
     assert time.monotonic() - began < 0.8
 
 
-def test_a_round_of_exporters_ends_within_its_deadline(trickle: Any, exporters: Any) -> None:
-    slow = trickle(gap=0.05)
-    poller = watch.Exporters([exporters.urls[0], f"{slow.url}/metrics"], 0.4)
+def _timed_round(poller: Any) -> tuple[Any, float]:
+    """One round of a poller, and the seconds it took; the poller closed after."""
     try:
         began = time.monotonic()
         poll = poller.poll()
-        took = time.monotonic() - began
+        return poll, time.monotonic() - began
     finally:
         poller.close()
+
+
+def test_a_round_of_exporters_ends_within_its_deadline(trickle: Any, exporters: Any) -> None:
+    slow = trickle(gap=0.05)
+    poll, took = _timed_round(watch.Exporters([exporters.urls[0], f"{slow.url}/metrics"], 0.4))
     assert poll is not None and took < 0.4 + watch.GRACE + 0.3
     assert poll.answered == 1 and poll.failures == {f"{slow.url}/metrics": "no complete answer within 0.4 s"}
 
 
 def test_a_round_of_prometheus_queries_costs_one_deadline_not_one_per_query(trickle: Any) -> None:
     hung = trickle(hang=True)
-    poller = watch.PrometheusQueries(hung.url, 0.3)
-    try:
-        began = time.monotonic()
-        poll = poller.poll()
-        took = time.monotonic() - began
-    finally:
-        poller.close()
+    poll, took = _timed_round(watch.PrometheusQueries(hung.url, 0.3))
     assert poll is not None and poll.answered == 0
     assert poll.failures == {hung.url: "no complete answer within 0.3 s"}
     assert took < 0.3 + watch.GRACE + 0.3          # was 9 x 0.3 s: the queries ran one after another

@@ -31,17 +31,23 @@ def _series(metric: str, gpu: int, values: list[str]) -> dict:
             "values": [[1_717_000_000 + 15 * k, v] for k, v in enumerate(values)]}
 
 
-def test_readings_out_of_bounds_are_missing_and_counted_in_one_warning(tmp_path: Path, capsys: Any) -> None:
-    series = [_series(dcgm.POWER, g, ["500", "1e12" if g == 1 else SENTINEL if g == 2 else "510"])
-              for g in range(8)]
-    series += [_series(dcgm.GPU_UTIL, g, ["50", "150" if g == 3 else "60"]) for g in range(8)]
-    series += [_series(dcgm.FB_USED, g, ["76200", SENTINEL if g == 4 else "76200"]) for g in range(8)]
+def _import(tmp_path: Path, series: list[dict[str, Any]]) -> Path:
+    """`clustertop import prometheus` of one range-query dump of `series` onto CLUSTER: the recording."""
     dump = tmp_path / "d.json"
     dump.write_bytes(orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}))
     cluster = tmp_path / "site.toml"
     cluster.write_text(CLUSTER)
     out = tmp_path / "real.jsonl"
     assert main(["import", "prometheus", str(dump), "--cluster", str(cluster), "-o", str(out)]) == 0
+    return out
+
+
+def test_readings_out_of_bounds_are_missing_and_counted_in_one_warning(tmp_path: Path, capsys: Any) -> None:
+    series = [_series(dcgm.POWER, g, ["500", "1e12" if g == 1 else SENTINEL if g == 2 else "510"])
+              for g in range(8)]
+    series += [_series(dcgm.GPU_UTIL, g, ["50", "150" if g == 3 else "60"]) for g in range(8)]
+    series += [_series(dcgm.FB_USED, g, ["76200", SENTINEL if g == 4 else "76200"]) for g in range(8)]
+    out = _import(tmp_path, series)
     err = capsys.readouterr().err
     assert err.count("outside their physical bounds") == 1, err
     assert "4 readings outside" in err and "DCGM_FI_DEV_POWER_USAGE 2" in err
@@ -85,12 +91,7 @@ def test_nvlink_bandwidth_total_gives_the_links_where_the_byte_counters_are_abse
     series += [_series(dcgm.NVLINK_TX, 0, ["225e9", "225e9"]), _series(dcgm.NVLINK_TX, 4, ["45e9", "45e9"])]
     series += [_series("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", g, [v, v])
                for g, v in ((1, "450000"), (2, "90000"), (3, "1e12"), (4, "900000"))]
-    dump = tmp_path / "d.json"
-    dump.write_bytes(orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}))
-    cluster = tmp_path / "site.toml"
-    cluster.write_text(CLUSTER)
-    out = tmp_path / "real.jsonl"
-    assert main(["import", "prometheus", str(dump), "--cluster", str(cluster), "-o", str(out)]) == 0
+    out = _import(tmp_path, series)
     assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL 2" in capsys.readouterr().err    # GPU 3's, twice
     samples = [e for e in Reader(str(out)).events() if e["type"] == "sample"]
     # GPUs 0 and 1 at half of NVLink 4's 450 GB/s, 2 and 4 at a tenth; 3 and the others no reading
