@@ -175,7 +175,7 @@ def _search(model: JobModel, configs: list[Config], plan: bool = True) -> tuple[
             best = e
     assert best is not None
     if plan:
-        model.run(best, plan=True)     # the same schedule, now simulated with SimPy for its plan
+        model.run(best, plan=True)     # the same schedule (its evaluation cached), now with its plan
     return best, True
 
 

@@ -7,12 +7,12 @@ A stage runs its operations in order; an operation waits for its input from the 
 virtual stage plus the point-to-point transfer. Sends are asynchronous (as in Llama 3). The bubble is whatever
 waiting comes out; the formula (p - 1) / (v m) is only used to test it.
 
-`simulate` runs the stages as SimPy processes: the step plan the dashboard animates comes from it. `evaluate`
-gives the same times (bit for bit: tests hold them equal) without processes, for searches and sweeps that
-compare thousands of layouts: an operation starts at max(its stage's previous end, its input's end plus the
-transfer), so the step is a longest path through the schedule's dependency graph, computed a wave of
-independent operations at a time with numpy (a few hundred waves where SimPy resumes a process tens of
-thousands of times).
+`simulate` runs the stages as SimPy processes: the reference. `evaluate` gives the same times (bit for bit:
+tests hold them equal, and the plans made from both) without processes, for every estimate (searches and
+sweeps compare thousands of layouts; the step plan the dashboard animates comes from it too): an operation
+starts at max(its stage's previous end, its input's end plus the transfer), so the step is a longest path
+through the schedule's dependency graph, computed a wave of independent operations at a time with numpy (a
+few hundred waves where SimPy resumes a process tens of thousands of times).
 
 SimPy is imported here and nowhere in engine/__init__.
 """

@@ -36,7 +36,7 @@ from . import memory as mem
 from . import scaleup
 from .chunks import Chunk, StageFacts, chunk_params
 from .kernels import BF16
-from .pipeline import Intervals, PipelineRun, Segment, evaluate, peak_inflight, simulate
+from .pipeline import Intervals, PipelineRun, Segment, evaluate, peak_inflight
 from .plan import Interval, StepPlan, extend_run, merge_runs
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
@@ -374,14 +374,14 @@ class JobModel:
             fwd, bwd, send, send_b = _blocking_sends(fwd, bwd, send, send_b)
         schedule = sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:
-            run = _simulate_cached(plan, schedule, p, v, m, fwd, bwd, send, send_b)
+            run = _simulate_cached(schedule, p, v, m, fwd, bwd, send, send_b)
             phase_s, ends, last_b = run.phase_seconds(), run.ends, run.last_backward
             intervals = lambda: run.intervals
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             m1, m2 = simulated_sizes(p, v, m)
-            run1 = _simulate_cached(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
-            run2 = _simulate_cached(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
+            run1 = _simulate_cached(schedule, p, v, m1, fwd, bwd, send, send_b)
+            run2 = _simulate_cached(schedule, p, v, m2, fwd, bwd, send, send_b)
             extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
         ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, chunks, phase_s, intervals, ends,
@@ -581,11 +581,13 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
 
 
 @lru_cache(maxsize=64)
-def _simulate_cached(plan: bool, schedule: str, p: int, v: int, m: int, fwd: StageSegments,
-                     bwd: StageSegments, send: Sends, send_b: Sends) -> PipelineRun:
-    """The pipeline's times, kept for the same exact inputs: the SimPy simulation for a step plan, the same
-    times evaluated without processes for a search or a sweep (pipeline.evaluate)."""
-    return (simulate if plan else evaluate)(schedule, p, v, m, fwd, bwd, send, send_b)
+def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: StageSegments, bwd: StageSegments,
+                     send: Sends, send_b: Sends) -> PipelineRun:
+    """The pipeline's times, kept for the same exact inputs: pipeline.evaluate, which gives the SimPy
+    simulation's times bit for bit without its processes (tests/test_plan_source.py holds the plans of both
+    equal), for a search, a sweep and a step plan alike (the search's run of the chosen configuration is its
+    plan's)."""
+    return evaluate(schedule, p, v, m, fwd, bwd, send, send_b)
 
 
 def simulated_sizes(p: int, v: int, m: int) -> tuple[int, ...]:
