@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from clustertop.engine.config import scenario
 from clustertop.engine.config.job import Job
+from clustertop.engine.config.phases import CODE, PHASES
 from clustertop.engine.model import calibration, pipeline, step
 from clustertop.engine.model.estimate import clear_caches, estimate_job
 
@@ -62,3 +63,21 @@ def test_a_plan_starts_no_simpy_process(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(pipeline.simpy.Environment, "process", no_simpy)
     s, job = _flagship()
     assert _plan(s, job)[0] > 0
+
+
+def test_a_plans_stages_are_made_when_read_and_read_like_tuples() -> None:
+    from clustertop.engine.model.pipeline import Intervals
+    from clustertop.engine.model.plan import Interval, Timelines
+
+    stages = ((Interval(0.0, 1.0, CODE["compute"]), Interval(1.0, 3.0, CODE["bubble"])), (),
+              (Interval(0.0, 3.0, CODE["pp"]),))
+    timelines = Timelines(Intervals.of([[(a, b, PHASES[c]) for a, b, c in s] for s in stages]), 3)
+    assert timelines._made == [None, None, None]                       # nothing made before it is read
+    assert timelines[2] == stages[2] and timelines._made[:2] == [None, None]
+    assert timelines == stages and stages == timelines and list(timelines) == list(stages)
+    assert len(timelines) == 3 and timelines[-1] is timelines[2] and timelines[1:] == stages[1:]
+    assert all(type(iv) is Interval for stage in timelines for iv in stage)
+    assert timelines[0][1].end_s == 3.0 and repr(timelines) == repr(stages)
+    assert timelines != stages[:2]
+    with pytest.raises(IndexError):
+        timelines[3]

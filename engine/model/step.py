@@ -16,10 +16,9 @@ shares them (a sweep has thousands).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,7 @@ from . import scaleup
 from .chunks import Chunk, StageFacts, chunk_params
 from .kernels import BF16
 from .pipeline import Intervals, PipelineRun, Segment, evaluate, peak_inflight
-from .plan import Interval, StepPlan, extend_run, merge_runs
+from .plan import StepPlan, Timelines, extend_run, merge_runs
 
 # Simulate at most this many microbatches; beyond, the steady state repeats and is extended linearly.
 MAX_SIM_MICROBATCHES = 256
@@ -481,7 +480,7 @@ class JobModel:
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, busy, step)
         memory = tuple(round(total / GB, 2) for total in self.memory(cfg).total.tolist())
-        return (StepPlan(step_time_s=step, stages=_stage_intervals(runs, p), tier_load=tier_load,
+        return (StepPlan(step_time_s=step, stages=Timelines(runs, p), tier_load=tier_load,
                          tokens=tokens, model_flops=flops, memory_gb=memory), step, breakdown, busy)
 
     def _update(self, params: float) -> tuple[float, float]:
@@ -546,15 +545,6 @@ class JobModel:
             for tier, u in comms[dim]().load.items():
                 load[tier] += u * min(seconds, step) / step
         return {t: round(min(1.0, x), 4) for t, x in load.items()}
-
-
-def _stage_intervals(runs: Intervals, p: int) -> tuple[tuple[Interval, ...], ...]:
-    """Each stage's runs as Interval tuples (runs: stage after stage; phases stay codes). Built in C,
-    tuple.__new__ over the zipped columns: the flagship's plan has 5,175 of them."""
-    bounds = np.searchsorted(runs.stage, np.arange(p + 1)).tolist()
-    rows = list(zip(runs.start.tolist(), runs.end.tolist(), runs.phase.tolist()))
-    make = partial(tuple.__new__, Interval)
-    return tuple(tuple(map(make, rows[lo:hi])) for lo, hi in itertools.pairwise(bounds))
 
 
 def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
