@@ -140,11 +140,11 @@ def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
                 first = rng.integers(0, max(1, cluster.gpus // unit), size=(3, 1)) * unit
                 groups = np.minimum(first + rng.integers(0, unit, size=(3, size)), cluster.gpus - 1)
                 want = int(topo.tier_between(groups[:, :1], groups).max())
-                assert col._outermost(topo, groups) == want
+                assert col._outermost(topo, groups.min(axis=1), groups.max(axis=1)) == want
                 seen.add(want)
         assert seen >= {1, 2}                      # groups that leave a node, a rack
         assert bool(seen & {3, 4}) == (topo.pods > 1)   # and a pod or a building, when there are several
-    assert col._outermost(topo, np.array([[5, 5]])) == 0          # nothing left: the node tier
+    assert col._outermost(topo, np.array([5]), np.array([5])) == 0          # nothing left: the node tier
 
 
 def test_group_size_is_the_members_row_length() -> None:
@@ -153,3 +153,48 @@ def test_group_size_is_the_members_row_length() -> None:
     job = Placement(first_gpu=0, gpus=2 * 3 * 4 * 2 * 5, tp=2, cp=3, pp=4, dp=10, ep=5)
     for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp"), ("ep",)):
         assert group_size(job, dims) == members(job, dims).shape[1], dims
+
+
+def _placements():  # type: ignore[no-untyped-def]
+    from clustertop.engine.config.geometry import RANK_ORDERS
+    from clustertop.engine.model.collectives import Placement
+
+    for tp, cp, pp, dp, ep in ((2, 3, 4, 10, 5), (8, 1, 16, 12, 1), (4, 2, 3, 8, 4), (1, 1, 5, 7, 7),
+                               (8, 2, 1, 6, 2), (3, 1, 2, 2, 1)):
+        for first in (0, 5, 40):
+            for order in sorted(set(RANK_ORDERS.values())):
+                yield Placement(first, tp * cp * pp * dp, tp, cp, pp, dp, ep, order)
+
+
+def test_the_group_lattice_is_the_members() -> None:
+    import numpy as np
+
+    for job in _placements():
+        for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp"), ("ep",)):
+            bases, offsets = col.lattice(job, dims)
+            groups = col.members(job, dims) + job.first_gpu
+            assert np.array_equal(bases[:, None] + offsets, groups), (job, dims)
+            assert np.all(np.diff(offsets) > 0)                # members in GPU order
+
+
+def test_ring_edges_leaving_each_unit_are_the_walked_ones() -> None:
+    """The count per unit from the groups' lattice (a closed form where members lie at least a unit apart or
+    closer, a walk otherwise) is the walk over every member: each ring edge that leaves its member's unit."""
+    import numpy as np
+
+    branches = set()
+    for job in _placements():
+        for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp")):
+            if col.group_size(job, dims) <= 1:
+                continue
+            bases, offsets = col.lattice(job, dims)
+            groups = col.members(job, dims) + job.first_gpu
+            end = job.first_gpu + job.gpus
+            for unit in (1, 2, 3, 4, 7, 8, 16, 24, 64, 100, 1000):
+                units = groups // unit
+                walked = np.bincount(units[col._leaves(units)], minlength=int(units.max()) + 1)
+                counted = col._ring_edges_leaving(bases, offsets, end, unit)
+                assert counted.dtype.kind == "i" and np.array_equal(counted, walked), (job, dims, unit)
+                gaps = np.diff(offsets)
+                branches.add("apart" if gaps.min() >= unit else "closer" if gaps.max() < unit else "walk")
+    assert branches == {"apart", "closer", "walk"}

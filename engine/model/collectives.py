@@ -117,6 +117,34 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     return np.ascontiguousarray(moved.reshape(-1, size))     # row by row: what every caller walks
 
 
+def lattice(job: Placement, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """`members(job, dims) + job.first_gpu` without building it: (bases, offsets), member j of group g is GPU
+    bases[g] + offsets[j] (groups in the rows' order; offsets increase: the members sit in GPU order)."""
+    sizes = {"tp": job.tp, "cp": job.cp, "pp": job.pp, "dp": job.dp}
+    axes: list[tuple[str, int, int]] = []          # (name, size, stride), outermost first
+    stride = 1
+    for d in job.order:
+        axes.insert(0, (d, sizes[d], stride))
+        stride *= sizes[d]
+    if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/config/geometry.py)
+        at = [a[0] for a in axes].index("dp")
+        _, dp, dp_stride = axes[at]
+        axes[at:at + 1] = [("dpo", dp // job.ep, dp_stride * job.ep), ("ep", job.ep, dp_stride)]
+        want = ["ep"]
+    else:
+        want = [d for d in ("dp", "cp", "pp", "tp") if d in dims]
+    by_name = {name: (size, step) for name, size, step in axes}
+
+    def grid(names: list[str]) -> np.ndarray:
+        out = np.zeros(1, dtype=np.int64)
+        for name in names:
+            size, step = by_name[name]
+            out = (out[:, None] + np.arange(0, size * step, step, dtype=np.int64)).ravel()
+        return out
+
+    return grid([a[0] for a in axes if a[0] not in want]) + job.first_gpu, grid(want)
+
+
 def group_size(job: Job | Placement, dims: tuple[str, ...]) -> int:
     """Members of each group over `dims` (what `members` gives each row), without building the groups."""
     return job.ep if "ep" in dims else math.prod(getattr(job, d) for d in dims)
@@ -138,13 +166,15 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     if group_size(job, dims) <= 1:
         return Route(1, 1, 1, None, 1.0, {})
     topo = Geometry.of(cluster)
-    groups = members(job, dims) + job.first_gpu
-    size = groups.shape[1]
-    node = groups // topo.gpus_per_node
-    q = int(np.sum(node[0] == node[0, 0]))
-    k = len(np.unique(node[0]))
-    outermost = _outermost(topo, groups)
+    bases, offsets = lattice(job, dims)
+    size, count = offsets.size, bases.size * offsets.size        # members per group, in all groups
+    first = bases[0] + offsets
+    node = first // topo.gpus_per_node
+    q = int(np.sum(node == node[0]))
+    k = len(np.unique(node))
+    outermost = _outermost(topo, bases, bases + int(offsets[-1]))
     tier = TIERS[outermost]
+    end = job.first_gpu + job.gpus          # the groups hold every GPU of the job: [first_gpu, end)
     oversub = cluster.oversubscription()
     crossing: dict[str, float] = {}
     demands: dict[str, np.ndarray] = {}
@@ -155,20 +185,19 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
         # share of each GPU's traffic that goes on the network: for a ring, its edges that leave a node (each
         # carries q rails); for an all-to-all, the members outside its node
         net_share = (size - q) / size if pattern == "all2all" else \
-            float(np.count_nonzero(_leaves(node))) * q / groups.size
+            float(_ring_edges_leaving(bases, offsets, end, topo.gpus_per_node).sum()) * q / count
         for t in NET_TIERS[:max(0, outermost - TIERS.index(NET_TIERS[0]) + 1)]:
             # (a tier above the outermost one crossed: every group inside one of its blocks, nothing leaves)
             block = topo.block_sizes()[t]
-            src_block = groups // block
             if pattern == "all2all":
+                src_block = (bases[:, None] + offsets) // block
                 same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
                 frac = (size - same) / size            # share of each GPU's traffic leaving its block
                 demand: np.ndarray = np.bincount(src_block.ravel(), weights=frac.ravel())
             else:
                 # q connections per ring edge that leaves its block: whole numbers, so counting the edges and
                 # multiplying gives the very sums that adding q per edge did
-                demand = np.bincount(src_block[_leaves(src_block)],
-                                     minlength=int(src_block.max()) + 1) * float(q)
+                demand = _ring_edges_leaving(bases, offsets, end, block) * float(q)
             total = float(demand.sum())
             if total <= 0:
                 continue
@@ -186,16 +215,46 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an
             # all-to-all sends to every member outside the node, one connection each
             flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
-            # blocks alike (demand, paths) share one answer: unique over the pair as one complex number
-            pairs, where = np.unique(np.round(demand, 3) + 1j * paths, return_inverse=True)
-            load = np.array([ecmp_max_load(c.real, int(c.imag), flows) if c.real > 0 else 0.0
-                             for c in pairs.tolist()])[np.ravel(where)]
-            tier_slowdown[t] = max(1.0, float(np.max(load)))
+            # blocks alike (demand, paths) share one answer, and only the busiest block's counts: each
+            # distinct pair once (as one complex number, or the demands alone when every block has as many
+            # paths, as without degraded links all full blocks do)
+            key = np.round(demand, 3)
+            pairs: list[tuple[float, float]] = \
+                [(x, float(paths[0])) for x in np.unique(key).tolist()] if paths.min() == paths.max() else \
+                [(c.real, c.imag) for c in np.unique(key + 1j * paths).tolist()]
+            busiest = max(ecmp_max_load(x, int(y), flows) if x > 0 else 0.0 for x, y in pairs)
+            tier_slowdown[t] = max(1.0, busiest)
             slowdown = max(slowdown, tier_slowdown[t])
-            crossing[t] = total / max(net_share * groups.size, 1e-9)
+            crossing[t] = total / max(net_share * count, 1e-9)
     return Route(size, q, k, tier, max(1.0, slowdown), crossing, demands, tier_slowdown,
-                 scaleup.group_shape(cluster, groups[0], q),
-                 scaleup.hops(cluster, int(groups[0, 0]), int(groups[0, 1])))
+                 scaleup.group_shape(cluster, first, q), scaleup.hops(cluster, int(first[0]), int(first[1])))
+
+
+def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: int) -> np.ndarray:
+    """Per unit (node or block: GPUs [u unit, (u + 1) unit), u up to the job's last GPU's), how many ring
+    edges (each member to the next, the last to the first) leave it from a member inside it, over every group
+    (lattice: member j of group g is bases[g] + offsets[j]). A group's members in one unit are a run of
+    consecutive members (they sit in GPU order), and only the run's last one's edge leaves (to a later member,
+    or round to the first, which is outside unless the whole group is inside): one edge per unit a group
+    touches, none when it touches one. So when members lie at least a unit apart, every member's edge leaves
+    and a unit's count is the job's GPUs in it; when they lie closer, a group touches every unit from its
+    first member's to its last's. Whole numbers, exact; other groups are walked member by member."""
+    length = (end - 1) // unit + 1
+    gaps = np.diff(offsets)
+    if gaps.min() >= unit:
+        lows = np.arange(length, dtype=np.int64) * unit
+        start = int(bases.min())
+        inside: np.ndarray = np.minimum(lows + unit, end) - np.maximum(lows, start)
+        return np.maximum(inside, 0)
+    if gaps.max() < unit:
+        low, high = bases // unit, (bases + int(offsets[-1])) // unit
+        spans = low != high
+        ends = np.bincount(low[spans], minlength=length + 1) - \
+            np.bincount(high[spans] + 1, minlength=length + 1)
+        touched: np.ndarray = np.cumsum(ends[:length])
+        return touched
+    units = (bases[:, None] + offsets) // unit
+    return np.bincount(units[_leaves(units)], minlength=length)
 
 
 def _leaves(units: np.ndarray) -> np.ndarray:
@@ -209,12 +268,10 @@ def _leaves(units: np.ndarray) -> np.ndarray:
     return out.reshape(units.shape)
 
 
-def _outermost(topo: Geometry, groups: np.ndarray) -> int:
-    """Index into TIERS of the outermost tier any group crosses: the widest unit some member is not in with
-    its group's first member. Units are ranges of GPUs: a group stays in one unit when its lowest and highest
-    members do."""
-    columns = np.ascontiguousarray(groups.T)          # reduced across rows: fast however short the groups
-    low, high = columns.min(axis=0), columns.max(axis=0)
+def _outermost(topo: Geometry, low: np.ndarray, high: np.ndarray) -> int:
+    """Index into TIERS of the outermost tier any group crosses (`low`, `high`: each group's lowest and
+    highest member): the widest unit some member is not in with its group's first member. Units are ranges of
+    GPUs: a group stays in one unit when its lowest and highest members do."""
     for level, per in reversed(list(enumerate((topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod,
                                                topo.gpus_per_building), start=1))):
         if np.any(low // per != high // per):
