@@ -49,6 +49,29 @@ def test_structure_scan_counts_what_the_parser_would_nest() -> None:
     check_structure("x = " + "1" * 40 + "\ny = 1.5e300\n", "f")
 
 
+def test_texts_the_scan_passes_over_are_those_it_would_pass() -> None:
+    """check_structure does not scan a text with too few brackets, dots and digits in a row to break a limit:
+    random texts give what the scan gives (a comment of brackets at the end makes it scan, changing nothing
+    else)."""
+    import random
+
+    rng = random.Random(26)
+    tokens = ["[", "]", "{", "}", ".", "k", " = ", "\n", ",", "1", "1" * 20, "_", '"a.b"', "# [.", "x.y"]
+    skipped = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 40)))
+        outcomes = []
+        for candidate in (text, text + "\n#" + "[{" * MAX_NESTING):
+            try:
+                check_structure(candidate, "f")
+                outcomes.append("passed")
+            except UserError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1], text
+        skipped += outcomes[0] == "passed"
+    assert skipped > 1000
+
+
 def test_structure_scan_skips_strings_and_comments() -> None:
     text = ('a = "[[[[[[[[[[[[[[[[[[[[[[[[.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a"  # [[[[[[[[[[[[[[[[[[[[[\n'
             "b = '{{{{{{{{{{{{{{{{{{{{{{{{{{{{{'\n"

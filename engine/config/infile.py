@@ -51,14 +51,26 @@ def open_input(path: str, expected: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+READ_CHUNK = 1 << 16        # read_capped reads this much at a time: one read(limit + 1) would first allocate
+                            # the whole limit (4 MB for a scenario: a mapping and its page faults)
+
+
 def read_capped(path: str, limit: int, expected: str) -> bytes:
     """Every byte of a regular file of at most `limit` bytes; UserError when it holds more
     (whatever stat says)."""
+    parts: list[bytes] = []
+    size = 0
     with open_input(path, expected) as stream:
         try:
-            data = stream.read(limit + 1)
+            while size <= limit:
+                part = stream.read(min(READ_CHUNK, limit + 1 - size))
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
         except OSError as exc:
             raise UserError(f"cannot read: {exc.strerror}", path) from None
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(data) > limit:
         raise UserError(f"is larger than {limit:,} bytes; expected {expected} of at most {limit:,} bytes",
                         path)

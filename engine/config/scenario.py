@@ -195,8 +195,9 @@ VARIABILITY_SPEC: dict[str, Field] = {
     "diurnal_amplitude": optional("float", 0.015, low=0.0, high=0.5),
 }
 
+@cache
 def builtin_dir() -> Path:
-    """Where the built-in scenarios are: package data of clustertop.engine.config.scenarios."""
+    """Where the built-in scenarios are: package data of clustertop.engine.config.scenarios (found once)."""
     return Path(str(resources.files("clustertop.engine.config.scenarios")))
 
 

@@ -59,11 +59,20 @@ _TOKEN = re.compile(r'''"""(?:[^"\\]|\\.|"(?!""))*+"""|\'\'\'(?:[^\']|\'(?!\'\')
                     r'''"(?:[^"\\\n]|\\.)*+"|\'[^\'\n]*+\''''
                     rf"|#[^\n]*+|[-+]?[0-9][0-9_]{{{MAX_DIGITS},}}|[\[\]{{}}=,.\n]", re.DOTALL)
 
+_LONG_DIGITS = re.compile(rf"[0-9][0-9_]{{{MAX_DIGITS},}}")     # what a too long number's token starts with
+
 
 def check_structure(text: str, where: str) -> None:
     """UserError (with the line) when TOML `text` nests arrays or inline tables deeper than MAX_NESTING, has a
     key path longer than MAX_KEY_PARTS or a number longer than MAX_DIGITS: a scan of its brackets, dots and
-    '=' outside strings and comments, before the recursive parser sees it."""
+    '=' outside strings and comments, before the recursive parser sees it. A text with too few brackets, dots
+    and digits in a row for any of these (most scenarios) is not scanned."""
+    brackets = text.count("[") + text.count("{")
+    if brackets <= MAX_NESTING and text.count(".") + brackets + 2 < MAX_KEY_PARTS and \
+            _LONG_DIGITS.search(text) is None:
+        # nesting needs more brackets than that; a key path's parts are at most its header's and keys' dots
+        # plus one per key and per inline table it is in; a long number is that many digits in a row
+        return
     stack: list[tuple[str, int]] = []   # open '[' or '{' of values, with the key path length outside them
     table = 0                           # parts of the current [table] header
     outer = 0                           # key path length the key being read adds to
