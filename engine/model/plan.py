@@ -150,23 +150,30 @@ def merge_runs(iv: Intervals, end: float, stages: int) -> Intervals:
     before = np.concatenate([[0.0], covered[:-1]])
     before[bounds[:-1][bounds[:-1] < len(before)]] = 0.0
     before = np.maximum(before, 0.0)         # covered time before each interval
-    done = np.array([max(0.0, covered[hi - 1]) if hi > lo else 0.0
-                     for lo, hi in itertools.pairwise(bounds.tolist())])
+    last = covered[np.maximum(bounds[1:] - 1, 0)] if len(covered) else np.zeros(stages)
+    done = np.where((bounds[1:] > bounds[:-1]) & (last > 0.0), last, 0.0)     # max(0, the stage's last)
     kept = iv.end > before
     start = np.maximum(iv.start, before)
     gap = kept & (start > before)
     # the pieces: the kept intervals (clipped); before one, the gap it leaves (bubble); at the end of each
-    # stage, the bubble until `end`. Gaps and tails are few: they are inserted where they belong.
+    # stage, the bubble until `end`. Gaps and tails are few: they are inserted where they belong (as
+    # np.insert puts them, ties in the order given: a stage's tail before the next one's gap).
     kept_ahead = np.concatenate([[0], np.cumsum(kept)])        # kept intervals ahead of each position
     tails, gaps = np.flatnonzero(end > done), np.flatnonzero(gap)
     at = np.concatenate([kept_ahead[bounds[1:][tails]], kept_ahead[gaps]])
-    order = np.lexsort((np.arange(len(at)) >= len(tails), at))  # a stage's tail before the next one's gap
+    order = np.lexsort((np.arange(len(at)) >= len(tails), at))
+    inserted = at[order] + np.arange(len(at))                  # where each inserted piece lands
+    taken = np.ones(int(kept_ahead[-1]) + len(at), dtype=bool)  # where the kept intervals land
+    taken[inserted] = False
     bubble = np.int8(BUBBLE)
 
     def pieces(kept_values: np.ndarray, tail_values: Any, gap_values: Any) -> np.ndarray:
         extra = np.concatenate([np.broadcast_to(tail_values, len(tails)),
                                 np.broadcast_to(gap_values, len(gaps))])
-        return np.insert(kept_values[kept], at[order], extra[order])
+        out = np.empty(len(taken), dtype=kept_values.dtype)
+        out[inserted] = extra[order]
+        out[taken] = kept_values[kept]
+        return out
 
     stage = pieces(iv.stage, tails, iv.stage[gaps])
     a, b = pieces(start, done[tails], before[gaps]), pieces(iv.end, end, start[gaps])
