@@ -96,13 +96,28 @@ def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageF
     # a chunk's largest layer is its first (embedding and output aside): a one-layer chunk of its kind
     one_layer = {moe: chunk_params(model, tp, ep, pp, Chunk(0, 1, False, False, int(moe)))
                  for moe in (False, True)}
-    return tuple(StageFacts(
-        params=sum(held(st) for st in stage),
-        expert_params=sum(expert_params(model, tp, ep, st) for st in stage),
-        largest_layer_params=max((one_layer[cm.is_moe_layer(model, st.first_layer)] for st in stage
-                                  if st.layers), default=0.0),
-        layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
-        output=any(st.output for st in stage)) for stage in chunks(model, pp, v))
+
+    def facts(stage: tuple[Chunk, ...]) -> StageFacts:
+        return StageFacts(
+            params=sum(held(st) for st in stage),
+            expert_params=sum(expert_params(model, tp, ep, st) for st in stage),
+            largest_layer_params=max((one_layer[cm.is_moe_layer(model, st.first_layer)] for st in stage
+                                      if st.layers), default=0.0),
+            layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
+            output=any(st.output for st in stage))
+
+    # stages mostly hold chunks of the same blocks (a deep pipeline's middle stages all alike): each distinct
+    # one's facts made once (by what they depend on: each chunk's blocks and whether its first layer is MoE)
+    made: dict[tuple[tuple[int, int, bool, bool, bool], ...], StageFacts] = {}
+    out = []
+    for stage in chunks(model, pp, v):
+        key = tuple((st.layers, st.moe, st.embedding, st.output, cm.is_moe_layer(model, st.first_layer))
+                    for st in stage)
+        found = made.get(key)
+        if found is None:
+            found = made[key] = facts(stage)
+        out.append(found)
+    return tuple(out)
 
 
 @dataclass(frozen=True, eq=False)
