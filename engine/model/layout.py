@@ -4,6 +4,7 @@ DP ranks)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,18 +22,28 @@ class Layout:
         """Outermost link tier the groups of one dimension cross (None when the dimension has size 1).
 
         Groups of one dimension differ only by an offset; the first group is representative unless a group
-        straddles a boundary that the first does not, so every group start within one period is checked.
+        straddles a boundary that the first does not, so every group start within one period is checked (the
+        first 4,096: rows of `stride` consecutive starts, one row every `span` GPUs). A row of starts
+        c, ..., c + w - 1 has a group crossing a unit of `per` GPUs when the highest start's position in its
+        unit, plus the group's extent, reaches the next unit: (c mod per) + w - 1 + extent >= per (a row that
+        wraps into the next unit has a start at its unit's end, which any extent carries over). The tier is
+        the outermost unit some row crosses, all units at once.
         """
         size = getattr(self.job, dim)
         if size <= 1:
             return None
         stride = JobGeometry.of(self.job).stride(dim)
         span = stride * size
-        period = min(self.job.gpus, np.lcm(span, self.topology.gpus_per_building))
-        starts = self.job.first_gpu + np.arange(0, period, span)[:, None] + np.arange(stride)[None, :]
-        starts = starts.ravel()[:4096]
-        last = starts + stride * (size - 1)
-        return TIERS[int(self.topology.tier_between(starts, last).max())]
+        period = min(self.job.gpus, math.lcm(span, self.topology.gpus_per_building))
+        starts = min(-(-period // span) * stride, 4096)
+        rows = -(-starts // stride)
+        corner = self.job.first_gpu + np.arange(rows, dtype=np.int64) * span      # each row's first start
+        reach = np.full(rows, stride - 1 + stride * (size - 1), dtype=np.int64)   # w - 1 + extent
+        reach[-1] -= rows * stride - starts                                       # the last row's width
+        topo = self.topology
+        per = np.array([topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building])
+        crossed = (corner % per[:, None] + reach >= per[:, None]).any(axis=1)    # per unit, innermost first
+        return TIERS[int(np.flatnonzero(crossed)[-1]) + 1 if crossed.any() else 0]
 
     def tiers(self) -> dict[str, str | None]:
         return {dim: self.tier(dim) for dim in DIMS}
