@@ -172,7 +172,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     node = first // topo.gpus_per_node
     q = int(np.sum(node == node[0]))
     k = len(np.unique(node))
-    outermost = _outermost(topo, bases, bases + int(offsets[-1]))
+    outermost = _outermost(topo, bases, int(offsets[-1]))
     tier = TIERS[outermost]
     end = job.first_gpu + job.gpus          # the groups hold every GPU of the job: [first_gpu, end)
     oversub = cluster.oversubscription()
@@ -268,15 +268,14 @@ def _leaves(units: np.ndarray) -> np.ndarray:
     return out.reshape(units.shape)
 
 
-def _outermost(topo: Geometry, low: np.ndarray, high: np.ndarray) -> int:
-    """Index into TIERS of the outermost tier any group crosses (`low`, `high`: each group's lowest and
-    highest member): the widest unit some member is not in with its group's first member. Units are ranges of
-    GPUs: a group stays in one unit when its lowest and highest members do."""
-    for level, per in reversed(list(enumerate((topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod,
-                                               topo.gpus_per_building), start=1))):
-        if np.any(low // per != high // per):
-            return level
-    return 0
+def _outermost(topo: Geometry, low: np.ndarray, spread: int | np.ndarray) -> int:
+    """Index into TIERS of the outermost tier any group crosses (`low`: each group's lowest member, `spread`:
+    its highest member's distance from it, one for all groups or one each): the widest unit some member is
+    not in with its group's first member. Units are ranges of GPUs: a group leaves one of `per` GPUs when its
+    lowest member's place in it plus the spread reaches the next (every unit at once)."""
+    per = np.array([topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building])
+    crossed = np.flatnonzero((low % per[:, None] + spread).max(axis=1) >= per)      # innermost first
+    return int(crossed[-1]) + 1 if len(crossed) else 0
 
 
 def _block_health(cluster: Cluster, topo: Geometry, tier: str, block: int, n: int) -> np.ndarray:
@@ -324,8 +323,9 @@ def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
 
 def _block_capacity(cluster: Cluster, topo: Geometry, block: int, n: int) -> np.ndarray:
     """GPUs physically present in each block (the last one may be partial)."""
-    starts = np.arange(n) * block
-    return np.clip(cluster.gpus - starts, 1, block).astype(float)
+    capacity = np.full(n, float(block))
+    capacity[-1] = min(block, max(1, cluster.gpus - (n - 1) * block))     # the others hold `block` each
+    return capacity
 
 
 # ------------------------------------------------------------------------------------------- bandwidths
