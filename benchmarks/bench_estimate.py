@@ -2,7 +2,9 @@
 
 Keys:
 - estimate_flagship_s: one estimate of llama3-405b-16k with its plan (what `clustertop estimate` and the
-  engine run need), caches cleared before each run.
+  engine run need), caches cleared before each run. The plan's per-stage Interval tuples are made when first
+  read (StepPlan.stages is a Timelines): the engine run makes them as it compiles the plan, an estimate that
+  only prints figures never does.
 - estimate_flagship_auto_s: the same with micro_batch, virtual_stages and recompute all "auto" (the search).
 - estimate_flagship_fast_s: the flagship without the plan and the fit hint (what a sweep asks for).
 - estimate_megatron_1t_fast_s: the same fast estimate (no plan, no hint) of Megatron's 1T model on 3,072 A100
