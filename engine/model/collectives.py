@@ -244,8 +244,8 @@ def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: 
     if gaps.min() >= unit:
         lows = np.arange(length, dtype=np.int64) * unit
         start = int(bases.min())
-        inside: np.ndarray = np.minimum(lows + unit, end) - np.maximum(lows, start)
-        return np.maximum(inside, 0)
+        inside: np.ndarray = np.maximum(np.minimum(lows + unit, end) - np.maximum(lows, start), 0)
+        return inside
     if gaps.max() < unit:
         low, high = bases // unit, (bases + int(offsets[-1])) // unit
         spans = low != high
