@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, NamedTuple, overload
 
 import numpy as np
@@ -36,9 +35,6 @@ class Interval(NamedTuple):
     start_s: float     # from the start of the step
     end_s: float
     phase: int         # a code of engine.config.phases (CODE)
-
-
-_interval = partial(tuple.__new__, Interval)      # an Interval from a (start, end, phase) tuple
 
 
 class Timelines(Sequence[tuple[Interval, ...]]):
@@ -70,7 +66,7 @@ class Timelines(Sequence[tuple[Interval, ...]]):
             lo, hi = self._bounds[r], self._bounds[r + 1]
             runs = self._runs
             rows = zip(runs.start[lo:hi].tolist(), runs.end[lo:hi].tolist(), runs.phase[lo:hi].tolist())
-            made = self._made[r] = tuple(map(_interval, rows))
+            made = self._made[r] = tuple(map(tuple.__new__, itertools.repeat(Interval), rows))
         return made
 
     def __iter__(self) -> Iterator[tuple[Interval, ...]]:
