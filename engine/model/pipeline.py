@@ -19,7 +19,6 @@ SimPy is imported here and nowhere in engine/__init__.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -398,33 +397,37 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     `total` later."""
     program, segments = _prepare(schedule, p, v, m, fwd, bwd)
     waves = _waves(schedule, p, v, m)
-    n = waves.order.size
-    takes = segments.total.ravel()[waves.segment]
+    takes = segments.total.ravel()[waves.segment]               # [wave, stage]
     delays = [x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])]
     delay = np.array(delays, dtype=float)[waves.delay]
-    if n < PER_WAVE_MIN * (len(waves.bounds) - 1):
-        start, end = _walk(waves, delay.tolist(), takes.tolist())
+    size = takes.size
+    if waves.operations < PER_WAVE_MIN * waves.count:
+        start, end = _walk(waves, delay, takes)
     else:
-        end = np.empty(n + 2)
-        end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
-        start = np.empty(n)
-        for a, b, prev, dep in waves.slices:
-            s = start[a:b]
-            np.fmax(end[prev], end[dep] + delay[a:b], out=s)
-            np.add(s, takes[a:b], out=end[a:b])
-    shape = (p, n // p)
+        end = np.empty(size + 2)
+        end[size], end[size + 1] = np.nan, 0.0    # what "no input" and "no previous operation" read
+        start = np.empty(size)
+        # a wave a row (the iterators give each row as a view, made in C); a slot of a stage with no
+        # operation in that wave reads 0.0, takes 0.0 and is never read
+        for prev, dep, dl, tk, s, e in zip(waves.prev, waves.dep, delay, takes, start.reshape(takes.shape),
+                                           end[:size].reshape(takes.shape)):
+            np.fmax(end[prev], end[dep] + dl, out=s)
+            np.add(s, tk, out=e)
+    shape = program.kind.shape
     return PipelineRun(program, segments, end[waves.input_of].reshape(shape),
-                       start[waves.position].reshape(shape), end[waves.position].reshape(shape))
+                       start[waves.slot].reshape(shape), end[waves.slot].reshape(shape))
 
 
-def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
+def _walk(waves: _Waves, delay: np.ndarray, takes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`evaluate`'s loop one operation at a time in plain Python floats, for schedules whose waves are narrow
     (numpy's cost per wave would dominate): the same additions, and taking y when y > x is fmax(x, y) where x
-    is never NaN (NaN > x is false)."""
-    n = len(takes)
-    end = [0.0] * n + [math.nan, 0.0]          # what "no input" and "no previous operation" read
-    start = [0.0] * n
-    for i, a, d, dl, tk in zip(range(n), waves.prev_list, waves.dep_list, delay, takes):
+    is never NaN (NaN > x is false). Slots as evaluate's (those with no operation stay 0.0)."""
+    size = takes.size
+    end = [0.0] * size + [math.nan, 0.0]       # what "no input" and "no previous operation" read
+    start = [0.0] * size
+    order = waves.order
+    delays, durations = delay.ravel()[order].tolist(), takes.ravel()[order].tolist()
+    for i, a, d, dl, tk in zip(waves.order_list, waves.prev_list, waves.dep_list, delays, durations):
         x = end[a]
         y = end[d] + dl
         if y > x:                  # noqa: PLR1730  (max() costs a call per operation)
@@ -444,35 +447,43 @@ def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments,
 
 @dataclass(frozen=True, eq=False)
 class _Waves:
-    """A program's operations in waves: an operation depends only on operations of earlier waves. Wave w is
-    positions bounds[w]:bounds[w + 1] of the wave order; order[i] is the flat index (stage * ops per stage +
-    k) of the operation at position i, prev[i] and dep[i] the positions of the stage's previous operation
-    and of the input's producer (n + 1 and n when there is none); segment[i] its flat index into [stage,
-    kind, chunk] arrays and delay[i] into [stage, kind]. By flat index: position (where each operation is in
-    the wave order) and input_of (where its input's producer is, n for none)."""
+    """A program's operations in waves, on a grid [wave, stage] of slots (a stage runs at most one operation a
+    wave): an operation depends only on operations of earlier waves. prev and dep: the slots of the stage's
+    previous operation and of the input's producer (size + 1 and size, where size = count * p, when there is
+    none; size + 1 for a slot with no operation); segment: the flat index into [stage, kind, chunk] arrays and
+    delay into [stage, kind] (0 for a slot with no operation). By flat index (stage * ops per stage + k): slot
+    (where the operation is) and input_of (where its input's producer is, size for none)."""
 
-    order: np.ndarray
-    bounds: list[int]
-    prev: np.ndarray
+    count: int                     # waves
+    operations: int
+    prev: np.ndarray               # [wave, stage]
     dep: np.ndarray
     segment: np.ndarray
     delay: np.ndarray
-    position: np.ndarray
+    slot: np.ndarray               # [stage * ops per stage + k]
     input_of: np.ndarray
 
     @cached_property
-    def slices(self) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        """Per wave: its bounds, and its operations' prev and dep."""
-        return [(a, b, self.prev[a:b], self.dep[a:b]) for a, b in itertools.pairwise(self.bounds)]
+    def order(self) -> np.ndarray:
+        """The slots that hold an operation, in wave order (for `_walk`)."""
+        held = np.zeros(self.prev.size, dtype=bool)
+        held[self.slot] = True
+        order: np.ndarray = np.flatnonzero(held)
+        return order
+
+    @cached_property
+    def order_list(self) -> list[int]:
+        order: list[int] = self.order.tolist()
+        return order
 
     @cached_property
     def prev_list(self) -> list[int]:
-        prev: list[int] = self.prev.tolist()
+        prev: list[int] = self.prev.ravel()[self.order].tolist()
         return prev
 
     @cached_property
     def dep_list(self) -> list[int]:
-        dep: list[int] = self.dep.tolist()
+        dep: list[int] = self.dep.ravel()[self.order].tolist()
         return dep
 
 
@@ -485,19 +496,23 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     k_max = program.kind.shape[1]
     n = p * k_max
     layered = _longest_chains(program, _wave_guess(schedule, p, v, m, program), 2 * p + 2)
-    waves = layered.ravel() if layered is not None else _walked_waves(schedule, p, v, m, program)
-    order = np.argsort(waves, kind="stable")
-    position = np.empty(n + 1, dtype=np.intp)
-    position[order] = np.arange(n)
-    position[-1] = n                 # no input: the slot that reads NaN
-    flat = np.arange(n)
-    prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
-    input_of = position[program.source.ravel()]
-    stage_kind = (order // k_max) * 2 + program.kind.ravel()[order]
-    return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
-                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n],
-                  input_of)
+    wave = layered if layered is not None else _walked_waves(schedule, p, v, m, program).reshape(p, k_max)
+    count = int(wave[:, -1].max()) + 1           # a stage's waves increase along its operations
+    size = count * p
+    stage = np.arange(p)[:, None]
+    slot = (wave * p + stage).ravel()
+    prev = np.full((p, k_max), size + 1, dtype=np.intp)
+    prev[:, 1:] = slot.reshape(p, k_max)[:, :-1]
+    input_of = np.where(program.source >= 0, slot[program.source], size).ravel()
+    stage_kind = stage * 2 + program.kind
 
+    def grid(values: np.ndarray, fill: int) -> np.ndarray:
+        out = np.full(size, fill, dtype=np.intp)
+        out[slot] = values.ravel()
+        return out.reshape(count, p)
+
+    return _Waves(count, n, grid(prev, size + 1), grid(input_of, size + 1),
+                  grid(stage_kind * v + program.chunk, 0), grid(stage_kind, 0), slot, input_of)
 
 
 def _wave_guess(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
