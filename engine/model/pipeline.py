@@ -397,37 +397,39 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     `total` later."""
     program, segments = _prepare(schedule, p, v, m, fwd, bwd)
     waves = _waves(schedule, p, v, m)
-    takes = segments.total.ravel()[waves.segment]               # [wave, stage]
-    delays = [x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])]
-    delay = np.array(delays, dtype=float)[waves.delay]
-    size = takes.size
+    delays = np.array([x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])],
+                      dtype=float)
+    total = segments.total.ravel()
     if waves.operations < PER_WAVE_MIN * waves.count:
-        start, end = _walk(waves, delay, takes)
+        at = waves.compact
+        start, end = _walk(at, delays[at.delay].tolist(), total[at.segment].tolist())
     else:
+        at = waves.padded
+        takes = total[at.segment]                                  # [wave, slot]
+        size = takes.size
         end = np.empty(size + 2)
         end[size], end[size + 1] = np.nan, 0.0    # what "no input" and "no previous operation" read
         start = np.empty(size)
-        # a wave a row (the iterators give each row as a view, made in C); a slot of a stage with no
-        # operation in that wave reads 0.0, takes 0.0 and is never read
-        for prev, dep, dl, tk, s, e in zip(waves.prev, waves.dep, delay, takes, start.reshape(takes.shape),
-                                           end[:size].reshape(takes.shape)):
+        # a wave a row (the iterators give each row as a view, made in C); a slot past the wave's last
+        # operation reads 0.0, takes 0.0 and is never read
+        rows = (at.prev, at.dep, delays[at.delay], takes, start.reshape(takes.shape),
+                end[:size].reshape(takes.shape))
+        for prev, dep, dl, tk, s, e in zip(*rows):
             np.fmax(end[prev], end[dep] + dl, out=s)
             np.add(s, tk, out=e)
     shape = program.kind.shape
-    return PipelineRun(program, segments, end[waves.input_of].reshape(shape),
-                       start[waves.slot].reshape(shape), end[waves.slot].reshape(shape))
+    return PipelineRun(program, segments, end[at.input_of].reshape(shape), start[at.slot].reshape(shape),
+                       end[at.slot].reshape(shape))
 
 
-def _walk(waves: _Waves, delay: np.ndarray, takes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _walk(at: _Slots, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """`evaluate`'s loop one operation at a time in plain Python floats, for schedules whose waves are narrow
     (numpy's cost per wave would dominate): the same additions, and taking y when y > x is fmax(x, y) where x
-    is never NaN (NaN > x is false). Slots as evaluate's (those with no operation stay 0.0)."""
-    size = takes.size
-    end = [0.0] * size + [math.nan, 0.0]       # what "no input" and "no previous operation" read
-    start = [0.0] * size
-    order = waves.order
-    delays, durations = delay.ravel()[order].tolist(), takes.ravel()[order].tolist()
-    for i, a, d, dl, tk in zip(waves.order_list, waves.prev_list, waves.dep_list, delays, durations):
+    is never NaN (NaN > x is false)."""
+    n = len(takes)
+    end = [0.0] * n + [math.nan, 0.0]          # what "no input" and "no previous operation" read
+    start = [0.0] * n
+    for i, a, d, dl, tk in zip(range(n), at.prev_list, at.dep_list, delay, takes):
         x = end[a]
         y = end[d] + dl
         if y > x:                  # noqa: PLR1730  (max() costs a call per operation)
@@ -446,45 +448,80 @@ def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments,
 
 
 @dataclass(frozen=True, eq=False)
-class _Waves:
-    """A program's operations in waves, on a grid [wave, stage] of slots (a stage runs at most one operation a
-    wave): an operation depends only on operations of earlier waves. prev and dep: the slots of the stage's
-    previous operation and of the input's producer (size + 1 and size, where size = count * p, when there is
-    none; size + 1 for a slot with no operation); segment: the flat index into [stage, kind, chunk] arrays and
-    delay into [stage, kind] (0 for a slot with no operation). By flat index (stage * ops per stage + k): slot
-    (where the operation is) and input_of (where its input's producer is, size for none)."""
+class _Slots:
+    """Where `evaluate` keeps each operation: slots in wave order (a wave's operations by stage), `width` to a
+    wave (its rows padded to the widest wave; 1: one after the other), size = slots in all. prev, dep: the
+    slots of the stage's previous operation and of the input's producer (size + 1 and size when there is none;
+    size + 1 in the padding), segment: the flat index into [stage, kind, chunk] arrays, delay into [stage,
+    kind] (0 in the padding), all [wave, slot] (flat for width 1). By flat index (stage * ops per stage + k):
+    slot (where the operation is) and input_of (where its input's producer is, size for none)."""
 
-    count: int                     # waves
-    operations: int
-    prev: np.ndarray               # [wave, stage]
+    prev: np.ndarray
     dep: np.ndarray
     segment: np.ndarray
     delay: np.ndarray
-    slot: np.ndarray               # [stage * ops per stage + k]
+    slot: np.ndarray
     input_of: np.ndarray
 
     @cached_property
-    def order(self) -> np.ndarray:
-        """The slots that hold an operation, in wave order (for `_walk`)."""
-        held = np.zeros(self.prev.size, dtype=bool)
-        held[self.slot] = True
-        order: np.ndarray = np.flatnonzero(held)
-        return order
-
-    @cached_property
-    def order_list(self) -> list[int]:
-        order: list[int] = self.order.tolist()
-        return order
-
-    @cached_property
     def prev_list(self) -> list[int]:
-        prev: list[int] = self.prev.ravel()[self.order].tolist()
+        prev: list[int] = self.prev.tolist()
         return prev
 
     @cached_property
     def dep_list(self) -> list[int]:
-        dep: list[int] = self.dep.ravel()[self.order].tolist()
+        dep: list[int] = self.dep.tolist()
         return dep
+
+
+@dataclass(frozen=True, eq=False)
+class _Waves:
+    """A program's operations in waves: an operation depends only on operations of earlier waves. wave[r, k]:
+    the wave of stage r's k-th operation, rank[r, k] its place among its wave's operations (by stage: a stage
+    runs at most one operation a wave); offsets[w]: the operations of the waves before w."""
+
+    program: _Program
+    v: int
+    wave: np.ndarray
+    rank: np.ndarray
+    offsets: np.ndarray
+    width: int                     # operations of the widest wave
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def operations(self) -> int:
+        return self.wave.size
+
+    @cached_property
+    def compact(self) -> _Slots:
+        """One slot an operation, in wave order: what `_walk` goes through."""
+        return self._slots(self.offsets[self.wave] + self.rank, 0)
+
+    @cached_property
+    def padded(self) -> _Slots:
+        """A wave a row, rows as long as the widest wave: what `evaluate`'s numpy loop goes through."""
+        return self._slots(self.wave * self.width + self.rank, self.width)
+
+    def _slots(self, slot: np.ndarray, width: int) -> _Slots:
+        program, p = self.program, self.wave.shape[0]
+        size = self.count * width if width else self.operations
+        prev = np.full(slot.shape, size + 1, dtype=np.intp)
+        prev[:, 1:] = slot[:, :-1]
+        flat = slot.ravel()
+        input_of = np.where(program.source >= 0, flat[program.source], size).ravel()
+        stage_kind = np.arange(p)[:, None] * 2 + program.kind
+        shape = (self.count, width) if width else (size,)
+
+        def grid(values: np.ndarray, fill: int) -> np.ndarray:
+            out = np.full(size, fill, dtype=np.intp)
+            out[flat] = values.ravel()
+            return out.reshape(shape)
+
+        return _Slots(grid(prev, size + 1), grid(input_of, size + 1),
+                      grid(stage_kind * self.v + program.chunk, 0), grid(stage_kind, 0), flat, input_of)
 
 
 @lru_cache(maxsize=256)
@@ -493,26 +530,17 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     producer (the longest chain of operations ending at it: any such layering gives `evaluate` the same
     numbers, as the operations of a wave depend only on earlier ones)."""
     program = _program(schedule, p, v, m)
-    k_max = program.kind.shape[1]
-    n = p * k_max
     layered = _longest_chains(program, _wave_guess(schedule, p, v, m, program), 2 * p + 2)
-    wave = layered if layered is not None else _walked_waves(schedule, p, v, m, program).reshape(p, k_max)
+    wave = layered if layered is not None else \
+        _walked_waves(schedule, p, v, m, program).reshape(program.kind.shape)
     count = int(wave[:, -1].max()) + 1           # a stage's waves increase along its operations
-    size = count * p
-    stage = np.arange(p)[:, None]
-    slot = (wave * p + stage).ravel()
-    prev = np.full((p, k_max), size + 1, dtype=np.intp)
-    prev[:, 1:] = slot.reshape(p, k_max)[:, :-1]
-    input_of = np.where(program.source >= 0, slot[program.source], size).ravel()
-    stage_kind = stage * 2 + program.kind
-
-    def grid(values: np.ndarray, fill: int) -> np.ndarray:
-        out = np.full(size, fill, dtype=np.intp)
-        out[slot] = values.ravel()
-        return out.reshape(count, p)
-
-    return _Waves(count, n, grid(prev, size + 1), grid(input_of, size + 1),
-                  grid(stage_kind * v + program.chunk, 0), grid(stage_kind, 0), slot, input_of)
+    stage = np.broadcast_to(np.arange(p)[:, None], wave.shape)
+    held = np.zeros((count, p), dtype=bool)
+    held[wave, stage] = True
+    before = np.cumsum(held, axis=1)              # [wave, stage]: operations of the wave up to the stage
+    per_wave = before[:, -1]
+    return _Waves(program, v, wave, before[wave, stage] - 1, np.concatenate(([0], np.cumsum(per_wave))),
+                  int(per_wave.max()))
 
 
 def _wave_guess(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
