@@ -339,3 +339,17 @@ def test_merged_runs_are_the_walk_over_sorted_intervals() -> None:
         runs = _merge(Intervals.of(stages), end, len(stages))
         for r, ivs in enumerate(stages):
             assert runs.of_stage(r) == tuple(_walk(ivs, end))
+
+
+def test_the_fast_path_keeps_no_pipeline_it_will_not_look_up_again() -> None:
+    """A sweep's or a search's configurations do not repeat: their evaluated pipelines are not kept (hashing
+    the segments to look them up cost more than the cache saved); a plan's simulation is (the run replays
+    it)."""
+    import clustertop.engine.model.step as est
+
+    s = scenario.load("llama3-405b-8k")
+    est._simulate_cached.cache_clear()
+    estimate(s, plan=False, hints=False)
+    assert est._simulate_cached.cache_info().currsize == 0
+    estimate(s)
+    assert est._simulate_cached.cache_info().currsize == 1

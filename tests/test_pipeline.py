@@ -3,6 +3,8 @@ wave-at-a-time evaluation used by searches gives the very same times."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from clustertop.engine.config.errors import UserError
@@ -188,3 +190,28 @@ def test_longest_chains_gives_up_when_the_rounds_run_out() -> None:
     layered = pipeline._longest_chains(program, np.zeros((8, 16), dtype=np.intp), 100)
     assert layered is not None
     assert np.array_equal(layered.ravel(), pipeline._walked_waves("1f1b", 8, 1, 8, program))
+
+
+@pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 64, 1, 64), ("1f1b", 64, 1, 4), ("1f1b", 16, 2, 16),
+                                            ("1f1b", 8, 3, 24), ("gpipe", 16, 1, 64), ("1f1b", 1, 1, 5)])
+def test_wave_slots_hold_every_operation_once_in_wave_order(schedule: str, p: int, v: int, m: int) -> None:
+    """Both layouts of the waves put each operation in its own slot, every input and previous operation in an
+    earlier wave; rows padded to the widest wave stay within twice the operations (a row per stage would not:
+    64 stages and 4 microbatches hold 512 operations in 136 waves of at most 4)."""
+    waves = pipeline._waves(schedule, p, v, m)
+    program = pipeline._program(schedule, p, v, m)
+    n = 2 * p * v * m
+    for at, size in ((waves.compact, n), (waves.padded, waves.count * waves.width)):
+        assert len(set(at.slot.tolist())) == n and at.slot.max() < size
+        assert at.prev.size == size <= 2 * n
+
+        def wave(slot: np.ndarray, at: Any = at) -> np.ndarray:
+            return (slot // waves.width if at is waves.padded else
+                    np.searchsorted(waves.offsets, slot, side="right") - 1)
+
+        prev = at.prev.ravel()[at.slot]
+        assert np.all((prev == size + 1) | (wave(prev) < wave(at.slot)))
+        has_input = program.source.ravel() >= 0
+        assert np.array_equal(at.input_of < size, has_input)
+        assert np.all(wave(at.input_of[has_input]) < wave(at.slot[has_input]))
+        assert np.array_equal(at.dep.ravel()[at.slot], at.input_of)

@@ -19,7 +19,6 @@ SimPy is imported here and nowhere in engine/__init__.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -398,33 +397,39 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     `total` later."""
     program, segments = _prepare(schedule, p, v, m, fwd, bwd)
     waves = _waves(schedule, p, v, m)
-    n = waves.order.size
-    takes = segments.total.ravel()[waves.segment]
-    delays = [x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])]
-    delay = np.array(delays, dtype=float)[waves.delay]
-    if n < PER_WAVE_MIN * (len(waves.bounds) - 1):
-        start, end = _walk(waves, delay.tolist(), takes.tolist())
+    delays = np.array([x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])],
+                      dtype=float)
+    total = segments.total.ravel()
+    if waves.operations < PER_WAVE_MIN * waves.count:
+        at = waves.compact
+        start, end = _walk(at, delays[at.delay].tolist(), total[at.segment].tolist())
     else:
-        end = np.empty(n + 2)
-        end[n], end[n + 1] = np.nan, 0.0         # what "no input" and "no previous operation" read
-        start = np.empty(n)
-        for a, b, prev, dep in waves.slices:
-            s = start[a:b]
-            np.fmax(end[prev], end[dep] + delay[a:b], out=s)
-            np.add(s, takes[a:b], out=end[a:b])
-    shape = (p, n // p)
-    return PipelineRun(program, segments, end[waves.input_of].reshape(shape),
-                       start[waves.position].reshape(shape), end[waves.position].reshape(shape))
+        at = waves.padded
+        takes = total[at.segment]                                  # [wave, slot]
+        size = takes.size
+        end = np.empty(size + 2)
+        end[size], end[size + 1] = np.nan, 0.0    # what "no input" and "no previous operation" read
+        start = np.empty(size)
+        # a wave a row (the iterators give each row as a view, made in C); a slot past the wave's last
+        # operation reads 0.0, takes 0.0 and is never read
+        rows = (at.prev, at.dep, delays[at.delay], takes, start.reshape(takes.shape),
+                end[:size].reshape(takes.shape))
+        for prev, dep, dl, tk, s, e in zip(*rows):
+            np.fmax(end[prev], end[dep] + dl, out=s)
+            np.add(s, tk, out=e)
+    shape = program.kind.shape
+    return PipelineRun(program, segments, end[at.input_of].reshape(shape), start[at.slot].reshape(shape),
+                       end[at.slot].reshape(shape))
 
 
-def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
+def _walk(at: _Slots, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """`evaluate`'s loop one operation at a time in plain Python floats, for schedules whose waves are narrow
     (numpy's cost per wave would dominate): the same additions, and taking y when y > x is fmax(x, y) where x
     is never NaN (NaN > x is false)."""
     n = len(takes)
     end = [0.0] * n + [math.nan, 0.0]          # what "no input" and "no previous operation" read
     start = [0.0] * n
-    for i, a, d, dl, tk in zip(range(n), waves.prev_list, waves.dep_list, delay, takes):
+    for i, a, d, dl, tk in zip(range(n), at.prev_list, at.dep_list, delay, takes):
         x = end[a]
         y = end[d] + dl
         if y > x:                  # noqa: PLR1730  (max() costs a call per operation)
@@ -443,27 +448,20 @@ def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments,
 
 
 @dataclass(frozen=True, eq=False)
-class _Waves:
-    """A program's operations in waves: an operation depends only on operations of earlier waves. Wave w is
-    positions bounds[w]:bounds[w + 1] of the wave order; order[i] is the flat index (stage * ops per stage +
-    k) of the operation at position i, prev[i] and dep[i] the positions of the stage's previous operation
-    and of the input's producer (n + 1 and n when there is none); segment[i] its flat index into [stage,
-    kind, chunk] arrays and delay[i] into [stage, kind]. By flat index: position (where each operation is in
-    the wave order) and input_of (where its input's producer is, n for none)."""
+class _Slots:
+    """Where `evaluate` keeps each operation: slots in wave order (a wave's operations by stage), `width` to a
+    wave (its rows padded to the widest wave; 1: one after the other), size = slots in all. prev, dep: the
+    slots of the stage's previous operation and of the input's producer (size + 1 and size when there is none;
+    size + 1 in the padding), segment: the flat index into [stage, kind, chunk] arrays, delay into [stage,
+    kind] (0 in the padding), all [wave, slot] (flat for width 1). By flat index (stage * ops per stage + k):
+    slot (where the operation is) and input_of (where its input's producer is, size for none)."""
 
-    order: np.ndarray
-    bounds: list[int]
     prev: np.ndarray
     dep: np.ndarray
     segment: np.ndarray
     delay: np.ndarray
-    position: np.ndarray
+    slot: np.ndarray
     input_of: np.ndarray
-
-    @cached_property
-    def slices(self) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        """Per wave: its bounds, and its operations' prev and dep."""
-        return [(a, b, self.prev[a:b], self.dep[a:b]) for a, b in itertools.pairwise(self.bounds)]
 
     @cached_property
     def prev_list(self) -> list[int]:
@@ -476,28 +474,73 @@ class _Waves:
         return dep
 
 
+@dataclass(frozen=True, eq=False)
+class _Waves:
+    """A program's operations in waves: an operation depends only on operations of earlier waves. wave[r, k]:
+    the wave of stage r's k-th operation, rank[r, k] its place among its wave's operations (by stage: a stage
+    runs at most one operation a wave); offsets[w]: the operations of the waves before w."""
+
+    program: _Program
+    v: int
+    wave: np.ndarray
+    rank: np.ndarray
+    offsets: np.ndarray
+    width: int                     # operations of the widest wave
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def operations(self) -> int:
+        return self.wave.size
+
+    @cached_property
+    def compact(self) -> _Slots:
+        """One slot an operation, in wave order: what `_walk` goes through."""
+        return self._slots(self.offsets[self.wave] + self.rank, 0)
+
+    @cached_property
+    def padded(self) -> _Slots:
+        """A wave a row, rows as long as the widest wave: what `evaluate`'s numpy loop goes through."""
+        return self._slots(self.wave * self.width + self.rank, self.width)
+
+    def _slots(self, slot: np.ndarray, width: int) -> _Slots:
+        program, p = self.program, self.wave.shape[0]
+        size = self.count * width if width else self.operations
+        prev = np.full(slot.shape, size + 1, dtype=np.intp)
+        prev[:, 1:] = slot[:, :-1]
+        flat = slot.ravel()
+        input_of = np.where(program.source >= 0, flat[program.source], size).ravel()
+        stage_kind = np.arange(p)[:, None] * 2 + program.kind
+        shape = (self.count, width) if width else (size,)
+
+        def grid(values: np.ndarray, fill: int) -> np.ndarray:
+            out = np.full(size, fill, dtype=np.intp)
+            out[flat] = values.ravel()
+            return out.reshape(shape)
+
+        return _Slots(grid(prev, size + 1), grid(input_of, size + 1),
+                      grid(stage_kind * self.v + program.chunk, 0), grid(stage_kind, 0), flat, input_of)
+
+
 @lru_cache(maxsize=256)
 def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     """Each operation's wave is one more than the latest of its stage's previous operation and its input's
     producer (the longest chain of operations ending at it: any such layering gives `evaluate` the same
     numbers, as the operations of a wave depend only on earlier ones)."""
     program = _program(schedule, p, v, m)
-    k_max = program.kind.shape[1]
-    n = p * k_max
     layered = _longest_chains(program, _wave_guess(schedule, p, v, m, program), 2 * p + 2)
-    waves = layered.ravel() if layered is not None else _walked_waves(schedule, p, v, m, program)
-    order = np.argsort(waves, kind="stable")
-    position = np.empty(n + 1, dtype=np.intp)
-    position[order] = np.arange(n)
-    position[-1] = n                 # no input: the slot that reads NaN
-    flat = np.arange(n)
-    prev_at = np.where(flat % k_max > 0, position[flat - 1], n + 1)
-    input_of = position[program.source.ravel()]
-    stage_kind = (order // k_max) * 2 + program.kind.ravel()[order]
-    return _Waves(order, np.searchsorted(waves[order], np.arange(waves.max() + 2)).tolist(), prev_at[order],
-                  input_of[order], stage_kind * v + program.chunk.ravel()[order], stage_kind, position[:n],
-                  input_of)
-
+    wave = layered if layered is not None else \
+        _walked_waves(schedule, p, v, m, program).reshape(program.kind.shape)
+    count = int(wave[:, -1].max()) + 1           # a stage's waves increase along its operations
+    stage = np.broadcast_to(np.arange(p)[:, None], wave.shape)
+    held = np.zeros((count, p), dtype=bool)
+    held[wave, stage] = True
+    before = np.cumsum(held, axis=1)              # [wave, stage]: operations of the wave up to the stage
+    per_wave = before[:, -1]
+    return _Waves(program, v, wave, before[wave, stage] - 1, np.concatenate(([0], np.cumsum(per_wave))),
+                  int(per_wave.max()))
 
 
 def _wave_guess(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
