@@ -137,6 +137,39 @@ async def test_the_frame_built_row_by_row_is_the_frame_built_whole() -> None:
             assert any(seg.text.startswith("▸") for line in drawn for seg in line)   # the jobs' names
 
 
+@sync
+async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
+    """What Textual shows of the map is its frame's rows through the app's line filters: the row a new sample
+    changed is not copied first (a row costs its filters alone), and it is what Textual's own styling of the
+    rows shows; with a style of its own (padding here) the map is drawn Textual's way."""
+    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        background = heatmap.background_colors[1]
+        for t in (2.0, 3.0):
+            app.seek(t)
+            await pilot.pause()
+            region = heatmap.size.region
+            shown = heatmap.render_lines(region)
+            frame = heatmap.render_frame()
+            for row, strip in zip(frame, shown):
+                for line_filter in heatmap.get_line_filters():
+                    row = row.apply_filter(line_filter, background)
+                assert strip is row
+            heatmap.refresh()
+            assert [list(s) for s in Widget.render_lines(heatmap, region)] == [list(s) for s in shown]
+            right = Region(region.width // 2, 1, region.width - region.width // 2, region.height - 2)
+            assert [list(s) for s in heatmap.render_lines(right)] == \
+                [list(s) for s in Widget.render_lines(heatmap, right)]
+        heatmap.styles.padding = (0, 1)
+        await pilot.pause()
+        region = heatmap.size.region
+        assert [list(s) for s in heatmap.render_lines(region)] == \
+            [list(s) for s in Widget.render_lines(heatmap, region)]
+        assert all(strip.text.startswith(" ") for strip in heatmap.render_lines(region))
+
+
 class _Figures(App[None]):
     """A panel alone, as the side column stacks it."""
 
