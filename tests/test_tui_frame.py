@@ -209,18 +209,21 @@ async def test_a_panel_repaints_only_its_lines_that_changed() -> None:
 
 
 async def _steps(pilot: Any, panel: PowerPanel, calls: Calls) -> None:
-    """New figures, a line or two changed at a time: only those lines reach Textual, and the screen then
-    shows what a repaint of the whole panel shows."""
+    """New figures, a line or two changed at a time: only those lines are drawn again and reach Textual, and
+    the screen then shows what a repaint of the whole panel shows."""
     steps = [(_figures("20.2 MW", "1 MW"), {0}), (_figures("20.2 MW", "2 MW"), {2}),
              (_figures("20.2 MW", "2 MW", style="red"), {0}),           # the same words in another style
              (_figures("20.3 MW", "3 MW"), {0, 2})]
     for k, (text, rows) in enumerate(steps):
         calls.clear()
+        drawn = [panel.render_line(y) for y in range(panel.size.height)]
         assert panel.show_if_changed(f"step {k}", text)
         await pilot.pause()
         assert calls and all(regions for regions, _ in calls)              # never the whole panel...
         assert not any(kwargs.get("layout") for _, kwargs in calls)        # ...nor the screen's layout
         assert set().union(*(_rows(regions) for regions, _ in calls)) == rows
+        again = [y for y in range(panel.size.height) if panel.render_line(y) is not drawn[y]]
+        assert again == sorted(rows)                                       # ...nor draws the others again
         shown = [list(strip) for strip in panel.render_lines(panel.size.region)]
         panel.refresh()                                                   # all of it again: the same
         await pilot.pause()

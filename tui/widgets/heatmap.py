@@ -500,7 +500,7 @@ class Heatmap(Widget, can_focus=True):
         hatch or opacity of its own (the map's frame is its container's border), Textual's styles would only
         copy each row: the frame's rows are passed on as they are, so a row that did not change is the same
         Strip as before, filtered already, and a changed one costs its filters alone."""
-        self._current_frame()
+        frame = self._current_frame()
         styles = self.styles
         if (any(styles.gutter) or any(edge for edge, _ in styles.outline) or styles.tint.a
                 or styles.text_opacity != 1.0 or self.opacity != 1.0
@@ -508,9 +508,10 @@ class Heatmap(Widget, can_focus=True):
             return super().render_lines(crop)
         background = self.background_colors[1]
         filters = self.get_line_filters()
+        blank = Strip.blank(self.size.width, self._theme().blank)
         strips = []
         for y in crop.line_range:
-            strip = self.render_line(y)
+            strip = frame[y] if y < len(frame) else blank
             for line_filter in filters:
                 strip = strip.apply_filter(line_filter, background)
             strips.append(strip)
