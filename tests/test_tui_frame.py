@@ -9,13 +9,19 @@ from typing import Any
 import numpy as np
 from clustertop.engine.stream import schema
 from clustertop.tui.app import ClusterTopApp
+from clustertop.tui.filters import Remembered
 from clustertop.tui.index import EventIndex
 from clustertop.tui.sources import Source
 from clustertop.tui.widgets.heatmap import Heatmap
 from clustertop.tui.widgets.panel import line_keys
 from clustertop.tui.widgets.power import PowerPanel
+from rich.segment import Segment
+from rich.style import Style
+from rich.terminal_theme import DEFAULT_TERMINAL_THEME
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.color import Color
+from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
 from textual.widget import Widget
 from tui_pilot import SIZE, sync
@@ -168,6 +174,34 @@ async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
         assert [list(s) for s in heatmap.render_lines(region)] == \
             [list(s) for s in Widget.render_lines(heatmap, region)]
         assert all(strip.text.startswith(" ") for strip in heatmap.render_lines(region))
+
+
+class _CountedStyle(Style):
+    """A style that counts how often it is hashed."""
+
+    hashed = 0
+
+    def __hash__(self) -> int:
+        _CountedStyle.hashed += 1
+        return super().__hash__()
+
+
+def test_a_remembered_filter_finds_a_run_without_hashing_its_style() -> None:
+    """The heatmap's runs come back frame after frame as the same segments: what a filter made of one is found
+    by the segment itself (a lookup by value hashes its style, a Python call per run); an equal segment that
+    is another object is filtered as the filter does."""
+    inner = ANSIToTruecolor(DEFAULT_TERMINAL_THEME)
+    memo = Remembered(inner)
+    background = Color(30, 30, 30)
+    runs = [Segment("▀" * k, _CountedStyle(color="red", bgcolor=f"#0000{k:02x}")) for k in range(1, 9)]
+    first = memo.apply(runs, background)
+    assert first == inner.apply(runs, background)
+    _CountedStyle.hashed = 0
+    again = memo.apply(runs[::-1], background)
+    assert again == first[::-1] and all(a is b for a, b in zip(again, first[::-1]))
+    assert _CountedStyle.hashed == 0
+    copies = [Segment(run.text, run.style) for run in runs]
+    assert memo.apply(copies, background) == first
 
 
 class _Figures(App[None]):
