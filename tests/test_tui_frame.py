@@ -23,6 +23,7 @@ from textual.app import App, ComposeResult
 from textual.color import Color
 from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 from tui_pilot import SIZE, sync
 
@@ -240,6 +241,31 @@ async def test_a_panel_repaints_only_its_lines_that_changed() -> None:
             await _steps(pilot, panel, calls)
         finally:
             Widget.refresh = refresh  # type: ignore[method-assign]
+
+
+@sync
+async def test_a_panel_looks_for_no_links_to_highlight() -> None:
+    """A panel's text has no links: its lines are drawn without Textual's link styling, which restyles every
+    line drawn, word by word, to find none (and the screen looks the same: the snapshot tests)."""
+    app = _Figures()
+    async with app.run_test(size=(60, 12)) as pilot:
+        panel = app.query_one(PowerPanel)
+        styled: list[Strip] = []
+        link_style = Strip._apply_link_style
+
+        def spy(strip: Strip, style: Any) -> Strip:
+            styled.append(strip)
+            return link_style(strip, style)
+
+        Strip._apply_link_style = spy  # type: ignore[method-assign]
+        try:
+            for k, site in enumerate(("20.1 MW", "20.2 MW")):
+                panel.show_if_changed(str(k), _figures(site, "1 MW"))
+                await pilot.pause()
+                assert "".join(strip.text for strip in panel.render_lines(panel.size.region)).count(site) == 1
+        finally:
+            Strip._apply_link_style = link_style  # type: ignore[method-assign]
+        assert not styled
 
 
 async def _steps(pilot: Any, panel: PowerPanel, calls: Calls) -> None:

@@ -10,6 +10,7 @@ from rich.text import Span, Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.visual import Visual, VisualType, visualize
+from textual.widget import Widget
 from textual.widgets import Static
 
 LineKey = tuple[str, tuple[tuple[int, int, Any], ...]]     # a line's words, and the styles over them
@@ -51,6 +52,9 @@ class QuietStatic(Static):
 
     def __init__(self, content: VisualType = "", **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
+        # no links to highlight in what it says (Textual would restyle every line drawn, unpickling the
+        # place of every word on it, to find none)
+        self.set_reactive(Widget.auto_links, False)
         self._content = content
         self._visual: Visual | None = None
 
