@@ -152,7 +152,9 @@ class QuietStatic(Static):
         assert self._lines is not None and self._text is not None
         lines = self._lines[1][:rows[-1] + 1]
         wanted = set(rows)
-        plain, spans, start = [], [], 0
+        plain: list[str] = []
+        spans: list[Span] = []
+        start = 0
         for y, (line, line_spans) in enumerate(lines):
             if y in wanted:
                 plain.append(line)
