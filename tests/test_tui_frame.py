@@ -9,14 +9,21 @@ from typing import Any
 import numpy as np
 from clustertop.engine.stream import schema
 from clustertop.tui.app import ClusterTopApp
+from clustertop.tui.filters import Remembered
 from clustertop.tui.index import EventIndex
 from clustertop.tui.sources import Source
 from clustertop.tui.widgets.heatmap import Heatmap
 from clustertop.tui.widgets.panel import line_keys
 from clustertop.tui.widgets.power import PowerPanel
+from rich.segment import Segment
+from rich.style import Style
+from rich.terminal_theme import DEFAULT_TERMINAL_THEME
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.color import Color
+from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 from tui_pilot import SIZE, sync
 
@@ -137,6 +144,67 @@ async def test_the_frame_built_row_by_row_is_the_frame_built_whole() -> None:
             assert any(seg.text.startswith("▸") for line in drawn for seg in line)   # the jobs' names
 
 
+@sync
+async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
+    """What Textual shows of the map is its frame's rows through the app's line filters: the row a new sample
+    changed is not copied first (a row costs its filters alone), and it is what Textual's own styling of the
+    rows shows; with a style of its own (padding here) the map is drawn Textual's way."""
+    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        heatmap = app.screen.query_one(Heatmap)
+        background = heatmap.background_colors[1]
+        for t in (2.0, 3.0):
+            app.seek(t)
+            await pilot.pause()
+            region = heatmap.size.region
+            shown = heatmap.render_lines(region)
+            frame = heatmap.render_frame()
+            for row, strip in zip(frame, shown):
+                for line_filter in heatmap.get_line_filters():
+                    row = row.apply_filter(line_filter, background)
+                assert strip is row
+            heatmap.refresh()
+            assert [list(s) for s in Widget.render_lines(heatmap, region)] == [list(s) for s in shown]
+            right = Region(region.width // 2, 1, region.width - region.width // 2, region.height - 2)
+            assert [list(s) for s in heatmap.render_lines(right)] == \
+                [list(s) for s in Widget.render_lines(heatmap, right)]
+        heatmap.styles.padding = (0, 1)
+        await pilot.pause()
+        region = heatmap.size.region
+        assert [list(s) for s in heatmap.render_lines(region)] == \
+            [list(s) for s in Widget.render_lines(heatmap, region)]
+        assert all(strip.text.startswith(" ") for strip in heatmap.render_lines(region))
+
+
+class _CountedStyle(Style):
+    """A style that counts how often it is hashed."""
+
+    hashed = 0
+
+    def __hash__(self) -> int:
+        _CountedStyle.hashed += 1
+        return super().__hash__()
+
+
+def test_a_remembered_filter_finds_a_run_without_hashing_its_style() -> None:
+    """The heatmap's runs come back frame after frame as the same segments: what a filter made of one is found
+    by the segment itself (a lookup by value hashes its style, a Python call per run); an equal segment that
+    is another object is filtered as the filter does."""
+    inner = ANSIToTruecolor(DEFAULT_TERMINAL_THEME)
+    memo = Remembered(inner)
+    background = Color(30, 30, 30)
+    runs = [Segment("▀" * k, _CountedStyle(color="red", bgcolor=f"#0000{k:02x}")) for k in range(1, 9)]
+    first = memo.apply(runs, background)
+    assert first == inner.apply(runs, background)
+    _CountedStyle.hashed = 0
+    again = memo.apply(runs[::-1], background)
+    assert again == first[::-1] and all(a is b for a, b in zip(again, first[::-1]))
+    assert _CountedStyle.hashed == 0
+    copies = [Segment(run.text, run.style) for run in runs]
+    assert memo.apply(copies, background) == first
+
+
 class _Figures(App[None]):
     """A panel alone, as the side column stacks it."""
 
@@ -175,19 +243,47 @@ async def test_a_panel_repaints_only_its_lines_that_changed() -> None:
             Widget.refresh = refresh  # type: ignore[method-assign]
 
 
+@sync
+async def test_a_panel_looks_for_no_links_to_highlight() -> None:
+    """A panel's text has no links: its lines are drawn without Textual's link styling, which restyles every
+    line drawn, word by word, to find none (and the screen looks the same: the snapshot tests)."""
+    app = _Figures()
+    async with app.run_test(size=(60, 12)) as pilot:
+        panel = app.query_one(PowerPanel)
+        styled: list[Strip] = []
+        link_style = Strip._apply_link_style
+
+        def spy(strip: Strip, style: Any) -> Strip:
+            styled.append(strip)
+            return link_style(strip, style)
+
+        Strip._apply_link_style = spy  # type: ignore[method-assign]
+        try:
+            for k, site in enumerate(("20.1 MW", "20.2 MW")):
+                panel.show_if_changed(str(k), _figures(site, "1 MW"))
+                await pilot.pause()
+                assert "".join(strip.text for strip in panel.render_lines(panel.size.region)).count(site) == 1
+        finally:
+            Strip._apply_link_style = link_style  # type: ignore[method-assign]
+        assert not styled
+
+
 async def _steps(pilot: Any, panel: PowerPanel, calls: Calls) -> None:
-    """New figures, a line or two changed at a time: only those lines reach Textual, and the screen then
-    shows what a repaint of the whole panel shows."""
+    """New figures, a line or two changed at a time: only those lines are drawn again and reach Textual, and
+    the screen then shows what a repaint of the whole panel shows."""
     steps = [(_figures("20.2 MW", "1 MW"), {0}), (_figures("20.2 MW", "2 MW"), {2}),
              (_figures("20.2 MW", "2 MW", style="red"), {0}),           # the same words in another style
              (_figures("20.3 MW", "3 MW"), {0, 2})]
     for k, (text, rows) in enumerate(steps):
         calls.clear()
+        drawn = [panel.render_line(y) for y in range(panel.size.height)]
         assert panel.show_if_changed(f"step {k}", text)
         await pilot.pause()
         assert calls and all(regions for regions, _ in calls)              # never the whole panel...
         assert not any(kwargs.get("layout") for _, kwargs in calls)        # ...nor the screen's layout
         assert set().union(*(_rows(regions) for regions, _ in calls)) == rows
+        again = [y for y in range(panel.size.height) if panel.render_line(y) is not drawn[y]]
+        assert again == sorted(rows)                                       # ...nor draws the others again
         shown = [list(strip) for strip in panel.render_lines(panel.size.region)]
         panel.refresh()                                                   # all of it again: the same
         await pilot.pause()

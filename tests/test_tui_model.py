@@ -454,6 +454,26 @@ def test_power_panel_shows_the_site_budget_and_when_it_is_exceeded() -> None:
     assert "budget" not in power_text(DisplayState(header()), 40).plain    # no budget set: no line
 
 
+def test_power_panel_gives_the_mean_power_of_the_gpus_that_report_it() -> None:
+    """W/GPU is the mean over the GPUs with a power reading: every GPU in a simulated run (the GPUs' total
+    over their count, from the one sum both figures need), those that reported in real telemetry."""
+    from clustertop.tui.display import DisplayState
+    from clustertop.tui.widgets.power import power_text
+
+    state = DisplayState(header())
+    event = sample(1.0, 50)
+    power = np.r_[np.full(8192, 400), np.full(8192, 601)]
+    event["power_w"] = schema.rle_encode(power)
+    state.apply(event)
+    means = []
+    mean = state.mean
+    state.mean = lambda *a, **k: means.append(a) or mean(*a, **k)       # type: ignore[method-assign]
+    assert "GPUs 8.20 MW · 500 W/GPU" in power_text(state, 40).plain and not means
+    unread = schema.rle_encode(np.r_[np.zeros(8192), np.ones(8192)])        # the 601 W half: no reading
+    state.apply({**event, "t": 2.0, "missing": {"power_w": unread}})
+    assert "· 400 W/GPU" in power_text(state, 40).plain and means
+
+
 def test_compare_gives_no_tokens_per_mw_for_a_run_that_reports_no_tokens() -> None:
     from clustertop.tui.widgets.comparison import FIGURES
 

@@ -21,23 +21,30 @@ LIMIT = 1 << 16          # segments remembered per filter and background before 
 
 
 class Remembered(LineFilter):
-    """`inner` (a per-segment filter), remembering its result for each segment and background."""
+    """`inner` (a per-segment filter), remembering its result for each segment and background. A segment is
+    looked up by its identity (a lookup by value would hash its style, a Python call per segment): the runs
+    are the same objects frame after frame, and those seen are kept, so that no other segment takes their
+    id."""
 
     def __init__(self, inner: LineFilter) -> None:
         super().__init__(enabled=inner.enabled)
         self.inner = inner
-        self._seen: dict[Color, dict[Segment, Segment]] = {}
+        self._seen: dict[Color, dict[int, Segment]] = {}
+        self._kept: dict[Color, list[Segment]] = {}
 
     def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
         seen = self._seen.get(background)
         if seen is None or len(seen) > LIMIT:
             seen = self._seen[background] = {}
+            self._kept[background] = []
+        ids = list(map(id, segments))
         try:
-            return list(map(seen.__getitem__, segments))
+            return list(map(seen.__getitem__, ids))
         except KeyError:                      # segments not seen yet: filter those
-            new = [segment for segment in set(segments) if segment not in seen]
-            seen.update(zip(new, self.inner.apply(new, background)))
-            return list(map(seen.__getitem__, segments))
+            new = list({id(segment): segment for segment in segments if id(segment) not in seen}.values())
+            seen.update(zip(map(id, new), self.inner.apply(new, background)))
+            self._kept[background].extend(new)
+            return list(map(seen.__getitem__, ids))
 
 
 class FilterMemo:

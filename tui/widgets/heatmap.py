@@ -479,12 +479,43 @@ class Heatmap(Widget, can_focus=True):
         """The app's line filters, remembering what they made of each segment (runs repeat every frame)."""
         return self._filters(super().get_line_filters())
 
-    def render_line(self, y: int) -> Strip:
+    def _current_frame(self) -> list[Strip]:
+        """The frame, built again whole when something but show() and the cursor changed it (the view, the
+        metric, the size, the theme, the highlight)."""
         key = (self.state.version, id(self.state), self.cursor_gpu, self.view, self.metric, self.size,
                self.app.theme, self.highlight)
-        if key != self._line_key:          # a frame changed by anything but show() and the cursor: all of it
+        if key != self._line_key:
             self._update_frame(diff=False)
             self._line_key = key
-        if y < len(self._frame):
-            return self._frame[y]
+        return self._frame
+
+    def render_line(self, y: int) -> Strip:
+        frame = self._current_frame()
+        if y < len(frame):
+            return frame[y]
         return Strip.blank(self.size.width, self._theme().blank)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The rows Textual shows, through the app's line filters. Without a border, padding, outline, tint,
+        hatch or opacity of its own (the map's frame is its container's border), Textual's styles would only
+        copy each row: the frame's rows are passed on as they are, so a row that did not change is the same
+        Strip as before, filtered already, and a changed one costs its filters alone."""
+        frame = self._current_frame()
+        styles = self.styles
+        if (any(styles.gutter) or any(edge for edge, _ in styles.outline) or styles.tint.a
+                or styles.text_opacity != 1.0 or self.opacity != 1.0
+                or (styles.has_rule("hatch") and styles.hatch != "none")):
+            return super().render_lines(crop)
+        background = self.background_colors[1]
+        filters = self.get_line_filters()
+        blank = Strip.blank(self.size.width, self._theme().blank)
+        strips = []
+        for y in crop.line_range:
+            strip = frame[y] if y < len(frame) else blank
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        x1, x2 = crop.column_span
+        if (x1, x2) != (0, self.size.width):
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips

@@ -29,9 +29,11 @@ def power_text(state: DisplayState, width: int) -> Text:
     text = Text()
     text.append("site ", style="dim")
     text.append(units.power(state.site_mw) + " ", style="bold")
-    gpu_mw = float(state.power_w.sum(dtype="float64")) / 1e6
-    text.append(f"  GPUs {units.power(gpu_mw)}", style="dim")
-    per_gpu = state.mean("power_w")
+    gpu_w = float(state.power_w.sum(dtype="float64"))
+    text.append(f"  GPUs {units.power(gpu_w / 1e6)}", style="dim")
+    # the mean over every GPU is that sum's (numpy's float64 mean is this sum over the count)
+    every = state.missing("power_w") is None and state.power_w.size
+    per_gpu = gpu_w / state.power_w.size if every else state.mean("power_w")
     text.append(f" · {per_gpu:,.0f} W/GPU\n" if per_gpu is not None else " · no data\n", style="dim")
     low, high = (min(history), max(history)) if history else (0.0, 0.0)
     budget = jobinfo.cluster(state).get("site_power_budget_mw") or state.budget_mw
