@@ -40,7 +40,8 @@ class SitePower:
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
         self._pending = False
-        self._watts: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (plan or phase, W)
+        # per job: (its activity, its plan or phase, W) when last looked at
+        self._watts: dict[int, tuple[object, object, tuple[float, float, float]]] = {}
 
     def changed(self) -> None:
         """Something changed what GPUs draw: look at the site once everything at this instant is done."""
@@ -67,13 +68,13 @@ class SitePower:
         """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants
         (computed once per step plan or phase: a job's restarts and checkpoints come back to the same)."""
         act = track.segments[-1].activity if track.segments else None
+        got = self._watts.get(track.index)
+        if got is not None and got[0] is act:          # the same segment as last time
+            return got[2]
         what: object = (act.plan if isinstance(act, Running) else act.phase if isinstance(act, Constant)
                         else None)
-        got = self._watts.get(track.index)
-        if got is not None and got[0] is what:
-            return got[1]
-        watts = self._job_watts(track, act)
-        self._watts[track.index] = (what, watts)
+        watts = got[2] if got is not None and got[1] is what else self._job_watts(track, act)
+        self._watts[track.index] = (act, what, watts)
         return watts
 
     def _job_watts(self, track: JobTrack, act: object) -> tuple[float, float, float]:
@@ -98,9 +99,12 @@ class SitePower:
         power = self.power
         idle = power.idle_w
         level = lo = hi = self.idle_gpus * idle
+        job_watts = self.job_watts
         for track in self.tracks:
-            a, b, c = self.job_watts(track)
-            level, lo, hi = level + a, lo + b, hi + c
+            a, b, c = job_watts(track)
+            level += a
+            lo += b
+            hi += c
         now = self.env.now
         active = [o for o in self.overrides if o.start <= now < o.end]
         if active:
