@@ -24,6 +24,8 @@ from .overrides import Override
 from .track import JobTrack, idle_gpus
 
 COMPUTE = CODE["compute"]
+KNOWN = 16                # step plans and phases of a job whose watts are kept (plans come back: checkpoints,
+#                           restarts, the day's clocks)
 
 
 class SitePower:
@@ -40,8 +42,9 @@ class SitePower:
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
         self._pending = False
-        # per job: (its activity, its plan or phase, W) when last looked at
-        self._watts: dict[int, tuple[object, object, tuple[float, float, float]]] = {}
+        self._last: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (activity, W) last seen
+        # per job, by id of a step plan or phase it has had: (that plan or phase, W), the oldest go first
+        self._known: dict[int, dict[int, tuple[object, tuple[float, float, float]]]] = {}
 
     def changed(self) -> None:
         """Something changed what GPUs draw: look at the site once everything at this instant is done."""
@@ -68,13 +71,21 @@ class SitePower:
         """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants
         (computed once per step plan or phase: a job's restarts and checkpoints come back to the same)."""
         act = track.segments[-1].activity if track.segments else None
-        got = self._watts.get(track.index)
-        if got is not None and got[0] is act:          # the same segment as last time
-            return got[2]
+        last = self._last.get(track.index)
+        if last is not None and last[0] is act:          # the same segment as last time
+            return last[1]
         what: object = (act.plan if isinstance(act, Running) else act.phase if isinstance(act, Constant)
                         else None)
-        watts = got[2] if got is not None and got[1] is what else self._job_watts(track, act)
-        self._watts[track.index] = (act, what, watts)
+        known = self._known.setdefault(track.index, {})
+        got = known.get(id(what))
+        if got is not None and got[0] is what:
+            watts = got[1]
+        else:
+            watts = self._job_watts(track, act)
+            if len(known) >= KNOWN:
+                del known[next(iter(known))]
+            known[id(what)] = (what, watts)
+        self._last[track.index] = (act, watts)
         return watts
 
     def _job_watts(self, track: JobTrack, act: object) -> tuple[float, float, float]:
@@ -82,7 +93,8 @@ class SitePower:
         w = power.phase_w
         if isinstance(act, Running):
             reps = track.job.dp
-            level, lo, hi = (x * reps for x in act.plan.watts)
+            watts = act.plan.watts
+            level, lo, hi = watts[0] * reps, watts[1] * reps, watts[2] * reps
             st = track.stragglers
             if st is not None and act.plan.extra is not None:
                 share = float(act.plan.extra.full[0, 0]) / act.plan.step_time_s
