@@ -38,6 +38,7 @@ class SitePower:
         self.env, self.emit, self.power = env, emit, power
         self.tracks, self.overrides, self.gpus = tracks, overrides, gpus
         self.idle_gpus = idle_gpus(tracks, gpus)
+        self._idle_w = self.idle_gpus * power.idle_w      # GPU watts of the GPUs without a job
         self.level_mw: float | None = None     # the site's load level (power swings)
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
@@ -109,8 +110,7 @@ class SitePower:
     def now(self) -> tuple[float, float, float]:
         """Site MW now: (level, lowest, highest), with the overrides in force."""
         power = self.power
-        idle = power.idle_w
-        level = lo = hi = self.idle_gpus * idle
+        level = lo = hi = self._idle_w
         job_watts = self.job_watts
         for track in self.tracks:
             a, b, c = job_watts(track)
@@ -118,8 +118,9 @@ class SitePower:
             lo += b
             hi += c
         now = self.env.now
-        active = [o for o in self.overrides if o.start <= now < o.end]
+        active = [o for o in self.overrides if o.start <= now < o.end] if self.overrides else None
         if active:
+            idle = power.idle_w
             w = power.phase_w
             per_gpu = [(t.job.first_gpu, t.job.gpus, self.job_watts(t)[0] / t.job.gpus) for t in self.tracks]
             for o in active:
