@@ -16,8 +16,9 @@ import orjson
 import pytest
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.phases import CODE
 from clustertop.engine.sim import sampling, variability
-from clustertop.engine.sim.activity import Running
+from clustertop.engine.sim.activity import NPH, Constant, Running
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import lines as wire
 from clustertop.engine.stream import recorder
@@ -257,3 +258,29 @@ def test_site_power_works_out_a_jobs_watts_once_per_plan_and_phase(monkeypatch: 
     for track in run.tracks:
         act = track.segments[-1].activity
         assert site.job_watts(track) == site._job_watts(track, act)
+
+
+def test_a_checkpoint_takes_its_phase_from_one_read_only_array() -> None:
+    """Constant activities of one phase and depth share their one-hot (a site's jobs checkpoint every few
+    steps): read-only, and their integrals are those of the phase."""
+    a, b = Constant("checkpoint", 4), Constant("checkpoint", 4)
+    assert a.onehot is b.onehot and not a.onehot.flags.writeable
+    assert Constant("idle", 4).onehot is not a.onehot and Constant("checkpoint", 2).onehot.shape == (2, NPH)
+    d = a.durations(10.0, 12.5)
+    assert d.shape == (4, NPH) and np.all(d[:, CODE["checkpoint"]] == 2.5) and d.sum() == 10.0
+
+
+def test_the_sampler_splits_the_same_gpus_once() -> None:
+    """A failed node stays in the samples until its job restarts: the unit runs split around the same GPUs
+    are the ones of the sample before, and those of a split worked out anew."""
+    run = Run(scenario.load("shared-fabric"), duration_s=60.0)
+    sampler = run.sampler
+    gpus = np.array([3, 40, 41, 97], np.int64)
+    first = sampler.split(gpus)
+    again = sampler.split(gpus.copy())
+    assert all(x is y for x, y in zip(first, again))
+    other = sampler.split(np.array([5], np.int64))
+    assert other[0].size == sampler.unit_starts.size + np.isin([5, 6], sampler.unit_starts, invert=True).sum()
+    sampler._split = None
+    for x, y in zip(sampler.split(gpus), first):
+        assert np.array_equal(x, y)
