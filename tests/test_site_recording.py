@@ -9,16 +9,19 @@ import tracemalloc
 import zlib
 from collections.abc import Callable, Generator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
+import simpy
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.phases import CODE
 from clustertop.engine.sim import sampling, variability
 from clustertop.engine.sim.activity import NPH, Constant, Running
+from clustertop.engine.sim.lifecycle import JobDriver
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import lines as wire
 from clustertop.engine.stream import recorder
@@ -284,3 +287,46 @@ def test_the_sampler_splits_the_same_gpus_once() -> None:
     sampler._split = None
     for x, y in zip(sampler.split(gpus), first):
         assert np.array_equal(x, y)
+
+
+def _order_of_waits(wait: Callable[[Any, float], Any]) -> list[tuple[str, float]]:
+    """Who resumes when, in order: a job waiting for the first of its timeout and its wake (`wait`, twice,
+    once woken early), and neighbours whose events fall at the same instants."""
+    env = simpy.Environment()
+    job = SimpleNamespace(env=env, wake=env.event())
+    log: list[tuple[str, float]] = []
+
+    def waiting() -> Generator[Any, Any, None]:
+        yield wait(job, 1.0)                  # its timeout ends first
+        log.append(("job", env.now))
+        job.wake = env.event()
+        yield wait(job, 5.0)                  # woken at 2.0
+        log.append(("job", env.now))
+        assert not job.wake.callbacks         # no stale check left on the wake it took
+
+    def neighbour(at: float, name: str) -> Generator[Any, Any, None]:
+        yield env.timeout(at)
+        log.append((name, env.now))
+
+    def waking() -> Generator[Any, Any, None]:
+        yield env.timeout(2.0)
+        job.wake.succeed()
+        log.append(("waking", env.now))
+        yield env.timeout(0)
+        log.append(("after", env.now))
+
+    env.process(waiting())
+    env.process(neighbour(1.0, "neighbour"))
+    env.process(waking())
+    env.process(neighbour(2.0, "other"))
+    env.run(until=10.0)
+    return log
+
+
+def test_a_job_waiting_for_a_step_boundary_or_its_wake_resumes_in_the_order_simpy_conditions_give() -> None:
+    """JobDriver._until stands for `timeout | wake` (a Condition): the job resumes at the same instants and in
+    the same order among events at those instants, so a run's lines keep their order."""
+    with_condition = _order_of_waits(lambda job, delay: job.env.timeout(delay) | job.wake)
+    with_until = _order_of_waits(lambda job, delay: JobDriver._until(job, delay))
+    assert with_until == with_condition
+    assert with_condition.index(("neighbour", 1.0)) < with_condition.index(("job", 1.0))
