@@ -287,6 +287,10 @@ def test_the_sampler_splits_the_same_gpus_once() -> None:
     sampler._split = None
     for x, y in zip(sampler.split(gpus), first):
         assert np.array_equal(x, y)
+    assert sampler._units_unique          # only the new runs' rows are looked up: as all would be
+    sampler._split, sampler._units_unique = None, False
+    for x, y in zip(sampler.split(gpus), first):
+        assert np.array_equal(x, y)
 
 
 def _order_of_waits(wait: Callable[[Any, float], Any]) -> list[tuple[str, float]]:

@@ -104,6 +104,7 @@ class Sampler:
             rows.append(self.row_offset[owner.index] + unit_stage)
         self.unit_starts = np.concatenate(starts).astype(np.int64)
         self.unit_rows = np.concatenate(rows).astype(np.int64)
+        self._units_unique = bool(np.all(np.diff(self.unit_starts) > 0))
         self._split: tuple[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None   # split's last
         slow = [t.stragglers.gpus for t in self.tracks if t.stragglers is not None]
         self.slow_gpus = np.concatenate(slow) if slow else np.zeros(0, np.int64)
@@ -136,8 +137,13 @@ class Sampler:
         units = self.unit_starts                                  # many, sorted: merge, do not re-sort
         at = np.searchsorted(units, cuts)
         new = cuts[(at >= units.size) | (units[np.minimum(at, units.size - 1)] != cuts)]
-        starts = np.insert(units, np.searchsorted(units, new), new)
-        rows = self.unit_rows[np.searchsorted(self.unit_starts, starts, side="right") - 1]
+        where = np.searchsorted(units, new)
+        starts = np.insert(units, where, new)
+        new_rows = self.unit_rows[np.searchsorted(units, new, side="right") - 1]
+        if self._units_unique:             # each unit keeps its row: only the new runs' rows are looked up
+            rows = np.insert(self.unit_rows, where, new_rows)
+        else:
+            rows = self.unit_rows[np.searchsorted(units, starts, side="right") - 1]
         out = (starts, rows, np.searchsorted(starts, gpus))
         self._split = (key, out)
         return out
