@@ -111,9 +111,14 @@ class SitePower:
         """Site MW now: (level, lowest, highest), with the overrides in force."""
         power = self.power
         level = lo = hi = self._idle_w
-        job_watts = self.job_watts
+        job_watts, last = self.job_watts, self._last
         for track in self.tracks:
-            a, b, c = job_watts(track)
+            segments = track.segments
+            got = last.get(track.index)
+            if got is not None and segments and got[0] is segments[-1].activity:     # job_watts, inlined
+                a, b, c = got[1]
+            else:
+                a, b, c = job_watts(track)
             level += a
             lo += b
             hi += c

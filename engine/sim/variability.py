@@ -32,8 +32,8 @@ DAY = 86400.0
 HOTTEST_S = 14 * 3600.0   # GPU clocks are lowest at the day's temperature peak, mid-afternoon
 #                           (runs start at 00:00)
 RETUNE_S = 900.0          # the day's clock factor is applied per 15-minute window, at a step boundary
-VARIANTS = 64             # a job's stretched steps kept per clock factor (a day has 49 distinct factors; a
-#                           site's largest jobs' steps take ~0.6 MB each)
+VARIANTS = 64             # a job's stretched steps kept per clock factor, the least recently used go first (a
+#                           day has 49 distinct factors; a site's largest jobs' steps take ~0.6 MB each)
 VISIBLE_UTIL = 0.01       # a straggler is drawn on its own when it computes >= 1 point of utilization more
 COMPUTE = CODE["compute"]
 
@@ -112,11 +112,12 @@ def plan_at(amplitude: float, track: JobTrack, now: float) -> CompiledPlan:
     track.factor = factor = diurnal(amplitude, now)
     variants = track.variants
     key = (id(track.stretched), factor)      # track.stretches keeps every stretched step: no id is reused
-    plan = variants.get(key)
+    plan = variants.pop(key, None)              # the least recently used go first
     if plan is None:
         while len(variants) >= VARIANTS:
             del variants[next(iter(variants))]
-        plan = variants[key] = track.stretched.scaled(factor)
+        plan = track.stretched.scaled(factor)
+    variants[key] = plan
     return plan
 
 
