@@ -404,45 +404,42 @@ class Run:
         next step can end (reset when a job switches activity), so those return at once."""
         if t < self._step_due:
             return
+        pending: list[tuple[float, int, bytes]] = []
         due = math.inf
-        written: list[tuple[list[float], list[bytes], int]] = []
+        jobs = 0
         for track in self.tracks:
             act = track.segments[-1].activity if track.segments else None
             if not isinstance(act, Running):
                 continue
-            if t >= act.due:                # else its next step ends later
-                steps = self._steps(track, act, t)
-                if steps is not None:
-                    written.append(steps)
+            if t >= act.due and self._steps(track, act, t, pending):     # else its next step ends later
+                jobs += 1
             due = min(due, act.due)
         self._step_due = due
-        if not written:
+        if not pending:
             return
-        if len(written) == 1:
-            lines = written[0][1]
-        else:                               # by time, then job (a job's steps have distinct times)
-            lines = [text for _, _, text in sorted((when, index, text) for whens, texts, index in written
-                                                   for when, text in zip(whens, texts))]
+        if jobs > 1:
+            pending.sort()                  # by time, then job (a job's steps have distinct times)
         assert self._sink is not None
-        self.stats.events += len(lines)
+        self.stats.events += len(pending)
         write = self._sink.write
-        for text in lines:
+        for _, _, text in pending:
             write(text)
 
-    def _steps(self, track: JobTrack, act: Running, t: float) -> tuple[list[float], list[bytes], int] | None:
-        """The job's steps that ended by t (their times, their lines, the job), its counters after them; None
-        when none did."""
+    def _steps(self, track: JobTrack, act: Running, t: float,
+               pending: list[tuple[float, int, bytes]]) -> bool:
+        """The job's steps that ended by t, as (time, job, line) in `pending`, and its counters after them;
+        False when none did."""
         plan = act.plan
         period = plan.step_time_s
         last = math.floor((t - act.t0) / period + 1e-9)
         first = act.emitted + 1
         if last < first:
-            return None
+            return False
         template, tokens = self._step_template(track, plan)
-        t0, step0, tokens0 = act.t0, act.step0, act.tokens0
-        ks = range(first, last + 1)
-        whens = [t0 + k * period for k in ks]
-        texts = [template % (time_json(when), step0 + k, tokens0 + k * tokens) for k, when in zip(ks, whens)]
+        t0, step0, tokens0, index = act.t0, act.step0, act.tokens0, track.index
+        for k in range(first, last + 1):
+            when = t0 + k * period
+            pending.append((when, index, template % (time_json(when), step0 + k, tokens0 + k * tokens)))
         productive = track.productive_s
         for _ in range(last - first + 1):          # added one step at a time (the same sum)
             productive += period
@@ -453,7 +450,7 @@ class Run:
         self.stats.tokens += (last - first + 1) * tokens
         act.emitted = last
         act.due = act.next_due()
-        return whens, texts, track.index
+        return True
 
     def _step_template(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, int]:
         """A job's step line with its current plan, serialized once: a %-template of the line (`line()` of
