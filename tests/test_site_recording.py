@@ -3,17 +3,25 @@ bounded, and a 1 GW site's 54 days is a run the engine accepts."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import tracemalloc
 import zlib
+from collections.abc import Callable, Generator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import orjson
 import pytest
+import simpy
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.phases import CODE
 from clustertop.engine.sim import sampling, variability
+from clustertop.engine.sim.activity import NPH, Constant, Running
+from clustertop.engine.sim.lifecycle import JobDriver
 from clustertop.engine.sim.run import Run
 from clustertop.engine.stream import lines as wire
 from clustertop.engine.stream import recorder
@@ -164,3 +172,165 @@ def test_an_error_writing_gzip_reaches_the_writer() -> None:
     with pytest.raises(UserError):
         sink.close()
     assert out.closed
+
+
+# ----- steps written in closed form, and what the run keeps between events --------------------------------
+
+
+def _faulty_shared_fabric() -> scenario.Scenario:
+    """shared-fabric (four jobs, two pairs sharing tiers, checkpoints) with faults every few minutes:
+    restarts, new steps with the neighbours, lost work."""
+    sc = scenario.load("shared-fabric")
+    return dataclasses.replace(sc, faults=dataclasses.replace(sc.faults, rate_scale=300.0))
+
+
+def _waking_every(dt: float) -> Callable[[Run], Generator[Any, Any, None]]:
+    """A process that has the run write the steps due every `dt` seconds, as a run stepping each would."""
+    def factory(run: Run) -> Generator[Any, Any, None]:
+        while True:
+            yield run.env.timeout(dt)
+            run.advance(run.env.now)
+    return factory
+
+
+def test_steps_written_in_closed_form_are_the_steps_written_as_they_end() -> None:
+    """Between two events the run writes a stretch of steps at once (t0 + k * step, counters in closed form)
+    at the next line; a run woken every fraction of a step to write each as it ends writes the same lines:
+    the same times, counters and order across jobs."""
+    fast = Run(_faulty_shared_fabric(), duration_s=1800.0, sample_s=60.0)
+    stepped = Run(_faulty_shared_fabric(), duration_s=1800.0, sample_s=60.0)
+    stepped.add_process(_waking_every(0.0737))
+    fast_lines, stepped_lines = list(fast.lines()), list(stepped.lines())
+    kinds = {orjson.loads(raw)["type"] for raw in fast_lines[1:]}
+    assert {"step", "fault", "restart", "checkpoint_start", "contention"} <= kinds
+    assert len({orjson.loads(raw)["job"] for raw in fast_lines if b'"type":"step"' in raw}) == 4
+    assert fast_lines == stepped_lines
+    assert fast.summary == stepped.summary
+    assert [t.productive_s for t in fast.tracks] == [t.productive_s for t in stepped.tracks]
+
+
+def test_a_step_line_with_a_percent_in_the_job_name_is_the_event_as_line_writes_it() -> None:
+    """Step lines come from a %-template of the job's serialized parts: a '%' of its name stays itself."""
+    sc = scenario.load("shared-fabric")
+    jobs = tuple(dataclasses.replace(j, name=f"{j.name}-100%d{i}%%") for i, j in enumerate(sc.jobs))
+    run = Run(dataclasses.replace(sc, jobs=jobs), duration_s=60.0, sample_s=30.0)
+    steps = [raw for raw in run.lines() if b'"type":"step"' in raw]
+    assert {orjson.loads(raw)["job"] for raw in steps} == {j.name for j in jobs}
+    for raw in steps:
+        assert raw == line(orjson.loads(raw))
+
+
+def test_a_job_keeps_its_clock_variants_when_its_neighbours_come_and_go() -> None:
+    """The day's clock variants of a job's step are kept per stretched step: when its neighbours' plan comes
+    back (a fault, then the restart), its step at the same clock is the one it had, not scaled again."""
+    run = Run(scenario.load("shared-fabric"), duration_s=600.0)
+    track = next(t for t in run.tracks if t.plan is not None)
+    first = track.plan
+    at_noon = variability.plan_at(0.2, track, 12 * 3600.0)
+    track.plan = first.scaled(1.5)
+    variability.restretch(run.scenario, track, run.power.phase_w)
+    assert variability.plan_at(0.2, track, 12 * 3600.0) is not at_noon
+    track.plan = first
+    variability.restretch(run.scenario, track, run.power.phase_w)
+    assert variability.plan_at(0.2, track, 12 * 3600.0) is at_noon
+    for hour in range(3 * variability.VARIANTS):       # bounded: the oldest go first
+        variability.plan_at(0.2, track, hour * 900.0)
+    assert len(track.variants) <= variability.VARIANTS
+
+
+def test_site_power_works_out_a_jobs_watts_once_per_plan_and_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job that checkpoints every few steps goes back and forth between its step and the checkpoint's phase:
+    the site's level takes each one's watts from the first time, and they are the watts worked out anew."""
+    run = Run(scenario.load("shared-fabric"), duration_s=1800.0, sample_s=60.0)
+    site = run.site_power
+    worked: list[tuple[int, int]] = []
+    job_watts = site._job_watts
+
+    def counting(track: Any, act: Any) -> tuple[float, float, float]:
+        what = act.plan if isinstance(act, Running) else getattr(act, "phase", None)
+        worked.append((track.index, id(what)))
+        return job_watts(track, act)
+
+    monkeypatch.setattr(site, "_job_watts", counting)
+    levels = []
+    for raw in run.lines():
+        if b'"type":"checkpoint_start"' in raw or b'"type":"power_swing"' in raw:
+            levels.append(site.now())
+    assert run.stats.events and len(levels) > 20
+    assert len(worked) == len(set(worked)) <= 3 * len(run.tracks)
+    for track in run.tracks:
+        act = track.segments[-1].activity
+        assert site.job_watts(track) == site._job_watts(track, act)
+
+
+def test_a_checkpoint_takes_its_phase_from_one_read_only_array() -> None:
+    """Constant activities of one phase and depth share their one-hot (a site's jobs checkpoint every few
+    steps): read-only, and their integrals are those of the phase."""
+    a, b = Constant("checkpoint", 4), Constant("checkpoint", 4)
+    assert a.onehot is b.onehot and not a.onehot.flags.writeable
+    assert Constant("idle", 4).onehot is not a.onehot and Constant("checkpoint", 2).onehot.shape == (2, NPH)
+    d = a.durations(10.0, 12.5)
+    assert d.shape == (4, NPH) and np.all(d[:, CODE["checkpoint"]] == 2.5) and d.sum() == 10.0
+
+
+def test_the_sampler_splits_the_same_gpus_once() -> None:
+    """A failed node stays in the samples until its job restarts: the unit runs split around the same GPUs
+    are the ones of the sample before, and those of a split worked out anew."""
+    run = Run(scenario.load("shared-fabric"), duration_s=60.0)
+    sampler = run.sampler
+    gpus = np.array([3, 40, 41, 97], np.int64)
+    first = sampler.split(gpus)
+    again = sampler.split(gpus.copy())
+    assert all(x is y for x, y in zip(first, again))
+    other = sampler.split(np.array([5], np.int64))
+    assert other[0].size == sampler.unit_starts.size + np.isin([5, 6], sampler.unit_starts, invert=True).sum()
+    sampler._split = None
+    for x, y in zip(sampler.split(gpus), first):
+        assert np.array_equal(x, y)
+    assert sampler._units_unique          # only the new runs' rows are looked up: as all would be
+    sampler._split, sampler._units_unique = None, False
+    for x, y in zip(sampler.split(gpus), first):
+        assert np.array_equal(x, y)
+
+
+def _order_of_waits(wait: Callable[[Any, float], Any]) -> list[tuple[str, float]]:
+    """Who resumes when, in order: a job waiting for the first of its timeout and its wake (`wait`, twice,
+    once woken early), and neighbours whose events fall at the same instants."""
+    env = simpy.Environment()
+    job = SimpleNamespace(env=env, wake=env.event())
+    log: list[tuple[str, float]] = []
+
+    def waiting() -> Generator[Any, Any, None]:
+        yield wait(job, 1.0)                  # its timeout ends first
+        log.append(("job", env.now))
+        job.wake = env.event()
+        yield wait(job, 5.0)                  # woken at 2.0
+        log.append(("job", env.now))
+        assert not job.wake.callbacks         # no stale check left on the wake it took
+
+    def neighbour(at: float, name: str) -> Generator[Any, Any, None]:
+        yield env.timeout(at)
+        log.append((name, env.now))
+
+    def waking() -> Generator[Any, Any, None]:
+        yield env.timeout(2.0)
+        job.wake.succeed()
+        log.append(("waking", env.now))
+        yield env.timeout(0)
+        log.append(("after", env.now))
+
+    env.process(waiting())
+    env.process(neighbour(1.0, "neighbour"))
+    env.process(waking())
+    env.process(neighbour(2.0, "other"))
+    env.run(until=10.0)
+    return log
+
+
+def test_a_job_waiting_for_a_step_boundary_or_its_wake_resumes_in_the_order_simpy_conditions_give() -> None:
+    """JobDriver._until stands for `timeout | wake` (a Condition): the job resumes at the same instants and in
+    the same order among events at those instants, so a run's lines keep their order."""
+    with_condition = _order_of_waits(lambda job, delay: job.env.timeout(delay) | job.wake)
+    with_until = _order_of_waits(lambda job, delay: JobDriver._until(job, delay))
+    assert with_until == with_condition
+    assert with_condition.index(("neighbour", 1.0)) < with_condition.index(("job", 1.0))

@@ -10,6 +10,7 @@ checkpoint). engine/sim/run.py appends the segments as the run goes.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -197,6 +198,12 @@ class Running(Activity):
         self.step0 = step0
         self.tokens0 = tokens0
         self.emitted = 0          # steps of this segment already written
+        self.due = self.next_due()
+
+    def next_due(self) -> float:
+        """A time safely before the end of the next step to write (engine/sim/run.py's `advance` writes a
+        step that ends by its time within a tolerance of 1e-9 of a step): no step is due before it."""
+        return self.t0 + (self.emitted + 1 - 1e-6) * self.plan.step_time_s
 
     def durations(self, a: float, b: float) -> np.ndarray:
         return self.plan.phases.integral(a - self.t0, b - self.t0)
@@ -215,11 +222,20 @@ class Constant(Activity):
 
     def __init__(self, phase: str, pp: int) -> None:
         self.phase = phase
-        self.onehot = np.zeros((pp, NPH))
-        self.onehot[:, CODE[phase]] = 1.0
+        self.onehot = _onehot(phase, pp)
 
     def durations(self, a: float, b: float) -> np.ndarray:
         return self.onehot * (b - a)
+
+
+@functools.cache
+def _onehot(phase: str, pp: int) -> np.ndarray:
+    """Every stage in one phase, shape (pp, phases): one read-only array per phase and depth (a site's jobs
+    checkpoint every few steps: a new array each time cost more than the rest of the switch)."""
+    onehot = np.zeros((pp, NPH))
+    onehot[:, CODE[phase]] = 1.0
+    onehot.flags.writeable = False
+    return onehot
 
 
 @dataclass

@@ -212,13 +212,34 @@ class JobDriver:
             if at is None:
                 yield self.wake                # nothing until an interrupt or a new step
                 continue
-            yield env.timeout(max(at - env.now, 0.0)) | self.wake
+            yield self._until(max(at - env.now, 0.0))
             if env.now < at - EPS:             # woken by a new step: look again at what is due
                 continue
             if self.next_retune() <= env.now + EPS:
                 self.retune()
             if self.training and self.next_ckpt <= env.now + EPS:
                 yield from self._checkpoint(self.ckpt.mode)
+
+    def _until(self, delay: float) -> simpy.Event:
+        """`env.timeout(delay) | self.wake` without a Condition's bookkeeping (a site's jobs wait on one every
+        few steps): an event that succeeds when the first of the two does, scheduled as SimPy schedules the
+        condition, so every event of the run keeps its place in time and order."""
+        wake = self.wake
+        done = self.env.event()
+
+        def first(_: simpy.Event) -> None:
+            if not done.triggered:
+                done.succeed()
+
+        def forget(_: simpy.Event) -> None:      # as a condition does once processed: no stale check on wake
+            if wake.callbacks and first in wake.callbacks:
+                wake.callbacks.remove(first)
+
+        self.env.timeout(delay).callbacks.append(first)
+        assert wake.callbacks is not None         # not processed yet (_train replaces a triggered wake)
+        wake.callbacks.append(first)
+        done.callbacks.append(forget)
+        return done
 
     # ----- checkpoints ----------------------------------------------------------------------------------
 

@@ -132,7 +132,7 @@ class Run:
                                     self.topology.gpus)
         self._sink: Sink | None = None
         self._step_due = -math.inf          # no step of any job ends before this time (advance)
-        self._step_bytes: dict[int, tuple[bytes, bytes, int, CompiledPlan]] = {}   # per job (_step_parts)
+        self._step_bytes: dict[int, tuple[bytes, int, CompiledPlan]] = {}   # per job (_step_template)
 
     def _plan(self, planner: Planner) -> SharedTiers | None:
         """Every job's track with its plan: alone, or with its neighbours' traffic when a planner solves jobs
@@ -407,55 +407,64 @@ class Run:
         pending: list[tuple[float, int, bytes]] = []
         due = math.inf
         jobs = 0
-        stats = self.stats
         for track in self.tracks:
             act = track.segments[-1].activity if track.segments else None
             if not isinstance(act, Running):
                 continue
-            plan = act.plan
-            period = plan.step_time_s
-            last = math.floor((t - act.t0) / period + 1e-9)
-            first = act.emitted + 1
-            if last >= first:
+            if t >= act.due and self._steps(track, act, t, pending):     # else its next step ends later
                 jobs += 1
-                head, kpi_body, tokens = self._step_parts(track, plan)
-                t0, step0, tokens0, index = act.t0, act.step0, act.tokens0, track.index
-                for k in range(first, last + 1):
-                    when = t0 + k * period
-                    pending.append((when, index, b'{"t":%b%b%d,%b,"tokens_total":%d}\n' % (
-                        time_json(when), head, step0 + k, kpi_body, tokens0 + k * tokens)))
-                productive = track.productive_s
-                for _ in range(last - first + 1):          # added one step at a time (the same sum)
-                    productive += period
-                track.productive_s = productive
-                track.step, track.tokens_total = step0 + last, tokens0 + last * tokens
-                track.last_kpi = plan.kpi
-                stats.steps += last - first + 1
-                stats.tokens += (last - first + 1) * tokens
-                act.emitted = last
-            # safely before the next step's end (the test above has a 1e-9 tolerance)
-            due = min(due, act.t0 + (act.emitted + 1 - 1e-6) * period)
+            due = min(due, act.due)
         self._step_due = due
         if not pending:
             return
         if jobs > 1:
             pending.sort()                  # by time, then job (a job's steps have distinct times)
         assert self._sink is not None
-        stats.events += len(pending)
+        self.stats.events += len(pending)
         write = self._sink.write
         for _, _, text in pending:
             write(text)
 
-    def _step_parts(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, bytes, int]:
-        """A job's step line with its current plan, serialized once: what comes between the time and the step
-        number, the KPIs, and the tokens per step (the line is `line()` of the event `advance` writes)."""
+    def _steps(self, track: JobTrack, act: Running, t: float,
+               pending: list[tuple[float, int, bytes]]) -> bool:
+        """The job's steps that ended by t, as (time, job, line) in `pending`, and its counters after them;
+        False when none did."""
+        plan = act.plan
+        period = plan.step_time_s
+        last = math.floor((t - act.t0) / period + 1e-9)
+        first = act.emitted + 1
+        if last < first:
+            return False
+        template, tokens = self._step_template(track, plan)
+        t0, step0, tokens0, index = act.t0, act.step0, act.tokens0, track.index
+        for k in range(first, last + 1):
+            when = t0 + k * period
+            pending.append((when, index, template % (time_json(when), step0 + k, tokens0 + k * tokens)))
+        productive = track.productive_s
+        for _ in range(last - first + 1):          # added one step at a time (the same sum)
+            productive += period
+        track.productive_s = productive
+        track.step, track.tokens_total = step0 + last, tokens0 + last * tokens
+        track.last_kpi = plan.kpi
+        self.stats.steps += last - first + 1
+        self.stats.tokens += (last - first + 1) * tokens
+        act.emitted = last
+        act.due = act.next_due()
+        return True
+
+    def _step_template(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, int]:
+        """A job's step line with its current plan, serialized once: a %-template of the line (`line()` of
+        the event `advance` writes) taking the time (time_json), the step number and the tokens so far; and
+        the tokens per step."""
         parts = self._step_bytes.get(track.index)
-        if parts is None or parts[3] is not plan:
+        if parts is None or parts[2] is not plan:
             kpi = plan.kpi
-            head = b',"type":"step","job":%b,"step":' % orjson.dumps(track.job.name, option=OPT_PART)
-            parts = (head, orjson.dumps(kpi, option=OPT_PART)[1:-1], int(kpi["tokens"]), plan)
+            name = orjson.dumps(track.job.name, option=OPT_PART).replace(b"%", b"%%")
+            body = orjson.dumps(kpi, option=OPT_PART)[1:-1].replace(b"%", b"%%")
+            template = b'{"t":%%b,"type":"step","job":%b,"step":%%d,%b,"tokens_total":%%d}\n' % (name, body)
+            parts = (template, int(kpi["tokens"]), plan)
             self._step_bytes[track.index] = parts
-        return parts[0], parts[1], parts[2]
+        return parts[0], parts[1]
 
     def _write(self, event: dict[str, Any]) -> None:
         assert self._sink is not None

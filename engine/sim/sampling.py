@@ -104,6 +104,8 @@ class Sampler:
             rows.append(self.row_offset[owner.index] + unit_stage)
         self.unit_starts = np.concatenate(starts).astype(np.int64)
         self.unit_rows = np.concatenate(rows).astype(np.int64)
+        self._units_unique = bool(np.all(np.diff(self.unit_starts) > 0))
+        self._split: tuple[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None   # split's last
         slow = [t.stragglers.gpus for t in self.tracks if t.stragglers is not None]
         self.slow_gpus = np.concatenate(slow) if slow else np.zeros(0, np.int64)
         self.slow_order = np.argsort(self.slow_gpus, kind="stable")
@@ -127,14 +129,24 @@ class Sampler:
         (starts, rows, index of each GPU)."""
         if gpus.size == 0:
             return self.unit_starts, self.unit_rows, np.zeros(0, np.int64)
+        key = gpus.dtype.str.encode() + gpus.tobytes()
+        if self._split is not None and self._split[0] == key:        # the same GPUs as the last time
+            return self._split[1]
         cuts = np.concatenate([gpus, gpus + 1])
         cuts = np.unique(cuts[cuts < self.topology.gpus])       # few: the GPUs that break the symmetry
         units = self.unit_starts                                  # many, sorted: merge, do not re-sort
         at = np.searchsorted(units, cuts)
         new = cuts[(at >= units.size) | (units[np.minimum(at, units.size - 1)] != cuts)]
-        starts = np.insert(units, np.searchsorted(units, new), new)
-        rows = self.unit_rows[np.searchsorted(self.unit_starts, starts, side="right") - 1]
-        return starts, rows, np.searchsorted(starts, gpus)
+        where = np.searchsorted(units, new)
+        starts = np.insert(units, where, new)
+        new_rows = self.unit_rows[np.searchsorted(units, new, side="right") - 1]
+        if self._units_unique:             # each unit keeps its row: only the new runs' rows are looked up
+            rows = np.insert(self.unit_rows, where, new_rows)
+        else:
+            rows = self.unit_rows[np.searchsorted(units, starts, side="right") - 1]
+        out = (starts, rows, np.searchsorted(starts, gpus))
+        self._split = (key, out)
+        return out
 
     def measure(self, a: float, b: float) -> Measurement:
         """Exact means over [a, b] (b > a) of what every stage of every job does;

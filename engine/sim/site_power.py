@@ -24,6 +24,8 @@ from .overrides import Override
 from .track import JobTrack, idle_gpus
 
 COMPUTE = CODE["compute"]
+KNOWN = 16                # step plans and phases of a job whose watts are kept (plans come back: checkpoints,
+#                           restarts, the day's clocks)
 
 
 class SitePower:
@@ -36,11 +38,14 @@ class SitePower:
         self.env, self.emit, self.power = env, emit, power
         self.tracks, self.overrides, self.gpus = tracks, overrides, gpus
         self.idle_gpus = idle_gpus(tracks, gpus)
+        self._idle_w = self.idle_gpus * power.idle_w      # GPU watts of the GPUs without a job
         self.level_mw: float | None = None     # the site's load level (power swings)
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
         self._pending = False
-        self._watts: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (plan or phase, W)
+        self._last: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (activity, W) last seen
+        # per job, by id of a step plan or phase it has had: (that plan or phase, W), the oldest go first
+        self._known: dict[int, dict[int, tuple[object, tuple[float, float, float]]]] = {}
 
     def changed(self) -> None:
         """Something changed what GPUs draw: look at the site once everything at this instant is done."""
@@ -67,13 +72,21 @@ class SitePower:
         """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants
         (computed once per step plan or phase: a job's restarts and checkpoints come back to the same)."""
         act = track.segments[-1].activity if track.segments else None
+        last = self._last.get(track.index)
+        if last is not None and last[0] is act:          # the same segment as last time
+            return last[1]
         what: object = (act.plan if isinstance(act, Running) else act.phase if isinstance(act, Constant)
                         else None)
-        got = self._watts.get(track.index)
+        known = self._known.setdefault(track.index, {})
+        got = known.get(id(what))
         if got is not None and got[0] is what:
-            return got[1]
-        watts = self._job_watts(track, act)
-        self._watts[track.index] = (what, watts)
+            watts = got[1]
+        else:
+            watts = self._job_watts(track, act)
+            if len(known) >= KNOWN:
+                del known[next(iter(known))]
+            known[id(what)] = (what, watts)
+        self._last[track.index] = (act, watts)
         return watts
 
     def _job_watts(self, track: JobTrack, act: object) -> tuple[float, float, float]:
@@ -81,7 +94,8 @@ class SitePower:
         w = power.phase_w
         if isinstance(act, Running):
             reps = track.job.dp
-            level, lo, hi = (x * reps for x in act.plan.watts)
+            watts = act.plan.watts
+            level, lo, hi = watts[0] * reps, watts[1] * reps, watts[2] * reps
             st = track.stragglers
             if st is not None and act.plan.extra is not None:
                 share = float(act.plan.extra.full[0, 0]) / act.plan.step_time_s
@@ -96,14 +110,22 @@ class SitePower:
     def now(self) -> tuple[float, float, float]:
         """Site MW now: (level, lowest, highest), with the overrides in force."""
         power = self.power
-        idle = power.idle_w
-        level = lo = hi = self.idle_gpus * idle
+        level = lo = hi = self._idle_w
+        job_watts, last = self.job_watts, self._last
         for track in self.tracks:
-            a, b, c = self.job_watts(track)
-            level, lo, hi = level + a, lo + b, hi + c
+            segments = track.segments
+            got = last.get(track.index)
+            if got is not None and segments and got[0] is segments[-1].activity:     # job_watts, inlined
+                a, b, c = got[1]
+            else:
+                a, b, c = job_watts(track)
+            level += a
+            lo += b
+            hi += c
         now = self.env.now
-        active = [o for o in self.overrides if o.start <= now < o.end]
+        active = [o for o in self.overrides if o.start <= now < o.end] if self.overrides else None
         if active:
+            idle = power.idle_w
             w = power.phase_w
             per_gpu = [(t.job.first_gpu, t.job.gpus, self.job_watts(t)[0] / t.job.gpus) for t in self.tracks]
             for o in active:

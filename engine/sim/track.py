@@ -41,7 +41,9 @@ class JobTrack:
     productive_s: float = 0.0                # time of the steps completed (since the restart's checkpoint)
     tuned_at: float = 0.0                    # when the day's clock factor was last applied
     factor: float = 1.0                      # that factor
-    variants: dict[float, CompiledPlan] = field(default_factory=dict)   # the stretched step at each factor
+    # the stretched step at each factor, by (id of the stretched step, factor): the least recently used go
+    # first past variability.VARIANTS (a job whose neighbours come and go returns to its earlier steps)
+    variants: dict[tuple[int, float], CompiledPlan] = field(default_factory=dict)
     replan: bool = False                     # a new step (its neighbours' traffic) waits for a step boundary
     # per plan it has had (by id): (that plan, its stretched step), for when it comes back
     stretches: dict[int, tuple[CompiledPlan, CompiledPlan]] = field(default_factory=dict)

@@ -32,6 +32,8 @@ DAY = 86400.0
 HOTTEST_S = 14 * 3600.0   # GPU clocks are lowest at the day's temperature peak, mid-afternoon
 #                           (runs start at 00:00)
 RETUNE_S = 900.0          # the day's clock factor is applied per 15-minute window, at a step boundary
+VARIANTS = 64             # a job's stretched steps kept per clock factor, the least recently used go first (a
+#                           day has 49 distinct factors; a site's largest jobs' steps take ~0.6 MB each)
 VISIBLE_UTIL = 0.01       # a straggler is drawn on its own when it computes >= 1 point of utilization more
 COMPUTE = CODE["compute"]
 
@@ -85,7 +87,6 @@ def restretch(scenario: Scenario, track: JobTrack, phase_w: np.ndarray) -> None:
     """The stretched step again after the job's plan changed (its neighbours' traffic): the same slowest GPU,
     the same GPUs drawn on their own."""
     assert track.plan is not None
-    track.variants = {}          # the day's variants of the step before are dropped (each holds its arrays)
     got = track.stretches.get(id(track.plan))
     if got is not None and got[0] is track.plan:       # a plan it had before (the same neighbours again)
         track.stretched = got[1]
@@ -109,9 +110,14 @@ def plan_at(amplitude: float, track: JobTrack, now: float) -> CompiledPlan:
     assert track.stretched is not None
     track.tuned_at = now
     track.factor = factor = diurnal(amplitude, now)
-    plan = track.variants.get(factor)
+    variants = track.variants
+    key = (id(track.stretched), factor)      # track.stretches keeps every stretched step: no id is reused
+    plan = variants.pop(key, None)              # the least recently used go first
     if plan is None:
-        plan = track.variants[factor] = track.stretched.scaled(factor)
+        while len(variants) >= VARIANTS:
+            del variants[next(iter(variants))]
+        plan = track.stretched.scaled(factor)
+    variants[key] = plan
     return plan
 
 
