@@ -377,7 +377,8 @@ def recompute_flops_per_token(job: Job, recompute: str) -> float:
     if recompute != "full":
         return 0.0
     model = job.model
-    return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * model.hidden * model.vocab) / 3.0
+    heads = 1 + model.mtp_layers        # the output head, and each MTP module's: not recomputed
+    return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * heads * model.hidden * model.vocab) / 3.0
 
 
 _SUMMARIES: dict[Cluster, dict[str, Any]] = {}
