@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
+from clustertop.cli import main
 from clustertop.engine.config import catalog, scenario
 from clustertop.engine.model import calibration as cal
 from clustertop.engine.model import chunks
@@ -135,3 +137,14 @@ def test_bad_moe_settings_are_one_line_with_exit_2(tmp_path: Path, line: str, ke
                           text=True, check=False)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and key in done.stderr and str(path) in done.stderr
+
+
+def test_estimate_names_how_the_moe_layers_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "deepseek-v3-2048", "--json"]) == 0
+    stack = orjson.loads(capsys.readouterr().out)["jobs"][0]["stack"]
+    assert (stack["ep_dispatch"], stack["expert_gemm"], stack["mtp_layers"]) == ("deepep", "grouped", 1)
+    assert main(["estimate", "deepseek-v3-2048"]) == 0
+    assert "MoE dispatch deepep, grouped expert GEMMs; 1 MTP module" in capsys.readouterr().out
+    assert main(["estimate", "llama3-405b-16k", "--json"]) == 0       # a dense model: no MoE entries
+    assert not {"ep_dispatch", "expert_gemm", "mtp_layers"} & set(
+        orjson.loads(capsys.readouterr().out)["jobs"][0]["stack"])
