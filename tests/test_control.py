@@ -156,8 +156,10 @@ def test_record_control_paces_and_injects(tmp_path: Path, scenario_file: Any, te
     events = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     (fault,) = [e for e in events if e["type"] == "fault"]
     assert fault["gpu"] == 13 and fault["injected"] and fault["t"] < 1.0
+    # without --control nothing paces it: 10 simulated seconds in well under 10 wall seconds (its compute
+    # alone, a few tenths of a second on a quiet machine, more on a loaded one)
     unpaced = fake_cli("record", path, "-o", str(tmp_path / "fast.jsonl"), "--duration", "10s", "--json")
-    assert orjson.loads(unpaced.stdout)["wall_seconds"] < 0.3
+    assert orjson.loads(unpaced.stdout)["wall_seconds"] < 5.0
 
 
 class SlowWhenBlocked(Script):

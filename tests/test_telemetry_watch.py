@@ -123,7 +123,9 @@ def test_the_dashboard_watches_exporters(simulated_run: Any, exporters: Any) -> 
     exporters.replay.k = 4
     exporters.broken[0] = (503, b"down for maintenance")
     source = WatchSource("8 exporters", ["--exporter", ",".join(exporters.urls), "--cluster",
-                                         simulated_run.scenario, "--interval", "0.3s", "--timeout", "0.3s"])
+                                         simulated_run.scenario, "--interval", "1s", "--timeout", "1s"])
+    # a second for each round: the seven live exporters on 127.0.0.1 answer in milliseconds even on a loaded
+    # machine (0.3 s was not always enough there, and a late one showed as missing too)
 
     async def run() -> None:
         app = ClusterTopApp([source])

@@ -289,6 +289,26 @@ def test_index_keeps_keyframes_parsed_and_packs_large_ones() -> None:
         assert keyframe.util_of(gpus, 16384) == [float(direct.util[g]) for g in gpus]
 
 
+@pytest.mark.parametrize("topology,run", [(SITE, 32768), ({**FLAGSHIP, "gpus": 512}, 128)])
+def test_a_keyframes_narrow_counts_decode_to_the_sample(topology: dict[str, int], run: int) -> None:
+    """A site of symmetric jobs: a few runs, each under 65,536 GPUs (uint16 in the keyframe), summing to
+    524,288 (or 4 runs of 128 GPUs, uint8, on 512): summed in their own dtype the counts wrapped around, the
+    runs were refused as malformed and a seek showed every GPU idle (defect)."""
+    from clustertop.engine.stream.state import ClusterState
+    from clustertop.tui.keyframe import Keyframe
+
+    gpus = topology["gpus"]
+    util = np.repeat(np.arange(gpus // run) % 100, run)
+    event = {**sample(3.0, 0, gpus=gpus), "util": schema.rle_encode(util)}
+    runs = Keyframe(event).event()["util"]
+    assert runs["n"].dtype.itemsize < 4 and int(runs["n"].sum(dtype=np.int64)) == gpus   # narrow, as kept
+    direct, kept = ClusterState(header(topology)), ClusterState(header(topology))
+    direct.apply(event)
+    kept.apply(Keyframe(event).event())
+    assert np.array_equal(kept.util, direct.util)
+    assert kept.util[gpus - 1] == pytest.approx((gpus // run - 1) % 100 / 100)
+
+
 def _many_jobs_sample(jobs: int, gpus: int) -> bytes:
     """A sample line as an engine writes it for `jobs` jobs: each job's status (figures that differ from job
     to job) and its rows of the phase mix."""

@@ -40,14 +40,14 @@ def test_llama3_rows_within_5_percent_and_in_order(report) -> None:  # type: ign
 
 
 def test_accuracy_targets_hold_on_fitting_and_held_out_rows(report) -> None:  # type: ignore[no-untyped-def]
-    # issue 13's targets: MAPE <= 8% over the whole set, no source above 12%, no row beyond 25%; and the rows
-    # the constants were not fitted on come out as well as those they were (within 2 points)
-    assert report.mape() <= 0.08
+    # issue 24's targets: MAPE <= 5% over the whole set, no source above 8%, no row beyond 20%; and the rows
+    # the constants were not fitted on come out as well as those they were (within 1.5 points)
+    assert report.mape() <= 0.05
     for source in report.sources:
-        assert report.mape(source=source) <= 0.12, source
-    worst = max(report.counted, key=lambda p: abs(p.error))
-    assert abs(worst.error) <= 0.25, (worst.row.name, worst.error)
-    assert abs(report.mape("held out") - report.mape("fit")) <= 0.02
+        assert report.mape(source=source) <= 0.08, source
+    worst = max(report.predictions, key=lambda p: abs(p.error))
+    assert abs(worst.error) <= 0.20, (worst.row.name, worst.error)
+    assert abs(report.mape("held out") - report.mape("fit")) <= 0.015
 
 
 def test_the_fitted_constants_are_where_the_fit_puts_them() -> None:
@@ -93,14 +93,11 @@ def test_the_fitted_constants_are_where_the_fit_puts_them() -> None:
 
 
 def test_mape_is_the_mean_absolute_error(report) -> None:  # type: ignore[no-untyped-def]
-    """Over the counted rows: the checks (the MoE rows) are shown, not counted."""
-    counted = [p for p in report.predictions if not p.row.check]
-    assert len(counted) < len(report.predictions)
-    errors = [abs(p.error) for p in counted]
+    errors = [abs(p.error) for p in report.predictions]
     assert report.mape() == pytest.approx(statistics.mean(errors))
-    nemo = [abs(p.error) for p in counted if p.row.source == "nemo"]
+    nemo = [abs(p.error) for p in report.predictions if p.row.source == "nemo"]
     assert report.mape(source="nemo") == pytest.approx(statistics.mean(nemo))
-    fit = [abs(p.error) for p in counted if p.row.fit]
+    fit = [abs(p.error) for p in report.predictions if p.row.fit]
     assert report.mape("fit") == pytest.approx(statistics.mean(fit))
 
 
@@ -141,9 +138,7 @@ def test_cli_json_has_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
     training = [r for r in data["rows"] if r["kind"] == "training"]
     serving = [r for r in data["rows"] if r["kind"] == "serving"]
     assert len(training) + len(serving) == len(data["rows"]) and serving
-    counted = [r for r in training if r["counted"]]
-    assert len(counted) < len(training)              # the MoE rows: shown, not counted
-    assert data["mape"] == pytest.approx(statistics.mean(abs(r["error"]) for r in counted), abs=1e-3)
+    assert data["mape"] == pytest.approx(statistics.mean(abs(r["error"]) for r in training), abs=1e-3)
     assert set(data["sources"]) == {r["source"] for r in training}
     # the serving section: its rows in their own measures, a MAPE per source and per measure
     assert {r["measure"] for r in serving} == {"output tokens/s", "ttft ms", "itl ms"}
@@ -173,17 +168,20 @@ def test_cli_exits_non_zero_when_a_row_misses(monkeypatch, capsys) -> None:  # t
     assert "MISS" in capsys.readouterr().out
 
 
-def test_moe_rows_placed_as_they_ran_not_counted(report) -> None:  # type: ignore[no-untyped-def]
+def test_moe_rows_placed_as_they_ran_and_counted(report) -> None:  # type: ignore[no-untyped-def]
     """The DeepSeek-V3 rows of Megatron-Bridge run in Megatron-Core's rank order: EP next to TP, inside the
-    NVLink domain (EP 64 on 64 GPUs of an NVL72), PP outermost; validate predicts them, shows them as checks
-    and leaves them out of the error figures, the fit and the band."""
+    NVLink domain (EP 64 on 64 GPUs of an NVL72), PP outermost, with DeepSeek-V3's MTP module where the
+    table's FLOPs per token say it ran (B200) and without it where they say it did not (GB200); they count in
+    the error figures like every row, within issue 24's 20%."""
     moe = [p for p in report.predictions if "deepseek-v3" in p.row.name]
     assert len(moe) == 3
     for p in moe:
-        assert p.row.check and not p.row.fit and p.error is not None
+        assert p.error is not None and abs(p.error) <= 0.20, (p.row.name, p.error)
         assert p.estimate.job.rank_order == "tp-cp-ep-dp-pp"
         assert p.estimate.tiers["ep"] == "node", p.row.name
-    assert not {p.row.name for p in moe} & {p.row.name for p in report.counted}
+        assert p.estimate.job.model.mtp_layers == (1 if "b200" in p.row.name and "gb200" not in p.row.name
+                                                   else 0), p.row.name
+    assert report.mape() == pytest.approx(statistics.mean(abs(p.error) for p in report.predictions))
     # the same rows in Llama 3's order would spread each EP group over the pipeline's stages, off the node
     scenario = cal.scenario(moe[0].row)
     job, topology = scenario.jobs[0], Geometry.of(scenario.cluster)

@@ -203,6 +203,11 @@ def _stack(stack: dict[str, object]) -> str:
              f"gradients reduced in {str(stack['grad_reduce_dtype']).upper()}"]
     if stack.get("dropout"):
         parts.append(f"dropout {stack['dropout']}")
+    if "ep_dispatch" in stack:
+        gemms = "a GEMM per expert" if stack["expert_gemm"] == "per_expert" else "grouped expert GEMMs"
+        parts.append(f"MoE dispatch {stack['ep_dispatch']}, {gemms}")
+    if stack.get("mtp_layers"):
+        parts.append(f"{stack['mtp_layers']} MTP module{'s' if stack['mtp_layers'] != 1 else ''}")
     return "; ".join(parts)
 
 

@@ -24,7 +24,7 @@ def main(args: argparse.Namespace) -> int:
         return 0 if report.ok and serving.ok else 1
     width = max(len(p.row.name) for p in report.predictions + serving.predictions)
     _table(report, width)
-    print(f"overall {100 * report.mape():.1f}% over {len(report.counted)} runs; fitted rows "
+    print(f"overall {100 * report.mape():.1f}% over {len(report.predictions)} runs; fitted rows "
           f"{100 * report.mape('fit'):.1f}%, held-out rows {100 * report.mape('held out'):.1f}%")
     print(f"order {' > '.join(ORDER[0])}: {'ok' if report.order_ok else 'MISS'}")
     for what, why in skipped().items():
@@ -45,9 +45,8 @@ def _table(report: Report, width: int) -> None:
     for p in report.predictions:
         pred = "-" if p.predicted is None else f"{p.predicted:,.1f}"
         err = "-" if p.error is None else f"{100 * p.error:+.1f}%"
-        miss = "" if p.row.check or (p.error is not None and abs(p.error) <= p.row.tolerance) else "  MISS"
-        fit = (f"  (check, not counted: {p.row.check})" if p.row.check
-               else "" if p.row.fit else "  (held out)")
+        miss = "" if p.error is not None and abs(p.error) <= p.row.tolerance else "  MISS"
+        fit = "" if p.row.fit else "  (held out)"
         print(f"{p.row.source:<16} {p.row.name:<{width}}  {p.row.published:>10,.1f}  {pred:>10}  {err:>7}  "
               f"{MEASURES.get(p.row.measure, p.row.measure)}{fit}{miss}"
               + (f"  [{p.memory_note}]" if p.memory_note else ""))
@@ -83,5 +82,4 @@ def _row(p: Prediction, kind: str) -> dict[str, object]:
     return {"source": p.row.source, "name": p.row.name, "published": p.row.published,
             "predicted": None if p.predicted is None else round(p.predicted, 3),
             "measure": p.row.measure, "error": None if p.error is None else round(p.error, 4),
-            "fit": p.row.fit, "tolerance": p.row.tolerance, "note": p.memory_note, "kind": kind,
-            "counted": not p.row.check}
+            "fit": p.row.fit, "tolerance": p.row.tolerance, "note": p.memory_note, "kind": kind}

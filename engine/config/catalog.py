@@ -138,6 +138,11 @@ class Model:
     tied_embeddings: bool = False
     norm: str = "rmsnorm"        # "rmsnorm" (Llama, DeepSeek) | "layernorm" (GPT, MPT, BLOOM, Nemotron)
     rotary: bool = True          # rotary position embeddings on Q and K (False: learned positions or ALiBi)
+    routed_nodes: int = 0        # MoE node-limited routing: a token's experts on at most this many nodes
+                                 # (DeepSeek-V3: 4, its topk_group of 8 groups; 0: no limit)
+    mtp_layers: int = 0          # multi-token prediction modules trained with the model (DeepSeek-V3: 1):
+                                 # each a transformer layer, a projection and the output head again, on
+                                 # the last pipeline stage (a job's `mtp_layers` can turn them off)
     source: str = ""
 
     @property
@@ -215,6 +220,8 @@ MODEL_SPEC: dict[str, Field] = {
     "tied_embeddings": optional("bool", False),
     "norm": optional("str", "rmsnorm", choices=("rmsnorm", "layernorm")),
     "rotary": optional("bool", True),
+    "routed_nodes": optional("int", 0, low=0, high=100_000),
+    "mtp_layers": optional("int", 0, low=0, high=16),
     "source": optional("str", ""),
 }
 

@@ -4,7 +4,7 @@ stack) and its checks against the cluster it runs on."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import catalog
@@ -77,6 +77,12 @@ class Job:
     grad_reduce_dtype: str = "fp32"      # the data type gradients are reduced in: "fp32" | "bf16"
     rank_order: str = "tp-cp-pp-dp"      # where ranks sit, innermost first (engine/config/geometry.py):
                                          # Llama 3's order, or Megatron-Core's "tp-cp-ep-dp-pp"
+    ep_dispatch: str = "alltoall"        # MoE token dispatch: "alltoall" (NCCL, a copy per routed expert)
+                                         # or "deepep" (DeepEP: one copy per destination node over the
+                                         # network, forwarded inside it over NVLink)
+    expert_gemm: str = "per_expert"      # an MoE layer's local experts: a GEMM kernel each (Transformer
+                                         # Engine's GroupedLinear, cuBLAS per expert) or "grouped": one
+                                         # kernel for all (DeepGEMM, CUTLASS grouped GEMM, torch._grouped_mm)
 
     @property
     def is_inference(self) -> bool:
@@ -131,6 +137,10 @@ JOB_SPEC: dict[str, Field] = {
     "tp_comm_overlap": optional("bool", False),
     "grad_reduce_dtype": optional("str", "fp32", choices=("fp32", "bf16")),
     "rank_order": optional("str", "tp-cp-pp-dp", choices=tuple(RANK_ORDERS)),
+    "ep_dispatch": optional("str", "alltoall", choices=("alltoall", "deepep")),
+    "expert_gemm": optional("str", "per_expert", choices=("per_expert", "grouped")),
+    "mtp_layers": optional("int", None, low=0, high=16,
+                           doc="the model's multi-token prediction modules trained (default: the model's)"),
 }
 
 
@@ -145,6 +155,8 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
     j = check_table_memo(sections, ctx, path, raw, JOB_SPEC)
     name = j["name"] or f"job{path[5:-1]}"
     model = _model(ctx, path, j["model"], name)
+    if j["mtp_layers"] is not None and j["mtp_layers"] != model.mtp_layers:
+        model = replace(model, mtp_layers=j["mtp_layers"])      # trained with or without them
     if j["kind"] == "inference":
         _inference_defaults(ctx, path, j)
     else:
@@ -175,7 +187,8 @@ def check_job(ctx: Context, path: str, raw: Any, cluster: Cluster, next_gpu: int
                cross_entropy_fusion=j["cross_entropy_fusion"],
                overlap_grad_reduce=j["overlap_grad_reduce"], overlap_param_gather=j["overlap_param_gather"],
                tp_comm_overlap=j["tp_comm_overlap"], grad_reduce_dtype=j["grad_reduce_dtype"],
-               rank_order=j["rank_order"])
+               rank_order=j["rank_order"], ep_dispatch=j["ep_dispatch"],
+               expert_gemm=j["expert_gemm"])
 
 
 def _model(ctx: Context, path: str, raw: Any, name: str) -> Model:

@@ -2,7 +2,9 @@
 stage holds on one GPU (parameters, expert parameters, its largest layer, MoE and output layers).
 
 Layers split as engine/model/pipeline.py's split_layers says (the first and last stages get fewer: they also
-hold the embedding and the output layer); with v interleaved chunks per stage, stage r holds virtual stages
+hold the embedding and the output layer); a model's multi-token prediction modules (DeepSeek-V3's MTP) sit
+after the last layer, on the last virtual stage, and count as layers there in the split (Megatron-Core puts
+them on the last pipeline stage); with v interleaved chunks per stage, stage r holds virtual stages
 r, p + r, 2p + r, ... Cached per model and layout: a sweep evaluates thousands of configurations of a few
 layouts.
 """
@@ -29,6 +31,7 @@ class Chunk:
     embedding: bool
     output: bool
     moe: int = 0          # how many of its layers are MoE layers
+    mtp: int = 0          # multi-token prediction modules (the last chunk's, after its layers)
 
     @property
     def dense(self) -> int:
@@ -39,12 +42,20 @@ class Chunk:
 def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
     """chunks[r][c]: the virtual stage c * p + r of stage r."""
     counts = split_layers(model.layers, p * v)
+    if model.mtp_layers:
+        counts = split_layers(model.layers + model.mtp_layers, p * v)
+        counts[-1] -= model.mtp_layers      # the MTP modules take the last chunk's places, or earlier ones'
+        for i in range(len(counts) - 1, 0, -1):
+            if counts[i] < 0:
+                counts[i - 1] += counts[i]
+                counts[i] = 0
     starts = list(itertools.accumulate([0] + counts))
     out = [[Chunk(0, 0, False, False)] * v for _ in range(p)]
     for vs, n in enumerate(counts):
         c, r = divmod(vs, p)
         moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n)) if model.is_moe else 0
-        out[r][c] = Chunk(starts[vs], n, vs == 0, vs == p * v - 1, moe)
+        last = vs == p * v - 1
+        out[r][c] = Chunk(starts[vs], n, vs == 0, last, moe, model.mtp_layers if last else 0)
     return tuple(map(tuple, out))
 
 
@@ -70,25 +81,33 @@ def chunk_params(model: Model, tp: int, ep: int, pp: int, st: Chunk) -> float:
         p += emb
     if st.output and not (model.tied_embeddings and pp == 1):
         p += emb
+    if st.mtp:
+        # each module: its layer, the projection of [embedding; hidden] (2h -> h) and two norms; the modules
+        # look up the next tokens' embeddings, so the last stage holds the embedding table too
+        p += st.mtp * (cm.layer_params_per_gpu(model, cm.mtp_is_moe(model), tp, ep)
+                       + 2 * model.hidden * model.hidden / tp + 2 * model.hidden)
+        if not st.embedding:
+            p += emb
     return p
 
 
 def expert_params(model: Model, tp: int, ep: int, st: Chunk) -> float:
     """Expert parameters of one chunk on one GPU (its MoE layers' experts, TP- and EP-sharded)."""
-    if not st.moe:
+    layers = st.moe + (st.mtp if cm.mtp_is_moe(model) else 0)
+    if not layers:
         return 0.0
     experts = model.experts * cm._mlp_params(model.hidden, model.moe_ffn, model.ffn_activation)
-    return st.moe * experts / tp / ep
+    return layers * experts / tp / ep
 
 
 @lru_cache(maxsize=256)
 def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageFacts, ...]:
     """What each pipeline stage holds on one GPU, all its chunks together (stages mostly hold chunks of the
     same blocks: each distinct one's parameters are counted once)."""
-    params: dict[tuple[int, int, bool, bool], float] = {}
+    params: dict[tuple[int, int, bool, bool, int], float] = {}
 
     def held(st: Chunk) -> float:
-        key = (st.layers, st.moe, st.embedding, st.output)
+        key = (st.layers, st.moe, st.embedding, st.output, st.mtp)
         if key not in params:
             params[key] = chunk_params(model, tp, ep, pp, st)
         return params[key]
@@ -103,16 +122,17 @@ def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageF
             expert_params=sum(expert_params(model, tp, ep, st) for st in stage),
             largest_layer_params=max((one_layer[cm.is_moe_layer(model, st.first_layer)] for st in stage
                                       if st.layers), default=0.0),
-            layers=sum(st.layers for st in stage), moe=any(st.moe for st in stage),
+            layers=sum(st.layers for st in stage),
+            moe=any(st.moe or st.mtp and cm.mtp_is_moe(model) for st in stage),
             output=any(st.output for st in stage))
 
     # stages mostly hold chunks of the same blocks (a deep pipeline's middle stages all alike): each distinct
     # one's facts made once (by what they depend on: each chunk's blocks and whether its first layer is MoE)
-    made: dict[tuple[tuple[int, int, bool, bool, bool], ...], StageFacts] = {}
+    made: dict[tuple[tuple[int, int, bool, bool, int, bool], ...], StageFacts] = {}
     out = []
     for stage in chunks(model, pp, v):
-        key = tuple((st.layers, st.moe, st.embedding, st.output, cm.is_moe_layer(model, st.first_layer))
-                    for st in stage)
+        key = tuple((st.layers, st.moe, st.embedding, st.output, st.mtp,
+                     cm.is_moe_layer(model, st.first_layer)) for st in stage)
         found = made.get(key)
         if found is None:
             found = made[key] = facts(stage)

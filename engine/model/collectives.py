@@ -403,13 +403,14 @@ def _reduce(cluster: Cluster, r: Route, nbytes: float, passes: float) -> Comm:
     return Comm(t, _load(cluster, r, node_bytes, net_bytes, t))
 
 
-def all_to_all(cluster: Cluster, r: Route, nbytes: float) -> Comm:
-    """All-to-all where each GPU holds `nbytes` destined evenly to the n members (itself included)."""
+def all_to_all(cluster: Cluster, r: Route, nbytes: float, net_share: float = 1.0) -> Comm:
+    """All-to-all where each GPU holds `nbytes` destined evenly to the n members (itself included); of what
+    leaves the node, `net_share` crosses the network (an MoE dispatch that sends a token once per node)."""
     n = r.size
     if n <= 1 or nbytes <= 0:
         return NO_COMM
     node_bytes = nbytes * (r.q - 1) / n
-    net_bytes = nbytes * (n - r.q) / n
+    net_bytes = nbytes * (n - r.q) / n * net_share
     eff = cluster.scale_out.alltoall_efficiency
     t_node = scaleup.all_to_all(cluster, r.q, r.shape, node_bytes)
     t_net = net_bytes / (net_busbw(cluster) * eff / r.slowdown) if net_bytes else 0.0

@@ -40,6 +40,8 @@ class Shard:
     dropout: float = 0.0      # hidden and attention dropout probability (masks stored and applied when > 0)
     fused: bool = True        # memory-bound ops fused into single kernels (else eager PyTorch, op by op)
     ce_fused: bool = True     # the loss in one fused kernel (else Megatron's vocab-parallel loss, op by op)
+    expert_gemm: str = "per_expert"   # the local experts' GEMMs: one kernel each ("per_expert") or one
+                                      # grouped kernel for all ("grouped")
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,11 @@ def is_moe_layer(model: Model, index: int) -> bool:
     return model.is_moe and index >= model.dense_layers
 
 
+def mtp_is_moe(model: Model) -> bool:
+    """Whether a multi-token prediction module's layer is an MoE layer (as the model's last layers are)."""
+    return is_moe_layer(model, model.layers)
+
+
 def embedding_params(model: Model) -> int:
     """Input embedding plus output layer (one matrix when tied)."""
     return model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
@@ -155,7 +162,10 @@ def model_flops_per_token(model: Model, seq_len: int) -> float:
     moe = layer_params(model, True)[1] - 2 * model.hidden if model.is_moe else dense
     n_dense, n_moe = layer_kinds(model)
     matmul = n_dense * dense + n_moe * moe + model.hidden * model.vocab
-    attention = seq_len * model.heads * (d_qk + d_v) * model.layers     # forward, causal: s/2 keys per query
+    # each multi-token prediction module: a layer, the 2h -> h projection and the output head again
+    mtp = model.mtp_layers
+    matmul += mtp * ((moe if mtp_is_moe(model) else dense) + 2 * model.hidden**2 + model.hidden * model.vocab)
+    attention = seq_len * model.heads * (d_qk + d_v) * (model.layers + mtp)   # forward, causal: s/2 keys
     return 6.0 * matmul + 3.0 * attention
 
 
@@ -257,10 +267,15 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
     """Forward, backward and recompute of one transformer layer for one microbatch on one GPU."""
     T, t = sh.tokens, sh.tp
     gemms = _gemms(model, moe, sh)
-    g_fwd = sum(gemm_time(gpu, sh.precision, m, n, k, c) for m, n, k, c in gemms)
+
+    def gemm(m: float, n: float, k: float, c: float) -> float:
+        if c > 1 and sh.expert_gemm == "per_expert":     # each expert's GEMM its own kernel, its own waves
+            return c * gemm_time(gpu, sh.precision, m, n, k)
+        return gemm_time(gpu, sh.precision, m, n, k, c)
+
+    g_fwd = sum(gemm(m, n, k, c) for m, n, k, c in gemms)
     # Backward: data gradient (m x n) @ (n x k) and weight gradient (k x m) @ (m x n), same FLOPs each.
-    g_bwd = sum(gemm_time(gpu, sh.precision, m, k, n, c) + gemm_time(gpu, sh.precision, k, n, m, c)
-                for m, n, k, c in gemms)
+    g_bwd = sum(gemm(m, k, n, c) + gemm(k, n, m, c) for m, n, k, c in gemms)
     gemm_flops = sum(2.0 * m * n * k * c for m, n, k, c in gemms)
 
     d_qk, d_v, _ = attention_dims(model)
@@ -306,7 +321,12 @@ def layer_cost(gpu: GPU, model: Model, moe: bool, sh: Shard, recompute: str) -> 
         # a fused attention kernel the attention core (scores, softmax, dropout, values) is recomputed as well
         # (Korthikanti et al.'s selective recomputation)
         core = a_fwd if sh.attention in SCORES_IN_MEMORY else 0.0
-        rec = PassCost(memory_time(gpu, nr / 2 + act / 2, kernels // 2) + core, 0.0, 0, 0.0, 0.0, 0.0, 0.0)
+        # MLA keeps its latents, not Q, K and V (engine/model/memory.py): the two up-projections run again
+        # (DeepSeek-V3 report 3.2.3; Megatron-Core's recompute module "mla_up_proj")
+        up = [gemms[1], gemms[3]] if model.attention == "mla" else []
+        g_up = sum(gemm_time(gpu, sh.precision, m, n, k, c) for m, n, k, c in up)
+        rec = PassCost(memory_time(gpu, nr / 2 + act / 2, kernels // 2) + core + g_up,
+                       sum(2.0 * m * n * k * c for m, n, k, c in up), 0, 0.0, 0.0, 0.0, 0.0, g_up)
     return BlockCost(fwd, bwd, rec, model_flops)
 
 
@@ -355,6 +375,28 @@ def embedding_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
     fwd = PassCost(memory_time(gpu, 2 * out, 1), 0.0, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0)
     bwd = PassCost(memory_time(gpu, 4 * out, 2), 0.0, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0, 0.0)
     return BlockCost(fwd, bwd, None, 0.0)
+
+
+@lru_cache(maxsize=1024)
+def mtp_cost(gpu: GPU, model: Model, sh: Shard) -> BlockCost:
+    """What a multi-token prediction module adds to its layer and its output head (DeepSeek-V3 report 2.2;
+    Megatron-Core's MultiTokenPredictionLayer): the next tokens' embeddings looked up, both inputs normed,
+    concatenated and projected from 2h to h (a GEMM split over TP), on the last stage."""
+    T, t, h = sh.tokens, sh.tp, model.hidden
+    split = t if sh.sp else 1
+    g_fwd = gemm_time(gpu, sh.precision, T, h / t, 2 * h)
+    g_bwd = gemm_time(gpu, sh.precision, T, 2 * h, h / t) + gemm_time(gpu, sh.precision, 2 * h, h / t, T)
+    act = T * h * BF16 / split                      # one h-wide activation
+    k = 0 if sh.fused else 1
+    moved = 2 * act + 2 * NORM_BYTES[model.norm][k] / BF16 * act + 4 * act      # lookup, two norms, concat
+    kernels = 1 + 2 * NORM_KERNELS[model.norm][k] + 1
+    flops = 2.0 * T * h / t * 2 * h
+    tp_bytes = T * h * BF16 if t > 1 else 0.0
+    fwd = PassCost(g_fwd + memory_time(gpu, moved, kernels), flops, 1 if t > 1 else 0, tp_bytes, 0.0, 0.0,
+                   0.0, g_fwd)
+    bwd = PassCost(g_bwd + memory_time(gpu, 2 * moved, 2 * kernels), 2 * flops, 1 if t > 1 else 0, tp_bytes,
+                   0.0, 0.0, 0.0, g_bwd)
+    return BlockCost(fwd, bwd, None, 3 * flops)
 
 
 @lru_cache(maxsize=1024)

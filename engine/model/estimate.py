@@ -377,7 +377,8 @@ def recompute_flops_per_token(job: Job, recompute: str) -> float:
     if recompute != "full":
         return 0.0
     model = job.model
-    return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * model.hidden * model.vocab) / 3.0
+    heads = 1 + model.mtp_layers        # the output head, and each MTP module's: not recomputed
+    return (cm.model_flops_per_token(model, job.seq_len) - 6.0 * heads * model.hidden * model.vocab) / 3.0
 
 
 _SUMMARIES: dict[Cluster, dict[str, Any]] = {}
@@ -440,11 +441,16 @@ def software_stack(job: Job, gpu: Any) -> dict[str, Any]:
     """The job's software stack as the model runs it (the attention kernel resolved for the GPU)."""
     kernel = job.attention_kernel if job.attention_kernel in cm.SCORES_IN_MEMORY else \
         gpu.attention_kernel(job.attention_kernel)
-    return {"attention_kernel": kernel, "fused_kernels": job.fused_kernels,
-            "cross_entropy_fusion": job.cross_entropy_fusion and job.fused_kernels,
-            "overlap_grad_reduce": job.overlap_grad_reduce, "overlap_param_gather": job.overlap_param_gather,
-            "tp_comm_overlap": job.tp_comm_overlap, "overlap_p2p_comm": job.overlap_p2p_comm,
-            "grad_reduce_dtype": job.grad_reduce_dtype, "dropout": job.dropout}
+    stack = {"attention_kernel": kernel, "fused_kernels": job.fused_kernels,
+             "cross_entropy_fusion": job.cross_entropy_fusion and job.fused_kernels,
+             "overlap_grad_reduce": job.overlap_grad_reduce, "overlap_param_gather": job.overlap_param_gather,
+             "tp_comm_overlap": job.tp_comm_overlap, "overlap_p2p_comm": job.overlap_p2p_comm,
+             "grad_reduce_dtype": job.grad_reduce_dtype, "dropout": job.dropout}
+    if job.model.is_moe and not job.is_inference:       # how its MoE layers run (performance-model.md 5c)
+        stack.update(ep_dispatch=job.ep_dispatch, expert_gemm=job.expert_gemm)
+    if job.model.mtp_layers and not job.is_inference:
+        stack["mtp_layers"] = job.model.mtp_layers
+    return stack
 
 
 def _round(x: float | None, digits: int = 4) -> float | None:

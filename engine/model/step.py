@@ -63,7 +63,7 @@ def _scores(job: Job) -> float:
 def shard(job: Job, micro_batch: int) -> cm.Shard:
     return cm.Shard(tokens=micro_batch * job.seq_len // job.cp, seq_len=job.seq_len, tp=job.tp, cp=job.cp,
                     attention=job.attention_kernel, dropout=job.dropout, fused=job.fused_kernels,
-                    ce_fused=job.cross_entropy_fusion,
+                    ce_fused=job.cross_entropy_fusion, expert_gemm=job.expert_gemm,
                     sp=job.sequence_parallel and job.tp > 1, ep=job.ep, precision=job.precision)
 
 
@@ -108,6 +108,21 @@ def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) 
     return _Net(tp=route("tp"), cp=route("cp"),
                 ep=route("ep") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
                 dp=route("dp"), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops)
+
+
+def ep_network_share(job: Job, nodes: int) -> float:
+    """Of an MoE dispatch's token copies bound for other nodes, the share that crosses the network. NCCL's
+    all-to-all sends every copy (1.0). DeepEP sends a token once to each node that holds any of its experts
+    and forwards it there over NVLink (DeepSeek-V3 report 3.2.2): with k experts spread evenly over the
+    group's nodes, N (1 - (1 - 1/N)^k) distinct nodes, at most the model's `routed_nodes`, of k copies."""
+    model = job.model
+    k = model.experts_per_token
+    if job.ep_dispatch != "deepep" or nodes <= 1 or k <= 1:
+        return 1.0
+    distinct = nodes * (1.0 - (1.0 - 1.0 / nodes) ** k)
+    if model.routed_nodes:
+        distinct = min(distinct, model.routed_nodes)
+    return distinct / k
 
 
 def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
@@ -163,10 +178,11 @@ class JobModel:
         self.per_replica = job.global_batch // job.dp
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
+        self._ep_net_share = ep_network_share(job, self.net.ep.k)
         self._grad_comm: dict[float, float] = {}
         self._updates: dict[float, tuple[float, float]] = {}
         self._passes: dict[tuple[Any, ...], Passes] = {}
-        self._params: dict[tuple[int, int, bool, bool], float] = {}
+        self._params: dict[tuple[int, int, bool, bool, int], float] = {}
         self._tp_s: dict[tuple[float, bool], float] = {}
         self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
 
@@ -180,7 +196,7 @@ class JobModel:
     # -- per chunk costs -------------------------------------------------------------------------------
     def _chunk_passes(self, st: Chunk, micro_batch: int, recompute: str) -> Passes:
         """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
-        key = (st.dense, st.moe, st.embedding, st.output, micro_batch, recompute)
+        key = (st.dense, st.moe, st.embedding, st.output, st.mtp, micro_batch, recompute)
         if key not in self._passes:
             self._passes[key] = self._compute_passes(st, shard(self.job, micro_batch), recompute)
         return self._passes[key]
@@ -196,6 +212,10 @@ class JobModel:
             blocks.append((cm.embedding_cost(gpu, job.model, sh), 1))
         if st.output:
             blocks.append((cm.output_cost(gpu, job.model, sh), 1))
+        if st.mtp:      # each multi-token prediction module: a layer, its own parts, the output head again
+            blocks += [(cm.layer_cost(gpu, job.model, cm.mtp_is_moe(job.model), sh, recompute), st.mtp),
+                       (cm.mtp_cost(gpu, job.model, sh), st.mtp),
+                       (cm.output_cost(gpu, job.model, sh), st.mtp)]
         f = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
         b = dict(f)
         for block, n in blocks:
@@ -214,7 +234,7 @@ class JobModel:
                     step = col.p2p(cl, net.cp, pas.cp_bytes).time_s
                     acc["cp"] += n * (job.cp - 1) * max(0.0, step - pas.cp_overlap_s)
                 if pas.ep_bytes:
-                    acc["ep"] += n * 2 * col.all_to_all(cl, net.ep, pas.ep_bytes).time_s
+                    acc["ep"] += n * 2 * col.all_to_all(cl, net.ep, pas.ep_bytes, self._ep_net_share).time_s
         if job.schedule == "dualpipe":
             # the forward of one microbatch runs beside the backward of another: each one's EP all-to-all
             # hides behind the other's compute, which runs on the SMs communication leaves free
@@ -246,7 +266,9 @@ class JobModel:
         """The activations one microbatch leaves for the backward in the chunk's layers, on one GPU."""
         job = self.job
         per_token = 0.0
-        for moe, n in ((False, st.dense), (True, st.moe)):
+        mtp_moe = cm.mtp_is_moe(job.model)       # an MTP module's layer is of the last layers' kind
+        for moe, n in ((False, st.dense + (0 if mtp_moe else st.mtp)),
+                       (True, st.moe + (st.mtp if mtp_moe else 0))):
             if n:
                 per_token += n * mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, recompute,
                                                                 job.precision == "fp8", _scores(job),
@@ -275,7 +297,7 @@ class JobModel:
         return tuple(out)
 
     def _chunk_params(self, st: Chunk) -> float:
-        key = (st.dense, st.moe, st.embedding, st.output)
+        key = (st.dense, st.moe, st.embedding, st.output, st.mtp)
         if key not in self._params:
             self._params[key] = chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
         return self._params[key]
@@ -302,18 +324,21 @@ class JobModel:
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
                       for moe in kinds}
         chunks = self.chunks(cfg.virtual_stages)
-        by_blocks: dict[tuple[int, int, bool], float] = {}      # stages mostly share their chunks' blocks
+        by_blocks: dict[tuple[int, int, bool, int], float] = {}     # stages mostly share their chunks' blocks
         chunk_bytes: list[list[float]] = []
         for stage in chunks:
             chunk_bytes.append([])
             for st in stage:
-                key = (st.dense, st.moe, st.embedding)
+                key = (st.dense, st.moe, st.embedding, st.mtp)
                 if key not in by_blocks:
                     per_tok = st.dense * per_token[False]
                     if st.moe:
                         per_tok += st.moe * per_token[True]
                     if st.embedding:
                         per_tok += job.model.hidden * BF16 / (job.tp if sh.sp else 1)
+                    if st.mtp:      # each module's layer and its projection's 2h-wide input
+                        per_tok += st.mtp * (per_token[cm.mtp_is_moe(job.model)]
+                                             + 2 * job.model.hidden * BF16)
                     by_blocks[key] = per_tok * sh.tokens
                 chunk_bytes[-1].append(by_blocks[key])
         held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)

@@ -30,19 +30,14 @@ class Report:
     order_ok: bool
 
     @property
-    def counted(self) -> tuple[Prediction, ...]:
-        """The rows the error figures count (not those shown as a check only)."""
-        return tuple(p for p in self.predictions if not p.row.check)
-
-    @property
     def ok(self) -> bool:
         return self.order_ok and all(p.error is not None and abs(p.error) <= p.row.tolerance
-                                     for p in self.counted)
+                                     for p in self.predictions)
 
     def mape(self, which: str = "all", source: str | None = None, measure: str | None = None) -> float:
         """Mean absolute error over the rows ("all", "fit" or "held out"), of one source (and measure) or
         every one."""
-        errors = [abs(p.error) for p in self.counted if p.error is not None
+        errors = [abs(p.error) for p in self.predictions if p.error is not None
                   and (source is None or p.row.source == source)
                   and (measure is None or p.row.measure == measure)
                   and (which == "all" or p.row.fit == (which == "fit"))]
@@ -83,7 +78,7 @@ def residuals(training: Report, serving: Report) -> list[Residual]:
     serving rows measured in output tokens/s (the throughput the band is put on)."""
     out = []
     for report, kind in ((training, "training"), (serving, "serving")):
-        for p in report.counted:
+        for p in report.predictions:
             if p.error is None or (kind == "serving" and p.row.measure != serving_calibration.OUTPUT):
                 continue
             job = p.estimate.job

@@ -22,6 +22,7 @@ docs/events.md.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -97,6 +98,9 @@ def rle_decode(rle: dict[str, list[Any]], dtype: Any = None, out: np.ndarray | N
         # Few runs (the symmetric case): assign slices, no temporary arrays.
         start = 0
         for value, count in zip(v, n):
+            # a Python int: counts kept in a narrow numpy dtype (the seek index's keyframes) would make the
+            # sum that narrow and wrap around (128 x 4 in uint8 is 0); not a whole number: TypeError
+            count = operator.index(count)
             if count < 0:
                 raise ValueError("run-length array has a negative count")
             out[start:start + count] = value
