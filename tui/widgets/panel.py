@@ -40,7 +40,8 @@ class QuietStatic(Static):
     repainting costs more than building the text, and most frames change nothing. When its lines do not
     wrap (`text-wrap: nowrap`) and their number and width stay, only the lines that changed are drawn again
     and repainted (a line is drawn from its own text alone: the others keep their strips), and the screen is
-    not laid out again."""
+    not laid out again; a text that wraps is repainted whole, and the screen laid out again only when its
+    height changes."""
 
     _shown = ""
     _lines: tuple[object, list[LineKey]] | None = None   # how and which lines were last shown (not wrapped)
