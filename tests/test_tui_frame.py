@@ -13,6 +13,7 @@ from clustertop.tui.filters import Remembered
 from clustertop.tui.index import EventIndex
 from clustertop.tui.sources import Source
 from clustertop.tui.widgets.heatmap import Heatmap
+from clustertop.tui.widgets.legend import Legend
 from clustertop.tui.widgets.panel import line_keys
 from clustertop.tui.widgets.power import PowerPanel
 from rich.segment import Segment
@@ -241,6 +242,46 @@ async def test_a_panel_repaints_only_its_lines_that_changed() -> None:
             await _steps(pilot, panel, calls)
         finally:
             Widget.refresh = refresh  # type: ignore[method-assign]
+
+
+class _Wrapped(App[None]):
+    """A legend: its text wraps."""
+
+    def compose(self) -> ComposeResult:
+        yield Legend(id="legend")
+
+
+@sync
+async def test_a_wrapped_text_lays_the_screen_out_again_only_when_its_height_changes() -> None:
+    """The legend's text wraps, so its lines are not drawn one by one: it is repainted whole, but the screen
+    is laid out again (every widget arranged, a frame's worth of work) only when it takes more or fewer
+    lines."""
+    app = _Wrapped()
+    async with app.run_test(size=(40, 10)) as pilot:
+        legend = app.query_one(Legend)
+        legend.show_if_changed("a", Text("mean 40%"))
+        await pilot.pause()
+        calls: Calls = []
+        refresh = Widget.refresh
+
+        def spy(widget: Widget, *regions: Region, **kwargs: Any) -> Widget:
+            if widget is legend:
+                calls.append((regions, kwargs))
+            return refresh(widget, *regions, **kwargs)
+
+        Widget.refresh = spy  # type: ignore[method-assign]
+        try:
+            legend.show_if_changed("b", Text("mean 41%"))
+            await pilot.pause()
+            assert calls and not any(kwargs.get("layout") for _, kwargs in calls)
+            assert "mean 41%" in "".join(strip.text for strip in legend.render_lines(legend.size.region))
+            calls.clear()
+            legend.show_if_changed("c", Text("mean 41% " + "and more words " * 4))
+            await pilot.pause()
+            assert any(kwargs.get("layout") for _, kwargs in calls)
+        finally:
+            Widget.refresh = refresh  # type: ignore[method-assign]
+        assert legend.size.height == 2
 
 
 @sync

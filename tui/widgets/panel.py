@@ -40,7 +40,8 @@ class QuietStatic(Static):
     repainting costs more than building the text, and most frames change nothing. When its lines do not
     wrap (`text-wrap: nowrap`) and their number and width stay, only the lines that changed are drawn again
     and repainted (a line is drawn from its own text alone: the others keep their strips), and the screen is
-    not laid out again."""
+    not laid out again; a text that wraps is repainted whole, and the screen laid out again only when its
+    height changes."""
 
     _shown = ""
     _lines: tuple[object, list[LineKey]] | None = None   # how and which lines were last shown (not wrapped)
@@ -86,7 +87,12 @@ class QuietStatic(Static):
         self._shown = key
         rows = self._changed_rows(content)
         if rows is None:
-            self.update(content)
+            visual = self._same_height(content)
+            if visual is None:
+                self.update(content)
+            else:                                      # its height stays: the screen keeps its layout
+                self.update(content, layout=False)
+                self._visual = visual
             return True
         self._only = tuple(Region(0, y, self.size.width, 1) for y in rows)
         try:
@@ -95,6 +101,15 @@ class QuietStatic(Static):
             self._only = None
         self._stale |= frozenset(rows)
         return True
+
+    def _same_height(self, content: Any) -> Visual | None:
+        """What Textual draws of `content` when it takes as many lines as the widget has now (and the widget's
+        width does not follow its content), else None."""
+        width = self.styles.width
+        if not self.is_mounted or not self.size or (width is not None and width.is_auto):
+            return None
+        visual = visualize(self, content, markup=self._render_markup)
+        return visual if visual.get_height(self.styles, self.size.width) == self.size.height else None
 
     def _changed_rows(self, content: Any) -> list[int] | None:
         """The lines of `content` that differ from those shown, or None when it must be drawn whole."""
