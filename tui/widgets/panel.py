@@ -109,7 +109,9 @@ class QuietStatic(Static):
         if not self.is_mounted or not self.size or (width is not None and width.is_auto):
             return None
         visual = visualize(self, content, markup=self._render_markup)
-        return visual if visual.get_height(self.styles, self.size.width) == self.size.height else None
+        # the widget's styles, as Textual's Widget passes them (its stubs ask for the RulesMap they read)
+        height = visual.get_height(self.styles, self.size.width)  # type: ignore[arg-type]
+        return visual if height == self.size.height else None
 
     def _changed_rows(self, content: Any) -> list[int] | None:
         """The lines of `content` that differ from those shown, or None when it must be drawn whole."""
