@@ -4,6 +4,8 @@ whole."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
@@ -79,6 +81,21 @@ def _rows(regions: tuple[Region, ...]) -> set[int]:
     return {y for region in regions for y in region.line_range}
 
 
+def _rows_showing(heatmap: Heatmap, pixels: Any) -> set[int]:
+    """The map's rows whose top or bottom half shows one of `pixels`."""
+    lay = heatmap.layout_info
+    return set(np.nonzero(np.isin(lay.top, pixels) | np.isin(lay.bottom, pixels))[0].tolist())
+
+
+@asynccontextmanager
+async def _paused() -> AsyncIterator[tuple[ClusterTopApp, Any, Heatmap]]:
+    """The two jobs' source at 1 s, paused: the app, its pilot and its heatmap."""
+    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        yield app, pilot, app.screen.query_one(Heatmap)
+
+
 def _lines(heatmap: Heatmap) -> list[list[Any]]:
     return [list(strip) for strip in heatmap.render_frame()]
 
@@ -96,16 +113,12 @@ def _whole(heatmap: Heatmap) -> list[list[Any]]:
 
 @sync
 async def test_a_new_sample_repaints_only_the_rows_whose_cells_changed() -> None:
-    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        heatmap = app.screen.query_one(Heatmap)
+    async with _paused() as (app, pilot, heatmap):
         calls = _spy(heatmap)
         lay = heatmap.layout_info
         app.seek(2.0)
         await pilot.pause()
-        pixels = np.unique([lay.pixel_of(g) for g in range(*SLOW)])
-        rows = set(np.nonzero(np.isin(lay.top, pixels) | np.isin(lay.bottom, pixels))[0].tolist())
+        rows = _rows_showing(heatmap, np.unique([lay.pixel_of(g) for g in range(*SLOW)]))
         assert calls and all(regions for regions in calls)           # never the whole map
         assert set().union(*map(_rows, calls)) == rows and len(rows) < lay.height // 4
         heatmap.set_cursor(1100)
@@ -113,8 +126,7 @@ async def test_a_new_sample_repaints_only_the_rows_whose_cells_changed() -> None
         calls.clear()
         heatmap.set_cursor(2000)                                     # the cursor: its old and new rows
         await pilot.pause()
-        was, now = lay.pixel_of(1100), lay.pixel_of(2000)
-        moved = set(np.nonzero(np.isin(lay.top, [was, now]) | np.isin(lay.bottom, [was, now]))[0].tolist())
+        moved = _rows_showing(heatmap, [lay.pixel_of(1100), lay.pixel_of(2000)])
         assert calls and set().union(*map(_rows, calls)) == moved
         calls.clear()
         app.seek(2.0)                                               # the same picture: nothing to repaint
@@ -124,10 +136,7 @@ async def test_a_new_sample_repaints_only_the_rows_whose_cells_changed() -> None
 
 @sync
 async def test_the_frame_built_row_by_row_is_the_frame_built_whole() -> None:
-    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        heatmap = app.screen.query_one(Heatmap)
+    async with _paused() as (app, pilot, heatmap):
         steps = [lambda: app.seek(2.0), lambda: heatmap.set_cursor(1030), lambda: app.seek(3.0),
                  lambda: app.seek(4.0), lambda: pilot.press("n"), lambda: app.seek(1.0),
                  lambda: heatmap.set_cursor(5000), lambda: pilot.press("2"), lambda: app.seek(3.0),
@@ -150,10 +159,7 @@ async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
     """What Textual shows of the map is its frame's rows through the app's line filters: the row a new sample
     changed is not copied first (a row costs its filters alone), and it is what Textual's own styling of the
     rows shows; with a style of its own (padding here) the map is drawn Textual's way."""
-    app = ClusterTopApp([_source()], start_t=1.0, paused=True)
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        heatmap = app.screen.query_one(Heatmap)
+    async with _paused() as (app, pilot, heatmap):
         background = heatmap.background_colors[1]
         for t in (2.0, 3.0):
             app.seek(t)
