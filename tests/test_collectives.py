@@ -141,11 +141,11 @@ def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
                 groups = np.minimum(first + rng.integers(0, unit, size=(3, size)), cluster.gpus - 1)
                 want = int(topo.tier_between(groups[:, :1], groups).max())
                 low = groups.min(axis=1)
-                assert col._outermost(topo, low, groups.max(axis=1) - low) == want
+                assert topo.outermost(low, groups.max(axis=1) - low) == want
                 seen.add(want)
         assert seen >= {1, 2}                      # groups that leave a node, a rack
         assert bool(seen & {3, 4}) == (topo.pods > 1)   # and a pod or a building, when there are several
-    assert col._outermost(topo, np.array([5]), 0) == 0          # nothing left: the node tier
+    assert topo.outermost(np.array([5]), 0) == 0          # nothing left: the node tier
 
 
 def test_group_size_is_the_members_row_length() -> None:

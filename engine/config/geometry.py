@@ -140,6 +140,15 @@ class Geometry:
             tier = np.where(a // per != b // per, level, tier)
         return tier
 
+    def outermost(self, low: np.ndarray, spread: int | np.ndarray) -> int:
+        """Index into TIERS of the outermost tier any group crosses (`low`: each group's lowest member,
+        `spread`: its highest member's distance from it, one for all groups or one each): a group leaves a
+        unit of `per` GPUs when its lowest member's place in it plus the spread reaches the next (every unit
+        at once, innermost first)."""
+        per = np.array([self.gpus_per_node, self.gpus_per_rack, self.gpus_per_pod, self.gpus_per_building])
+        crossed = np.flatnonzero((low % per[:, None] + spread).max(axis=1) >= per)
+        return int(crossed[-1]) + 1 if len(crossed) else 0
+
     def summary(self) -> dict[str, int]:
         """The stream header's `topology`."""
         return {"gpus": self.gpus, "gpus_per_node": self.gpus_per_node, "gpus_per_rack": self.gpus_per_rack,
@@ -192,11 +201,16 @@ class JobGeometry:
         """GPUs of one stage of one replica (tp * cp): they share every value in lockstep."""
         return self.tp * self.cp
 
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The size of each dimension of the rank order."""
+        return {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}
+
     def stride(self, dim: str) -> int:
         """GPUs between consecutive ranks of a dimension: the product of the sizes inside it in the order (EP
         runs along DP, its innermost part)."""
         d = "dp" if dim == "ep" else dim
-        sizes = {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}
+        sizes = self.sizes
         return math.prod(sizes[inner] for inner in self.order[:self.order.index(d)])
 
     def stage_of(self) -> np.ndarray:
@@ -206,7 +220,7 @@ class JobGeometry:
     def ranks(self, gpu: int) -> dict[str, int]:
         """The parallel ranks of one GPU of the job (a global GPU index)."""
         local = gpu - self.first_gpu
-        sizes = {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}
+        sizes = self.sizes
         out = {d: local // self.stride(d) % sizes[d] for d in RANK_ORDER}
         return {**out, "ep": out["dp"] % self.ep}
 

@@ -100,7 +100,7 @@ def placement(job: Job | Placement) -> Placement:
 
 def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     """Job-local GPU indices of every group over `dims`, shape (groups, size), members in ring order."""
-    sizes = {"tp": job.tp, "cp": job.cp, "pp": job.pp, "dp": job.dp}
+    sizes = placement(job).geometry().sizes
     outer_first = placement(job).order[::-1]
     grid = np.arange(job.gpus).reshape([sizes[d] for d in outer_first])
     names = list(outer_first)
@@ -120,12 +120,9 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
 def lattice(job: Placement, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """`members(job, dims) + job.first_gpu` without building it: (bases, offsets), member j of group g is GPU
     bases[g] + offsets[j] (groups in the rows' order; offsets increase: the members sit in GPU order)."""
-    sizes = {"tp": job.tp, "cp": job.cp, "pp": job.pp, "dp": job.dp}
-    axes: list[tuple[str, int, int]] = []          # (name, size, stride), outermost first
-    stride = 1
-    for d in job.order:
-        axes.insert(0, (d, sizes[d], stride))
-        stride *= sizes[d]
+    geo = job.geometry()
+    # (name, size, stride), outermost first
+    axes = [(d, geo.sizes[d], geo.stride(d)) for d in reversed(job.order)]
     if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/config/geometry.py)
         at = [a[0] for a in axes].index("dp")
         _, dp, dp_stride = axes[at]
@@ -172,7 +169,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     node = first // topo.gpus_per_node
     q = int(np.sum(node == node[0]))
     k = len(np.unique(node))
-    outermost = _outermost(topo, bases, int(offsets[-1]))
+    outermost = topo.outermost(bases, int(offsets[-1]))
     tier = TIERS[outermost]
     end = job.first_gpu + job.gpus          # the groups hold every GPU of the job: [first_gpu, end)
     oversub = cluster.oversubscription()
@@ -266,16 +263,6 @@ def _leaves(units: np.ndarray) -> np.ndarray:
     np.not_equal(flat[:-1], flat[1:], out=out[:-1])
     out[size - 1::size] = units[:, -1] != units[:, 0]
     return out.reshape(units.shape)
-
-
-def _outermost(topo: Geometry, low: np.ndarray, spread: int | np.ndarray) -> int:
-    """Index into TIERS of the outermost tier any group crosses (`low`: each group's lowest member, `spread`:
-    its highest member's distance from it, one for all groups or one each): the widest unit some member is
-    not in with its group's first member. Units are ranges of GPUs: a group leaves one of `per` GPUs when its
-    lowest member's place in it plus the spread reaches the next (every unit at once)."""
-    per = np.array([topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building])
-    crossed = np.flatnonzero((low % per[:, None] + spread).max(axis=1) >= per)      # innermost first
-    return int(crossed[-1]) + 1 if len(crossed) else 0
 
 
 def _block_health(cluster: Cluster, topo: Geometry, tier: str, block: int, n: int) -> np.ndarray:

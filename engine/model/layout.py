@@ -40,10 +40,7 @@ class Layout:
         corner = self.job.first_gpu + np.arange(rows, dtype=np.int64) * span      # each row's first start
         reach = np.full(rows, stride - 1 + stride * (size - 1), dtype=np.int64)   # w - 1 + extent
         reach[-1] -= rows * stride - starts                                       # the last row's width
-        topo = self.topology
-        per = np.array([topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building])
-        crossed = (corner % per[:, None] + reach >= per[:, None]).any(axis=1)    # per unit, innermost first
-        return TIERS[int(np.flatnonzero(crossed)[-1]) + 1 if crossed.any() else 0]
+        return TIERS[self.topology.outermost(corner, reach)]
 
     def tiers(self) -> dict[str, str | None]:
         return {dim: self.tier(dim) for dim in DIMS}
