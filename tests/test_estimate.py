@@ -242,9 +242,9 @@ def test_long_steps_extend_the_simulated_steady_state(monkeypatch) -> None:  # t
     job = dataclasses.replace(s.jobs[0], micro_batch=1)        # 256 microbatches per replica
     exact = estimate_job(s, job)
     monkeypatch.setattr(est, "MAX_SIM_MICROBATCHES", 64)
-    est._simulate_cached.cache_clear()
+    est._evaluate_cached.cache_clear()
     short = estimate_job(s, job)
-    est._simulate_cached.cache_clear()
+    est._evaluate_cached.cache_clear()
     assert exact.microbatches == short.microbatches == 256
     # the extra microbatches are extra steady-state rounds: the step and the DP reduction after the drain
     # come out as simulated in full (stretching the drain as well made DP 0.6 s short and the step 0.5%)
@@ -261,9 +261,9 @@ def _fast_and_full(s):  # type: ignore[no-untyped-def]
     """estimate(s) without and with the plan and hints, each computed from scratch."""
     import clustertop.engine.model.step as est
 
-    est._simulate_cached.cache_clear()
+    est._evaluate_cached.cache_clear()
     fast = estimate(s, plan=False, hints=False)
-    est._simulate_cached.cache_clear()
+    est._evaluate_cached.cache_clear()
     return fast, estimate(s)
 
 
@@ -348,8 +348,8 @@ def test_the_fast_path_keeps_no_pipeline_it_will_not_look_up_again() -> None:
     import clustertop.engine.model.step as est
 
     s = scenario.load("llama3-405b-8k")
-    est._simulate_cached.cache_clear()
+    est._evaluate_cached.cache_clear()
     estimate(s, plan=False, hints=False)
-    assert est._simulate_cached.cache_info().currsize == 0
+    assert est._evaluate_cached.cache_info().currsize == 0
     estimate(s)
-    assert est._simulate_cached.cache_info().currsize == 1
+    assert est._evaluate_cached.cache_info().currsize == 1

@@ -70,7 +70,7 @@ def read_capped(path: str, limit: int, expected: str) -> bytes:
                 size += len(part)
         except OSError as exc:
             raise UserError(f"cannot read: {exc.strerror}", path) from None
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    data = b"".join(parts)
     if len(data) > limit:
         raise UserError(f"is larger than {limit:,} bytes; expected {expected} of at most {limit:,} bytes",
                         path)

@@ -31,7 +31,7 @@ benchmark does: the backward is 2.5 forwards because it recomputes the scores; c
 
 R_max per GPU and kernel is in gpus.toml (`flash2_tflops`: the FA2 table's plateau; `flash3_tflops`: FA3 or
 cuDNN's fused attention on Hopper and newer); FlashAttention-1 and Triton's kernel ("flash1") run at the
-fitted `FLASH1_SHARE` of FA2's (engine/config/catalog.py). A forward takes F / R and a backward 2.5 F / R,
+fitted `flash1_share` of FA2's, per GPU (gpus.toml). A forward takes F / R and a backward 2.5 F / R,
 where F is the forward's FLOPs as the kernel does them (causal: half the square). Head dimensions other than
 128 run at d / (d + 16) of it, relative to 128 (FA2 paper: head 64 about 10% slower).
 

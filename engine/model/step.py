@@ -602,17 +602,16 @@ def _pipeline(plan: bool, schedule: str, p: int, v: int, m: int, fwd: StageSegme
     not repeat (hashing their segments to look them up cost more than a search's or a sweep's cache ever
     saved: none of a 1,000-point sweep's 462 evaluations hit)."""
     if plan:
-        return _simulate_cached(schedule, p, v, m, fwd, bwd, send, send_b)
+        return _evaluate_cached(schedule, p, v, m, fwd, bwd, send, send_b)
     return evaluate(schedule, p, v, m, fwd, bwd, send, send_b)
 
 
 @lru_cache(maxsize=64)
-def _simulate_cached(schedule: str, p: int, v: int, m: int, fwd: StageSegments, bwd: StageSegments,
+def _evaluate_cached(schedule: str, p: int, v: int, m: int, fwd: StageSegments, bwd: StageSegments,
                      send: Sends, send_b: Sends) -> PipelineRun:
-    """The pipeline's times, kept for the same exact inputs: pipeline.evaluate, which gives the SimPy
+    """A step plan's pipeline times, kept for the same exact inputs: pipeline.evaluate, which gives the SimPy
     simulation's times bit for bit without its processes (tests/test_plan_source.py holds the plans of both
-    equal), for a search, a sweep and a step plan alike (the search's run of the chosen configuration is its
-    plan's)."""
+    equal)."""
     return evaluate(schedule, p, v, m, fwd, bwd, send, send_b)
 
 

@@ -81,6 +81,9 @@ def _wait(futures: list[Future[Any]], deadline: float, stop: Stop) -> bool:
     return not stop
 
 
+GPU_BY = (*HOST_LABELS, "instance", "gpu")      # the labels that tell a GPU's series apart
+
+
 class Exporters:
     """dcgm-exporter (and node_exporter) /metrics pages, fetched concurrently within one deadline for the
     round; each page's samples get the target's host:port as their `instance` label, as Prometheus would
@@ -136,6 +139,10 @@ class Exporters:
         first round with no GPU metric (a node_exporter, whose ports go to its host's node)."""
         return [(netloc,) for netloc in self.instances if netloc not in first.portless]
 
+    def warning(self) -> str | None:
+        """Nothing to say at the end: pages carry no scrape time to age readings by."""
+        return None
+
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
@@ -164,14 +171,14 @@ class PrometheusQueries:
 
     def query(self, metric: str) -> str:
         if metric in dcgm.GPU_METRICS:
-            return f"max by ({', '.join(HOST_LABELS)}, instance, gpu) ({metric})"
+            return f"max by ({', '.join(GPU_BY)}) ({metric})"
         return metric
 
     @staticmethod
     def stamp_query(metric: str) -> str:
         """The scrape time of each of a GPU gauge's readings, by the labels its values are asked by (an
         instant query's own time is the evaluation's; `timestamp()` of a selector is its sample's)."""
-        return f"max by ({', '.join(HOST_LABELS)}, instance, gpu) (timestamp({metric}))"
+        return f"max by ({', '.join(GPU_BY)}) (timestamp({metric}))"
 
     def _ask(self, query: str, deadline: float) -> Answer | str:
         url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": query})
@@ -303,7 +310,7 @@ class PrometheusQueries:
 
 def _key(labels: dict[str, str]) -> tuple[str, ...]:
     """What tells a GPU gauge's series apart once reduced by host labels, instance and gpu."""
-    return tuple(labels.get(name, "") for name in (*HOST_LABELS, "instance", "gpu"))
+    return tuple(labels.get(name, "") for name in GPU_BY)
 
 
 def exporter_urls(values: Iterable[str]) -> list[str]:
@@ -630,7 +637,7 @@ class Watcher:
             cancel()                # requests in flight end now: no thread keeps the process
         self.poller.close()
         warnings = [self.stream.bounds_warning() if self.stream else None,
-                    self.poller.warning() if isinstance(self.poller, PrometheusQueries) else None]
+                    self.poller.warning()]
         for warning in warnings:
             if warning:
                 self.note(f"warning: {warning}")

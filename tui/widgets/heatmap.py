@@ -33,6 +33,7 @@ from ..grid import levels as zoom_levels
 from ..marks import marks_of
 
 HALF = "▀"
+BLOCK_LABELS = 5     # cells per pixel side from which each pixel names its phase (no job names over the map)
 JOB_LABEL = palette.COLOURS * palette.COLOURS    # cell codes from here: the cells of the k-th job's name
 MOVE_TIP = "move the cursor (shift: 8 at a time); click selects"    # one help row for the eight cursor keys
 
@@ -104,7 +105,6 @@ class Heatmap(Widget, can_focus=True):
         self._frame: list[Strip] = []                  # every line of the frame last drawn...
         self._frame_key: tuple[object, ...] | None = None  # ...of this state and cursor
         self._frame_context: tuple[object, ...] | None = None    # ...in this view, metric, size, theme
-        self._frame_layout: Layout | None = None
         self._codes: np.ndarray | None = None          # ...whose cells are these colour pairs
         self._segments: dict[int, Segment] = {}       # a run of equal cells by (pair, length)
         self._segments_styles: palette.StyleCache | None = None
@@ -273,7 +273,7 @@ class Heatmap(Widget, can_focus=True):
         if self.metric == "phase":
             rows, table = state.mix.get()
             phase = palette.known_phases(state.phase[lay.gpu0:lay.gpu1])
-            labelled = lay.scale >= 5          # as render_frame: blocks that name their own phase
+            labelled = lay.scale >= BLOCK_LABELS     # as render_frame: blocks that name their own phase
             codes = palette.network_phases(rows[lay.gpu0:lay.gpu1], table, phase, lay.gpu0,
                                            0 if labelled else lay.g)
             colours = palette.phase_colour(lay.phase(codes, lay.gpu0))
@@ -321,7 +321,7 @@ class Heatmap(Widget, can_focus=True):
             return
         if not rows.size:
             return
-        width = self._frame_layout.width if self._frame_layout is not None else self.size.width
+        width = self._get_layout().width                          # the frame's (cached per size)
         first = rows[np.diff(rows, prepend=-2) != 1].tolist()        # runs of consecutive rows
         last = rows[np.diff(rows, append=rows[-1] + 2) != 1].tolist()
         self.refresh(*(Region(0, a, width, b - a + 1) for a, b in zip(first, last)))
@@ -339,13 +339,14 @@ class Heatmap(Widget, can_focus=True):
         if same and self._frame_key == key:
             return np.zeros(0, dtype=np.int64)
         codes, table = self.cell_codes(lay)
-        labelled = lay.scale < 5 and len(self.state.jobs) > 1
+        labelled = lay.scale < BLOCK_LABELS and len(self.state.jobs) > 1
         if labelled:                              # each job's name over its cells: a run of its own
             ys, xs, ids = self._job_label_cells(lay)
             codes[ys, xs] = JOB_LABEL + ids
         if styles is not self._segments_styles:
             self._segments, self._segments_styles = {}, styles
-        if diff and same and lay.scale < 5 and self._codes is not None and self._codes.shape == codes.shape:
+        if diff and same and lay.scale < BLOCK_LABELS and self._codes is not None \
+                and self._codes.shape == codes.shape:
             rows: np.ndarray | None = np.flatnonzero((codes != self._codes).any(axis=1))
         else:
             rows = None
@@ -354,9 +355,9 @@ class Heatmap(Widget, can_focus=True):
             self._frame = [Strip.blank(lay.width, styles.blank)] * lay.height
         for y, strip in zip(built.tolist(), self._strips(lay, codes, built, styles)):
             self._frame[y] = strip
-        if lay.scale >= 5:
+        if lay.scale >= BLOCK_LABELS:
             self._label_blocks(lay, self._frame, table, styles)
-        self._codes, self._frame_key, self._frame_context, self._frame_layout = codes, key, context, lay
+        self._codes, self._frame_key, self._frame_context = codes, key, context
         return rows
 
     def _strips(self, lay: Layout, codes: np.ndarray, rows: np.ndarray,

@@ -77,18 +77,19 @@ class Inspector(QuietStatic):
             text.append("no job", style="dim")
         else:
             text.append(f"job {job.name} ", style="bold")
-            r0 = jobinfo.ranks(job, gpu0)
+            geo = jobinfo.geometry(job)          # once a repaint: each is a table merged and checked
+            r0 = geo.ranks(gpu0)
             if gpu1 - gpu0 == 1:
                 text.append(" · ".join(f"{d.upper()} {r0[d]}" for d in DIMS))
             else:
-                r1 = jobinfo.ranks(job, min(gpu1, job.first_gpu + job.gpus) - 1)
+                r1 = geo.ranks(min(gpu1, job.first_gpu + job.gpus) - 1)
                 spans = []
                 for d in DIMS:
                     lo, hi = min(r0[d], r1[d]), max(r0[d], r1[d])
                     size = int(job.info.get(d, 1) or 1)
                     if size == 1:
                         continue
-                    if d in ("tp", "cp", "pp") and gpu1 - gpu0 >= size * jobinfo.geometry(job).stride(d):
+                    if d in ("tp", "cp", "pp") and gpu1 - gpu0 >= size * geo.stride(d):
                         spans.append(f"{d.upper()} all {size}")
                     else:
                         spans.append(f"{d.upper()} {lo}" if lo == hi else f"{d.upper()} {lo}–{hi}")
