@@ -3,8 +3,6 @@ wave-at-a-time evaluation used by searches gives the very same times."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 from clustertop.engine.config.errors import UserError
@@ -195,23 +193,26 @@ def test_longest_chains_gives_up_when_the_rounds_run_out() -> None:
 @pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 64, 1, 64), ("1f1b", 64, 1, 4), ("1f1b", 16, 2, 16),
                                             ("1f1b", 8, 3, 24), ("gpipe", 16, 1, 64), ("1f1b", 1, 1, 5)])
 def test_wave_slots_hold_every_operation_once_in_wave_order(schedule: str, p: int, v: int, m: int) -> None:
-    """Both layouts of the waves put each operation in its own slot, every input and previous operation in an
-    earlier wave; rows padded to the widest wave stay within twice the operations (a row per stage would not:
-    64 stages and 4 microbatches hold 512 operations in 136 waves of at most 4)."""
+    """The waves as rows of every stage's clock: each operation in its own slot, in its stage's column, its
+    stage's operations in later and later waves, its input's producer in an earlier wave; what the loop
+    reads per wave is the operation's (or, where the stage has none, NaN for the input and a zero duration);
+    the walk goes through the operations in wave order."""
     waves = pipeline._waves(schedule, p, v, m)
     program = pipeline._program(schedule, p, v, m)
-    n = 2 * p * v * m
-    for at, size in ((waves.compact, n), (waves.padded, waves.count * waves.width)):
-        assert len(set(at.slot.tolist())) == n and at.slot.max() < size
-        assert at.prev.size == size <= 2 * n
-
-        def wave(slot: np.ndarray, at: Any = at) -> np.ndarray:
-            return (slot // waves.width if at is waves.padded else
-                    np.searchsorted(waves.offsets, slot, side="right") - 1)
-
-        prev = at.prev.ravel()[at.slot]
-        assert np.all((prev == size + 1) | (wave(prev) < wave(at.slot)))
-        has_input = program.source.ravel() >= 0
-        assert np.array_equal(at.input_of < size, has_input)
-        assert np.all(wave(at.input_of[has_input]) < wave(at.slot[has_input]))
-        assert np.array_equal(at.dep.ravel()[at.slot], at.input_of)
+    n, size = 2 * p * v * m, waves.size
+    slot = waves.slot
+    assert len(set(slot.ravel().tolist())) == n and slot.max() < waves.count * p
+    assert np.array_equal(slot % p, np.broadcast_to(np.arange(p)[:, None], slot.shape))
+    assert np.all(np.diff(slot // p, axis=1) > 0)
+    has_input = program.source >= 0
+    assert np.array_equal(waves.input_of < size, has_input)
+    wave_of_end = waves.input_of[has_input] // p - 1                # ends are kept a row later
+    assert np.all(wave_of_end < (slot // p)[has_input])
+    empty = np.ones(waves.count * p, dtype=bool)
+    empty[slot.ravel()] = False
+    assert np.array_equal(waves.dep.ravel()[slot.ravel()], waves.input_of.ravel())
+    assert np.all(waves.dep.ravel()[empty] == size)
+    assert np.array_equal(waves.segment.ravel()[slot.ravel()], program.segment.ravel())
+    assert np.all(waves.segment.ravel()[empty] == 2 * p * v)        # the zero past the durations
+    assert np.array_equal(waves.delay.ravel()[slot.ravel()], program.stage_kind.ravel())
+    assert np.all(np.diff(slot.ravel()[waves.walk_order]) > 0)

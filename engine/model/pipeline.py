@@ -38,7 +38,7 @@ OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 # evaluate: below this many operations per wave on average, one Python loop over the operations beats numpy
 # over the waves (measured over the schedules of the flagship sweep: a numpy wave ~3 us, a Python operation
 # ~0.2 us)
-PER_WAVE_MIN = 16
+PER_WAVE_MIN = 6
 STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
 SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (262,144 operations: ~115 MB)
@@ -288,6 +288,18 @@ class _Program:
         return flat
 
     @cached_property
+    def stage_kind(self) -> np.ndarray:
+        """[stage, operation]: stage * 2 + kind, the index into [stage, kind] arrays."""
+        flat: np.ndarray = np.arange(self.kind.shape[0])[:, None] * 2 + self.kind
+        return flat
+
+    @cached_property
+    def segment(self) -> np.ndarray:
+        """[stage, operation]: (stage * 2 + kind) * v + chunk, the index into [stage, kind, chunk] arrays."""
+        flat: np.ndarray = self.stage_kind * self.last_backward.shape[1] + self.chunk
+        return flat
+
+    @cached_property
     def sign(self) -> np.ndarray:
         """[stage, operation]: 1.0 for a forward (it allocates its activations), -1.0 for a backward
         (frees them)."""
@@ -394,42 +406,47 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
              send_bwd: Sequence[float]) -> PipelineRun:
     """What `simulate` gives, the same floating-point operations on the same numbers, a wave at a time: each
     operation starts at max(previous end, input end + transfer) (NaN for no input, which fmax skips) and ends
-    `total` later."""
+    `total` later. A wave is a row of every stage's clock: a stage with no operation in the wave waits for
+    no input (NaN) and takes 0.0, which leaves its clock as it was (x + 0.0 is x)."""
     program, segments = _prepare(schedule, p, v, m, fwd, bwd)
     waves = _waves(schedule, p, v, m)
-    delays = np.array([x for r in range(p) for x in (send_fwd[(r - 1) % p], send_bwd[(r + 1) % p])],
-                      dtype=float)
+    # the transfer an operation waits for, by stage * 2 + kind: a forward's from the previous stage, a
+    # backward's from the next
+    delays = np.stack((np.roll(np.asarray(send_fwd, dtype=float), 1),
+                       np.roll(np.asarray(send_bwd, dtype=float), -1)), axis=1).ravel()
     total = segments.total.ravel()
-    if waves.operations < PER_WAVE_MIN * waves.count:
-        at = waves.compact
-        start, end = _walk(at, delays[at.delay].tolist(), total[at.segment].tolist())
-    else:
-        at = waves.padded
-        takes = total[at.segment]                                  # [wave, slot]
-        size = takes.size
-        end = np.empty(size + 2)
-        end[size], end[size + 1] = np.nan, 0.0    # what "no input" and "no previous operation" read
-        start = np.empty(size)
-        # a wave a row (the iterators give each row as a view, made in C); a slot past the wave's last
-        # operation reads 0.0, takes 0.0 and is never read
-        rows = (at.prev, at.dep, delays[at.delay], takes, start.reshape(takes.shape),
-                end[:size].reshape(takes.shape))
-        for prev, dep, dl, tk, s, e in zip(*rows):
-            np.fmax(end[prev], end[dep] + dl, out=s)
-            np.add(s, tk, out=e)
     shape = program.kind.shape
-    return PipelineRun(program, segments, end[at.input_of].reshape(shape), start[at.slot].reshape(shape),
-                       end[at.slot].reshape(shape))
+    if program.kind.size < PER_WAVE_MIN * waves.count:
+        start, end = _walk(waves, delays[program.stage_kind].ravel(), total[program.segment].ravel())
+        return PipelineRun(program, segments, end[waves.walk_input], start[:-2].reshape(shape),
+                           end[:-2].reshape(shape))
+    count, size = waves.count, waves.size
+    takes = np.append(total, 0.0)[waves.segment]                      # [wave, stage]
+    waits = delays[waves.delay]
+    ends = np.empty(size + 1)
+    ends[:p] = 0.0                                # every stage's clock before its first operation
+    ends[size] = np.nan                           # what "no input" reads
+    clock = ends[:size].reshape(count + 1, p)     # row w + 1: the clocks after wave w
+    start = np.empty((count, p))
+    # a wave a row (the iterators give each row as a view, made in C)
+    for prev, dep, dl, tk, s, e in zip(clock, waves.dep, waits, takes, start, clock[1:]):
+        np.fmax(prev, ends[dep] + dl, out=s)
+        np.add(s, tk, out=e)
+    return PipelineRun(program, segments, ends[waves.input_of], start.ravel()[waves.slot],
+                       ends[waves.slot + p])
 
 
-def _walk(at: _Slots, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
-    """`evaluate`'s loop one operation at a time in plain Python floats, for schedules whose waves are narrow
-    (numpy's cost per wave would dominate): the same additions, and taking y when y > x is fmax(x, y) where x
-    is never NaN (NaN > x is false)."""
-    n = len(takes)
-    end = [0.0] * n + [math.nan, 0.0]          # what "no input" and "no previous operation" read
-    start = [0.0] * n
-    for i, a, d, dl, tk in zip(range(n), at.prev_list, at.dep_list, delay, takes):
+def _walk(waves: _Waves, delay: np.ndarray, takes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`evaluate`'s loop one operation at a time in plain Python floats, in wave order, for schedules whose
+    waves are narrow (numpy's cost per wave would dominate): the same additions, and taking y when y > x is
+    fmax(x, y) where x is never NaN (NaN > x is false). By flat index (stage * operations per stage + k),
+    then NaN and 0.0 (what "no input" and "no previous operation" read)."""
+    order = waves.walk_order
+    n = len(order)
+    end = [0.0] * n + [math.nan, 0.0]
+    start = [0.0] * (n + 2)
+    for i, a, d, dl, tk in zip(order, waves.walk_prev, waves.walk_dep, delay[order].tolist(),
+                               takes[order].tolist()):
         x = end[a]
         y = end[d] + dl
         if y > x:                  # noqa: PLR1730  (max() costs a call per operation)
@@ -448,80 +465,54 @@ def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments,
 
 
 @dataclass(frozen=True, eq=False)
-class _Slots:
-    """Where `evaluate` keeps each operation: slots in wave order (a wave's operations by stage), `width` to a
-    wave (its rows padded to the widest wave; 1: one after the other), size = slots in all. prev, dep: the
-    slots of the stage's previous operation and of the input's producer (size + 1 and size when there is none;
-    size + 1 in the padding), segment: the flat index into [stage, kind, chunk] arrays, delay into [stage,
-    kind] (0 in the padding), all [wave, slot] (flat for width 1). By flat index (stage * ops per stage + k):
-    slot (where the operation is) and input_of (where its input's producer is, size for none)."""
+class _Waves:
+    """A program's operations in waves: an operation depends only on operations of earlier waves, and a stage
+    runs at most one operation a wave. `evaluate` keeps its times a wave a row and a stage a column: stage r's
+    operation of wave w in slot w * p + r of the start times, and its end in slot (w + 1) * p + r of the ends
+    (row 0: the clocks before the first wave; slot `size`: NaN, what "no input" reads).
 
-    prev: np.ndarray
+    slot[r, k]: where stage r's k-th operation is; input_of[r, k]: where its input's producer ends (`size`:
+    none). By [wave, stage], what the loop reads: dep (input_of, or `size` where the stage has no operation),
+    segment (the flat index into [stage, kind, chunk] arrays; one past them where no operation) and delay
+    (stage * 2 + kind; 0 where no operation, whose input is NaN)."""
+
+    program: _Program
+    count: int                     # waves
+    slot: np.ndarray
+    input_of: np.ndarray
     dep: np.ndarray
     segment: np.ndarray
     delay: np.ndarray
-    slot: np.ndarray
-    input_of: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return (self.count + 1) * self.slot.shape[0]
 
     @cached_property
-    def prev_list(self) -> list[int]:
-        prev: list[int] = self.prev.tolist()
+    def walk_order(self) -> list[int]:
+        """`_walk`'s order: the operations' flat indices in wave order (by stage within a wave)."""
+        order: list[int] = np.argsort(self.slot.ravel(), kind="stable").tolist()
+        return order
+
+    @cached_property
+    def walk_prev(self) -> list[int]:
+        """In `walk_order`, the flat index of the stage's previous operation (n + 1: none)."""
+        k = self.slot.shape[1]
+        flat = np.arange(self.slot.size)
+        prev: list[int] = np.where(flat % k, flat - 1, self.slot.size + 1)[self.walk_order].tolist()
         return prev
 
     @cached_property
-    def dep_list(self) -> list[int]:
-        dep: list[int] = self.dep.tolist()
+    def walk_dep(self) -> list[int]:
+        """In `walk_order`, the flat index of the input's producer (n: none)."""
+        dep: list[int] = self.walk_input.ravel()[self.walk_order].tolist()
         return dep
 
-
-@dataclass(frozen=True, eq=False)
-class _Waves:
-    """A program's operations in waves: an operation depends only on operations of earlier waves. wave[r, k]:
-    the wave of stage r's k-th operation, rank[r, k] its place among its wave's operations (by stage: a stage
-    runs at most one operation a wave); offsets[w]: the operations of the waves before w."""
-
-    program: _Program
-    v: int
-    wave: np.ndarray
-    rank: np.ndarray
-    offsets: np.ndarray
-    width: int                     # operations of the widest wave
-
-    @property
-    def count(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def operations(self) -> int:
-        return self.wave.size
-
     @cached_property
-    def compact(self) -> _Slots:
-        """One slot an operation, in wave order: what `_walk` goes through."""
-        return self._slots(self.offsets[self.wave] + self.rank, 0)
-
-    @cached_property
-    def padded(self) -> _Slots:
-        """A wave a row, rows as long as the widest wave: what `evaluate`'s numpy loop goes through."""
-        return self._slots(self.wave * self.width + self.rank, self.width)
-
-    def _slots(self, slot: np.ndarray, width: int) -> _Slots:
-        program, p = self.program, self.wave.shape[0]
-        size = self.count * width if width else self.operations
-        prev = np.full(slot.shape, size + 1, dtype=np.intp)
-        prev[:, 1:] = slot[:, :-1]
-        flat = slot.ravel()
-        input_of = np.where(program.source >= 0, flat[program.source], size).ravel()
-        stage_kind = np.arange(p)[:, None] * 2 + program.kind
-        shape = (self.count, width) if width else (size,)
-
-        def grid(values: np.ndarray, fill: int) -> np.ndarray:
-            out = np.full(size, fill, dtype=np.intp)
-            out[flat] = values.ravel()
-            return out.reshape(shape)
-
-        return _Slots(grid(prev, size + 1), grid(input_of, size + 1),
-                      grid(stage_kind * self.v + program.chunk, 0), grid(stage_kind, 0), flat, input_of)
+    def walk_input(self) -> np.ndarray:
+        """[stage, operation]: the flat index of the input's producer (n: none)."""
+        source = self.program.source
+        return np.where(source >= 0, source, source.size)
 
 
 @lru_cache(maxsize=256)
@@ -534,13 +525,19 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     wave = layered if layered is not None else \
         _walked_waves(schedule, p, v, m, program).reshape(program.kind.shape)
     count = int(wave[:, -1].max()) + 1           # a stage's waves increase along its operations
-    stage = np.broadcast_to(np.arange(p)[:, None], wave.shape)
-    held = np.zeros((count, p), dtype=bool)
-    held[wave, stage] = True
-    before = np.cumsum(held, axis=1)              # [wave, stage]: operations of the wave up to the stage
-    per_wave = before[:, -1]
-    return _Waves(program, v, wave, before[wave, stage] - 1, np.concatenate(([0], np.cumsum(per_wave))),
-                  int(per_wave.max()))
+    slot = wave * p + np.arange(p)[:, None]
+    size = (count + 1) * p
+    source = program.source
+    input_of = np.where(source >= 0, slot.ravel()[source] + p, size)
+    flat = slot.ravel()
+
+    def grid(values: np.ndarray, fill: int) -> np.ndarray:
+        out = np.full(count * p, fill, dtype=np.intp)
+        out[flat] = values.ravel()
+        return out.reshape(count, p)
+
+    return _Waves(program, count, slot, input_of, grid(input_of, size), grid(program.segment, 2 * p * v),
+                  grid(program.stage_kind, 0))
 
 
 def _wave_guess(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
