@@ -165,29 +165,63 @@ def test_evaluate_matches_with_operations_that_take_no_time(schedule: str, p: in
     assert evaluated.end_s >= m * 1.0                                          # every backward of a stage
 
 
+def _cases(schedule: str, v: int):  # type: ignore[no-untyped-def]
+    for p in (1, 2, 3, 4, 7, 16):
+        for m in (1, 2, 3, 5, 8, 16, 33, 64):
+            if check(schedule, p, v, m) is None:
+                yield p, m
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("1f1b", 2), ("1f1b", 5), ("gpipe", 1)])
+def test_program_runs_each_stages_operations_in_order(schedule: str, v: int) -> None:
+    """The program's closed forms (where each stage runs its i-th forward and backward, what it waits for)
+    are the schedule's order, and each operation waits for the one the schedule says."""
+    for p, m in _cases(schedule, v):
+        program = pipeline._program(schedule, p, v, m)
+        kind, chunk, micro = pipeline._operations(schedule, p, v, m, np.arange(p)[:, None])
+        assert np.array_equal(program.kind, kind) and np.array_equal(program.chunk, chunk), (p, m)
+        ids = program.ids
+        assert np.array_equal(np.sort(ids.ravel()), np.arange(ids.size))
+        assert np.array_equal(ids, ((kind * p + np.arange(p)[:, None]) * v + chunk) * m + micro)
+        waits = {(r, k): (int(program.source[r, k]) // (2 * m * v), int(program.source[r, k]) % (2 * m * v))
+                 for r in range(p) for k in range(2 * m * v) if program.source[r, k] >= 0}
+        for (r, k), (r2, k2) in waits.items():
+            c = chunk[r, k]
+            assert (kind[r, k], micro[r, k]) == (kind[r2, k2], micro[r2, k2])      # the same microbatch's
+            if kind[r, k] == 0:       # the previous virtual stage's forward
+                assert (r2, chunk[r2, k2]) == ((r - 1, c) if r else (p - 1, c - 1))
+            else:                     # the next virtual stage's backward
+                assert (r2, chunk[r2, k2]) == ((r + 1, c) if r < p - 1 else (0, c + 1))
+        firsts = (kind == 0) & (chunk == 0) & (np.arange(p)[:, None] == 0)
+        lasts = (kind == 1) & (chunk == v - 1) & (np.arange(p)[:, None] == p - 1)
+        assert len(waits) == kind.size - firsts.sum() - lasts.sum()
+        last = [[max(k for k in range(2 * m * v) if kind[r, k] == 1 and chunk[r, k] == c) for c in range(v)]
+                for r in range(p)]
+        assert program.last_backward.tolist() == last
+
+
 @pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("1f1b", 2), ("1f1b", 5), ("gpipe", 1)])
 def test_waves_from_the_closed_form_are_the_walked_ones(schedule: str, v: int) -> None:
     """The closed form of the schedule's waves (raised where it is short) is the one-operation-at-a-time walk:
-    exact for 1F1B and GPipe, a few rounds for interleaving, and never the fallback."""
-    for p in (1, 2, 3, 4, 7, 16):
-        for m in (1, 2, 3, 5, 8, 16, 33, 64):
-            if check(schedule, p, v, m) is not None:
-                continue
-            program = pipeline._program(schedule, p, v, m)
-            guess = pipeline._wave_guess(schedule, p, v, m, program)
-            walked = pipeline._walked_waves(schedule, p, v, m, program).reshape(guess.shape)
-            if v == 1:
-                assert np.array_equal(guess, walked), (schedule, p, v, m)
-            layered = pipeline._longest_chains(program, guess, 2 * p + 2)
-            assert layered is not None and np.array_equal(layered, walked), (schedule, p, v, m)
+    exact for 1F1B and GPipe, a round or two for interleaving, and never the fallback."""
+    for p, m in _cases(schedule, v):
+        program = pipeline._program(schedule, p, v, m)
+        walked = pipeline._walked_waves(schedule, p, v, m, program).reshape(p, -1)
+        guess = pipeline._wave_guess(schedule, p, v, m)
+        if v == 1:
+            assert np.array_equal(program.per_operation(*guess), walked), (schedule, p, v, m)
+        layered = pipeline._longest_chains(program, *guess, 3)
+        assert layered is not None and np.array_equal(program.per_operation(*layered), walked), (p, v, m)
 
 
 def test_longest_chains_gives_up_when_the_rounds_run_out() -> None:
     program = pipeline._program("1f1b", 8, 1, 8)
-    assert pipeline._longest_chains(program, np.zeros((8, 16), dtype=np.intp), 2) is None
-    layered = pipeline._longest_chains(program, np.zeros((8, 16), dtype=np.intp), 100)
+    zeros = np.zeros((8, 8), dtype=np.intp)
+    assert pipeline._longest_chains(program, zeros, zeros, 2) is None
+    layered = pipeline._longest_chains(program, zeros, zeros, 100)
     assert layered is not None
-    assert np.array_equal(layered.ravel(), pipeline._walked_waves("1f1b", 8, 1, 8, program))
+    assert np.array_equal(program.per_operation(*layered).ravel(),
+                          pipeline._walked_waves("1f1b", 8, 1, 8, program))
 
 
 @pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 64, 1, 64), ("1f1b", 64, 1, 4), ("1f1b", 16, 2, 16),

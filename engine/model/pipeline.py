@@ -271,32 +271,106 @@ def operations(p: int, v: int, m: int) -> int:
 
 @dataclass(frozen=True, eq=False)
 class _Program:
-    """The operations of every stage, numbered: op id ((kind * p + stage) * v + chunk) * m + microbatch."""
+    """The operations of every stage. Each stage runs the same forwards in the same order (forward i: chunk
+    chunk_f[i], microbatch micro[i]) and the same backwards (backward i: chunk chunk_b[i], microbatch
+    micro[i]); stage r runs its i-th forward as its operation pos_f[r, i] and its i-th backward as its
+    operation pos_b[r, i].
+    Forward i of stage r > 0 waits for forward i of stage r - 1, of stage 0 (a later chunk) for forward i - p
+    of the last stage; backward i of stage r < p - 1 for backward i of stage r + 1, of the last stage (an
+    earlier chunk) for backward i - p of stage 0 (`upstream`). Op id: ((kind * p + stage) * v + chunk) * m +
+    microbatch."""
 
-    kind: np.ndarray               # [stage, operation]: 0 forward, 1 backward
-    chunk: np.ndarray              # [stage, operation]
-    ids: np.ndarray                # [stage, operation]: op id
-    dep: np.ndarray                # [stage, operation]: id of the operation it waits for, or -1
-    source: np.ndarray             # [stage, operation]: that operation's flat index (stage * operations per
-    #                                stage + operation), or -1
+    p: int
+    v: int
+    m: int
+    pos_f: np.ndarray              # [stage, i]
+    pos_b: np.ndarray              # [stage, i]
+    chunk_f: np.ndarray            # [i]
+    chunk_b: np.ndarray            # [i]
+    micro: np.ndarray              # [i]
     last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+    def upstream(self, forward: np.ndarray, backward: np.ndarray,
+                 none: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage and forward (backward) i, the value `forward` (`backward`) has for the operation it waits
+        for (`none`: it waits for no other stage's)."""
+        p = self.p
+        up_f, up_b = np.empty_like(forward), np.empty_like(backward)
+        up_f[1:], up_b[:-1] = forward[:-1], backward[1:]
+        up_f[0], up_b[-1] = none, none
+        if self.v > 1:            # chunk c > 0 of stage 0 after chunk c - 1 of the last stage; backwards back
+            up_f[0, p:] = np.where(self.chunk_f[p:] > 0, forward[-1, :-p], none)
+            up_b[-1, p:] = np.where(self.chunk_b[p:] < self.v - 1, backward[0, :-p], none)
+        return up_f, up_b
+
+    def per_operation(self, forward: Any, backward: Any, dtype: Any = np.intp) -> np.ndarray:
+        """[stage, operation]: `forward` [stage, i] (or broadcast to it) at each stage's forwards, `backward`
+        at its backwards."""
+        out = np.empty((self.p, 2 * self.pos_f.shape[1]), dtype=dtype)
+        flat = out.reshape(-1)
+        flat[self.flat_f] = forward
+        flat[self.flat_b] = backward
+        return out
+
+    @cached_property
+    def kind(self) -> np.ndarray:
+        """[stage, operation]: 0 forward, 1 backward."""
+        return self.per_operation(0, 1)
+
+    @cached_property
+    def chunk(self) -> np.ndarray:
+        """[stage, operation]: the chunk it runs."""
+        return self.per_operation(self.chunk_f, self.chunk_b)
+
+    @cached_property
+    def flat_f(self) -> np.ndarray:
+        """[stage, i]: the flat index (stage * operations per stage + operation) of each stage's i-th
+        forward."""
+        per_stage = 2 * self.pos_f.shape[1]
+        flat: np.ndarray = np.arange(0, self.p * per_stage, per_stage)[:, None] + self.pos_f
+        return flat
+
+    @cached_property
+    def flat_b(self) -> np.ndarray:
+        """[stage, i]: the flat index of each stage's i-th backward."""
+        per_stage = 2 * self.pos_b.shape[1]
+        flat: np.ndarray = np.arange(0, self.p * per_stage, per_stage)[:, None] + self.pos_b
+        return flat
+
+    @cached_property
+    def source(self) -> np.ndarray:
+        """[stage, operation]: the flat index of the operation it waits for, or -1."""
+        return self.per_operation(*self.upstream(self.flat_f, self.flat_b, -1))
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """[stage, operation]: op id."""
+        stage = np.arange(self.p)[:, None]
+        ids: np.ndarray = ((self.kind * self.p + stage) * self.v + self.chunk) * self.m + \
+            self.per_operation(self.micro, self.micro)
+        return ids
+
+    @cached_property
+    def dep(self) -> np.ndarray:
+        """[stage, operation]: id of the operation it waits for, or -1."""
+        return np.where(self.source >= 0, self.ids.ravel()[self.source], -1)
 
     @cached_property
     def chunk_at(self) -> np.ndarray:
         """[stage, operation]: the flat index (stage * v + chunk) of the chunk it runs."""
-        flat: np.ndarray = np.arange(self.chunk.shape[0])[:, None] * self.last_backward.shape[1] + self.chunk
+        flat: np.ndarray = np.arange(self.p)[:, None] * self.v + self.chunk
         return flat
 
     @cached_property
     def stage_kind(self) -> np.ndarray:
         """[stage, operation]: stage * 2 + kind, the index into [stage, kind] arrays."""
-        flat: np.ndarray = np.arange(self.kind.shape[0])[:, None] * 2 + self.kind
+        flat: np.ndarray = np.arange(self.p)[:, None] * 2 + self.kind
         return flat
 
     @cached_property
     def segment(self) -> np.ndarray:
         """[stage, operation]: (stage * 2 + kind) * v + chunk, the index into [stage, kind, chunk] arrays."""
-        flat: np.ndarray = self.stage_kind * self.last_backward.shape[1] + self.chunk
+        flat: np.ndarray = self.stage_kind * self.v + self.chunk
         return flat
 
     @cached_property
@@ -312,30 +386,29 @@ class _Program:
                      for k, c, i, d in zip(self.kind, self.chunk, self.ids, self.dep))
 
 
+def _warm_up(schedule: str, p: int, v: int, m: int) -> np.ndarray:
+    """[stage, 1]: the forwards each stage runs before its first backward (GPipe: all of them)."""
+    r = np.arange(p)[:, None]
+    if schedule == "gpipe":
+        return np.full((p, 1), m)
+    return np.minimum(p - r - 1, m) if v == 1 else np.minimum(2 * (p - r - 1) + (v - 1) * p, m * v)
+
+
 @lru_cache(maxsize=256)
 def _program(schedule: str, p: int, v: int, m: int) -> _Program:
-    stage = np.arange(p)[:, None]
-    kind, chunk, micro = _operations(schedule, p, v, m, stage)
-
-    def op_id(backward: Any, r: Any, c: Any) -> np.ndarray:
-        ids: np.ndarray = ((backward * p + r) * v + c) * m + micro
-        return ids
-
-    # a forward waits for the previous stage (stage 0: the last stage's previous chunk); a backward for the
-    # next stage (the last stage: stage 0's next chunk)
-    fwd_dep = np.where(stage > 0, op_id(0, stage - 1, chunk),
-                       np.where(chunk > 0, op_id(0, p - 1, chunk - 1), -1))
-    bwd_dep = np.where(stage < p - 1, op_id(1, stage + 1, chunk),
-                       np.where(chunk < v - 1, op_id(1, 0, chunk + 1), -1))
-    dep = np.where(kind == 1, bwd_dep, fwd_dep)
-    ids = op_id(kind, stage, chunk)
-    flat = np.empty(2 * p * v * m, dtype=np.intp)
-    flat[ids.ravel()] = np.arange(ids.size)
-    source = np.where(dep >= 0, flat[np.maximum(dep, 0)], -1)
-    r, k = np.nonzero((kind == 1) & (micro == m - 1))      # one per stage and chunk
-    last = np.empty((p, v), dtype=np.intp)
-    last[r, chunk[r, k]] = k
-    return _Program(kind, chunk, ids, dep, source, last)
+    # the warm-up forwards, then one forward and one backward, then the remaining backwards (`_operations`)
+    n = m * v
+    i = np.arange(n)
+    warm = _warm_up(schedule, p, v, m)
+    pos_f = i + np.maximum(i - warm, 0)
+    pos_b = i + np.minimum(i + warm + 1, n)
+    # interleaved: rounds of p microbatches through chunks 0, 1, ... (backwards through v - 1, v - 2, ...)
+    chunk_f = i % (p * v) // p
+    chunk_b = v - 1 - chunk_f
+    micro = i // (p * v) * p + i % p
+    # the last backward of chunk c: microbatch m - 1's, in the last round (v = 1: the last backward)
+    last_i = n - 1 - np.arange(v) * p
+    return _Program(p, v, m, pos_f, pos_b, chunk_f, chunk_b, micro, pos_b[:, last_i])
 
 
 def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
@@ -422,16 +495,21 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
                            end[:-2].reshape(shape))
     count, size = waves.count, waves.size
     takes = np.append(total, 0.0)[waves.segment]                      # [wave, stage]
-    waits = delays[waves.delay]
     ends = np.empty(size + 1)
     ends[:p] = 0.0                                # every stage's clock before its first operation
     ends[size] = np.nan                           # what "no input" reads
     clock = ends[:size].reshape(count + 1, p)     # row w + 1: the clocks after wave w
     start = np.empty((count, p))
     # a wave a row (the iterators give each row as a view, made in C)
-    for prev, dep, dl, tk, s, e in zip(clock, waves.dep, waits, takes, start, clock[1:]):
-        np.fmax(prev, ends[dep] + dl, out=s)
-        np.add(s, tk, out=e)
+    if delays.any():
+        waits = np.append(delays, 0.0)[waves.delay]
+        for prev, dep, dl, tk, s, e in zip(clock, waves.dep, waits, takes, start, clock[1:]):
+            np.fmax(prev, ends[dep] + dl, out=s)
+            np.add(s, tk, out=e)
+    else:                                         # x + 0.0 is x: no additions for the transfers
+        for prev, dep, tk, s, e in zip(clock, waves.dep, takes, start, clock[1:]):
+            np.fmax(prev, ends[dep], out=s)
+            np.add(s, tk, out=e)
     return PipelineRun(program, segments, ends[waves.input_of], start.ravel()[waves.slot],
                        ends[waves.slot + p])
 
@@ -521,61 +599,79 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     producer (the longest chain of operations ending at it: any such layering gives `evaluate` the same
     numbers, as the operations of a wave depend only on earlier ones)."""
     program = _program(schedule, p, v, m)
-    layered = _longest_chains(program, _wave_guess(schedule, p, v, m, program), 2 * p + 2)
-    wave = layered if layered is not None else \
-        _walked_waves(schedule, p, v, m, program).reshape(program.kind.shape)
-    count = int(wave[:, -1].max()) + 1           # a stage's waves increase along its operations
-    slot = wave * p + np.arange(p)[:, None]
+    layered = _longest_chains(program, *_wave_guess(schedule, p, v, m), 2 * p + 2)
+    if layered is None:
+        walked = _walked_waves(schedule, p, v, m, program).reshape(p, -1)
+        rows = np.arange(p)[:, None]
+        layered = walked[rows, program.pos_f], walked[rows, program.pos_b]
+    wave_f, wave_b = layered
+    count = int(wave_b[:, -1].max()) + 1         # a stage ends with a backward, its latest wave
+    rows = np.arange(p)[:, None]
+    slot_f, slot_b = wave_f * p + rows, wave_b * p + rows
     size = (count + 1) * p
-    source = program.source
-    input_of = np.where(source >= 0, slot.ravel()[source] + p, size)
-    flat = slot.ravel()
-
-    def grid(values: np.ndarray, fill: int) -> np.ndarray:
-        out = np.full(count * p, fill, dtype=np.intp)
-        out[flat] = values.ravel()
-        return out.reshape(count, p)
-
-    return _Waves(program, count, slot, input_of, grid(input_of, size), grid(program.segment, 2 * p * v),
-                  grid(program.stage_kind, 0))
+    input_f, input_b = program.upstream(slot_f + p, slot_b + p, size)
+    dep = np.full(count * p, size)
+    dep[slot_f], dep[slot_b] = input_f, input_b
+    segment = np.full(count * p, 2 * p * v)
+    segment[slot_f] = 2 * v * rows + program.chunk_f
+    segment[slot_b] = (2 * rows + 1) * v + program.chunk_b
+    segment = segment.reshape(count, p)
+    return _Waves(program, count, program.per_operation(slot_f, slot_b),
+                  program.per_operation(input_f, input_b), dep.reshape(count, p), segment, segment // v)
 
 
-def _wave_guess(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
-    """[stage, operation]: each operation's wave when every operation takes one step (the schedule's closed
-    form). Exact for 1F1B and GPipe; for interleaved 1F1B it misses the waits of stage 0's later chunks for
-    the last stage, which `_longest_chains` adds in about p rounds."""
-    backward = program.kind == 1
+def _wave_guess(schedule: str, p: int, v: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """[stage, i]: the wave of each stage's i-th forward and i-th backward when every operation takes one
+    step (the schedule's closed form). Exact for 1F1B and GPipe; for interleaved 1F1B it misses the waits of
+    stage 0's later chunks for the last stage and of the last backwards, which `_longest_chains` adds."""
     r = np.arange(p)[:, None]
-    nb = np.cumsum(backward, axis=1) - backward              # backwards before the operation
-    nf = np.arange(program.kind.shape[1]) - nb                # forwards before it (its index, if a forward)
+    i = np.arange(m * v)
     if schedule == "gpipe":                                   # all forwards down, then all backwards up
-        guess: np.ndarray = np.where(backward, m + 2 * p - 2 - r + nb, r + nf)
-        return guess
-    total = m * v
-    warm = np.minimum(p - r - 1, m) if v == 1 else np.minimum(2 * (p - r - 1) + (v - 1) * p, total)
-    steady = total - warm
+        return r + i, m + 2 * p - 2 - r + i
+    warm = _warm_up(schedule, p, v, m)
     first_b = (v + 1) * p - 1 - r                             # the first gradient's round trip
-    cooldown = first_b + 2 * (steady - 1) + (2 if v == 1 else 1) * (nb - steady + 1)
-    b = np.where(nb < steady, first_b + 2 * nb, cooldown)
-    guess = np.where(backward, b, np.where(nf <= warm, r + nf, first_b + 2 * (nf - warm) - 1))
-    return guess
+    forward = np.where(i <= warm, r + i, first_b + 2 * (i - warm) - 1)
+    # a forward and a backward, and (interleaved) one backward after another once the forwards are done
+    backward = first_b + 2 * i if v == 1 else first_b + i + np.minimum(i, m * v - warm - 1)
+    return forward, backward
 
 
-def _longest_chains(program: _Program, guess: np.ndarray, rounds: int) -> np.ndarray | None:
-    """Waves from a guess: raise each operation to one more than its input's wave and its stage's previous
-    operation's (along a stage at once: w[k] - k is a running max), all stages together, until nothing
-    changes (a valid layering, the least one above the guess) or `rounds` pass (None)."""
-    k = np.arange(program.kind.shape[1])
-    has_input = program.source >= 0
-    source = np.where(has_input, program.source, 0)
-    waves = guess.astype(np.intp)
+def _longest_chains(program: _Program, forward: np.ndarray, backward: np.ndarray,
+                    rounds: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Waves from a guess ([stage, i] of the forwards and backwards): raise each operation to one more than
+    its input's wave and its stage's previous operation's, until they are (a valid layering, the least one
+    above the guess) or `rounds` pass (None). A round goes along the chains of forwards (forward i down the
+    stages and on to the next chunk: w[t] - t is a running max along the chain), of backwards, and along the
+    stages (w[k] - k along a stage's operations)."""
+    p, v = program.p, program.v
+    r = np.arange(p)[:, None]
+    k = np.arange(2 * forward.shape[1])
+    rows = np.arange(p)[:, None]
     for _ in range(rounds):
-        after = np.where(has_input, waves.ravel()[source] + 1, 0)
-        raised = np.maximum.accumulate(np.maximum(after, waves) - k, axis=1) + k
-        if np.array_equal(raised, waves):
-            return waves
-        waves = raised
+        up_f, up_b = program.upstream(forward, backward, -1)
+        waves = program.per_operation(forward, backward)
+        if np.all(up_f < forward) and np.all(up_b < backward) and np.all(waves[:, 1:] > waves[:, :-1]):
+            return forward, backward
+        if v == 1:
+            forward = np.maximum.accumulate(forward - r, axis=0) + r
+            backward = np.maximum.accumulate((backward + r)[::-1], axis=0)[::-1] - r
+        else:
+            forward, backward = _along_chains(forward, p, v), _along_chains(backward[::-1], p, v)[::-1]
+        waves = program.per_operation(forward, backward)
+        waves = np.maximum.accumulate(waves - k, axis=1) + k
+        forward, backward = waves[rows, program.pos_f], waves[rows, program.pos_b]
     return None
+
+
+def _along_chains(waves: np.ndarray, p: int, v: int) -> np.ndarray:
+    """[stage, i] of interleaved forwards (or of backwards, stages reversed) raised along their chains: i =
+    (round * v + chunk) * p + microbatch in the round, the chain of a round and microbatch runs through the
+    chunks and in each through the stages (t = chunk * p + stage)."""
+    n = waves.shape[1]
+    chains = waves.reshape(p, n // (p * v), v, p).transpose(1, 3, 2, 0).reshape(-1, p * v)
+    t = np.arange(p * v)
+    raised = np.maximum.accumulate(chains - t, axis=1) + t
+    return raised.reshape(n // (p * v), p, v, p).transpose(3, 0, 2, 1).reshape(p, n)
 
 
 def _walked_waves(schedule: str, p: int, v: int, m: int, program: _Program) -> np.ndarray:
