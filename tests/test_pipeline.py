@@ -240,8 +240,7 @@ def test_wave_slots_hold_every_operation_once_in_wave_order(schedule: str, p: in
     assert np.all(np.diff(slot // p, axis=1) > 0)
     has_input = program.source >= 0
     assert np.array_equal(waves.input_of < size, has_input)
-    wave_of_end = waves.input_of[has_input] // p - 1                # ends are kept a row later
-    assert np.all(wave_of_end < (slot // p)[has_input])
+    assert np.all(waves.input_of[has_input] // p < (slot // p)[has_input])
     empty = np.ones(waves.count * p, dtype=bool)
     empty[slot.ravel()] = False
     assert np.array_equal(waves.dep.ravel()[slot.ravel()], waves.input_of.ravel())
@@ -249,4 +248,5 @@ def test_wave_slots_hold_every_operation_once_in_wave_order(schedule: str, p: in
     assert np.array_equal(waves.segment.ravel()[slot.ravel()], program.segment.ravel())
     assert np.all(waves.segment.ravel()[empty] == 2 * p * v)        # the zero past the durations
     assert np.array_equal(waves.delay.ravel()[slot.ravel()], program.stage_kind.ravel())
+    assert np.all(waves.delay.ravel()[empty] == 2 * p)              # the zero past the transfers
     assert np.all(np.diff(slot.ravel()[waves.walk_order]) > 0)

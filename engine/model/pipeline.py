@@ -496,22 +496,27 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     count, size = waves.count, waves.size
     takes = np.append(total, 0.0)[waves.segment]                      # [wave, stage]
     ends = np.empty(size + 1)
-    ends[:p] = 0.0                                # every stage's clock before its first operation
     ends[size] = np.nan                           # what "no input" reads
-    clock = ends[:size].reshape(count + 1, p)     # row w + 1: the clocks after wave w
-    start = np.empty((count, p))
-    # a wave a row (the iterators give each row as a view, made in C)
+    clock = ends[:size].reshape(count, p)         # row w: the clocks after wave w
+    # a wave a row (the iterators give each row as a view, made in C), after the clocks of the wave before
+    prev = np.zeros(p)
+    fmax, add = np.fmax, np.add
     if delays.any():
         waits = np.append(delays, 0.0)[waves.delay]
-        for prev, dep, dl, tk, s, e in zip(clock, waves.dep, waits, takes, start, clock[1:]):
-            np.fmax(prev, ends[dep] + dl, out=s)
-            np.add(s, tk, out=e)
+        for dep, dl, tk, e in zip(waves.dep, waits, takes, clock):
+            fmax(prev, ends[dep] + dl, out=e)
+            add(e, tk, out=e)
+            prev = e
     else:                                         # x + 0.0 is x: no additions for the transfers
-        for prev, dep, tk, s, e in zip(clock, waves.dep, takes, start, clock[1:]):
-            np.fmax(prev, ends[dep], out=s)
-            np.add(s, tk, out=e)
-    return PipelineRun(program, segments, ends[waves.input_of], start.ravel()[waves.slot],
-                       ends[waves.slot + p])
+        for dep, tk, e in zip(waves.dep, takes, clock):
+            fmax(prev, ends[dep], out=e)
+            add(e, tk, out=e)
+            prev = e
+    produced, end = ends[waves.input_of], ends[waves.slot]
+    # when each operation started: the loop's max again, of the same numbers
+    arrived = produced + waits.ravel()[waves.slot] if delays.any() else produced
+    start = fmax(np.concatenate((np.zeros((p, 1)), end[:, :-1]), axis=1), arrived)
+    return PipelineRun(program, segments, produced, start, end)
 
 
 def _walk(waves: _Waves, delay: np.ndarray, takes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -546,13 +551,12 @@ def _prepare(schedule: str, p: int, v: int, m: int, fwd: Segments,
 class _Waves:
     """A program's operations in waves: an operation depends only on operations of earlier waves, and a stage
     runs at most one operation a wave. `evaluate` keeps its times a wave a row and a stage a column: stage r's
-    operation of wave w in slot w * p + r of the start times, and its end in slot (w + 1) * p + r of the ends
-    (row 0: the clocks before the first wave; slot `size`: NaN, what "no input" reads).
+    operation of wave w in slot w * p + r of the start and end times (slot `size` of the ends: NaN, what "no
+    input" reads).
 
-    slot[r, k]: where stage r's k-th operation is; input_of[r, k]: where its input's producer ends (`size`:
-    none). By [wave, stage], what the loop reads: dep (input_of, or `size` where the stage has no operation),
-    segment (the flat index into [stage, kind, chunk] arrays; one past them where no operation) and delay
-    (stage * 2 + kind; 0 where no operation, whose input is NaN)."""
+    slot[r, k]: where stage r's k-th operation is; input_of[r, k]: where its input's producer is (`size`:
+    none). By [wave, stage], what the loop reads: dep (input_of, or `size` where the stage has no operation)
+    and segment (the flat index into [stage, kind, chunk] arrays; one past them where no operation)."""
 
     program: _Program
     count: int                     # waves
@@ -560,11 +564,17 @@ class _Waves:
     input_of: np.ndarray
     dep: np.ndarray
     segment: np.ndarray
-    delay: np.ndarray
 
     @property
     def size(self) -> int:
-        return (self.count + 1) * self.slot.shape[0]
+        return self.count * self.slot.shape[0]
+
+    @cached_property
+    def delay(self) -> np.ndarray:
+        """[wave, stage]: stage * 2 + kind, the index into [stage, kind] arrays (one past them where no
+        operation, whose input is NaN)."""
+        delay: np.ndarray = self.segment // self.program.v
+        return delay
 
     @cached_property
     def walk_order(self) -> list[int]:
@@ -608,16 +618,15 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     count = int(wave_b[:, -1].max()) + 1         # a stage ends with a backward, its latest wave
     rows = np.arange(p)[:, None]
     slot_f, slot_b = wave_f * p + rows, wave_b * p + rows
-    size = (count + 1) * p
-    input_f, input_b = program.upstream(slot_f + p, slot_b + p, size)
-    dep = np.full(count * p, size)
+    size = count * p
+    input_f, input_b = program.upstream(slot_f, slot_b, size)
+    dep = np.full(size, size)
     dep[slot_f], dep[slot_b] = input_f, input_b
-    segment = np.full(count * p, 2 * p * v)
+    segment = np.full(size, 2 * p * v)
     segment[slot_f] = 2 * v * rows + program.chunk_f
     segment[slot_b] = (2 * rows + 1) * v + program.chunk_b
-    segment = segment.reshape(count, p)
     return _Waves(program, count, program.per_operation(slot_f, slot_b),
-                  program.per_operation(input_f, input_b), dep.reshape(count, p), segment, segment // v)
+                  program.per_operation(input_f, input_b), dep.reshape(count, p), segment.reshape(count, p))
 
 
 def _wave_guess(schedule: str, p: int, v: int, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -647,11 +656,12 @@ def _longest_chains(program: _Program, forward: np.ndarray, backward: np.ndarray
     r = np.arange(p)[:, None]
     k = np.arange(2 * forward.shape[1])
     rows = np.arange(p)[:, None]
-    for _ in range(rounds):
-        up_f, up_b = program.upstream(forward, backward, -1)
-        waves = program.per_operation(forward, backward)
-        if np.all(up_f < forward) and np.all(up_b < backward) and np.all(waves[:, 1:] > waves[:, :-1]):
-            return forward, backward
+    for n in range(rounds):
+        if n or v == 1:             # (an interleaved schedule's guess is short: raised once before a look)
+            up_f, up_b = program.upstream(forward, backward, -1)
+            waves = program.per_operation(forward, backward)
+            if np.all(up_f < forward) and np.all(up_b < backward) and np.all(waves[:, 1:] > waves[:, :-1]):
+                return forward, backward
         if v == 1:
             forward = np.maximum.accumulate(forward - r, axis=0) + r
             backward = np.maximum.accumulate((backward + r)[::-1], axis=0)[::-1] - r
