@@ -36,9 +36,9 @@ Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segmen
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
 # evaluate: below this many operations per wave on average, one Python loop over the operations beats numpy
-# over the waves (measured over the schedules of the flagship sweep: a numpy wave ~3 us, a Python operation
-# ~0.2 us)
-PER_WAVE_MIN = 6
+# over the waves (measured cold, tables included: 64 stages and 4 microbatches, 3.8 a wave, 0.36 ms walked
+# and 0.41 ms by waves; 8 stages and 8 microbatches, 4.3 a wave, 0.15 and 0.14 ms)
+PER_WAVE_MIN = 4
 STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
 SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (262,144 operations: ~115 MB)
@@ -104,9 +104,8 @@ class PipelineRun:
     @property
     def last_backward(self) -> list[list[tuple[float, float]]]:
         """Per stage and chunk: (start, end) of the chunk's last backward."""
-        k = self.program.last_backward
-        rows = np.arange(k.shape[0])[:, None]
-        return [list(zip(a, b)) for a, b in zip(self.start[rows, k].tolist(), self.end[rows, k].tolist())]
+        k = self.program.last_backward + np.arange(0, self.end.size, self.end.shape[1])[:, None]
+        return [list(zip(a, b)) for a, b in zip(self.start.ravel()[k].tolist(), self.end.ravel()[k].tolist())]
 
     def _waits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per operation: its stage's previous end, whether it waited for its input, and when the input was
@@ -287,8 +286,14 @@ class _Program:
     pos_b: np.ndarray              # [stage, i]
     chunk_f: np.ndarray            # [i]
     chunk_b: np.ndarray            # [i]
-    micro: np.ndarray              # [i]
     last_backward: np.ndarray      # [stage, chunk]: which operation is the chunk's last backward
+
+    @cached_property
+    def micro(self) -> np.ndarray:
+        """[i]: the microbatch of the i-th forward and of the i-th backward."""
+        i, p = np.arange(self.pos_f.shape[1]), self.p
+        micro: np.ndarray = i // (p * self.v) * p + i % p
+        return micro
 
     def upstream(self, forward: np.ndarray, backward: np.ndarray,
                  none: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -405,10 +410,9 @@ def _program(schedule: str, p: int, v: int, m: int) -> _Program:
     # interleaved: rounds of p microbatches through chunks 0, 1, ... (backwards through v - 1, v - 2, ...)
     chunk_f = i % (p * v) // p
     chunk_b = v - 1 - chunk_f
-    micro = i // (p * v) * p + i % p
     # the last backward of chunk c: microbatch m - 1's, in the last round (v = 1: the last backward)
     last_i = n - 1 - np.arange(v) * p
-    return _Program(p, v, m, pos_f, pos_b, chunk_f, chunk_b, micro, pos_b[:, last_i])
+    return _Program(p, v, m, pos_f, pos_b, chunk_f, chunk_b, pos_b[:, last_i])
 
 
 def simulate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments, send_fwd: Sequence[float],
@@ -611,11 +615,10 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     program = _program(schedule, p, v, m)
     layered = _longest_chains(program, *_wave_guess(schedule, p, v, m), 2 * p + 2)
     if layered is None:
-        walked = _walked_waves(schedule, p, v, m, program).reshape(p, -1)
-        rows = np.arange(p)[:, None]
-        layered = walked[rows, program.pos_f], walked[rows, program.pos_b]
-    wave_f, wave_b = layered
-    count = int(wave_b[:, -1].max()) + 1         # a stage ends with a backward, its latest wave
+        walked = _walked_waves(schedule, p, v, m, program)
+        layered = walked[program.flat_f], walked[program.flat_b], walked.reshape(p, -1)
+    wave_f, wave_b, wave = layered
+    count = int(wave[:, -1].max()) + 1           # a stage's waves increase along its operations
     rows = np.arange(p)[:, None]
     slot_f, slot_b = wave_f * p + rows, wave_b * p + rows
     size = count * p
@@ -625,8 +628,8 @@ def _waves(schedule: str, p: int, v: int, m: int) -> _Waves:
     segment = np.full(size, 2 * p * v)
     segment[slot_f] = 2 * v * rows + program.chunk_f
     segment[slot_b] = (2 * rows + 1) * v + program.chunk_b
-    return _Waves(program, count, program.per_operation(slot_f, slot_b),
-                  program.per_operation(input_f, input_b), dep.reshape(count, p), segment.reshape(count, p))
+    return _Waves(program, count, wave * p + rows, program.per_operation(input_f, input_b),
+                  dep.reshape(count, p), segment.reshape(count, p))
 
 
 def _wave_guess(schedule: str, p: int, v: int, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -646,30 +649,33 @@ def _wave_guess(schedule: str, p: int, v: int, m: int) -> tuple[np.ndarray, np.n
 
 
 def _longest_chains(program: _Program, forward: np.ndarray, backward: np.ndarray,
-                    rounds: int) -> tuple[np.ndarray, np.ndarray] | None:
+                    rounds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Waves from a guess ([stage, i] of the forwards and backwards): raise each operation to one more than
     its input's wave and its stage's previous operation's, until they are (a valid layering, the least one
     above the guess) or `rounds` pass (None). A round goes along the chains of forwards (forward i down the
     stages and on to the next chunk: w[t] - t is a running max along the chain), of backwards, and along the
-    stages (w[k] - k along a stage's operations)."""
+    stages (w[k] - k along a stage's operations). Gives the forwards', the backwards' and [stage, operation]
+    waves."""
     p, v = program.p, program.v
     r = np.arange(p)[:, None]
     k = np.arange(2 * forward.shape[1])
-    rows = np.arange(p)[:, None]
     for n in range(rounds):
+        waves = program.per_operation(forward, backward)
         if n or v == 1:             # (an interleaved schedule's guess is short: raised once before a look)
-            up_f, up_b = program.upstream(forward, backward, -1)
-            waves = program.per_operation(forward, backward)
-            if np.all(up_f < forward) and np.all(up_b < backward) and np.all(waves[:, 1:] > waves[:, :-1]):
-                return forward, backward
+            if v == 1:
+                chained = (forward[1:] > forward[:-1]).all() and (backward[:-1] > backward[1:]).all()
+            else:
+                up_f, up_b = program.upstream(forward, backward, -1)
+                chained = (up_f < forward).all() and (up_b < backward).all()
+            if chained and (waves[:, 1:] > waves[:, :-1]).all():
+                return forward, backward, waves
         if v == 1:
             forward = np.maximum.accumulate(forward - r, axis=0) + r
             backward = np.maximum.accumulate((backward + r)[::-1], axis=0)[::-1] - r
         else:
             forward, backward = _along_chains(forward, p, v), _along_chains(backward[::-1], p, v)[::-1]
-        waves = program.per_operation(forward, backward)
-        waves = np.maximum.accumulate(waves - k, axis=1) + k
-        forward, backward = waves[rows, program.pos_f], waves[rows, program.pos_b]
+        waves = np.maximum.accumulate(program.per_operation(forward, backward) - k, axis=1) + k
+        forward, backward = waves.ravel()[program.flat_f], waves.ravel()[program.flat_b]
     return None
 
 
