@@ -93,6 +93,22 @@ def test_first_stage_holds_p_microbatches_under_1f1b_and_m_under_gpipe() -> None
     assert p < held <= p + (p - 1) / v + 1
 
 
+@pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 4, 1, 8), ("1f1b", 8, 1, 3), ("gpipe", 4, 1, 6),
+                                            ("1f1b", 4, 2, 8), ("1f1b", 8, 3, 16)])
+def test_peak_inflight_adds_up_each_stages_operations_in_order(schedule: str, p: int, v: int, m: int) -> None:
+    """Bit for bit what going through each stage's operations one at a time gives (a forward adds its chunk's
+    bytes, a backward takes them off)."""
+    chunk_bytes = np.random.default_rng(p + v + m).uniform(1e8, 1e9, size=(p, v))
+    walked = []
+    for r, stage in enumerate(order(schedule, p, v, m, r) for r in range(p)):
+        held, peak = 0.0, 0.0
+        for kind, c, _ in stage:
+            held = held + (float(chunk_bytes[r][c]) if kind == "F" else -float(chunk_bytes[r][c]))
+            peak = max(peak, held)
+        walked.append(peak)
+    assert peak_inflight(schedule, p, v, m, chunk_bytes) == walked
+
+
 def test_every_operation_runs_once() -> None:
     p, v, m = 4, 2, 8
     for r in range(p):

@@ -244,7 +244,8 @@ def peak_inflight(schedule: str, p: int, v: int, m: int,
         m = min(m, steady_microbatches(p))
     if operations(p, v, m) <= MAX_SCHEDULE_OPS:            # the whole program at once (cached)
         program = _program(schedule, p, v, m)
-        held = per_chunk.ravel()[program.chunk_at] * program.sign      # x * -1.0 is -x: freed exactly
+        # a forward holds its chunk's bytes, a backward frees them (-x: exactly)
+        held = program.per_operation(per_chunk[:, program.chunk_f], -per_chunk[:, program.chunk_b], float)
         peaks: list[float] = np.maximum(np.add.accumulate(held, axis=1).max(axis=1), 0.0).tolist()
         return peaks
     out = []
@@ -361,12 +362,6 @@ class _Program:
         return np.where(self.source >= 0, self.ids.ravel()[self.source], -1)
 
     @cached_property
-    def chunk_at(self) -> np.ndarray:
-        """[stage, operation]: the flat index (stage * v + chunk) of the chunk it runs."""
-        flat: np.ndarray = np.arange(self.p)[:, None] * self.v + self.chunk
-        return flat
-
-    @cached_property
     def stage_kind(self) -> np.ndarray:
         """[stage, operation]: stage * 2 + kind, the index into [stage, kind] arrays."""
         flat: np.ndarray = np.arange(self.p)[:, None] * 2 + self.kind
@@ -377,12 +372,6 @@ class _Program:
         """[stage, operation]: (stage * 2 + kind) * v + chunk, the index into [stage, kind, chunk] arrays."""
         flat: np.ndarray = self.stage_kind * self.v + self.chunk
         return flat
-
-    @cached_property
-    def sign(self) -> np.ndarray:
-        """[stage, operation]: 1.0 for a forward (it allocates its activations), -1.0 for a backward
-        (frees them)."""
-        return np.where(self.kind == 1, -1.0, 1.0)
 
     @cached_property
     def ops(self) -> tuple[tuple[tuple[bool, int, int, int], ...], ...]:
