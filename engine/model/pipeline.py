@@ -109,9 +109,10 @@ class PipelineRun:
 
     def _waits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per operation: its stage's previous end, whether it waited for its input, and when the input was
-        produced (clipped to the wait): bubble before that, pp after."""
+        produced (clipped to the wait): bubble before that, pp after. (An operation with no input starts at
+        its stage's previous end.)"""
         prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)
-        waited = ~np.isnan(self.produced) & (self.start > prev)
+        waited = self.start > prev
         return prev, waited, np.minimum(np.maximum(self.produced, prev), self.start)
 
     def phase_seconds(self) -> np.ndarray:
@@ -648,15 +649,18 @@ def _longest_chains(program: _Program, forward: np.ndarray, backward: np.ndarray
     p, v = program.p, program.v
     r = np.arange(p)[:, None]
     k = np.arange(2 * forward.shape[1])
+    waves: np.ndarray | None = None     # after a round: rising along every stage
     for n in range(rounds):
-        waves = program.per_operation(forward, backward)
         if n or v == 1:             # (an interleaved schedule's guess is short: raised once before a look)
             if v == 1:
                 chained = (forward[1:] > forward[:-1]).all() and (backward[:-1] > backward[1:]).all()
             else:
                 up_f, up_b = program.upstream(forward, backward, -1)
                 chained = (up_f < forward).all() and (up_b < backward).all()
-            if chained and (waves[:, 1:] > waves[:, :-1]).all():
+            if waves is None:
+                waves = program.per_operation(forward, backward)
+                chained = chained and (waves[:, 1:] > waves[:, :-1]).all()
+            if chained:
                 return forward, backward, waves
         if v == 1:
             forward = np.maximum.accumulate(forward - r, axis=0) + r
