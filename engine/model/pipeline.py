@@ -38,7 +38,7 @@ OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 # evaluate: below this many operations per wave on average, one Python loop over the operations beats numpy
 # over the waves (measured cold, tables included: 64 stages and 4 microbatches, 3.8 a wave, 0.36 ms walked
 # and 0.41 ms by waves; 8 stages and 8 microbatches, 4.3 a wave, 0.15 and 0.14 ms)
-PER_WAVE_MIN = 4
+PER_WAVE_MIN = 8
 STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
 SCHEDULE_BYTES_PER_OP = 450          # measured peak of simulate + intervals (262,144 operations: ~115 MB)
@@ -478,13 +478,16 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     program, segments = _prepare(schedule, p, v, m, fwd, bwd)
     waves = _waves(schedule, p, v, m)
     # the transfer an operation waits for, by stage * 2 + kind: a forward's from the previous stage, a
-    # backward's from the next
-    delays = np.stack((np.roll(np.asarray(send_fwd, dtype=float), 1),
-                       np.roll(np.asarray(send_bwd, dtype=float), -1)), axis=1).ravel()
+    # backward's from the next (then 0.0, what a stage with no operation in a wave reads)
+    send_f, send_b = np.asarray(send_fwd, dtype=float), np.asarray(send_bwd, dtype=float)
+    delays = np.empty(2 * p + 1)
+    delays[0], delays[2:-1:2] = send_f[-1], send_f[:-1]
+    delays[1:-2:2], delays[-2] = send_b[1:], send_b[0]
+    delays[-1] = 0.0
     total = segments.total.ravel()
-    shape = program.kind.shape
-    if program.kind.size < PER_WAVE_MIN * waves.count:
-        start, end = _walk(waves, delays[program.stage_kind].ravel(), total[program.segment].ravel())
+    shape = (p, 2 * v * m)
+    if 2 * p * v * m < PER_WAVE_MIN * waves.count:
+        start, end = _walk(waves, delays[waves.walk_delay].tolist(), total[waves.walk_segment].tolist())
         return PipelineRun(program, segments, end[waves.walk_input], start[:-2].reshape(shape),
                            end[:-2].reshape(shape))
     count, size = waves.count, waves.size
@@ -496,7 +499,7 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     prev = np.zeros(p)
     fmax, add = np.fmax, np.add
     if delays.any():
-        waits = np.append(delays, 0.0)[waves.delay]
+        waits = delays[waves.delay]
         for dep, dl, tk, e in zip(waves.dep, waits, takes, clock):
             fmax(prev, ends[dep] + dl, out=e)
             add(e, tk, out=e)
@@ -513,17 +516,17 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     return PipelineRun(program, segments, produced, start, end)
 
 
-def _walk(waves: _Waves, delay: np.ndarray, takes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _walk(waves: _Waves, delay: list[float], takes: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """`evaluate`'s loop one operation at a time in plain Python floats, in wave order, for schedules whose
     waves are narrow (numpy's cost per wave would dominate): the same additions, and taking y when y > x is
-    fmax(x, y) where x is never NaN (NaN > x is false). By flat index (stage * operations per stage + k),
-    then NaN and 0.0 (what "no input" and "no previous operation" read)."""
+    fmax(x, y) where x is never NaN (NaN > x is false). delay and takes in wave order; start and end by flat
+    index (stage * operations per stage + k), then NaN and 0.0 (what "no input" and "no previous operation"
+    read)."""
     order = waves.walk_order
     n = len(order)
     end = [0.0] * n + [math.nan, 0.0]
     start = [0.0] * (n + 2)
-    for i, a, d, dl, tk in zip(order, waves.walk_prev, waves.walk_dep, delay[order].tolist(),
-                               takes[order].tolist()):
+    for i, a, d, dl, tk in zip(order, waves.walk_prev, waves.walk_dep, delay, takes):
         x = end[a]
         y = end[d] + dl
         if y > x:                  # noqa: PLR1730  (max() costs a call per operation)
@@ -571,24 +574,41 @@ class _Waves:
         return delay
 
     @cached_property
-    def walk_order(self) -> list[int]:
+    def walk_index(self) -> np.ndarray:
         """`_walk`'s order: the operations' flat indices in wave order (by stage within a wave)."""
-        order: list[int] = np.argsort(self.slot.ravel(), kind="stable").tolist()
+        order: np.ndarray = np.argsort(self.slot.ravel(), kind="stable")
+        return order
+
+    @cached_property
+    def walk_order(self) -> list[int]:
+        order: list[int] = self.walk_index.tolist()
         return order
 
     @cached_property
     def walk_prev(self) -> list[int]:
         """In `walk_order`, the flat index of the stage's previous operation (n + 1: none)."""
         k = self.slot.shape[1]
-        flat = np.arange(self.slot.size)
-        prev: list[int] = np.where(flat % k, flat - 1, self.slot.size + 1)[self.walk_order].tolist()
+        flat = self.walk_index
+        prev: list[int] = np.where(flat % k, flat - 1, self.slot.size + 1).tolist()
         return prev
 
     @cached_property
     def walk_dep(self) -> list[int]:
         """In `walk_order`, the flat index of the input's producer (n: none)."""
-        dep: list[int] = self.walk_input.ravel()[self.walk_order].tolist()
+        dep: list[int] = self.walk_input.ravel()[self.walk_index].tolist()
         return dep
+
+    @cached_property
+    def walk_segment(self) -> np.ndarray:
+        """In `walk_order`, the flat index into [stage, kind, chunk] arrays."""
+        segment: np.ndarray = self.program.segment.ravel()[self.walk_index]
+        return segment
+
+    @cached_property
+    def walk_delay(self) -> np.ndarray:
+        """In `walk_order`, the flat index into [stage, kind] arrays."""
+        delay: np.ndarray = self.program.stage_kind.ravel()[self.walk_index]
+        return delay
 
     @cached_property
     def walk_input(self) -> np.ndarray:
