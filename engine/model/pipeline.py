@@ -36,8 +36,9 @@ Segments = Sequence[Sequence[Sequence[Segment]]]    # [stage][chunk]: the segmen
 OpKey = tuple[str, int, int]         # ("F" | "B", chunk, microbatch)
 
 # evaluate: below this many operations per wave on average, one Python loop over the operations beats numpy
-# over the waves (measured cold, tables included: 64 stages and 4 microbatches, 3.8 a wave, 0.36 ms walked
-# and 0.41 ms by waves; 8 stages and 8 microbatches, 4.3 a wave, 0.15 and 0.14 ms)
+# over the waves (measured with the waves' tables cached, as a sweep runs: 8 stages and 16 microbatches, 5.6 a
+# wave, 96 us walked and 114 us by waves; 16 and 16, 8.3 a wave, 153 and 155 us; an estimate, tables made
+# cold, moves the crossover to about 4 a wave)
 PER_WAVE_MIN = 8
 STEADY_MIN = 256                     # below this many microbatches, peak_inflight walks the whole schedule
 MAX_SCHEDULE_OPS = 1 << 20           # operations of one simulated schedule: ~450 MiB of arrays, ~3 s
