@@ -499,7 +499,8 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     # a wave a row (the iterators give each row as a view, made in C), after the clocks of the wave before
     prev = np.zeros(p)
     fmax, add = np.fmax, np.add
-    if delays.any():
+    delayed = bool(delays.any())
+    if delayed:
         waits = delays[waves.delay]
         for dep, dl, tk, e in zip(waves.dep, waits, takes, clock):
             fmax(prev, ends[dep] + dl, out=e)
@@ -512,7 +513,7 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
             prev = e
     produced, end = ends[waves.input_of], ends[waves.slot]
     # when each operation started: the loop's max again, of the same numbers
-    arrived = produced + waits.ravel()[waves.slot] if delays.any() else produced
+    arrived = produced + waits.ravel()[waves.slot] if delayed else produced
     start = fmax(np.concatenate((np.zeros((p, 1)), end[:, :-1]), axis=1), arrived)
     return PipelineRun(program, segments, produced, start, end)
 
