@@ -492,7 +492,7 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
         return PipelineRun(program, segments, end[waves.walk_input], start[:-2].reshape(shape),
                            end[:-2].reshape(shape))
     count, size = waves.count, waves.size
-    takes = np.append(total, 0.0)[waves.segment]                      # [wave, stage]
+    takes = np.append(total, 0.0).take(waves.segment)                  # [wave, stage]
     ends = np.empty(size + 1)
     ends[size] = np.nan                           # what "no input" reads
     clock = ends[:size].reshape(count, p)         # row w: the clocks after wave w
@@ -566,7 +566,7 @@ class _Waves:
 
     @property
     def size(self) -> int:
-        return self.count * self.slot.shape[0]
+        return int(self.count * self.slot.shape[0])
 
     @cached_property
     def delay(self) -> np.ndarray:
