@@ -240,6 +240,24 @@ def test_longest_chains_gives_up_when_the_rounds_run_out() -> None:
     assert np.array_equal(layered[2].ravel(), pipeline._walked_waves("1f1b", 8, 1, 8, program))
 
 
+@pytest.mark.parametrize("per_wave_min", [0, 10**9])
+def test_walked_waves_stand_in_when_the_rounds_run_out(per_wave_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If raising the guess gave up, the walked waves give the same times."""
+    monkeypatch.setattr(pipeline, "PER_WAVE_MIN", per_wave_min)
+    p, v, m = 4, 2, 8
+    fwd, bwd = _uniform(p, v)
+    sends = [0.1] * p
+    expected = evaluate("1f1b", p, v, m, fwd, bwd, sends, sends)
+    monkeypatch.setattr(pipeline, "_longest_chains", lambda *args: None)
+    pipeline._waves.cache_clear()
+    try:
+        walked = evaluate("1f1b", p, v, m, fwd, bwd, sends, sends)
+    finally:
+        pipeline._waves.cache_clear()
+    for name in ("produced", "start", "end"):
+        assert np.array_equal(getattr(expected, name), getattr(walked, name), equal_nan=True), name
+
+
 @pytest.mark.parametrize("schedule,p,v,m", [("1f1b", 64, 1, 64), ("1f1b", 64, 1, 4), ("1f1b", 16, 2, 16),
                                             ("1f1b", 8, 3, 24), ("gpipe", 16, 1, 64), ("1f1b", 1, 1, 5)])
 def test_wave_slots_hold_every_operation_once_in_wave_order(schedule: str, p: int, v: int, m: int) -> None:
