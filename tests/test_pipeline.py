@@ -241,7 +241,8 @@ def test_longest_chains_gives_up_when_the_rounds_run_out() -> None:
 
 
 @pytest.mark.parametrize("per_wave_min", [0, 10**9])
-def test_walked_waves_stand_in_when_the_rounds_run_out(per_wave_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_walked_waves_stand_in_when_the_rounds_run_out(per_wave_min: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """If raising the guess gave up, the walked waves give the same times."""
     monkeypatch.setattr(pipeline, "PER_WAVE_MIN", per_wave_min)
     p, v, m = 4, 2, 8
