@@ -11,9 +11,10 @@ layouts.
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,42 +22,89 @@ from ..config.catalog import Model
 from . import compute as cm
 from .pipeline import split_layers
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Chunk:
-    """One virtual stage (chunk): its layers and blocks."""
+    """One virtual stage (chunk): its layers and blocks. Chunks of the same blocks are equal wherever they sit
+    (a deep pipeline's middle chunks are one Chunk)."""
 
-    first_layer: int
     layers: int
     embedding: bool
     output: bool
-    moe: int = 0          # how many of its layers are MoE layers
-    mtp: int = 0          # multi-token prediction modules (the last chunk's, after its layers)
+    moe: int = 0              # how many of its layers are MoE layers
+    mtp: int = 0              # multi-token prediction modules (the last chunk's, after its layers)
+    moe_first: bool = False   # its first layer is an MoE layer (its largest one, embedding and output aside)
 
     @property
     def dense(self) -> int:
         return self.layers - self.moe
 
 
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """A job's chunks, each distinct one once: stage r's chunk c (virtual stage c * p + r) is
+    chunks[at[r, c]]; the distinct stages (their chunks' indices, in order) are `stages`, stage r is
+    stages[stage_at[r]]. What depends on a chunk's or a stage's blocks is computed once per distinct one and
+    spread over the pipeline (`spread`)."""
+
+    chunks: tuple[Chunk, ...]
+    at: np.ndarray                           # [stage, chunk]: index into chunks
+    stages: tuple[tuple[int, ...], ...]
+    stage_at: tuple[int, ...]                # [stage]: index into stages
+
+    def spread(self, per_chunk: Sequence[T]) -> tuple[tuple[T, ...], ...]:
+        """[stage][chunk]: the value of each stage's chunks, from one value per distinct chunk (stages alike
+        share one tuple)."""
+        rows = [tuple(per_chunk[i] for i in row) for row in self.stages]
+        return tuple(map(rows.__getitem__, self.stage_at))
+
+
+def _counts(model: Model, n: int) -> list[int]:
+    """Layers of each of the n virtual stages, the MTP modules (after the last layer) counted in the split."""
+    if not model.mtp_layers:
+        return split_layers(model.layers, n)
+    counts = split_layers(model.layers + model.mtp_layers, n)
+    counts[-1] -= model.mtp_layers      # the MTP modules take the last chunk's places, or earlier ones'
+    for i in range(len(counts) - 1, 0, -1):
+        if counts[i] < 0:
+            counts[i - 1] += counts[i]
+            counts[i] = 0
+    return counts
+
+
 @lru_cache(maxsize=256)
+def grid(model: Model, p: int, v: int) -> Grid:
+    """The chunks of p stages of v chunks each (virtual stage c * p + r on stage r), each distinct one
+    once."""
+    n = np.array(_counts(model, p * v))
+    first = np.concatenate([[0], np.cumsum(n)[:-1]])
+    if model.is_moe:           # layers from dense_layers on are MoE (compute.is_moe_layer)
+        moe = np.maximum(0, first + n - np.maximum(first, model.dense_layers))
+        moe_first = first >= model.dense_layers
+    else:
+        moe, moe_first = np.zeros_like(n), np.zeros(n.shape, dtype=bool)
+    vs = np.arange(p * v)
+    embedding, output = vs == 0, vs == p * v - 1
+    # one code per distinct block: (layers, MoE layers, first layer MoE, embedding, output); the MTP
+    # modules go with the output
+    code = (((n * (model.layers + 1) + moe) * 2 + moe_first) * 2 + embedding) * 2 + output
+    _, one, inverse = np.unique(code, return_index=True, return_inverse=True)
+    chunks = tuple(Chunk(int(n[i]), bool(embedding[i]), bool(output[i]), int(moe[i]),
+                         model.mtp_layers if output[i] else 0, bool(moe_first[i])) for i in one.tolist())
+    at = np.ascontiguousarray(inverse.reshape(v, p).T)
+    if v == 1:
+        return Grid(chunks, at, tuple((i,) for i in range(len(chunks))), tuple(inverse.tolist()))
+    rows: dict[tuple[int, ...], int] = {}               # the distinct stages in the order they come
+    stage_at = tuple(rows.setdefault(row, len(rows)) for row in map(tuple, at.tolist()))
+    return Grid(chunks, at, tuple(rows), stage_at)
+
+
 def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
     """chunks[r][c]: the virtual stage c * p + r of stage r."""
-    counts = split_layers(model.layers, p * v)
-    if model.mtp_layers:
-        counts = split_layers(model.layers + model.mtp_layers, p * v)
-        counts[-1] -= model.mtp_layers      # the MTP modules take the last chunk's places, or earlier ones'
-        for i in range(len(counts) - 1, 0, -1):
-            if counts[i] < 0:
-                counts[i - 1] += counts[i]
-                counts[i] = 0
-    starts = list(itertools.accumulate([0] + counts))
-    out = [[Chunk(0, 0, False, False)] * v for _ in range(p)]
-    for vs, n in enumerate(counts):
-        c, r = divmod(vs, p)
-        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n)) if model.is_moe else 0
-        last = vs == p * v - 1
-        out[r][c] = Chunk(starts[vs], n, vs == 0, last, moe, model.mtp_layers if last else 0)
-    return tuple(map(tuple, out))
+    g = grid(model, p, v)
+    return g.spread(g.chunks)
 
 
 @dataclass(frozen=True)
@@ -100,64 +148,58 @@ def expert_params(model: Model, tp: int, ep: int, st: Chunk) -> float:
     return layers * experts / tp / ep
 
 
-@lru_cache(maxsize=256)
-def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageFacts, ...]:
-    """What each pipeline stage holds on one GPU, all its chunks together (stages mostly hold chunks of the
-    same blocks: each distinct one's parameters are counted once)."""
-    params: dict[tuple[int, int, bool, bool, int], float] = {}
-
-    def held(st: Chunk) -> float:
-        key = (st.layers, st.moe, st.embedding, st.output, st.mtp)
-        if key not in params:
-            params[key] = chunk_params(model, tp, ep, pp, st)
-        return params[key]
-
+def _facts(model: Model, tp: int, ep: int, pp: int, g: Grid) -> tuple[StageFacts, ...]:
+    """What each distinct stage of the grid holds on one GPU (g.stages' order)."""
+    params = [chunk_params(model, tp, ep, pp, st) for st in g.chunks]
+    experts = [expert_params(model, tp, ep, st) for st in g.chunks]
     # a chunk's largest layer is its first (embedding and output aside): a one-layer chunk of its kind
-    one_layer = {moe: chunk_params(model, tp, ep, pp, Chunk(0, 1, False, False, int(moe)))
+    one_layer = {moe: chunk_params(model, tp, ep, pp, Chunk(1, False, False, int(moe)))
                  for moe in (False, True)}
-
-    def facts(stage: tuple[Chunk, ...]) -> StageFacts:
-        return StageFacts(
-            params=sum(held(st) for st in stage),
-            expert_params=sum(expert_params(model, tp, ep, st) for st in stage),
-            largest_layer_params=max((one_layer[cm.is_moe_layer(model, st.first_layer)] for st in stage
-                                      if st.layers), default=0.0),
-            layers=sum(st.layers for st in stage),
-            moe=any(st.moe or st.mtp and cm.mtp_is_moe(model) for st in stage),
-            output=any(st.output for st in stage))
-
-    # stages mostly hold chunks of the same blocks (a deep pipeline's middle stages all alike): each distinct
-    # one's facts made once (by what they depend on: each chunk's blocks and whether its first layer is MoE)
-    made: dict[tuple[tuple[int, int, bool, bool, int, bool], ...], StageFacts] = {}
+    mtp_moe = cm.mtp_is_moe(model)
     out = []
-    for stage in chunks(model, pp, v):
-        key = tuple((st.layers, st.moe, st.embedding, st.output, st.mtp,
-                     cm.is_moe_layer(model, st.first_layer)) for st in stage)
-        found = made.get(key)
-        if found is None:
-            found = made[key] = facts(stage)
-        out.append(found)
+    for row in g.stages:
+        held = [g.chunks[i] for i in row]
+        out.append(StageFacts(
+            params=sum(params[i] for i in row),
+            expert_params=sum(experts[i] for i in row),
+            largest_layer_params=max((one_layer[st.moe_first] for st in held if st.layers), default=0.0),
+            layers=sum(st.layers for st in held),
+            moe=any(st.moe or st.mtp and mtp_moe for st in held),
+            output=any(st.output for st in held)))
     return tuple(out)
+
+
+def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageFacts, ...]:
+    """What each pipeline stage holds on one GPU, all its chunks together (stages alike share one)."""
+    g = grid(model, pp, v)
+    facts = _facts(model, tp, ep, pp, g)
+    return tuple(map(facts.__getitem__, g.stage_at))
 
 
 @dataclass(frozen=True, eq=False)
 class StageColumns:
-    """stage_facts as arrays over the stages (JobModel.memory computes every stage at once)."""
+    """What each pipeline stage holds, as arrays over the stages (JobModel.memory computes every stage at
+    once), and each distinct stage's facts (`kinds`, stage r's kinds[at[r]])."""
 
     params: np.ndarray
     expert_params: np.ndarray
     largest_layer_params: np.ndarray
+    layers: np.ndarray
     moe: np.ndarray
     output: np.ndarray
+    kinds: tuple[StageFacts, ...]
+    at: np.ndarray
 
 
 @lru_cache(maxsize=256)
 def stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> StageColumns:
     """stage_facts as read-only arrays over the stages."""
-    facts = stage_facts(model, tp, ep, pp, v)
-    columns = [np.array([getattr(f, name) for f in facts], dtype=dtype) for name, dtype in
-               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("moe", bool),
-                ("output", bool))]
-    for c in columns:
+    g = grid(model, pp, v)
+    kinds = _facts(model, tp, ep, pp, g)
+    at = np.array(g.stage_at)
+    columns = [np.array([getattr(f, name) for f in kinds], dtype=dtype)[at] for name, dtype in
+               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("layers", int),
+                ("moe", bool), ("output", bool))]
+    for c in (*columns, at):
         c.flags.writeable = False                   # shared by every evaluation with this layout
-    return StageColumns(*columns)
+    return StageColumns(*columns, kinds, at)

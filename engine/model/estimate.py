@@ -182,11 +182,12 @@ def _search(model: JobModel, configs: list[Config], plan: bool = True) -> tuple[
 def _work(model: JobModel, cfg: Config) -> float:
     """Busiest stage's compute time per step (no waiting): a lower bound of the step."""
     m = model.per_replica // cfg.micro_batch
+    grid = model.grid(cfg.virtual_stages)
     worst = 0.0
-    for stage in model.chunks(cfg.virtual_stages):
+    for stage in grid.stages:          # each distinct stage once
         t = 0.0
-        for st in stage:
-            f, b = model._chunk_passes(st, cfg.micro_batch, cfg.recompute)
+        for i in stage:
+            f, b = model._chunk_passes(grid.chunks[i], cfg.micro_batch, cfg.recompute)
             t += sum(d for _, d in f) + sum(d for _, d in b)
         worst = max(worst, t)
     return worst * m
@@ -491,7 +492,7 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
     for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
-                   chunks.chunks, chunks.stage_facts, chunks.stage_columns, step._evaluate_cached,
+                   chunks.grid, chunks.stage_columns, step._evaluate_cached,
                    pipeline._program, pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()

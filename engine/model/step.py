@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from . import scaleup
-from .chunks import Chunk, StageFacts, chunk_params
+from .chunks import Chunk, chunk_params
 from .kernels import BF16
 from .pipeline import Intervals, PipelineRun, Segment, evaluate, peak_inflight
 from .plan import StepPlan, Timelines, extend_run, merge_runs
@@ -181,22 +180,23 @@ class JobModel:
         self._ep_net_share = ep_network_share(job, self.net.ep.k)
         self._grad_comm: dict[float, float] = {}
         self._updates: dict[float, tuple[float, float]] = {}
-        self._passes: dict[tuple[Any, ...], Passes] = {}
-        self._params: dict[tuple[int, int, bool, bool, int], float] = {}
+        self._passes: dict[tuple[Chunk, int, str], Passes] = {}
+        self._params: dict[Chunk, float] = {}
         self._tp_s: dict[tuple[float, bool], float] = {}
         self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
 
-    def chunks(self, v: int) -> tuple[tuple[Chunk, ...], ...]:
-        return chunking.chunks(self.job.model, self.job.pp, v)
+    def grid(self, v: int) -> chunking.Grid:
+        """The job's chunks with v per stage, each distinct one once (engine/model/chunks.py)."""
+        return chunking.grid(self.job.model, self.job.pp, v)
 
-    def stages(self, v: int) -> tuple[StageFacts, ...]:
+    def stages(self, v: int) -> chunking.StageColumns:
         job = self.job
-        return chunking.stage_facts(job.model, job.tp, job.ep, job.pp, v)
+        return chunking.stage_columns(job.model, job.tp, job.ep, job.pp, v)
 
     # -- per chunk costs -------------------------------------------------------------------------------
     def _chunk_passes(self, st: Chunk, micro_batch: int, recompute: str) -> Passes:
         """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
-        key = (st.dense, st.moe, st.embedding, st.output, st.mtp, micro_batch, recompute)
+        key = (st, micro_batch, recompute)
         if key not in self._passes:
             self._passes[key] = self._compute_passes(st, shard(self.job, micro_batch), recompute)
         return self._passes[key]
@@ -297,10 +297,9 @@ class JobModel:
         return tuple(out)
 
     def _chunk_params(self, st: Chunk) -> float:
-        key = (st.dense, st.moe, st.embedding, st.output, st.mtp)
-        if key not in self._params:
-            self._params[key] = chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
-        return self._params[key]
+        if st not in self._params:
+            self._params[st] = chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
+        return self._params[st]
 
     # -- memory ----------------------------------------------------------------------------------------
     def memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
@@ -323,29 +322,22 @@ class JobModel:
                                                          scores, job.dropout > 0) for moe in kinds}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
                       for moe in kinds}
-        chunks = self.chunks(cfg.virtual_stages)
-        by_blocks: dict[tuple[int, int, bool, int], float] = {}     # stages mostly share their chunks' blocks
-        chunk_bytes: list[list[float]] = []
-        for stage in chunks:
-            chunk_bytes.append([])
-            for st in stage:
-                key = (st.dense, st.moe, st.embedding, st.mtp)
-                if key not in by_blocks:
-                    per_tok = st.dense * per_token[False]
-                    if st.moe:
-                        per_tok += st.moe * per_token[True]
-                    if st.embedding:
-                        per_tok += job.model.hidden * BF16 / (job.tp if sh.sp else 1)
-                    if st.mtp:      # each module's layer and its projection's 2h-wide input
-                        per_tok += st.mtp * (per_token[cm.mtp_is_moe(job.model)]
-                                             + 2 * job.model.hidden * BF16)
-                    by_blocks[key] = per_tok * sh.tokens
-                chunk_bytes[-1].append(by_blocks[key])
-        held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
+        grid = self.grid(cfg.virtual_stages)
+        per_chunk = []              # each distinct chunk's activations of one microbatch
+        for st in grid.chunks:
+            per_tok = st.dense * per_token[False]
+            if st.moe:
+                per_tok += st.moe * per_token[True]
+            if st.embedding:
+                per_tok += job.model.hidden * BF16 / (job.tp if sh.sp else 1)
+            if st.mtp:      # each module's layer and its projection's 2h-wide input
+                per_tok += st.mtp * (per_token[cm.mtp_is_moe(job.model)] + 2 * job.model.hidden * BF16)
+            per_chunk.append(per_tok * sh.tokens)
+        held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, np.array(per_chunk)[grid.at])
         if job.offload == "activations":    # on the GPU: the layer being computed and the one being copied
             largest = max(per_token.values()) * sh.tokens * 2
             held = [min(h, largest) for h in held]
-        stages = chunking.stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
+        stages = self.stages(cfg.virtual_stages)
         transient: float | np.ndarray = 0.0
         if cfg.recompute == "full":
             transient = np.where(stages.moe, full_layer[True], full_layer[False]) if job.model.is_moe else \
@@ -382,17 +374,16 @@ class JobModel:
         """Simulate a configuration that fits: its step time, breakdown and (when `plan`) StepPlan."""
         job, cl, cfg = self.job, self.cluster, ev.config
         p, v, m = job.pp, cfg.virtual_stages, ev.microbatches
-        chunks = self.chunks(v)
+        grid = self.grid(v)
         sh = shard(job, cfg.micro_batch)
-        passes = [[self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in stage]
-                  for stage in chunks]
-        fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
-        bwd = tuple(tuple(b for _, b in stage) for stage in passes)
+        passes = [self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in grid.chunks]
+        fwd = grid.spread([f for f, _ in passes])
+        bwd = grid.spread([b for _, b in passes])
         act = sh.tokens * job.model.hidden * BF16 / (job.tp if sh.sp else 1)
         send = self._sends(act) if p > 1 else (0.0,)
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
-        send_b = tuple(send[(r - 1) % p] for r in range(p))
+        send_b = send[-1:] + send[:-1]      # stage r's gradient to r - 1 crosses boundary r - 1
         interleaved = v > 1 or job.schedule == "dualpipe"     # Megatron overlaps sends interleaved only
         if p > 1 and (not job.overlap_p2p_comm or not interleaved):
             fwd, bwd, send, send_b = _blocking_sends(fwd, bwd, send, send_b)
@@ -408,8 +399,8 @@ class JobModel:
             run2 = _pipeline(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
-        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, chunks, phase_s, intervals, ends,
-                                                                 last_b, fwd, bwd, m, plan)
+        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, phase_s, intervals, np.array(ends),
+                                                                 np.array(last_b), fwd, bwd, m, plan)
         if job.schedule == "dualpipe" and p > 2 and v == 1:
             self._dualpipe_bubble(ev, fwd, bwd)
 
@@ -428,79 +419,71 @@ class JobModel:
         ev.step_s -= saved
         ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
 
-    def _finish(self, cfg: Config, chunks: Sequence[Sequence[Chunk]], phase_s: np.ndarray,
-                intervals: Callable[[], Intervals], ends: list[float],
-                last_b: Sequence[Sequence[tuple[float, float]]], fwd: StageSegments, bwd: StageSegments,
-                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
+    def _finish(self, cfg: Config, phase_s: np.ndarray, intervals: Callable[[], Intervals], ends: np.ndarray,
+                last_b: np.ndarray, fwd: StageSegments, bwd: StageSegments, m: int,
+                plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
-        per phase summed over the stages, and its intervals when a plan is asked for); the breakdown, and the
-        StepPlan when `plan`."""
+        per phase summed over the stages, when each stage ends (`ends`) and each chunk's last backward starts
+        and ends (last_b[stage, chunk]), and its intervals when a plan is asked for); the breakdown, and the
+        StepPlan when `plan`. Every stage at once: arrays over the stages."""
         job = self.job
-        p = job.pp
-        dp_end: list[float] = []
-        dp_busy = 0.0
-        ag_time = opt_time = 0.0
-        opt_by_stage = []
-        ag_by_stage = []
-        for r, stage in enumerate(self.stages(cfg.virtual_stages)):
-            t_stream = 0.0
-            for c in reversed(range(cfg.virtual_stages)):
-                st = chunks[r][c]
-                if job.zero >= 3:
-                    continue          # reduced per microbatch inside the backward (see _compute_passes)
-                comm_s = self._gradient_reduction(self._chunk_params(st))
-                dp_busy += comm_s / p
-                b0, b1 = last_b[r][c]
-                n_layers = max(1, st.layers)
-                if not job.overlap_grad_reduce:
-                    t_stream = max(t_stream, ends[r]) + comm_s      # after the stage's whole backward
+        p, v = job.pp, cfg.virtual_stages
+        grid, stages = self.grid(v), self.stages(v)
+        t_stream = np.zeros(p)         # each stage's gradient reduction, its chunks from the last backward's
+        comm = np.zeros((p, v))
+        if job.zero < 3:               # (ZeRO-3 reduces per microbatch inside the backward: _compute_passes)
+            comm = np.array([self._gradient_reduction(self._chunk_params(st)) for st in grid.chunks])[grid.at]
+            layers = np.maximum(1, np.array([st.layers for st in grid.chunks])[grid.at])
+            for c in reversed(range(v)):
+                if not job.overlap_grad_reduce:      # after the stage's whole backward
+                    t_stream = np.maximum(t_stream, ends) + comm[:, c]
                     continue
                 # buckets: the first is ready after one layer's backward, the last after the chunk's
-                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm_s, b1 + comm_s / n_layers)
-            dp_end.append(max(ends[r], t_stream))
-            optimizer, ag = self._update(stage.params)
-            opt_by_stage.append(optimizer)
-            if job.zero in (1, 2):
-                # overlapped with the next step's first forward but for the first layer's bucket, or exposed
-                n_layers = max(1, stage.layers) if job.overlap_param_gather else 1
-                ag_by_stage.append(ag / n_layers)
-                dp_busy += ag / p
-            else:
-                ag_by_stage.append(0.0)
-        sync = max(dp_end)
-        opt_time = max(opt_by_stage)
-        ag_time = max(ag_by_stage)
+                b0, b1, n = last_b[:, c, 0], last_b[:, c, 1], layers[:, c]
+                t_stream = np.maximum(np.maximum(t_stream, b0 + (b1 - b0) / n) + comm[:, c],
+                                      b1 + comm[:, c] / n)
+        dp_end = np.maximum(ends, t_stream)
+        updates = np.array([self._update(f.params) for f in stages.kinds])[stages.at]
+        opt_by_stage, ag = updates[:, 0], updates[:, 1]
+        if job.zero in (1, 2):
+            # overlapped with the next step's first forward but for the first layer's bucket, or exposed
+            ag_by_stage = ag / np.maximum(1, stages.layers) if job.overlap_param_gather else ag
+        else:
+            ag_by_stage = np.zeros(p)
+        sync, opt_time, ag_time = float(dp_end.max()), float(opt_by_stage.max()), float(ag_by_stage.max())
         step = sync + opt_time + ag_time
-        after = []                 # each stage's intervals after its pipeline schedule
-        for r in range(p):
-            iv = []
-            if dp_end[r] > ends[r]:
-                iv.append((ends[r], dp_end[r], "dp"))
-            if sync > dp_end[r]:
-                iv.append((dp_end[r], sync, "bubble"))
-            iv.append((sync, sync + opt_by_stage[r], "optimizer"))
-            if sync + opt_by_stage[r] < sync + opt_time:
-                iv.append((sync + opt_by_stage[r], sync + opt_time, "bubble"))
-            if ag_by_stage[r] > 0:
-                iv.append((sync + opt_time, sync + opt_time + ag_by_stage[r], "dp"))
-            if sync + opt_time + ag_by_stage[r] < step:
-                iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
-            after.append(iv)
-        # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
-        # lengths, as a mean over the stages
-        # (the tail's summed in their order, as Intervals.phase_seconds would)
-        tail_s = [0.0] * len(PHASES)
-        for iv in after:
-            for a, b, phase in iv:
-                tail_s[CODE[phase]] += b - a
-        totals = dict(zip(PHASES, ((phase_s + np.array(tail_s)) / p).tolist()))
+        # each stage's intervals after its pipeline schedule, [its end, step] covered: the gradient reduction
+        # left, waiting for the slowest stage, the optimizer, waiting, the parameter all-gather, waiting
+        edges = np.stack(np.broadcast_arrays(ends, dp_end, sync, sync + opt_by_stage, sync + opt_time,
+                                             sync + opt_time + ag_by_stage, step), axis=1)
+        length = edges[:, 1:] - edges[:, :-1]           # [stage, interval]: 0 where it is left out
+        # each phase's time is the sum of its intervals' lengths (stage after stage, each stage's in order, as
+        # the intervals' phase_seconds would add them), as a mean over the stages
+        tail = np.zeros(len(PHASES))
+        for phase, cols in (("dp", [0, 4]), ("bubble", [1, 3, 5]), ("optimizer", [2])):
+            tail[CODE[phase]] = np.add.accumulate(length[:, cols].ravel())[-1]
+        totals = dict(zip(PHASES, ((phase_s + tail) / p).tolist()))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
-        busy = self._busy(cfg, fwd, bwd, m, dp_busy) if plan or self.want_busy else {}
+        busy: dict[str, float] = {}
+        if plan or self.want_busy:
+            # the DP traffic per step: each stage's chunks' gradient reductions (the last chunk's first; none
+            # with ZeRO-3) and its parameter all-gather, in that order
+            parts = [comm[:, ::-1] / p] + ([ag[:, None] / p] if job.zero in (1, 2) else [])
+            dp_busy = float(np.add.accumulate(np.hstack(parts).ravel())[-1])
+            busy = self._busy(cfg, fwd, bwd, m, dp_busy)
         if not plan:
             return None, step, breakdown, busy
-        runs = merge_runs(intervals().then(Intervals.of(after)), step, p)
+        present = length > 0
+        present[:, 2] = True                            # the optimizer's interval, even of no time
+        present[:, 4] = ag_by_stage > 0
+        phases = np.array([CODE[x] for x in ("dp", "bubble", "optimizer", "bubble", "dp", "bubble")],
+                          dtype=np.int8)
+        after = Intervals(np.broadcast_to(np.arange(p)[:, None], present.shape)[present],
+                          edges[:, :-1][present], edges[:, 1:][present],
+                          np.broadcast_to(phases, present.shape)[present])
+        runs = merge_runs(intervals().then(after), step, p)
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, busy, step)
@@ -577,8 +560,9 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
     """Blocking point-to-point (older pipeline engines): the sender waits while its activations (gradients)
     travel, so each operation that sends ends with the transfer ("pp") and its output arrives as it ends. The
     last stage's last chunk sends no forward output, the first stage's first chunk no gradient."""
-    p, v = len(fwd), len(fwd[0])
-    made: dict[tuple[int, float], tuple[Segment, ...]] = {}    # stages alike send alike: one tuple each
+    p, last = len(fwd), len(fwd[0]) - 1
+    made: dict[tuple[int, float], tuple[Segment, ...]] = {}      # chunks alike send alike: one tuple each
+    rows: dict[tuple[int, float, int], tuple[tuple[Segment, ...], ...]] = {}     # and stages alike
 
     def sending(segs: Sequence[Segment], seconds: float) -> tuple[Segment, ...]:
         key = (id(segs), seconds)
@@ -587,10 +571,20 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
             out = made[key] = (*segs, ("pp", seconds))
         return out
 
-    fwd = tuple(tuple(sending(segs, send[r]) if (r, c) != (p - 1, v - 1) else tuple(segs)
-                      for c, segs in enumerate(stage)) for r, stage in enumerate(fwd))
-    bwd = tuple(tuple(sending(segs, send_b[r]) if (r, c) != (0, 0) else tuple(segs)
-                      for c, segs in enumerate(stage)) for r, stage in enumerate(bwd))
+    def stage(chunks: Sequence[Sequence[Segment]], seconds: float,
+              silent: int) -> tuple[tuple[Segment, ...], ...]:
+        """A stage's chunks, each ending with its transfer but chunk `silent`'s."""
+        key = (id(chunks), seconds, silent)
+        out = rows.get(key)
+        if out is None:
+            out = rows[key] = tuple(tuple(segs) if c == silent else sending(segs, seconds)
+                                    for c, segs in enumerate(chunks))
+        return out
+
+    fwd = tuple(stage(chunks, seconds, last if r == p - 1 else -1)
+                for r, (chunks, seconds) in enumerate(zip(fwd, send)))
+    bwd = tuple(stage(chunks, seconds, 0 if r == 0 else -1)
+                for r, (chunks, seconds) in enumerate(zip(bwd, send_b)))
     zero = (0.0,) * p
     return fwd, bwd, zero, zero
 
