@@ -51,6 +51,7 @@ class Grid:
 
     chunks: tuple[Chunk, ...]
     at: np.ndarray                           # [stage, chunk]: index into chunks
+    layers: np.ndarray                       # [stage, chunk]: its layers
     stages: tuple[tuple[int, ...], ...]
     stage_at: tuple[int, ...]                # [stage]: index into stages
 
@@ -93,12 +94,14 @@ def grid(model: Model, p: int, v: int) -> Grid:
     _, one, inverse = np.unique(code, return_index=True, return_inverse=True)
     chunks = tuple(Chunk(int(n[i]), bool(embedding[i]), bool(output[i]), int(moe[i]),
                          model.mtp_layers if output[i] else 0, bool(moe_first[i])) for i in one.tolist())
-    at = np.ascontiguousarray(inverse.reshape(v, p).T)
+    at, layers = (np.ascontiguousarray(x.reshape(v, p).T) for x in (inverse, n))
+    for x in (at, layers):
+        x.flags.writeable = False                   # shared by every evaluation with this layout
     if v == 1:
-        return Grid(chunks, at, tuple((i,) for i in range(len(chunks))), tuple(inverse.tolist()))
+        return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(inverse.tolist()))
     rows: dict[tuple[int, ...], int] = {}               # the distinct stages in the order they come
     stage_at = tuple(rows.setdefault(row, len(rows)) for row in map(tuple, at.tolist()))
-    return Grid(chunks, at, tuple(rows), stage_at)
+    return Grid(chunks, at, layers, tuple(rows), stage_at)
 
 
 def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:

@@ -400,9 +400,9 @@ def cluster_summary(cluster: Cluster) -> dict[str, Any]:
 def _copied(value: Any) -> Any:
     """A JSON-like value's own copy (its dicts and lists new, all the way down)."""
     if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: _copied(v) if isinstance(v, (dict, list)) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_copied(v) for v in value]
+        return [_copied(v) if isinstance(v, (dict, list)) else v for v in value]
     return value
 
 

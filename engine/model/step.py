@@ -429,11 +429,11 @@ class JobModel:
         job = self.job
         p, v = job.pp, cfg.virtual_stages
         grid, stages = self.grid(v), self.stages(v)
-        t_stream = np.zeros(p)         # each stage's gradient reduction, its chunks from the last backward's
-        comm = np.zeros((p, v))
+        t_stream: float | np.ndarray = 0.0     # each stage's gradient reduction, its chunks from the last
+        comm = None
         if job.zero < 3:               # (ZeRO-3 reduces per microbatch inside the backward: _compute_passes)
             comm = np.array([self._gradient_reduction(self._chunk_params(st)) for st in grid.chunks])[grid.at]
-            layers = np.maximum(1, np.array([st.layers for st in grid.chunks])[grid.at])
+            layers = np.maximum(1, grid.layers)
             for c in reversed(range(v)):
                 if not job.overlap_grad_reduce:      # after the stage's whole backward
                     t_stream = np.maximum(t_stream, ends) + comm[:, c]
@@ -454,8 +454,9 @@ class JobModel:
         step = sync + opt_time + ag_time
         # each stage's intervals after its pipeline schedule, [its end, step] covered: the gradient reduction
         # left, waiting for the slowest stage, the optimizer, waiting, the parameter all-gather, waiting
-        edges = np.stack(np.broadcast_arrays(ends, dp_end, sync, sync + opt_by_stage, sync + opt_time,
-                                             sync + opt_time + ag_by_stage, step), axis=1)
+        edges = np.empty((p, 7))
+        edges[:, 0], edges[:, 1], edges[:, 2], edges[:, 3] = ends, dp_end, sync, sync + opt_by_stage
+        edges[:, 4], edges[:, 5], edges[:, 6] = sync + opt_time, sync + opt_time + ag_by_stage, step
         length = edges[:, 1:] - edges[:, :-1]           # [stage, interval]: 0 where it is left out
         # each phase's time is the sum of its intervals' lengths (stage after stage, each stage's in order, as
         # the intervals' phase_seconds would add them), as a mean over the stages
@@ -470,8 +471,10 @@ class JobModel:
         if plan or self.want_busy:
             # the DP traffic per step: each stage's chunks' gradient reductions (the last chunk's first; none
             # with ZeRO-3) and its parameter all-gather, in that order
-            parts = [comm[:, ::-1] / p] + ([ag[:, None] / p] if job.zero in (1, 2) else [])
-            dp_busy = float(np.add.accumulate(np.hstack(parts).ravel())[-1])
+            parts = [] if comm is None else [comm[:, ::-1] / p]
+            if job.zero in (1, 2):
+                parts.append(ag[:, None] / p)
+            dp_busy = float(np.add.accumulate(np.hstack(parts).ravel())[-1]) if parts else 0.0
             busy = self._busy(cfg, fwd, bwd, m, dp_busy)
         if not plan:
             return None, step, breakdown, busy
@@ -560,9 +563,7 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
     """Blocking point-to-point (older pipeline engines): the sender waits while its activations (gradients)
     travel, so each operation that sends ends with the transfer ("pp") and its output arrives as it ends. The
     last stage's last chunk sends no forward output, the first stage's first chunk no gradient."""
-    p, last = len(fwd), len(fwd[0]) - 1
     made: dict[tuple[int, float], tuple[Segment, ...]] = {}      # chunks alike send alike: one tuple each
-    rows: dict[tuple[int, float, int], tuple[tuple[Segment, ...], ...]] = {}     # and stages alike
 
     def sending(segs: Sequence[Segment], seconds: float) -> tuple[Segment, ...]:
         key = (id(segs), seconds)
@@ -571,22 +572,22 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
             out = made[key] = (*segs, ("pp", seconds))
         return out
 
-    def stage(chunks: Sequence[Sequence[Segment]], seconds: float,
-              silent: int) -> tuple[tuple[Segment, ...], ...]:
-        """A stage's chunks, each ending with its transfer but chunk `silent`'s."""
-        key = (id(chunks), seconds, silent)
-        out = rows.get(key)
-        if out is None:
-            out = rows[key] = tuple(tuple(segs) if c == silent else sending(segs, seconds)
-                                    for c, segs in enumerate(chunks))
-        return out
+    def stages(kind: StageSegments, seconds: Sends, r: int, silent: int) -> StageSegments:
+        """Every stage's chunks, each ending with its transfer but stage r's chunk `silent`: stages alike
+        (the same chunks, sending alike) built once."""
+        keys = list(zip(map(id, kind), seconds))
+        rows: dict[tuple[int, float], tuple[tuple[Segment, ...], ...]] = {}
+        for key, chunks in zip(keys, kind):
+            if key not in rows:
+                rows[key] = tuple(sending(segs, key[1]) for segs in chunks)
+        out = list(map(rows.__getitem__, keys))
+        out[r] = tuple(tuple(segs) if c == silent else sending(segs, seconds[r])
+                       for c, segs in enumerate(kind[r]))
+        return tuple(out)
 
-    fwd = tuple(stage(chunks, seconds, last if r == p - 1 else -1)
-                for r, (chunks, seconds) in enumerate(zip(fwd, send)))
-    bwd = tuple(stage(chunks, seconds, 0 if r == 0 else -1)
-                for r, (chunks, seconds) in enumerate(zip(bwd, send_b)))
+    p = len(fwd)
     zero = (0.0,) * p
-    return fwd, bwd, zero, zero
+    return stages(fwd, send, p - 1, len(fwd[0]) - 1), stages(bwd, send_b, 0, 0), zero, zero
 
 
 def _pipeline(plan: bool, schedule: str, p: int, v: int, m: int, fwd: StageSegments, bwd: StageSegments,
