@@ -80,20 +80,23 @@ def grid(model: Model, p: int, v: int) -> Grid:
     """The chunks of p stages of v chunks each (virtual stage c * p + r on stage r), each distinct one
     once."""
     n = np.array(_counts(model, p * v))
-    first = np.concatenate([[0], np.cumsum(n)[:-1]])
-    if model.is_moe:           # layers from dense_layers on are MoE (compute.is_moe_layer)
-        moe = np.maximum(0, first + n - np.maximum(first, model.dense_layers))
-        moe_first = first >= model.dense_layers
-    else:
-        moe, moe_first = np.zeros_like(n), np.zeros(n.shape, dtype=bool)
-    vs = np.arange(p * v)
-    embedding, output = vs == 0, vs == p * v - 1
     # one code per distinct block: (layers, MoE layers, first layer MoE, embedding, output); the MTP
     # modules go with the output
-    code = (((n * (model.layers + 1) + moe) * 2 + moe_first) * 2 + embedding) * 2 + output
+    code = n * (model.layers + 1)
+    moe, moe_first = [0] * n.size, [False] * n.size
+    if model.is_moe:           # layers from dense_layers on are MoE (compute.is_moe_layer)
+        first = np.cumsum(n) - n
+        moe_n, first_n = np.maximum(0, first + n - np.maximum(first, model.dense_layers)), \
+            first >= model.dense_layers
+        code = (code + moe_n) * 2 + first_n
+        moe, moe_first = moe_n.tolist(), first_n.tolist()
+    code = code * 4
+    code[0] += 2                   # the embedding's chunk
+    code[-1] += 1                  # the output's
     _, one, inverse = np.unique(code, return_index=True, return_inverse=True)
-    chunks = tuple(Chunk(int(n[i]), bool(embedding[i]), bool(output[i]), int(moe[i]),
-                         model.mtp_layers if output[i] else 0, bool(moe_first[i])) for i in one.tolist())
+    last, layer_counts = n.size - 1, n.tolist()
+    chunks = tuple(Chunk(layer_counts[i], i == 0, i == last, moe[i], model.mtp_layers if i == last else 0,
+                         moe_first[i]) for i in one.tolist())
     at, layers = (np.ascontiguousarray(x.reshape(v, p).T) for x in (inverse, n))
     for x in (at, layers):
         x.flags.writeable = False                   # shared by every evaluation with this layout
@@ -200,9 +203,10 @@ def stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> StageColum
     g = grid(model, pp, v)
     kinds = _facts(model, tp, ep, pp, g)
     at = np.array(g.stage_at)
-    columns = [np.array([getattr(f, name) for f in kinds], dtype=dtype)[at] for name, dtype in
-               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("layers", int),
-                ("moe", bool), ("output", bool))]
-    for c in (*columns, at):
+    figures = np.array([(f.params, f.expert_params, f.largest_layer_params) for f in kinds])[at]
+    flags = np.array([(f.moe, f.output) for f in kinds])[at]
+    layers = np.array([f.layers for f in kinds])[at]
+    for c in (figures, flags, layers, at):
         c.flags.writeable = False                   # shared by every evaluation with this layout
-    return StageColumns(*columns, kinds, at)
+    return StageColumns(figures[:, 0], figures[:, 1], figures[:, 2], layers, flags[:, 0], flags[:, 1], kinds,
+                        at)

@@ -183,6 +183,8 @@ class JobModel:
         self._passes: dict[tuple[Chunk, int, str], Passes] = {}
         self._params: dict[Chunk, float] = {}
         self._tp_s: dict[tuple[float, bool], float] = {}
+        self._shards: dict[int, cm.Shard] = {}
+        self._blocks: dict[tuple[str, int, str], cm.BlockCost] = {}
         self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
 
     def grid(self, v: int) -> chunking.Grid:
@@ -198,24 +200,46 @@ class JobModel:
         """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
         key = (st, micro_batch, recompute)
         if key not in self._passes:
-            self._passes[key] = self._compute_passes(st, shard(self.job, micro_batch), recompute)
+            self._passes[key] = self._compute_passes(st, micro_batch, recompute)
         return self._passes[key]
 
-    def _compute_passes(self, st: Chunk, sh: cm.Shard, recompute: str) -> Passes:
+    def shard(self, micro_batch: int) -> cm.Shard:
+        """The job's shard of a microbatch (`shard`), kept per size."""
+        sh = self._shards.get(micro_batch)
+        if sh is None:
+            sh = self._shards[micro_batch] = shard(self.job, micro_batch)
+        return sh
+
+    def _block(self, kind: str, micro_batch: int, recompute: str) -> cm.BlockCost:
+        """The cost of one block ("dense" or "moe" layer, "embedding", "output", "mtp") of a microbatch, kept
+        for the job's chunks (engine/model/compute.py caches them for every job alike)."""
+        key = (kind, micro_batch, recompute)
+        cost = self._blocks.get(key)
+        if cost is None:
+            gpu, model, sh = self.gpu, self.job.model, self.shard(micro_batch)
+            cost = self._blocks[key] = \
+                cm.layer_cost(gpu, model, kind == "moe", sh, recompute) if kind in ("dense", "moe") else \
+                cm.embedding_cost(gpu, model, sh) if kind == "embedding" else \
+                cm.output_cost(gpu, model, sh) if kind == "output" else cm.mtp_cost(gpu, model, sh)
+        return cost
+
+    def _compute_passes(self, st: Chunk, micro_batch: int, recompute: str) -> Passes:
         job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
+        sh = self.shard(micro_batch)
         blocks: list[tuple[cm.BlockCost, int]] = []
         if st.dense:
-            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), st.dense))
+            blocks.append((self._block("dense", micro_batch, recompute), st.dense))
         if st.moe:
-            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), st.moe))
+            blocks.append((self._block("moe", micro_batch, recompute), st.moe))
         if st.embedding:
-            blocks.append((cm.embedding_cost(gpu, job.model, sh), 1))
+            blocks.append((self._block("embedding", micro_batch, recompute), 1))
         if st.output:
-            blocks.append((cm.output_cost(gpu, job.model, sh), 1))
+            blocks.append((self._block("output", micro_batch, recompute), 1))
         if st.mtp:      # each multi-token prediction module: a layer, its own parts, the output head again
-            blocks += [(cm.layer_cost(gpu, job.model, cm.mtp_is_moe(job.model), sh, recompute), st.mtp),
-                       (cm.mtp_cost(gpu, job.model, sh), st.mtp),
-                       (cm.output_cost(gpu, job.model, sh), st.mtp)]
+            layer = "moe" if cm.mtp_is_moe(job.model) else "dense"
+            blocks += [(self._block(layer, micro_batch, recompute), st.mtp),
+                       (self._block("mtp", micro_batch, recompute), st.mtp),
+                       (self._block("output", micro_batch, recompute), st.mtp)]
         f = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
         b = dict(f)
         for block, n in blocks:
@@ -314,7 +338,7 @@ class JobModel:
     def _stage_memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
         job = self.job
         m = self.per_replica // cfg.micro_batch
-        sh = shard(job, cfg.micro_batch)
+        sh = self.shard(cfg.micro_batch)
         fp8 = job.precision == "fp8"
         scores = _scores(job)
         kinds = (False, True) if job.model.is_moe else (False,)   # a dense model's chunks hold no MoE layer
@@ -375,7 +399,7 @@ class JobModel:
         job, cl, cfg = self.job, self.cluster, ev.config
         p, v, m = job.pp, cfg.virtual_stages, ev.microbatches
         grid = self.grid(v)
-        sh = shard(job, cfg.micro_batch)
+        sh = self.shard(cfg.micro_batch)
         passes = [self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in grid.chunks]
         fwd = grid.spread([f for f, _ in passes])
         bwd = grid.spread([b for _, b in passes])
@@ -390,17 +414,18 @@ class JobModel:
         schedule = sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:
             run = _pipeline(plan, schedule, p, v, m, fwd, bwd, send, send_b)
-            phase_s, ends, last_b = run.phase_seconds(), run.ends, run.last_backward
+            phase_s, ends, last_b = run.phase_seconds(), run.end[:, -1], _last_backward(run)
             intervals = lambda: run.intervals
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             m1, m2 = simulated_sizes(p, v, m)
             run1 = _pipeline(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _pipeline(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
-            extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
+            extended, end_list, b_list = extend_run(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
-        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, phase_s, intervals, np.array(ends),
-                                                                 np.array(last_b), fwd, bwd, m, plan)
+            ends, last_b = np.array(end_list), np.moveaxis(np.array(b_list), 2, 0)
+        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, phase_s, intervals, ends, last_b, fwd,
+                                                                 bwd, m, plan)
         if job.schedule == "dualpipe" and p > 2 and v == 1:
             self._dualpipe_bubble(ev, fwd, bwd)
 
@@ -424,8 +449,8 @@ class JobModel:
                 plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
         per phase summed over the stages, when each stage ends (`ends`) and each chunk's last backward starts
-        and ends (last_b[stage, chunk]), and its intervals when a plan is asked for); the breakdown, and the
-        StepPlan when `plan`. Every stage at once: arrays over the stages."""
+        and ends (last_b[0 | 1, stage, chunk]), and its intervals when a plan is asked for); the breakdown,
+        and the StepPlan when `plan`. Every stage at once: arrays over the stages."""
         job = self.job
         p, v = job.pp, cfg.virtual_stages
         grid, stages = self.grid(v), self.stages(v)
@@ -433,15 +458,16 @@ class JobModel:
         comm = None
         if job.zero < 3:               # (ZeRO-3 reduces per microbatch inside the backward: _compute_passes)
             comm = np.array([self._gradient_reduction(self._chunk_params(st)) for st in grid.chunks])[grid.at]
-            layers = np.maximum(1, grid.layers)
-            for c in reversed(range(v)):
-                if not job.overlap_grad_reduce:      # after the stage's whole backward
-                    t_stream = np.maximum(t_stream, ends) + comm[:, c]
-                    continue
+            if job.overlap_grad_reduce:
                 # buckets: the first is ready after one layer's backward, the last after the chunk's
-                b0, b1, n = last_b[:, c, 0], last_b[:, c, 1], layers[:, c]
-                t_stream = np.maximum(np.maximum(t_stream, b0 + (b1 - b0) / n) + comm[:, c],
-                                      b1 + comm[:, c] / n)
+                b0, b1 = last_b
+                layers = np.maximum(1, grid.layers)
+                ready, done = b0 + (b1 - b0) / layers, b1 + comm / layers
+                for c in reversed(range(v)):
+                    t_stream = np.maximum(np.maximum(t_stream, ready[:, c]) + comm[:, c], done[:, c])
+            else:
+                for c in reversed(range(v)):        # after the stage's whole backward
+                    t_stream = np.maximum(t_stream, ends) + comm[:, c]
         dp_end = np.maximum(ends, t_stream)
         updates = np.array([self._update(f.params) for f in stages.kinds])[stages.at]
         opt_by_stage, ag = updates[:, 0], updates[:, 1]
@@ -536,7 +562,7 @@ class JobModel:
         if dp_busy > 0:
             busy["dp"] = dp_busy
         if job.pp > 1:
-            act = shard(job, cfg.micro_batch).tokens * job.model.hidden * BF16 / \
+            act = self.shard(cfg.micro_batch).tokens * job.model.hidden * BF16 / \
                 (job.tp if job.sequence_parallel and job.tp > 1 else 1)
             busy["pp"] = 2 * m * v * sum(self._sends(act)) / job.pp
         return busy
@@ -544,7 +570,7 @@ class JobModel:
     def _tier_load(self, cfg: Config, busy: dict[str, float], step: float) -> dict[str, float]:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
         job, cl, net = self.job, self.cluster, self.net
-        sh = shard(job, cfg.micro_batch)
+        sh = self.shard(cfg.micro_batch)
         act = sh.tokens * job.model.hidden * BF16
         comms = {"tp": lambda: _tp_time(cl, net, act, sh.sp), "cp": lambda: col.p2p(cl, net.cp, act),
                  "ep": lambda: col.all_to_all(cl, net.ep, act),
@@ -588,6 +614,13 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
     p = len(fwd)
     zero = (0.0,) * p
     return stages(fwd, send, p - 1, len(fwd[0]) - 1), stages(bwd, send_b, 0, 0), zero, zero
+
+
+def _last_backward(run: PipelineRun) -> np.ndarray:
+    """[0 | 1, stage, chunk]: when each chunk's last backward starts and ends (PipelineRun.last_backward as
+    arrays)."""
+    k = run.program.last_backward
+    return np.stack([np.take_along_axis(run.start, k, axis=1), np.take_along_axis(run.end, k, axis=1)])
 
 
 def _pipeline(plan: bool, schedule: str, p: int, v: int, m: int, fwd: StageSegments, bwd: StageSegments,
