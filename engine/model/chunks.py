@@ -93,15 +93,23 @@ def grid(model: Model, p: int, v: int) -> Grid:
     code = code * 4
     code[0] += 2                   # the embedding's chunk
     code[-1] += 1                  # the output's
-    _, one, inverse = np.unique(code, return_index=True, return_inverse=True)
+    ids: dict[int, int] = {}           # each distinct code's chunk, in the order they first come
+    firsts: list[int] = []             # each distinct chunk's first virtual stage
+    index = []
+    for vs, x in enumerate(code.tolist()):
+        k = ids.get(x)
+        if k is None:
+            k = ids[x] = len(firsts)
+            firsts.append(vs)
+        index.append(k)
     last, layer_counts = n.size - 1, n.tolist()
     chunks = tuple(Chunk(layer_counts[i], i == 0, i == last, moe[i], model.mtp_layers if i == last else 0,
-                         moe_first[i]) for i in one.tolist())
-    at, layers = (np.ascontiguousarray(x.reshape(v, p).T) for x in (inverse, n))
+                         moe_first[i]) for i in firsts)
+    at, layers = (np.ascontiguousarray(np.reshape(x, (v, p)).T) for x in (index, n))
     for x in (at, layers):
         x.flags.writeable = False                   # shared by every evaluation with this layout
     if v == 1:
-        return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(inverse.tolist()))
+        return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(index))
     rows: dict[tuple[int, ...], int] = {}               # the distinct stages in the order they come
     stage_at = tuple(rows.setdefault(row, len(rows)) for row in map(tuple, at.tolist()))
     return Grid(chunks, at, layers, tuple(rows), stage_at)
