@@ -478,16 +478,19 @@ class JobModel:
             ag_by_stage = np.zeros(p)
         sync, opt_time, ag_time = float(dp_end.max()), float(opt_by_stage.max()), float(ag_by_stage.max())
         step = sync + opt_time + ag_time
-        # each stage's intervals after its pipeline schedule, [its end, step] covered: the gradient reduction
-        # left, waiting for the slowest stage, the optimizer, waiting, the parameter all-gather, waiting
-        edges = np.empty((p, 7))
-        edges[:, 0], edges[:, 1], edges[:, 2], edges[:, 3] = ends, dp_end, sync, sync + opt_by_stage
-        edges[:, 4], edges[:, 5], edges[:, 6] = sync + opt_time, sync + opt_time + ag_by_stage, step
-        length = edges[:, 1:] - edges[:, :-1]           # [stage, interval]: 0 where it is left out
+        # each stage's intervals after its pipeline schedule cover [its end, step]: the gradient reduction
+        # left, waiting for the slowest stage, the optimizer, waiting, the parameter all-gather, waiting;
+        # their lengths here by phase: dp (the reduction, the all-gather), bubble (the waits), optimizer
+        opt_end, ag_start = sync + opt_by_stage, sync + opt_time
+        ag_end = ag_start + ag_by_stage
+        length = np.empty((p, 6))
+        for k, (b, a) in enumerate(((dp_end, ends), (ag_end, ag_start), (sync, dp_end), (ag_start, opt_end),
+                                    (step, ag_end), (opt_end, sync))):
+            np.subtract(b, a, out=length[:, k])           # 0 where the interval is left out
         # each phase's time is the sum of its intervals' lengths (stage after stage, each stage's in order, as
         # the intervals' phase_seconds would add them), as a mean over the stages
         tail = np.zeros(len(PHASES))
-        for phase, cols in (("dp", [0, 4]), ("bubble", [1, 3, 5]), ("optimizer", [2])):
+        for phase, cols in (("dp", slice(0, 2)), ("bubble", slice(2, 5)), ("optimizer", slice(5, 6))):
             tail[CODE[phase]] = np.add.accumulate(length[:, cols].ravel())[-1]
         totals = dict(zip(PHASES, ((phase_s + tail) / p).tolist()))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
@@ -504,13 +507,17 @@ class JobModel:
             busy = self._busy(cfg, fwd, bwd, m, dp_busy)
         if not plan:
             return None, step, breakdown, busy
-        present = length > 0
-        present[:, 2] = True                            # the optimizer's interval, even of no time
+        # the intervals in their order: dp, bubble, optimizer (even of no time), bubble, dp (when there is an
+        # all-gather), bubble
+        present = length[:, [0, 2, 5, 3, 1, 4]] > 0
+        present[:, 2] = True
         present[:, 4] = ag_by_stage > 0
+        full = np.full((p, 3), (sync, ag_start, step))
+        edges = np.stack([ends, dp_end, full[:, 0], opt_end, full[:, 1], ag_end, full[:, 2]], axis=1)
         phases = np.array([CODE[x] for x in ("dp", "bubble", "optimizer", "bubble", "dp", "bubble")],
                           dtype=np.int8)
-        after = Intervals(np.broadcast_to(np.arange(p)[:, None], present.shape)[present],
-                          edges[:, :-1][present], edges[:, 1:][present],
+        stage = np.broadcast_to(np.arange(p)[:, None], present.shape)
+        after = Intervals(stage[present], edges[:, :-1][present], edges[:, 1:][present],
                           np.broadcast_to(phases, present.shape)[present])
         runs = merge_runs(intervals().then(after), step, p)
         tokens = job.global_batch * job.seq_len
@@ -602,10 +609,8 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
         """Every stage's chunks, each ending with its transfer but stage r's chunk `silent`: stages alike
         (the same chunks, sending alike) built once."""
         keys = list(zip(map(id, kind), seconds))
-        rows: dict[tuple[int, float], tuple[tuple[Segment, ...], ...]] = {}
-        for key, chunks in zip(keys, kind):
-            if key not in rows:
-                rows[key] = tuple(sending(segs, key[1]) for segs in chunks)
+        rows = {key: tuple(sending(segs, key[1]) for segs in chunks)
+                for key, chunks in dict(zip(keys, kind)).items()}
         out = list(map(rows.__getitem__, keys))
         out[r] = tuple(tuple(segs) if c == silent else sending(segs, seconds[r])
                        for c, segs in enumerate(kind[r]))
