@@ -11,6 +11,7 @@ layouts.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -79,39 +80,29 @@ def _counts(model: Model, n: int) -> list[int]:
 def grid(model: Model, p: int, v: int) -> Grid:
     """The chunks of p stages of v chunks each (virtual stage c * p + r on stage r), each distinct one
     once."""
-    n = np.array(_counts(model, p * v))
-    # one code per distinct block: (layers, MoE layers, first layer MoE, embedding, output); the MTP
-    # modules go with the output
-    code = n * (model.layers + 1)
-    moe, moe_first = [0] * n.size, [False] * n.size
+    counts = _counts(model, p * v)
     if model.is_moe:           # layers from dense_layers on are MoE (compute.is_moe_layer)
-        first = np.cumsum(n) - n
-        moe_n, first_n = np.maximum(0, first + n - np.maximum(first, model.dense_layers)), \
-            first >= model.dense_layers
-        code = (code + moe_n) * 2 + first_n
-        moe, moe_first = moe_n.tolist(), first_n.tolist()
-    code = code * 4
-    code[0] += 2                   # the embedding's chunk
-    code[-1] += 1                  # the output's
-    ids: dict[int, int] = {}           # each distinct code's chunk, in the order they first come
-    firsts: list[int] = []             # each distinct chunk's first virtual stage
-    index = []
-    for vs, x in enumerate(code.tolist()):
-        k = ids.get(x)
-        if k is None:
-            k = ids[x] = len(firsts)
-            firsts.append(vs)
-        index.append(k)
-    last, layer_counts = n.size - 1, n.tolist()
-    chunks = tuple(Chunk(layer_counts[i], i == 0, i == last, moe[i], model.mtp_layers if i == last else 0,
-                         moe_first[i]) for i in firsts)
-    at, layers = (np.ascontiguousarray(np.reshape(x, (v, p)).T) for x in (index, n))
+        firsts = list(itertools.accumulate(counts[:-1], initial=0))
+        d = model.dense_layers
+        moe = [max(0, f + n - max(f, d)) for f, n in zip(firsts, counts)]
+        moe_first = [f >= d for f in firsts]
+    else:
+        moe, moe_first = [0] * len(counts), [False] * len(counts)
+    ends = [0] * len(counts)       # 2: the embedding's chunk, 1: the output's
+    ends[0] += 2
+    ends[-1] += 1
+    ids: dict[tuple[int, int, bool, int], int] = {}      # each distinct chunk, in the order they first come
+    index = [ids.setdefault(key, len(ids)) for key in zip(counts, moe, moe_first, ends)]
+    chunks = tuple(Chunk(n, bool(e & 2), bool(e & 1), k, model.mtp_layers if e & 1 else 0, first)
+                   for n, k, first, e in ids)
+    at, layers = (np.ascontiguousarray(np.reshape(x, (v, p)).T) for x in (index, counts))
     for x in (at, layers):
         x.flags.writeable = False                   # shared by every evaluation with this layout
     if v == 1:
         return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(index))
     rows: dict[tuple[int, ...], int] = {}               # the distinct stages in the order they come
-    stage_at = tuple(rows.setdefault(row, len(rows)) for row in map(tuple, at.tolist()))
+    by_chunk = (index[c * p:(c + 1) * p] for c in range(v))
+    stage_at = tuple(rows.setdefault(row, len(rows)) for row in zip(*by_chunk))
     return Grid(chunks, at, layers, tuple(rows), stage_at)
 
 
