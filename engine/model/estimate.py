@@ -234,7 +234,7 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                                                        recompute=cfg.recompute)
     chosen = {k: getattr(cfg, k) for k in ("micro_batch", "virtual_stages", "recompute")
               if getattr(job, k) == "auto"}
-    tiers = _tiers(cluster, job)
+    tiers = _tiers(cluster, job, model.net)
     mem_gb = best.memory.parts_gb()
     total_gb = round(best.memory.total / GB, 2)
     cap = round(mem.capacity_bytes(cluster.gpu) / GB, 2)
@@ -322,9 +322,12 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
 _TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
 
 
-def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
-    """The tier each parallel dimension crosses: it depends on the job's placement only (kept for the next
-    job with the same placement, as a sweep has many)."""
+def _tiers(cluster: Cluster, job: Job, net: step.Net | None = None) -> dict[str, str | None]:
+    """The tier each parallel dimension crosses: its routes' when the estimate has them (each route's groups
+    are the dimension's, but DP's with CP > 1, which cross together), else the layout's. It depends on the
+    job's placement only (kept for the next job with the same placement, as a sweep has many)."""
+    if net is not None and job.cp == 1:
+        return {"tp": net.tp.tier, "cp": net.cp.tier, "pp": net.pp_tier, "dp": net.dp.tier, "ep": net.ep.tier}
     key = (cluster, col.placement(job))
     tiers = _TIERS.get(key)
     if tiers is None:                        # (no lookup after the store: safe with threads, as Dask runs)

@@ -69,7 +69,7 @@ def shard(job: Job, micro_batch: int) -> cm.Shard:
 # ------------------------------------------------------------------------------------------ communication
 
 @dataclass(frozen=True)
-class _Net:
+class Net:
     tp: col.Route
     cp: col.Route
     ep: col.Route
@@ -77,6 +77,7 @@ class _Net:
     pp_tiers: tuple[int, ...]      # tier index crossed by each stage boundary r -> r+1 (and p-1 -> 0)
     pp_slowdown: float
     pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
+    pp_tier: str | None = None     # the outermost tier the PP groups cross
 
 
 ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"),
@@ -91,7 +92,7 @@ def route_dims(job: col.Placement | Job, dim: str) -> tuple[tuple[str, ...], str
 
 
 @lru_cache(maxsize=64)
-def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) -> _Net:
+def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) -> Net:
     """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them), with
     other jobs' traffic on the tiers it shares (`background`, engine/model/contention.py)."""
     topo = Geometry.of(cluster)
@@ -104,9 +105,9 @@ def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) 
         return col.route(cluster, job, *route_dims(job, dim), background)
 
     pp = route("pp")
-    return _Net(tp=route("tp"), cp=route("cp"),
+    return Net(tp=route("tp"), cp=route("cp"),
                 ep=route("ep") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
-                dp=route("dp"), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops)
+                dp=route("dp"), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops, pp_tier=pp.tier)
 
 
 def ep_network_share(job: Job, nodes: int) -> float:
@@ -124,7 +125,7 @@ def ep_network_share(job: Job, nodes: int) -> float:
     return distinct / k
 
 
-def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
+def _tp_time(cluster: Cluster, net: Net, nbytes: float, sp: bool) -> col.Comm:
     """One TP exchange of a full activation: all-reduce, or reduce-scatter + all-gather with SP."""
     if sp:
         rs = col.reduce_scatter(cluster, net.tp, nbytes)
@@ -132,7 +133,7 @@ def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
     return col.allreduce(cluster, net.tp, nbytes)
 
 
-def _p2p_time(cluster: Cluster, net: _Net, nbytes: float, boundary: int) -> float:
+def _p2p_time(cluster: Cluster, net: Net, nbytes: float, boundary: int) -> float:
     if nbytes <= 0:
         return 0.0
     tier = net.pp_tiers[boundary]
