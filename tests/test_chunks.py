@@ -84,6 +84,7 @@ def test_last_backward_arrays_are_the_runs() -> None:
     run = step._pipeline(False, "1f1b", p, v, m, fwd, bwd, (1e-4,) * p, (1e-4,) * p)
     b0, b1 = step._last_backward(run)
     assert np.array(run.last_backward).tolist() == np.stack([b0, b1], axis=2).tolist()
+    assert run.ends == run.end[:, -1].tolist()
 
 
 def test_the_fast_estimate_of_a_deep_pipeline_costs_each_distinct_chunk_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]

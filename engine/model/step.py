@@ -424,7 +424,8 @@ class JobModel:
             run2 = _pipeline(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
             extended, end_list, b_list = extend_run(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
-            ends, last_b = np.array(end_list), np.moveaxis(np.array(b_list), 2, 0)
+            both = np.array(b_list)
+            ends, last_b = np.array(end_list), (both[:, :, 0], both[:, :, 1])
         ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, phase_s, intervals, ends, last_b, fwd,
                                                                  bwd, m, plan)
         if job.schedule == "dualpipe" and p > 2 and v == 1:
@@ -446,12 +447,12 @@ class JobModel:
         ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
 
     def _finish(self, cfg: Config, phase_s: np.ndarray, intervals: Callable[[], Intervals], ends: np.ndarray,
-                last_b: np.ndarray, fwd: StageSegments, bwd: StageSegments, m: int,
+                last_b: tuple[np.ndarray, np.ndarray], fwd: StageSegments, bwd: StageSegments, m: int,
                 plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
         per phase summed over the stages, when each stage ends (`ends`) and each chunk's last backward starts
-        and ends (last_b[0 | 1, stage, chunk]), and its intervals when a plan is asked for); the breakdown,
-        and the StepPlan when `plan`. Every stage at once: arrays over the stages."""
+        and ends (last_b: two [stage, chunk] arrays), and its intervals when a plan is asked for); the
+        breakdown, and the StepPlan when `plan`. Every stage at once: arrays over the stages."""
         job = self.job
         p, v = job.pp, cfg.virtual_stages
         grid, stages = self.grid(v), self.stages(v)
@@ -622,11 +623,12 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
     return stages(fwd, send, p - 1, len(fwd[0]) - 1), stages(bwd, send_b, 0, 0), zero, zero
 
 
-def _last_backward(run: PipelineRun) -> np.ndarray:
-    """[0 | 1, stage, chunk]: when each chunk's last backward starts and ends (PipelineRun.last_backward as
+def _last_backward(run: PipelineRun) -> tuple[np.ndarray, np.ndarray]:
+    """[stage, chunk]: when each chunk's last backward starts, and when it ends (PipelineRun.last_backward as
     arrays)."""
     k = run.program.last_backward
-    return np.stack([np.take_along_axis(run.start, k, axis=1), np.take_along_axis(run.end, k, axis=1)])
+    rows = np.arange(k.shape[0])[:, None]
+    return run.start[rows, k], run.end[rows, k]
 
 
 def _pipeline(plan: bool, schedule: str, p: int, v: int, m: int, fwd: StageSegments, bwd: StageSegments,
