@@ -12,7 +12,7 @@ layouts.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeVar
@@ -24,6 +24,7 @@ from . import compute as cm
 from .pipeline import split_layers
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -91,19 +92,24 @@ def grid(model: Model, p: int, v: int) -> Grid:
     ends = [0] * len(counts)       # 2: the embedding's chunk, 1: the output's
     ends[0] += 2
     ends[-1] += 1
-    ids: dict[tuple[int, int, bool, int], int] = {}      # each distinct chunk, in the order they first come
-    index = [ids.setdefault(key, len(ids)) for key in zip(counts, moe, moe_first, ends)]
+    keys = list(zip(counts, moe, moe_first, ends))
+    index, distinct = _distinct(keys)
     chunks = tuple(Chunk(n, bool(e & 2), bool(e & 1), k, model.mtp_layers if e & 1 else 0, first)
-                   for n, k, first, e in ids)
+                   for n, k, first, e in distinct)
     at, layers = (np.ascontiguousarray(np.reshape(x, (v, p)).T) for x in (index, counts))
     for x in (at, layers):
         x.flags.writeable = False                   # shared by every evaluation with this layout
     if v == 1:
         return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(index))
-    rows: dict[tuple[int, ...], int] = {}               # the distinct stages in the order they come
-    by_chunk = (index[c * p:(c + 1) * p] for c in range(v))
-    stage_at = tuple(rows.setdefault(row, len(rows)) for row in zip(*by_chunk))
-    return Grid(chunks, at, layers, tuple(rows), stage_at)
+    stage_at, stages = _distinct(list(zip(*(index[c * p:(c + 1) * p] for c in range(v)))))
+    return Grid(chunks, at, layers, tuple(stages), tuple(stage_at))
+
+
+def _distinct(keys: list[K]) -> tuple[list[int], list[K]]:
+    """Each key's place among the distinct keys, and the distinct keys in the order they first come."""
+    distinct = list(dict.fromkeys(keys))
+    place = {key: i for i, key in enumerate(distinct)}
+    return list(map(place.__getitem__, keys)), distinct
 
 
 def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
@@ -165,8 +171,8 @@ def _facts(model: Model, tp: int, ep: int, pp: int, g: Grid) -> tuple[StageFacts
     for row in g.stages:
         held = [g.chunks[i] for i in row]
         out.append(StageFacts(
-            params=sum(params[i] for i in row),
-            expert_params=sum(experts[i] for i in row),
+            params=sum(map(params.__getitem__, row)),
+            expert_params=sum(map(experts.__getitem__, row)),
             largest_layer_params=max((one_layer[st.moe_first] for st in held if st.layers), default=0.0),
             layers=sum(st.layers for st in held),
             moe=any(st.moe or st.mtp and mtp_moe for st in held),
