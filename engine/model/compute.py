@@ -144,6 +144,7 @@ def layer_kinds(model: Model) -> tuple[int, int]:
     return model.layers - n_moe, n_moe
 
 
+@lru_cache(maxsize=256)
 def total_params(model: Model) -> tuple[float, float]:
     """(total, active per token) parameters of the whole model, embeddings included."""
     dense = layer_params(model, False)

@@ -494,8 +494,8 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
-    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
-                   chunks.grid, chunks.stage_columns, step._evaluate_cached,
+    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.total_params, col._route,
+                   col.ecmp_max_load, step._net, chunks.grid, chunks.stage_columns, step._evaluate_cached,
                    pipeline._program, pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()

@@ -133,10 +133,10 @@ def _tp_time(cluster: Cluster, net: Net, nbytes: float, sp: bool) -> col.Comm:
     return col.allreduce(cluster, net.tp, nbytes)
 
 
-def _p2p_time(cluster: Cluster, net: Net, nbytes: float, boundary: int) -> float:
+def _p2p_time(cluster: Cluster, net: Net, nbytes: float, tier: int) -> float:
+    """One point-to-point transfer between neighbouring stages across `tier` (an index into TIERS)."""
     if nbytes <= 0:
         return 0.0
-    tier = net.pp_tiers[boundary]
     if tier == 0:
         return scaleup.p2p(cluster, net.pp_hops, nbytes)
     return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + col.net_latency(cluster, TIERS[tier])
@@ -312,14 +312,9 @@ class JobModel:
     def _sends(self, nbytes: float) -> tuple[float, ...]:
         """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed
         only, so once per tier (a deep pipeline has 64 boundaries and two or three tiers)."""
-        by_tier: dict[int, float] = {}
-        out = []
-        for r, tier in enumerate(self.net.pp_tiers):
-            seconds = by_tier.get(tier)
-            if seconds is None:
-                seconds = by_tier[tier] = _p2p_time(self.cluster, self.net, nbytes, r)
-            out.append(seconds)
-        return tuple(out)
+        tiers = self.net.pp_tiers
+        by_tier = {tier: _p2p_time(self.cluster, self.net, nbytes, tier) for tier in set(tiers)}
+        return tuple(map(by_tier.__getitem__, tiers))
 
     def _chunk_params(self, st: Chunk) -> float:
         if st not in self._params:
