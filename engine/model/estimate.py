@@ -264,14 +264,14 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                        hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
                        plan=best.plan, busy_s=best.busy, band=_band(cluster, job),
-                       output_layer_s=_output_layer(cluster, job, cfg.micro_batch, best.microbatches),
+                       output_layer_s=_output_layer(model, cfg, best.microbatches),
                        economics=_economics(scenario, job, breakdown, step, tokens / step), **common)
 
 
-def _output_layer(cluster: Cluster, job: Job, micro_batch: int, microbatches: int) -> float:
+def _output_layer(model: JobModel, cfg: Config, microbatches: int) -> float:
     """Seconds per step the last pipeline stage spends in the output layer (final norm, logits GEMM, the
     loss over the vocabulary), forward and backward of every microbatch: part of its compute."""
-    cost = cm.output_cost(cluster.gpu, job.model, step.shard(job, micro_batch))
+    cost = model.block("output", cfg.micro_batch, cfg.recompute)
     return microbatches * (cost.fwd.compute_s + cost.bwd.compute_s)
 
 
@@ -494,9 +494,10 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
-    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.total_params, col._route,
-                   col.ecmp_max_load, step._net, chunks.grid, chunks.stage_columns, step._evaluate_cached,
-                   pipeline._program, pipeline._waves, pipeline.order):
+    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.total_params,
+                   cm.model_flops_per_token, col._route, col.ecmp_max_load, step._net, chunks.grid,
+                   chunks.stage_columns, step._evaluate_cached, pipeline._program, pipeline._waves,
+                   pipeline.order):
         cached.cache_clear()
     _TIERS.clear()
     _SUMMARIES.clear()

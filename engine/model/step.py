@@ -211,7 +211,7 @@ class JobModel:
             sh = self._shards[micro_batch] = shard(self.job, micro_batch)
         return sh
 
-    def _block(self, kind: str, micro_batch: int, recompute: str) -> cm.BlockCost:
+    def block(self, kind: str, micro_batch: int, recompute: str) -> cm.BlockCost:
         """The cost of one block ("dense" or "moe" layer, "embedding", "output", "mtp") of a microbatch, kept
         for the job's chunks (engine/model/compute.py caches them for every job alike)."""
         key = (kind, micro_batch, recompute)
@@ -229,18 +229,18 @@ class JobModel:
         sh = self.shard(micro_batch)
         blocks: list[tuple[cm.BlockCost, int]] = []
         if st.dense:
-            blocks.append((self._block("dense", micro_batch, recompute), st.dense))
+            blocks.append((self.block("dense", micro_batch, recompute), st.dense))
         if st.moe:
-            blocks.append((self._block("moe", micro_batch, recompute), st.moe))
+            blocks.append((self.block("moe", micro_batch, recompute), st.moe))
         if st.embedding:
-            blocks.append((self._block("embedding", micro_batch, recompute), 1))
+            blocks.append((self.block("embedding", micro_batch, recompute), 1))
         if st.output:
-            blocks.append((self._block("output", micro_batch, recompute), 1))
+            blocks.append((self.block("output", micro_batch, recompute), 1))
         if st.mtp:      # each multi-token prediction module: a layer, its own parts, the output head again
             layer = "moe" if cm.mtp_is_moe(job.model) else "dense"
-            blocks += [(self._block(layer, micro_batch, recompute), st.mtp),
-                       (self._block("mtp", micro_batch, recompute), st.mtp),
-                       (self._block("output", micro_batch, recompute), st.mtp)]
+            blocks += [(self.block(layer, micro_batch, recompute), st.mtp),
+                       (self.block("mtp", micro_batch, recompute), st.mtp),
+                       (self.block("output", micro_batch, recompute), st.mtp)]
         f = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
         b = dict(f)
         for block, n in blocks:
