@@ -50,10 +50,9 @@ def test_stages_alike_share_one_tuple() -> None:
     g = chunks.grid(LLAMA, 16, 4)
     rows = g.spread(g.chunks)
     assert len(g.stages) == 3 and rows[1] is rows[14]           # the middle stages: one tuple
-    assert rows == chunks.chunks(LLAMA, 16, 4)
-    facts = chunks.stage_facts(LLAMA, 8, 1, 16, 4)
-    assert facts[1] is facts[14] and facts[0] != facts[1]
     columns = chunks.stage_columns(LLAMA, 8, 1, 16, 4)
+    facts = [columns.kinds[k] for k in columns.at.tolist()]
+    assert facts[1] is facts[14] and facts[0] != facts[1]
     assert columns.params.tolist() == [f.params for f in facts]
     assert columns.layers.tolist() == [f.layers for f in facts] == [7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8,
                                                                    8, 7]

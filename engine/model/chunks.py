@@ -112,12 +112,6 @@ def _distinct(keys: list[K]) -> tuple[list[int], list[K]]:
     return list(map(place.__getitem__, keys)), distinct
 
 
-def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
-    """chunks[r][c]: the virtual stage c * p + r of stage r."""
-    g = grid(model, p, v)
-    return g.spread(g.chunks)
-
-
 @dataclass(frozen=True)
 class StageFacts:
     """What one pipeline stage holds (all its chunks), on one GPU."""
@@ -180,13 +174,6 @@ def _facts(model: Model, tp: int, ep: int, pp: int, g: Grid) -> tuple[StageFacts
     return tuple(out)
 
 
-def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageFacts, ...]:
-    """What each pipeline stage holds on one GPU, all its chunks together (stages alike share one)."""
-    g = grid(model, pp, v)
-    facts = _facts(model, tp, ep, pp, g)
-    return tuple(map(facts.__getitem__, g.stage_at))
-
-
 @dataclass(frozen=True, eq=False)
 class StageColumns:
     """What each pipeline stage holds, as arrays over the stages (JobModel.memory computes every stage at
@@ -204,7 +191,8 @@ class StageColumns:
 
 @lru_cache(maxsize=256)
 def stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> StageColumns:
-    """stage_facts as read-only arrays over the stages."""
+    """What each pipeline stage holds on one GPU, all its chunks together, as read-only arrays over the
+    stages (each distinct stage's facts made once)."""
     g = grid(model, pp, v)
     kinds = _facts(model, tp, ep, pp, g)
     at = np.array(g.stage_at)
