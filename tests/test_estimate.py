@@ -353,3 +353,37 @@ def test_the_fast_path_keeps_no_pipeline_it_will_not_look_up_again() -> None:
     assert est._evaluate_cached.cache_info().currsize == 0
     estimate(s)
     assert est._evaluate_cached.cache_info().currsize == 1
+
+
+@pytest.mark.parametrize("geometry", [(8, 16, 192, 0), (8, 32, 4, 2), (4, 12, 3, 3), (72, 72, 8, 1)])
+def test_the_tiers_an_estimate_reports_are_its_routes_and_the_layouts(geometry, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A training estimate reads each dimension's tier off its routes (CP = 1: each route's groups are the
+    dimension's), without walking the layout again; they are the tiers the layout gives."""
+    from clustertop.engine.config.geometry import DIMS, Geometry
+    from clustertop.engine.model import collectives as col
+    from clustertop.engine.model import step
+    from clustertop.engine.model.estimate import _tiers
+    from clustertop.engine.model.layout import Layout
+
+    per_node, per_rack, racks_per_pod, pods_per_building = geometry
+    base = scenario.load("llama3-405b-16k")
+    for tp, pp, dp, ep, first in [(8, 16, 128, 1, 0), (4, 3, 8, 4, 24), (2, 5, 40, 5, 8), (1, 7, 600, 3, 96),
+                                  (8, 1, 2048, 8, 0), (3, 2, 100, 1, 12)]:
+        for order in ("tp-cp-pp-dp", "tp-cp-dp-pp"):
+            gpus = tp * pp * dp
+            total = -(-(gpus + first) // per_node) * per_node
+            cluster = dataclasses.replace(base.cluster, gpus=total, gpus_per_node=per_node,
+                                          gpus_per_rack=per_rack, racks_per_pod=racks_per_pod,
+                                          pods_per_building=pods_per_building)
+            job = dataclasses.replace(base.jobs[0], tp=tp, cp=1, pp=pp, dp=dp, ep=ep, gpus=gpus,
+                                      first_gpu=first, rank_order=order)
+            layout = Layout(job, Geometry.of(cluster))
+            net = step._net(cluster, col.placement(job))
+            assert _tiers(cluster, job, net) == {d: layout.tier(d) for d in DIMS}, (geometry, job)
+
+    def walked(*_: object) -> None:
+        raise AssertionError("the layout walked again")
+
+    monkeypatch.setattr(Layout, "tier", walked)
+    assert estimate(base, plan=False, hints=False).jobs[0].tiers == {"tp": "node", "cp": None, "pp": "spine",
+                                                                      "dp": "core", "ep": None}

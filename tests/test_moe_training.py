@@ -32,19 +32,20 @@ def _job(**settings: object) -> scenario.Scenario:
 
 def test_deepseek_v3_trains_with_one_mtp_module_after_its_last_layer() -> None:
     assert DSV3.mtp_layers == 1
-    layout = chunks.chunks(DSV3, 16, 1)
+    g = chunks.grid(DSV3, 16, 1)
+    layout = g.spread(g.chunks)
     last = layout[-1][-1]
     assert last.output and last.mtp == 1
     assert sum(st.mtp for stage in layout for st in stage) == 1
     # the module takes a layer's place in the split: 61 layers and the module on 16 stages, the last lighter
     assert sum(st.layers for stage in layout for st in stage) == 61
     assert last.layers == 2 and layout[-2][-1].layers == 4
-    assert [st.layers for stage in chunks.chunks(NO_MTP, 16, 1) for st in stage][-1] == 3
+    assert chunks.grid(NO_MTP, 16, 1).layers[-1, -1] == 3
 
 
 def test_the_mtp_module_holds_a_layer_a_projection_and_the_embedding() -> None:
-    with_mtp = chunks.stage_facts(DSV3, 1, 8, 16, 1)[-1]
-    without = chunks.stage_facts(NO_MTP, 1, 8, 16, 1)[-1]
+    columns = [chunks.stage_columns(m, 1, 8, 16, 1) for m in (DSV3, NO_MTP)]
+    with_mtp, without = (c.kinds[c.at[-1]] for c in columns)          # the last stage's
     h = DSV3.hidden
     layer = cm.layer_params_per_gpu(DSV3, True, 1, 8)
     # one layer fewer on the stage, the module's layer, projection and norms, and the embedding table

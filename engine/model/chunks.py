@@ -12,8 +12,10 @@ layouts.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,42 +23,93 @@ from ..config.catalog import Model
 from . import compute as cm
 from .pipeline import split_layers
 
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
 
 @dataclass(frozen=True)
 class Chunk:
-    """One virtual stage (chunk): its layers and blocks."""
+    """One virtual stage (chunk): its layers and blocks. Chunks of the same blocks are equal wherever they sit
+    (a deep pipeline's middle chunks are one Chunk)."""
 
-    first_layer: int
     layers: int
     embedding: bool
     output: bool
-    moe: int = 0          # how many of its layers are MoE layers
-    mtp: int = 0          # multi-token prediction modules (the last chunk's, after its layers)
+    moe: int = 0              # how many of its layers are MoE layers
+    mtp: int = 0              # multi-token prediction modules (the last chunk's, after its layers)
+    moe_first: bool = False   # its first layer is an MoE layer (its largest one, embedding and output aside)
 
     @property
     def dense(self) -> int:
         return self.layers - self.moe
 
 
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """A job's chunks, each distinct one once: stage r's chunk c (virtual stage c * p + r) is
+    chunks[at[r, c]]; the distinct stages (their chunks' indices, in order) are `stages`, stage r is
+    stages[stage_at[r]]. What depends on a chunk's or a stage's blocks is computed once per distinct one and
+    spread over the pipeline (`spread`)."""
+
+    chunks: tuple[Chunk, ...]
+    at: np.ndarray                           # [stage, chunk]: index into chunks
+    layers: np.ndarray                       # [stage, chunk]: its layers
+    stages: tuple[tuple[int, ...], ...]
+    stage_at: tuple[int, ...]                # [stage]: index into stages
+
+    def spread(self, per_chunk: Sequence[T]) -> tuple[tuple[T, ...], ...]:
+        """[stage][chunk]: the value of each stage's chunks, from one value per distinct chunk (stages alike
+        share one tuple)."""
+        rows = [tuple(per_chunk[i] for i in row) for row in self.stages]
+        return tuple(map(rows.__getitem__, self.stage_at))
+
+
+def _counts(model: Model, n: int) -> list[int]:
+    """Layers of each of the n virtual stages, the MTP modules (after the last layer) counted in the split."""
+    if not model.mtp_layers:
+        return split_layers(model.layers, n)
+    counts = split_layers(model.layers + model.mtp_layers, n)
+    counts[-1] -= model.mtp_layers      # the MTP modules take the last chunk's places, or earlier ones'
+    for i in range(len(counts) - 1, 0, -1):
+        if counts[i] < 0:
+            counts[i - 1] += counts[i]
+            counts[i] = 0
+    return counts
+
+
 @lru_cache(maxsize=256)
-def chunks(model: Model, p: int, v: int) -> tuple[tuple[Chunk, ...], ...]:
-    """chunks[r][c]: the virtual stage c * p + r of stage r."""
-    counts = split_layers(model.layers, p * v)
-    if model.mtp_layers:
-        counts = split_layers(model.layers + model.mtp_layers, p * v)
-        counts[-1] -= model.mtp_layers      # the MTP modules take the last chunk's places, or earlier ones'
-        for i in range(len(counts) - 1, 0, -1):
-            if counts[i] < 0:
-                counts[i - 1] += counts[i]
-                counts[i] = 0
-    starts = list(itertools.accumulate([0] + counts))
-    out = [[Chunk(0, 0, False, False)] * v for _ in range(p)]
-    for vs, n in enumerate(counts):
-        c, r = divmod(vs, p)
-        moe = sum(cm.is_moe_layer(model, i) for i in range(starts[vs], starts[vs] + n)) if model.is_moe else 0
-        last = vs == p * v - 1
-        out[r][c] = Chunk(starts[vs], n, vs == 0, last, moe, model.mtp_layers if last else 0)
-    return tuple(map(tuple, out))
+def grid(model: Model, p: int, v: int) -> Grid:
+    """The chunks of p stages of v chunks each (virtual stage c * p + r on stage r), each distinct one
+    once."""
+    counts = _counts(model, p * v)
+    if model.is_moe:           # layers from dense_layers on are MoE (compute.is_moe_layer)
+        firsts = list(itertools.accumulate(counts[:-1], initial=0))
+        d = model.dense_layers
+        moe = [max(0, f + n - max(f, d)) for f, n in zip(firsts, counts)]
+        moe_first = [f >= d for f in firsts]
+    else:
+        moe, moe_first = [0] * len(counts), [False] * len(counts)
+    ends = [0] * len(counts)       # 2: the embedding's chunk, 1: the output's
+    ends[0] += 2
+    ends[-1] += 1
+    keys = list(zip(counts, moe, moe_first, ends))
+    index, distinct = _distinct(keys)
+    chunks = tuple(Chunk(n, bool(e & 2), bool(e & 1), k, model.mtp_layers if e & 1 else 0, first)
+                   for n, k, first, e in distinct)
+    at, layers = (np.ascontiguousarray(np.reshape(x, (v, p)).T) for x in (index, counts))
+    for x in (at, layers):
+        x.flags.writeable = False                   # shared by every evaluation with this layout
+    if v == 1:
+        return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(index))
+    stage_at, stages = _distinct(list(zip(*(index[c * p:(c + 1) * p] for c in range(v)))))
+    return Grid(chunks, at, layers, tuple(stages), tuple(stage_at))
+
+
+def _distinct(keys: list[K]) -> tuple[list[int], list[K]]:
+    """Each key's place among the distinct keys, and the distinct keys in the order they first come."""
+    distinct = list(dict.fromkeys(keys))
+    place = {key: i for i, key in enumerate(distinct)}
+    return list(map(place.__getitem__, keys)), distinct
 
 
 @dataclass(frozen=True)
@@ -100,64 +153,53 @@ def expert_params(model: Model, tp: int, ep: int, st: Chunk) -> float:
     return layers * experts / tp / ep
 
 
-@lru_cache(maxsize=256)
-def stage_facts(model: Model, tp: int, ep: int, pp: int, v: int) -> tuple[StageFacts, ...]:
-    """What each pipeline stage holds on one GPU, all its chunks together (stages mostly hold chunks of the
-    same blocks: each distinct one's parameters are counted once)."""
-    params: dict[tuple[int, int, bool, bool, int], float] = {}
-
-    def held(st: Chunk) -> float:
-        key = (st.layers, st.moe, st.embedding, st.output, st.mtp)
-        if key not in params:
-            params[key] = chunk_params(model, tp, ep, pp, st)
-        return params[key]
-
+def _facts(model: Model, tp: int, ep: int, pp: int, g: Grid) -> tuple[StageFacts, ...]:
+    """What each distinct stage of the grid holds on one GPU (g.stages' order)."""
+    params = [chunk_params(model, tp, ep, pp, st) for st in g.chunks]
+    experts = [expert_params(model, tp, ep, st) for st in g.chunks]
     # a chunk's largest layer is its first (embedding and output aside): a one-layer chunk of its kind
-    one_layer = {moe: chunk_params(model, tp, ep, pp, Chunk(0, 1, False, False, int(moe)))
+    one_layer = {moe: chunk_params(model, tp, ep, pp, Chunk(1, False, False, int(moe)))
                  for moe in (False, True)}
-
-    def facts(stage: tuple[Chunk, ...]) -> StageFacts:
-        return StageFacts(
-            params=sum(held(st) for st in stage),
-            expert_params=sum(expert_params(model, tp, ep, st) for st in stage),
-            largest_layer_params=max((one_layer[cm.is_moe_layer(model, st.first_layer)] for st in stage
-                                      if st.layers), default=0.0),
-            layers=sum(st.layers for st in stage),
-            moe=any(st.moe or st.mtp and cm.mtp_is_moe(model) for st in stage),
-            output=any(st.output for st in stage))
-
-    # stages mostly hold chunks of the same blocks (a deep pipeline's middle stages all alike): each distinct
-    # one's facts made once (by what they depend on: each chunk's blocks and whether its first layer is MoE)
-    made: dict[tuple[tuple[int, int, bool, bool, int, bool], ...], StageFacts] = {}
+    mtp_moe = cm.mtp_is_moe(model)
     out = []
-    for stage in chunks(model, pp, v):
-        key = tuple((st.layers, st.moe, st.embedding, st.output, st.mtp,
-                     cm.is_moe_layer(model, st.first_layer)) for st in stage)
-        found = made.get(key)
-        if found is None:
-            found = made[key] = facts(stage)
-        out.append(found)
+    for row in g.stages:
+        held = [g.chunks[i] for i in row]
+        out.append(StageFacts(
+            params=sum(map(params.__getitem__, row)),
+            expert_params=sum(map(experts.__getitem__, row)),
+            largest_layer_params=max((one_layer[st.moe_first] for st in held if st.layers), default=0.0),
+            layers=sum(st.layers for st in held),
+            moe=any(st.moe or st.mtp and mtp_moe for st in held),
+            output=any(st.output for st in held)))
     return tuple(out)
 
 
 @dataclass(frozen=True, eq=False)
 class StageColumns:
-    """stage_facts as arrays over the stages (JobModel.memory computes every stage at once)."""
+    """What each pipeline stage holds, as arrays over the stages (JobModel.memory computes every stage at
+    once), and each distinct stage's facts (`kinds`, stage r's kinds[at[r]])."""
 
     params: np.ndarray
     expert_params: np.ndarray
     largest_layer_params: np.ndarray
+    layers: np.ndarray
     moe: np.ndarray
     output: np.ndarray
+    kinds: tuple[StageFacts, ...]
+    at: np.ndarray
 
 
 @lru_cache(maxsize=256)
 def stage_columns(model: Model, tp: int, ep: int, pp: int, v: int) -> StageColumns:
-    """stage_facts as read-only arrays over the stages."""
-    facts = stage_facts(model, tp, ep, pp, v)
-    columns = [np.array([getattr(f, name) for f in facts], dtype=dtype) for name, dtype in
-               (("params", float), ("expert_params", float), ("largest_layer_params", float), ("moe", bool),
-                ("output", bool))]
-    for c in columns:
+    """What each pipeline stage holds on one GPU, all its chunks together, as read-only arrays over the
+    stages (each distinct stage's facts made once)."""
+    g = grid(model, pp, v)
+    kinds = _facts(model, tp, ep, pp, g)
+    at = np.array(g.stage_at)
+    figures = np.array([(f.params, f.expert_params, f.largest_layer_params) for f in kinds])[at]
+    flags = np.array([(f.moe, f.output) for f in kinds])[at]
+    layers = np.array([f.layers for f in kinds])[at]
+    for c in (figures, flags, layers, at):
         c.flags.writeable = False                   # shared by every evaluation with this layout
-    return StageColumns(*columns)
+    return StageColumns(figures[:, 0], figures[:, 1], figures[:, 2], layers, flags[:, 0], flags[:, 1], kinds,
+                        at)

@@ -144,6 +144,7 @@ def layer_kinds(model: Model) -> tuple[int, int]:
     return model.layers - n_moe, n_moe
 
 
+@lru_cache(maxsize=256)
 def total_params(model: Model) -> tuple[float, float]:
     """(total, active per token) parameters of the whole model, embeddings included."""
     dense = layer_params(model, False)
@@ -155,6 +156,7 @@ def total_params(model: Model) -> tuple[float, float]:
 
 # ----------------------------------------------------------------------------------------- FLOPs accounting
 
+@lru_cache(maxsize=256)
 def model_flops_per_token(model: Model, seq_len: int) -> float:
     """Model FLOPs per trained token (forward + backward): 6 N plus causal attention 6 s h per layer."""
     d_qk, d_v, _ = attention_dims(model)

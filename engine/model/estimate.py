@@ -182,11 +182,12 @@ def _search(model: JobModel, configs: list[Config], plan: bool = True) -> tuple[
 def _work(model: JobModel, cfg: Config) -> float:
     """Busiest stage's compute time per step (no waiting): a lower bound of the step."""
     m = model.per_replica // cfg.micro_batch
+    grid = model.grid(cfg.virtual_stages)
     worst = 0.0
-    for stage in model.chunks(cfg.virtual_stages):
+    for stage in grid.stages:          # each distinct stage once
         t = 0.0
-        for st in stage:
-            f, b = model._chunk_passes(st, cfg.micro_batch, cfg.recompute)
+        for i in stage:
+            f, b = model._chunk_passes(grid.chunks[i], cfg.micro_batch, cfg.recompute)
             t += sum(d for _, d in f) + sum(d for _, d in b)
         worst = max(worst, t)
     return worst * m
@@ -233,7 +234,7 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                                                        recompute=cfg.recompute)
     chosen = {k: getattr(cfg, k) for k in ("micro_batch", "virtual_stages", "recompute")
               if getattr(job, k) == "auto"}
-    tiers = _tiers(cluster, job)
+    tiers = _tiers(cluster, job, model.net)
     mem_gb = best.memory.parts_gb()
     total_gb = round(best.memory.total / GB, 2)
     cap = round(mem.capacity_bytes(cluster.gpu) / GB, 2)
@@ -263,14 +264,14 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
                        hardware_tflops_per_gpu=hw_flops / step / job.gpus / 1e12,
                        mfu=model_tf / cluster.gpu.peak_tflops(job.precision), breakdown_s=breakdown,
                        plan=best.plan, busy_s=best.busy, band=_band(cluster, job),
-                       output_layer_s=_output_layer(cluster, job, cfg.micro_batch, best.microbatches),
+                       output_layer_s=_output_layer(model, cfg, best.microbatches),
                        economics=_economics(scenario, job, breakdown, step, tokens / step), **common)
 
 
-def _output_layer(cluster: Cluster, job: Job, micro_batch: int, microbatches: int) -> float:
+def _output_layer(model: JobModel, cfg: Config, microbatches: int) -> float:
     """Seconds per step the last pipeline stage spends in the output layer (final norm, logits GEMM, the
     loss over the vocabulary), forward and backward of every microbatch: part of its compute."""
-    cost = cm.output_cost(cluster.gpu, job.model, step.shard(job, micro_batch))
+    cost = model.block("output", cfg.micro_batch, cfg.recompute)
     return microbatches * (cost.fwd.compute_s + cost.bwd.compute_s)
 
 
@@ -321,9 +322,12 @@ def _estimate_inference(scenario: Scenario, job: Job, plan: bool) -> JobEstimate
 _TIERS: dict[tuple[Cluster, col.Placement], dict[str, str | None]] = {}
 
 
-def _tiers(cluster: Cluster, job: Job) -> dict[str, str | None]:
-    """The tier each parallel dimension crosses: it depends on the job's placement only (kept for the next
-    job with the same placement, as a sweep has many)."""
+def _tiers(cluster: Cluster, job: Job, net: step.Net | None = None) -> dict[str, str | None]:
+    """The tier each parallel dimension crosses: its routes' when the estimate has them (each route's groups
+    are the dimension's, but DP's with CP > 1, which cross together), else the layout's. It depends on the
+    job's placement only (kept for the next job with the same placement, as a sweep has many)."""
+    if net is not None and job.cp == 1:
+        return {"tp": net.tp.tier, "cp": net.cp.tier, "pp": net.pp_tier, "dp": net.dp.tier, "ep": net.ep.tier}
     key = (cluster, col.placement(job))
     tiers = _TIERS.get(key)
     if tiers is None:                        # (no lookup after the store: safe with threads, as Dask runs)
@@ -399,9 +403,9 @@ def cluster_summary(cluster: Cluster) -> dict[str, Any]:
 def _copied(value: Any) -> Any:
     """A JSON-like value's own copy (its dicts and lists new, all the way down)."""
     if isinstance(value, dict):
-        return {k: _copied(v) for k, v in value.items()}
+        return {k: _copied(v) if isinstance(v, (dict, list)) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_copied(v) for v in value]
+        return [_copied(v) if isinstance(v, (dict, list)) else v for v in value]
     return value
 
 
@@ -490,9 +494,10 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
-    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, col._route, col.ecmp_max_load, step._net,
-                   chunks.chunks, chunks.stage_facts, chunks.stage_columns, step._evaluate_cached,
-                   pipeline._program, pipeline._waves, pipeline.order):
+    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.total_params,
+                   cm.model_flops_per_token, col._route, col.ecmp_max_load, step._net, chunks.grid,
+                   chunks.stage_columns, step._evaluate_cached, pipeline._program, pipeline._waves,
+                   pipeline.order):
         cached.cache_clear()
     _TIERS.clear()
     _SUMMARIES.clear()

@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from . import collectives as col
 from . import compute as cm
 from . import memory as mem
 from . import scaleup
-from .chunks import Chunk, StageFacts, chunk_params
+from .chunks import Chunk, chunk_params
 from .kernels import BF16
 from .pipeline import Intervals, PipelineRun, Segment, evaluate, peak_inflight
 from .plan import StepPlan, Timelines, extend_run, merge_runs
@@ -70,7 +69,7 @@ def shard(job: Job, micro_batch: int) -> cm.Shard:
 # ------------------------------------------------------------------------------------------ communication
 
 @dataclass(frozen=True)
-class _Net:
+class Net:
     tp: col.Route
     cp: col.Route
     ep: col.Route
@@ -78,6 +77,7 @@ class _Net:
     pp_tiers: tuple[int, ...]      # tier index crossed by each stage boundary r -> r+1 (and p-1 -> 0)
     pp_slowdown: float
     pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
+    pp_tier: str | None = None     # the outermost tier the PP groups cross
 
 
 ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"),
@@ -92,7 +92,7 @@ def route_dims(job: col.Placement | Job, dim: str) -> tuple[tuple[str, ...], str
 
 
 @lru_cache(maxsize=64)
-def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) -> _Net:
+def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) -> Net:
     """The routes of a job's placement (jobs that differ only in batch, recomputation, ... share them), with
     other jobs' traffic on the tiers it shares (`background`, engine/model/contention.py)."""
     topo = Geometry.of(cluster)
@@ -105,9 +105,9 @@ def _net(cluster: Cluster, job: col.Placement, background: col.Background = ()) 
         return col.route(cluster, job, *route_dims(job, dim), background)
 
     pp = route("pp")
-    return _Net(tp=route("tp"), cp=route("cp"),
+    return Net(tp=route("tp"), cp=route("cp"),
                 ep=route("ep") if job.ep > 1 else col.Route(1, 1, 1, None, 1.0, {}),
-                dp=route("dp"), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops)
+                dp=route("dp"), pp_tiers=tiers, pp_slowdown=pp.slowdown, pp_hops=pp.hops, pp_tier=pp.tier)
 
 
 def ep_network_share(job: Job, nodes: int) -> float:
@@ -125,7 +125,7 @@ def ep_network_share(job: Job, nodes: int) -> float:
     return distinct / k
 
 
-def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
+def _tp_time(cluster: Cluster, net: Net, nbytes: float, sp: bool) -> col.Comm:
     """One TP exchange of a full activation: all-reduce, or reduce-scatter + all-gather with SP."""
     if sp:
         rs = col.reduce_scatter(cluster, net.tp, nbytes)
@@ -133,10 +133,10 @@ def _tp_time(cluster: Cluster, net: _Net, nbytes: float, sp: bool) -> col.Comm:
     return col.allreduce(cluster, net.tp, nbytes)
 
 
-def _p2p_time(cluster: Cluster, net: _Net, nbytes: float, boundary: int) -> float:
+def _p2p_time(cluster: Cluster, net: Net, nbytes: float, tier: int) -> float:
+    """One point-to-point transfer between neighbouring stages across `tier` (an index into TIERS)."""
     if nbytes <= 0:
         return 0.0
-    tier = net.pp_tiers[boundary]
     if tier == 0:
         return scaleup.p2p(cluster, net.pp_hops, nbytes)
     return nbytes / (col.net_busbw(cluster) / net.pp_slowdown) + col.net_latency(cluster, TIERS[tier])
@@ -181,41 +181,66 @@ class JobModel:
         self._ep_net_share = ep_network_share(job, self.net.ep.k)
         self._grad_comm: dict[float, float] = {}
         self._updates: dict[float, tuple[float, float]] = {}
-        self._passes: dict[tuple[Any, ...], Passes] = {}
-        self._params: dict[tuple[int, int, bool, bool, int], float] = {}
+        self._passes: dict[tuple[Chunk, int, str], Passes] = {}
+        self._params: dict[Chunk, float] = {}
         self._tp_s: dict[tuple[float, bool], float] = {}
+        self._shards: dict[int, cm.Shard] = {}
+        self._blocks: dict[tuple[str, int, str], cm.BlockCost] = {}
         self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
 
-    def chunks(self, v: int) -> tuple[tuple[Chunk, ...], ...]:
-        return chunking.chunks(self.job.model, self.job.pp, v)
+    def grid(self, v: int) -> chunking.Grid:
+        """The job's chunks with v per stage, each distinct one once (engine/model/chunks.py)."""
+        return chunking.grid(self.job.model, self.job.pp, v)
 
-    def stages(self, v: int) -> tuple[StageFacts, ...]:
+    def stages(self, v: int) -> chunking.StageColumns:
         job = self.job
-        return chunking.stage_facts(job.model, job.tp, job.ep, job.pp, v)
+        return chunking.stage_columns(job.model, job.tp, job.ep, job.pp, v)
 
     # -- per chunk costs -------------------------------------------------------------------------------
     def _chunk_passes(self, st: Chunk, micro_batch: int, recompute: str) -> Passes:
         """Forward and backward segments of one microbatch through the chunk (cached by its blocks)."""
-        key = (st.dense, st.moe, st.embedding, st.output, st.mtp, micro_batch, recompute)
+        key = (st, micro_batch, recompute)
         if key not in self._passes:
-            self._passes[key] = self._compute_passes(st, shard(self.job, micro_batch), recompute)
+            self._passes[key] = self._compute_passes(st, micro_batch, recompute)
         return self._passes[key]
 
-    def _compute_passes(self, st: Chunk, sh: cm.Shard, recompute: str) -> Passes:
+    def shard(self, micro_batch: int) -> cm.Shard:
+        """The job's shard of a microbatch (`shard`), kept per size."""
+        sh = self._shards.get(micro_batch)
+        if sh is None:
+            sh = self._shards[micro_batch] = shard(self.job, micro_batch)
+        return sh
+
+    def block(self, kind: str, micro_batch: int, recompute: str) -> cm.BlockCost:
+        """The cost of one block ("dense" or "moe" layer, "embedding", "output", "mtp") of a microbatch, kept
+        for the job's chunks (engine/model/compute.py caches them for every job alike)."""
+        key = (kind, micro_batch, recompute)
+        cost = self._blocks.get(key)
+        if cost is None:
+            gpu, model, sh = self.gpu, self.job.model, self.shard(micro_batch)
+            cost = self._blocks[key] = \
+                cm.layer_cost(gpu, model, kind == "moe", sh, recompute) if kind in ("dense", "moe") else \
+                cm.embedding_cost(gpu, model, sh) if kind == "embedding" else \
+                cm.output_cost(gpu, model, sh) if kind == "output" else cm.mtp_cost(gpu, model, sh)
+        return cost
+
+    def _compute_passes(self, st: Chunk, micro_batch: int, recompute: str) -> Passes:
         job, cl, gpu, net = self.job, self.cluster, self.gpu, self.net
+        sh = self.shard(micro_batch)
         blocks: list[tuple[cm.BlockCost, int]] = []
         if st.dense:
-            blocks.append((cm.layer_cost(gpu, job.model, False, sh, recompute), st.dense))
+            blocks.append((self.block("dense", micro_batch, recompute), st.dense))
         if st.moe:
-            blocks.append((cm.layer_cost(gpu, job.model, True, sh, recompute), st.moe))
+            blocks.append((self.block("moe", micro_batch, recompute), st.moe))
         if st.embedding:
-            blocks.append((cm.embedding_cost(gpu, job.model, sh), 1))
+            blocks.append((self.block("embedding", micro_batch, recompute), 1))
         if st.output:
-            blocks.append((cm.output_cost(gpu, job.model, sh), 1))
+            blocks.append((self.block("output", micro_batch, recompute), 1))
         if st.mtp:      # each multi-token prediction module: a layer, its own parts, the output head again
-            blocks += [(cm.layer_cost(gpu, job.model, cm.mtp_is_moe(job.model), sh, recompute), st.mtp),
-                       (cm.mtp_cost(gpu, job.model, sh), st.mtp),
-                       (cm.output_cost(gpu, job.model, sh), st.mtp)]
+            layer = "moe" if cm.mtp_is_moe(job.model) else "dense"
+            blocks += [(self.block(layer, micro_batch, recompute), st.mtp),
+                       (self.block("mtp", micro_batch, recompute), st.mtp),
+                       (self.block("output", micro_batch, recompute), st.mtp)]
         f = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
         b = dict(f)
         for block, n in blocks:
@@ -287,20 +312,14 @@ class JobModel:
     def _sends(self, nbytes: float) -> tuple[float, ...]:
         """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed
         only, so once per tier (a deep pipeline has 64 boundaries and two or three tiers)."""
-        by_tier: dict[int, float] = {}
-        out = []
-        for r, tier in enumerate(self.net.pp_tiers):
-            seconds = by_tier.get(tier)
-            if seconds is None:
-                seconds = by_tier[tier] = _p2p_time(self.cluster, self.net, nbytes, r)
-            out.append(seconds)
-        return tuple(out)
+        tiers = self.net.pp_tiers
+        by_tier = {tier: _p2p_time(self.cluster, self.net, nbytes, tier) for tier in set(tiers)}
+        return tuple(map(by_tier.__getitem__, tiers))
 
     def _chunk_params(self, st: Chunk) -> float:
-        key = (st.dense, st.moe, st.embedding, st.output, st.mtp)
-        if key not in self._params:
-            self._params[key] = chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
-        return self._params[key]
+        if st not in self._params:
+            self._params[st] = chunk_params(self.job.model, self.job.tp, self.job.ep, self.job.pp, st)
+        return self._params[st]
 
     # -- memory ----------------------------------------------------------------------------------------
     def memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
@@ -315,7 +334,7 @@ class JobModel:
     def _stage_memory(self, cfg: Config) -> mem.StageMemory[np.ndarray]:
         job = self.job
         m = self.per_replica // cfg.micro_batch
-        sh = shard(job, cfg.micro_batch)
+        sh = self.shard(cfg.micro_batch)
         fp8 = job.precision == "fp8"
         scores = _scores(job)
         kinds = (False, True) if job.model.is_moe else (False,)   # a dense model's chunks hold no MoE layer
@@ -323,29 +342,22 @@ class JobModel:
                                                          scores, job.dropout > 0) for moe in kinds}
         full_layer = {moe: mem.activation_bytes_per_token(job.model, moe, job.tp, sh.sp, "none") * sh.tokens
                       for moe in kinds}
-        chunks = self.chunks(cfg.virtual_stages)
-        by_blocks: dict[tuple[int, int, bool, int], float] = {}     # stages mostly share their chunks' blocks
-        chunk_bytes: list[list[float]] = []
-        for stage in chunks:
-            chunk_bytes.append([])
-            for st in stage:
-                key = (st.dense, st.moe, st.embedding, st.mtp)
-                if key not in by_blocks:
-                    per_tok = st.dense * per_token[False]
-                    if st.moe:
-                        per_tok += st.moe * per_token[True]
-                    if st.embedding:
-                        per_tok += job.model.hidden * BF16 / (job.tp if sh.sp else 1)
-                    if st.mtp:      # each module's layer and its projection's 2h-wide input
-                        per_tok += st.mtp * (per_token[cm.mtp_is_moe(job.model)]
-                                             + 2 * job.model.hidden * BF16)
-                    by_blocks[key] = per_tok * sh.tokens
-                chunk_bytes[-1].append(by_blocks[key])
-        held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, chunk_bytes)
+        grid = self.grid(cfg.virtual_stages)
+        per_chunk = []              # each distinct chunk's activations of one microbatch
+        for st in grid.chunks:
+            per_tok = st.dense * per_token[False]
+            if st.moe:
+                per_tok += st.moe * per_token[True]
+            if st.embedding:
+                per_tok += job.model.hidden * BF16 / (job.tp if sh.sp else 1)
+            if st.mtp:      # each module's layer and its projection's 2h-wide input
+                per_tok += st.mtp * (per_token[cm.mtp_is_moe(job.model)] + 2 * job.model.hidden * BF16)
+            per_chunk.append(per_tok * sh.tokens)
+        held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, np.array(per_chunk)[grid.at])
         if job.offload == "activations":    # on the GPU: the layer being computed and the one being copied
             largest = max(per_token.values()) * sh.tokens * 2
             held = [min(h, largest) for h in held]
-        stages = chunking.stage_columns(job.model, job.tp, job.ep, job.pp, cfg.virtual_stages)
+        stages = self.stages(cfg.virtual_stages)
         transient: float | np.ndarray = 0.0
         if cfg.recompute == "full":
             transient = np.where(stages.moe, full_layer[True], full_layer[False]) if job.model.is_moe else \
@@ -382,34 +394,35 @@ class JobModel:
         """Simulate a configuration that fits: its step time, breakdown and (when `plan`) StepPlan."""
         job, cl, cfg = self.job, self.cluster, ev.config
         p, v, m = job.pp, cfg.virtual_stages, ev.microbatches
-        chunks = self.chunks(v)
-        sh = shard(job, cfg.micro_batch)
-        passes = [[self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in stage]
-                  for stage in chunks]
-        fwd = tuple(tuple(f for f, _ in stage) for stage in passes)
-        bwd = tuple(tuple(b for _, b in stage) for stage in passes)
+        grid = self.grid(v)
+        sh = self.shard(cfg.micro_batch)
+        passes = [self._chunk_passes(st, cfg.micro_batch, cfg.recompute) for st in grid.chunks]
+        fwd = grid.spread([f for f, _ in passes])
+        bwd = grid.spread([b for _, b in passes])
         act = sh.tokens * job.model.hidden * BF16 / (job.tp if sh.sp else 1)
         send = self._sends(act) if p > 1 else (0.0,)
         if job.schedule == "dualpipe":      # PP transfers overlap the paired chunk's compute: latency remains
             send = tuple(min(t, cl.scale_out.latency_us * 1e-6) for t in send)
-        send_b = tuple(send[(r - 1) % p] for r in range(p))
+        send_b = send[-1:] + send[:-1]      # stage r's gradient to r - 1 crosses boundary r - 1
         interleaved = v > 1 or job.schedule == "dualpipe"     # Megatron overlaps sends interleaved only
         if p > 1 and (not job.overlap_p2p_comm or not interleaved):
             fwd, bwd, send, send_b = _blocking_sends(fwd, bwd, send, send_b)
         schedule = sim_schedule(job)
         if m <= MAX_SIM_MICROBATCHES:
             run = _pipeline(plan, schedule, p, v, m, fwd, bwd, send, send_b)
-            phase_s, ends, last_b = run.phase_seconds(), run.ends, run.last_backward
+            phase_s, ends, last_b = run.phase_seconds(), run.end[:, -1], _last_backward(run)
             intervals = lambda: run.intervals
         else:
             # the steady state repeats: simulate two sizes and extend linearly to m
             m1, m2 = simulated_sizes(p, v, m)
             run1 = _pipeline(plan, schedule, p, v, m1, fwd, bwd, send, send_b)
             run2 = _pipeline(plan, schedule, p, v, m2, fwd, bwd, send, send_b)
-            extended, ends, last_b = extend_run(run1, run2, m1, m2, m)
+            extended, end_list, b_list = extend_run(run1, run2, m1, m2, m)
             phase_s, intervals = extended.phase_seconds(), lambda: extended
-        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, chunks, phase_s, intervals, ends,
-                                                                 last_b, fwd, bwd, m, plan)
+            both = np.array(b_list)
+            ends, last_b = np.array(end_list), (both[:, :, 0], both[:, :, 1])
+        ev.plan, ev.step_s, ev.breakdown, ev.busy = self._finish(cfg, phase_s, intervals, ends, last_b, fwd,
+                                                                 bwd, m, plan)
         if job.schedule == "dualpipe" and p > 2 and v == 1:
             self._dualpipe_bubble(ev, fwd, bwd)
 
@@ -428,79 +441,82 @@ class JobModel:
         ev.step_s -= saved
         ev.breakdown["bubble"] = round(ev.breakdown.get("bubble", 0.0) - saved, 6)
 
-    def _finish(self, cfg: Config, chunks: Sequence[Sequence[Chunk]], phase_s: np.ndarray,
-                intervals: Callable[[], Intervals], ends: list[float],
-                last_b: Sequence[Sequence[tuple[float, float]]], fwd: StageSegments, bwd: StageSegments,
-                m: int, plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
+    def _finish(self, cfg: Config, phase_s: np.ndarray, intervals: Callable[[], Intervals], ends: np.ndarray,
+                last_b: tuple[np.ndarray, np.ndarray], fwd: StageSegments, bwd: StageSegments, m: int,
+                plan: bool) -> tuple[StepPlan | None, float, dict[str, float], dict[str, float]]:
         """Add DP gradient reduction, optimizer and parameter all-gather to the pipeline schedule (its seconds
-        per phase summed over the stages, and its intervals when a plan is asked for); the breakdown, and the
-        StepPlan when `plan`."""
+        per phase summed over the stages, when each stage ends (`ends`) and each chunk's last backward starts
+        and ends (last_b: two [stage, chunk] arrays), and its intervals when a plan is asked for); the
+        breakdown, and the StepPlan when `plan`. Every stage at once: arrays over the stages."""
         job = self.job
-        p = job.pp
-        dp_end: list[float] = []
-        dp_busy = 0.0
-        ag_time = opt_time = 0.0
-        opt_by_stage = []
-        ag_by_stage = []
-        for r, stage in enumerate(self.stages(cfg.virtual_stages)):
-            t_stream = 0.0
-            for c in reversed(range(cfg.virtual_stages)):
-                st = chunks[r][c]
-                if job.zero >= 3:
-                    continue          # reduced per microbatch inside the backward (see _compute_passes)
-                comm_s = self._gradient_reduction(self._chunk_params(st))
-                dp_busy += comm_s / p
-                b0, b1 = last_b[r][c]
-                n_layers = max(1, st.layers)
-                if not job.overlap_grad_reduce:
-                    t_stream = max(t_stream, ends[r]) + comm_s      # after the stage's whole backward
-                    continue
+        p, v = job.pp, cfg.virtual_stages
+        grid, stages = self.grid(v), self.stages(v)
+        t_stream: float | np.ndarray = 0.0     # each stage's gradient reduction, its chunks from the last
+        comm = None
+        if job.zero < 3:               # (ZeRO-3 reduces per microbatch inside the backward: _compute_passes)
+            comm = np.array([self._gradient_reduction(self._chunk_params(st)) for st in grid.chunks])[grid.at]
+            if job.overlap_grad_reduce:
                 # buckets: the first is ready after one layer's backward, the last after the chunk's
-                t_stream = max(max(t_stream, b0 + (b1 - b0) / n_layers) + comm_s, b1 + comm_s / n_layers)
-            dp_end.append(max(ends[r], t_stream))
-            optimizer, ag = self._update(stage.params)
-            opt_by_stage.append(optimizer)
-            if job.zero in (1, 2):
-                # overlapped with the next step's first forward but for the first layer's bucket, or exposed
-                n_layers = max(1, stage.layers) if job.overlap_param_gather else 1
-                ag_by_stage.append(ag / n_layers)
-                dp_busy += ag / p
+                b0, b1 = last_b
+                layers = np.maximum(1, grid.layers)
+                ready, done = b0 + (b1 - b0) / layers, b1 + comm / layers
+                for c in reversed(range(v)):
+                    t_stream = np.maximum(np.maximum(t_stream, ready[:, c]) + comm[:, c], done[:, c])
             else:
-                ag_by_stage.append(0.0)
-        sync = max(dp_end)
-        opt_time = max(opt_by_stage)
-        ag_time = max(ag_by_stage)
+                for c in reversed(range(v)):        # after the stage's whole backward
+                    t_stream = np.maximum(t_stream, ends) + comm[:, c]
+        dp_end = np.maximum(ends, t_stream)
+        updates = np.array([self._update(f.params) for f in stages.kinds])[stages.at]
+        opt_by_stage, ag = updates[:, 0], updates[:, 1]
+        if job.zero in (1, 2):
+            # overlapped with the next step's first forward but for the first layer's bucket, or exposed
+            ag_by_stage = ag / np.maximum(1, stages.layers) if job.overlap_param_gather else ag
+        else:
+            ag_by_stage = np.zeros(p)
+        sync, opt_time, ag_time = float(dp_end.max()), float(opt_by_stage.max()), float(ag_by_stage.max())
         step = sync + opt_time + ag_time
-        after = []                 # each stage's intervals after its pipeline schedule
-        for r in range(p):
-            iv = []
-            if dp_end[r] > ends[r]:
-                iv.append((ends[r], dp_end[r], "dp"))
-            if sync > dp_end[r]:
-                iv.append((dp_end[r], sync, "bubble"))
-            iv.append((sync, sync + opt_by_stage[r], "optimizer"))
-            if sync + opt_by_stage[r] < sync + opt_time:
-                iv.append((sync + opt_by_stage[r], sync + opt_time, "bubble"))
-            if ag_by_stage[r] > 0:
-                iv.append((sync + opt_time, sync + opt_time + ag_by_stage[r], "dp"))
-            if sync + opt_time + ag_by_stage[r] < step:
-                iv.append((sync + opt_time + ag_by_stage[r], step, "bubble"))
-            after.append(iv)
-        # every stage's intervals cover [0, step] end to end: each phase's time is the sum of its intervals'
-        # lengths, as a mean over the stages
-        # (the tail's summed in their order, as Intervals.phase_seconds would)
-        tail_s = [0.0] * len(PHASES)
-        for iv in after:
-            for a, b, phase in iv:
-                tail_s[CODE[phase]] += b - a
-        totals = dict(zip(PHASES, ((phase_s + np.array(tail_s)) / p).tolist()))
+        # each stage's intervals after its pipeline schedule cover [its end, step]: the gradient reduction
+        # left, waiting for the slowest stage, the optimizer, waiting, the parameter all-gather, waiting;
+        # their lengths here by phase: dp (the reduction, the all-gather), bubble (the waits), optimizer
+        opt_end, ag_start = sync + opt_by_stage, sync + opt_time
+        ag_end = ag_start + ag_by_stage
+        length = np.empty((p, 6))
+        for k, (b, a) in enumerate(((dp_end, ends), (ag_end, ag_start), (sync, dp_end), (ag_start, opt_end),
+                                    (step, ag_end), (opt_end, sync))):
+            np.subtract(b, a, out=length[:, k])           # 0 where the interval is left out
+        # each phase's time is the sum of its intervals' lengths (stage after stage, each stage's in order, as
+        # the intervals' phase_seconds would add them), as a mean over the stages
+        tail = np.zeros(len(PHASES))
+        for phase, cols in (("dp", slice(0, 2)), ("bubble", slice(2, 5)), ("optimizer", slice(5, 6))):
+            tail[CODE[phase]] = np.add.accumulate(length[:, cols].ravel())[-1]
+        totals = dict(zip(PHASES, ((phase_s + tail) / p).tolist()))
         order = ["compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"]
         breakdown = {k: round(totals.get(k, 0.0), 6) for k in order if totals.get(k, 0.0) > 0 or k in
                      ("compute", "bubble", "optimizer")}
-        busy = self._busy(cfg, fwd, bwd, m, dp_busy) if plan or self.want_busy else {}
+        busy: dict[str, float] = {}
+        if plan or self.want_busy:
+            # the DP traffic per step: each stage's chunks' gradient reductions (the last chunk's first; none
+            # with ZeRO-3) and its parameter all-gather, in that order
+            parts = [] if comm is None else [comm[:, ::-1] / p]
+            if job.zero in (1, 2):
+                parts.append(ag[:, None] / p)
+            dp_busy = float(np.add.accumulate(np.hstack(parts).ravel())[-1]) if parts else 0.0
+            busy = self._busy(cfg, fwd, bwd, m, dp_busy)
         if not plan:
             return None, step, breakdown, busy
-        runs = merge_runs(intervals().then(Intervals.of(after)), step, p)
+        # the intervals in their order: dp, bubble, optimizer (even of no time), bubble, dp (when there is an
+        # all-gather), bubble
+        present = length[:, [0, 2, 5, 3, 1, 4]] > 0
+        present[:, 2] = True
+        present[:, 4] = ag_by_stage > 0
+        full = np.full((p, 3), (sync, ag_start, step))
+        edges = np.stack([ends, dp_end, full[:, 0], opt_end, full[:, 1], ag_end, full[:, 2]], axis=1)
+        phases = np.array([CODE[x] for x in ("dp", "bubble", "optimizer", "bubble", "dp", "bubble")],
+                          dtype=np.int8)
+        stage = np.broadcast_to(np.arange(p)[:, None], present.shape)
+        after = Intervals(stage[present], edges[:, :-1][present], edges[:, 1:][present],
+                          np.broadcast_to(phases, present.shape)[present])
+        runs = merge_runs(intervals().then(after), step, p)
         tokens = job.global_batch * job.seq_len
         flops = cm.model_flops_per_token(job.model, job.seq_len) * tokens
         tier_load = self._tier_load(cfg, busy, step)
@@ -550,7 +566,7 @@ class JobModel:
         if dp_busy > 0:
             busy["dp"] = dp_busy
         if job.pp > 1:
-            act = shard(job, cfg.micro_batch).tokens * job.model.hidden * BF16 / \
+            act = self.shard(cfg.micro_batch).tokens * job.model.hidden * BF16 / \
                 (job.tp if job.sequence_parallel and job.tp > 1 else 1)
             busy["pp"] = 2 * m * v * sum(self._sends(act)) / job.pp
         return busy
@@ -558,7 +574,7 @@ class JobModel:
     def _tier_load(self, cfg: Config, busy: dict[str, float], step: float) -> dict[str, float]:
         """Mean load of each tier over the step: each dimension's traffic time times its load, averaged."""
         job, cl, net = self.job, self.cluster, self.net
-        sh = shard(job, cfg.micro_batch)
+        sh = self.shard(cfg.micro_batch)
         act = sh.tokens * job.model.hidden * BF16
         comms = {"tp": lambda: _tp_time(cl, net, act, sh.sp), "cp": lambda: col.p2p(cl, net.cp, act),
                  "ep": lambda: col.all_to_all(cl, net.ep, act),
@@ -577,8 +593,7 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
     """Blocking point-to-point (older pipeline engines): the sender waits while its activations (gradients)
     travel, so each operation that sends ends with the transfer ("pp") and its output arrives as it ends. The
     last stage's last chunk sends no forward output, the first stage's first chunk no gradient."""
-    p, v = len(fwd), len(fwd[0])
-    made: dict[tuple[int, float], tuple[Segment, ...]] = {}    # stages alike send alike: one tuple each
+    made: dict[tuple[int, float], tuple[Segment, ...]] = {}      # chunks alike send alike: one tuple each
 
     def sending(segs: Sequence[Segment], seconds: float) -> tuple[Segment, ...]:
         key = (id(segs), seconds)
@@ -587,12 +602,28 @@ def _blocking_sends(fwd: StageSegments, bwd: StageSegments, send: Sends,
             out = made[key] = (*segs, ("pp", seconds))
         return out
 
-    fwd = tuple(tuple(sending(segs, send[r]) if (r, c) != (p - 1, v - 1) else tuple(segs)
-                      for c, segs in enumerate(stage)) for r, stage in enumerate(fwd))
-    bwd = tuple(tuple(sending(segs, send_b[r]) if (r, c) != (0, 0) else tuple(segs)
-                      for c, segs in enumerate(stage)) for r, stage in enumerate(bwd))
+    def stages(kind: StageSegments, seconds: Sends, r: int, silent: int) -> StageSegments:
+        """Every stage's chunks, each ending with its transfer but stage r's chunk `silent`: stages alike
+        (the same chunks, sending alike) built once."""
+        keys = list(zip(map(id, kind), seconds))
+        rows = {key: tuple(sending(segs, key[1]) for segs in chunks)
+                for key, chunks in dict(zip(keys, kind)).items()}
+        out = list(map(rows.__getitem__, keys))
+        out[r] = tuple(tuple(segs) if c == silent else sending(segs, seconds[r])
+                       for c, segs in enumerate(kind[r]))
+        return tuple(out)
+
+    p = len(fwd)
     zero = (0.0,) * p
-    return fwd, bwd, zero, zero
+    return stages(fwd, send, p - 1, len(fwd[0]) - 1), stages(bwd, send_b, 0, 0), zero, zero
+
+
+def _last_backward(run: PipelineRun) -> tuple[np.ndarray, np.ndarray]:
+    """[stage, chunk]: when each chunk's last backward starts, and when it ends (PipelineRun.last_backward as
+    arrays)."""
+    k = run.program.last_backward
+    rows = np.arange(k.shape[0])[:, None]
+    return run.start[rows, k], run.end[rows, k]
 
 
 def _pipeline(plan: bool, schedule: str, p: int, v: int, m: int, fwd: StageSegments, bwd: StageSegments,
