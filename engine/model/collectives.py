@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import catalog
 from ..config.cluster import Cluster
-from ..config.geometry import RANK_ORDER, TIERS, Geometry, JobGeometry, order_of
+from ..config.geometry import RANK_ORDER, TIERS, Geometry, JobGeometry, lattice_points, order_of
 from ..config.job import Job
 from ..config.units import GB
 from . import scaleup
@@ -120,9 +120,23 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
 def lattice(job: Placement, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """`members(job, dims) + job.first_gpu` without building it: (bases, offsets), member j of group g is GPU
     bases[g] + offsets[j] (groups in the rows' order; offsets increase: the members sit in GPU order)."""
-    geo = job.geometry()
-    # (name, size, stride), outermost first
-    axes = [(d, geo.sizes[d], geo.stride(d)) for d in reversed(job.order)]
+    outer, inner = lattice_axes(job, dims)
+    return lattice_points(job.first_gpu, outer), lattice_points(0, inner)
+
+
+Axes = list[tuple[int, int]]     # a lattice's (size, stride) axes, outermost first
+
+
+def lattice_axes(job: Placement, dims: tuple[str, ...]) -> tuple[Axes, Axes]:
+    """The lattice of `lattice` as (size, stride) axes: the groups' (bases, from first_gpu) and their
+    members' (offsets)."""
+    sizes = job.geometry().sizes
+    axes: list[tuple[str, int, int]] = []          # (name, size, stride), innermost first (then reversed)
+    stride = 1
+    for d in job.order:                             # a dimension's stride: the product of the sizes inside it
+        axes.append((d, sizes[d], stride))
+        stride *= sizes[d]
+    axes.reverse()
     if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/config/geometry.py)
         at = [a[0] for a in axes].index("dp")
         _, dp, dp_stride = axes[at]
@@ -131,15 +145,7 @@ def lattice(job: Placement, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarr
     else:
         want = [d for d in ("dp", "cp", "pp", "tp") if d in dims]
     by_name = {name: (size, step) for name, size, step in axes}
-
-    def grid(names: list[str]) -> np.ndarray:
-        out = np.zeros(1, dtype=np.int64)
-        for name in names:
-            size, step = by_name[name]
-            out = (out[:, None] + np.arange(0, size * step, step, dtype=np.int64)).ravel()
-        return out
-
-    return grid([a[0] for a in axes if a[0] not in want]) + job.first_gpu, grid(want)
+    return [by_name[a[0]] for a in axes if a[0] not in want], [by_name[name] for name in want]
 
 
 def group_size(job: Job | Placement, dims: tuple[str, ...]) -> int:
@@ -163,13 +169,14 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     if group_size(job, dims) <= 1:
         return Route(1, 1, 1, None, 1.0, {})
     topo = Geometry.of(cluster)
-    bases, offsets = lattice(job, dims)
-    size, count = offsets.size, bases.size * offsets.size        # members per group, in all groups
-    first = bases[0] + offsets
+    outer, inner = lattice_axes(job, dims)
+    offsets = lattice_points(0, inner)
+    size = offsets.size                                           # members per group
+    first = job.first_gpu + offsets
     node = first // topo.gpus_per_node
     q = int(np.sum(node == node[0]))
     k = len(np.unique(node))
-    outermost = topo.outermost(bases, int(offsets[-1]))
+    outermost = topo.outermost_of_lattice(job.first_gpu, outer, int(offsets[-1]))
     tier = TIERS[outermost]
     end = job.first_gpu + job.gpus          # the groups hold every GPU of the job: [first_gpu, end)
     oversub = cluster.oversubscription()
@@ -179,13 +186,18 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     others = dict(background)
     slowdown = 1.0
     if k > 1:
+        bases = lattice_points(job.first_gpu, outer)
+        count = bases.size * size                                 # members in all groups
+        steps = np.diff(offsets)
+        gaps = int(steps.min()), int(steps.max())
         # share of each GPU's traffic that goes on the network: for a ring, its edges that leave a node (each
         # carries q rails); for an all-to-all, the members outside its node
         net_share = (size - q) / size if pattern == "all2all" else \
-            float(_ring_edges_leaving(bases, offsets, end, topo.gpus_per_node).sum()) * q / count
+            float(_ring_edges_leaving(bases, offsets, end, topo.gpus_per_node, gaps).sum()) * q / count
         for t in NET_TIERS[:max(0, outermost - TIERS.index(NET_TIERS[0]) + 1)]:
             # (a tier above the outermost one crossed: every group inside one of its blocks, nothing leaves)
             block = topo.block_sizes()[t]
+            edges: np.ndarray | None = None     # a ring's edges leaving each block, while they are the demand
             if pattern == "all2all":
                 src_block = (bases[:, None] + offsets) // block
                 same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
@@ -194,7 +206,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             else:
                 # q connections per ring edge that leaves its block: whole numbers, so counting the edges and
                 # multiplying gives the very sums that adding q per edge did
-                demand = _ring_edges_leaving(bases, offsets, end, block) * float(q)
+                edges = _ring_edges_leaving(bases, offsets, end, block, gaps)
+                demand = edges * float(q)
             total = float(demand.sum())
             if total <= 0:
                 continue
@@ -205,6 +218,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                 n = max(demand.size, len(theirs))
                 demand = np.pad(demand, (0, n - demand.size))
                 demand = demand + np.pad(np.asarray(theirs), (0, n - len(theirs))) * (demand > 0)
+                edges = None
             capacity = _block_capacity(cluster, topo, block, demand.size)
             health = _block_health(cluster, topo, t, block, demand.size)
             # uplink paths of each block (links still up) and the connections leaving it
@@ -214,11 +228,15 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
             # blocks alike (demand, paths) share one answer, and only the busiest block's counts: each
             # distinct pair once (as one complex number, or the demands alone when every block has as many
-            # paths, as without degraded links all full blocks do)
-            key = np.round(demand, 3)
-            pairs: list[tuple[float, float]] = \
-                [(x, float(paths[0])) for x in np.unique(key).tolist()] if paths.min() == paths.max() else \
-                [(c.real, c.imag) for c in np.unique(key + 1j * paths).tolist()]
+            # paths, as without degraded links all full blocks do; whole numbers of edges are the rounded
+            # demands as they are, their distinct counts found without sorting)
+            pairs: list[tuple[float, float]]
+            if paths.min() == paths.max():
+                values = np.flatnonzero(np.bincount(edges)) * float(q) if edges is not None else \
+                    np.unique(np.round(demand, 3))
+                pairs = [(x, float(paths[0])) for x in values.tolist()]
+            else:
+                pairs = [(c.real, c.imag) for c in np.unique(np.round(demand, 3) + 1j * paths).tolist()]
             busiest = max(ecmp_max_load(x, int(y), flows) if x > 0 else 0.0 for x, y in pairs)
             tier_slowdown[t] = max(1.0, busiest)
             slowdown = max(slowdown, tier_slowdown[t])
@@ -227,7 +245,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                  scaleup.group_shape(cluster, first, q), scaleup.hops(cluster, int(first[0]), int(first[1])))
 
 
-def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: int) -> np.ndarray:
+def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: int,
+                        gaps: tuple[int, int] | None = None) -> np.ndarray:
     """Per unit (node or block: GPUs [u unit, (u + 1) unit), u up to the job's last GPU's), how many ring
     edges (each member to the next, the last to the first) leave it from a member inside it, over every group
     (lattice: member j of group g is bases[g] + offsets[j]). A group's members in one unit are a run of
@@ -235,15 +254,21 @@ def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: 
     or round to the first, which is outside unless the whole group is inside): one edge per unit a group
     touches, none when it touches one. So when members lie at least a unit apart, every member's edge leaves
     and a unit's count is the job's GPUs in it; when they lie closer, a group touches every unit from its
-    first member's to its last's. Whole numbers, exact; other groups are walked member by member."""
+    first member's to its last's. Whole numbers, exact; other groups are walked member by member. `gaps`: the
+    least and the largest distance between consecutive offsets, when the caller has them."""
     length = (end - 1) // unit + 1
-    gaps = np.diff(offsets)
-    if gaps.min() >= unit:
-        lows = np.arange(length, dtype=np.int64) * unit
+    if gaps is None:
+        steps = np.diff(offsets)
+        gaps = int(steps.min()), int(steps.max())
+    if gaps[0] >= unit:
+        # the job's GPUs in [u unit, (u + 1) unit): none before its first GPU's unit, all between
         start = int(bases.min())
-        inside: np.ndarray = np.maximum(np.minimum(lows + unit, end) - np.maximum(lows, start), 0)
+        inside = np.full(length, unit, dtype=np.int64)
+        inside[:start // unit] = 0
+        for u in (start // unit, length - 1):
+            inside[u] = max(min(u * unit + unit, end) - max(u * unit, start), 0)
         return inside
-    if gaps.max() < unit:
+    if gaps[1] < unit:
         low, high = bases // unit, (bases + int(offsets[-1])) // unit
         spans = low != high
         ends = np.bincount(low[spans], minlength=length + 1) - \
