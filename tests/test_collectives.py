@@ -199,3 +199,56 @@ def test_ring_edges_leaving_each_unit_are_the_walked_ones() -> None:
                 gaps = np.diff(offsets)
                 branches.add("apart" if gaps.min() >= unit else "closer" if gaps.max() < unit else "walk")
     assert branches == {"apart", "closer", "walk"}
+
+
+def test_the_largest_place_of_a_lattice_in_a_unit_is_the_points_own() -> None:
+    """max_residue's closed forms (the far corner, an axis that goes through every multiple of its gcd with
+    the unit) give the largest (point mod unit) over every point of the lattice, or None; and the outermost
+    tier of a lattice of groups is the one the points themselves give."""
+    import random
+
+    from clustertop.engine.config.geometry import Geometry, lattice_points, max_residue
+
+    rng = random.Random(26)
+    closed = 0
+    for _ in range(3000):
+        axes = [(rng.choice([1, 2, 3, 5, 8, 12, 16, 64, 128]),
+                 rng.choice([1, 2, 3, 7, 8, 16, 24, 100, 128, 1000])) for _ in range(rng.randint(0, 3))]
+        first = rng.choice([0, 5, 8, 40, 3071, rng.randrange(100_000)])
+        per = rng.choice([1, 3, 8, 16, 24, 100, 3072, 16384])
+        got = max_residue(first, axes, per)
+        if got is not None:
+            closed += 1
+            assert got == int((lattice_points(first, axes) % per).max()), (first, axes, per)
+    assert closed > 2500                      # the closed forms cover most lattices
+    for gpus in (1000, 16384, 20000):
+        for per_building in (1, 3):
+            topo = Geometry.of(_cluster(gpus=gpus - gpus % 8, pods_per_building=per_building))
+            for _ in range(200):
+                axes = [(rng.choice([1, 2, 4, 16, 128]), rng.choice([1, 8, 16, 128, 2048])) for _ in range(2)]
+                first, spread = rng.randrange(gpus // 2), rng.choice([0, 3, 7, 8, 120, 3000, 16383])
+                want = topo.outermost(lattice_points(first, axes), spread)
+                assert topo.outermost_of_lattice(first, axes, spread) == want
+
+
+def test_a_rings_busiest_block_is_the_one_its_rounded_demands_give() -> None:
+    """The distinct demands of a ring's blocks, counted from its whole edges, are the rounded ones: each
+    tier's slowdown is the busiest distinct demand's ECMP load, as from np.unique(np.round(demand, 3))."""
+    import numpy as np
+    from clustertop.engine.config.geometry import Geometry
+
+    checked = 0
+    for cluster in (_cluster(), _cluster(ecmp_flows=1), _cluster(pod_oversubscription=3.0)):
+        topo = Geometry.of(cluster)
+        for job in (_job(), _job(tp=4, pp=8, dp=512), _job(first_gpu=40, gpus=8000, tp=8, pp=4, dp=250)):
+            for dims in (("dp",), ("pp",), ("tp",)):
+                r = col.route(cluster, job, dims)
+                for t, demand in r.demand.items():
+                    block = topo.block_sizes()[t]
+                    paths = max(1.0, np.floor(block / cluster.oversubscription()[t]))
+                    want = max(col.ecmp_max_load(x, int(paths), cluster.ecmp_flows) if x > 0 else 0.0
+                               for x in np.unique(np.round(demand, 3)).tolist())
+                    if cluster.gpus % block == 0:       # (a partial last block has fewer paths)
+                        assert r.tier_slowdown[t] == max(1.0, want), (job, dims, t)
+                        checked += 1
+    assert checked >= 9
