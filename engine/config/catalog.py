@@ -262,6 +262,12 @@ def fabrics() -> dict[str, Fabric]:
             for name, table in _read("fabrics.toml").items()}
 
 
+@cache
+def scale_out_fabrics() -> dict[str, Fabric]:
+    """The fabrics a cluster's NICs can be (SCALE_OUT_KINDS), in the catalog's order."""
+    return {name: f for name, f in fabrics().items() if f.kind in SCALE_OUT_KINDS}
+
+
 def build_model(ctx: Context, path: str, name: str, table: Any) -> Model:
     """A Model from a catalog entry or an inline scenario table, with its consistency checks."""
     values = check_table(ctx, path, table, MODEL_SPEC)

@@ -124,8 +124,7 @@ def check_cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
     fabrics = catalog.fabrics()
     link = fabrics[gpu.scale_up_link]
     _scale_up(ctx, c, gpu, link)
-    scale_out_names = {n: f for n, f in fabrics.items() if f.kind in catalog.SCALE_OUT_KINDS}
-    scale_out = catalog_entry(ctx, "cluster.scale_out", c.pop("scale_out"), scale_out_names)
+    scale_out = catalog_entry(ctx, "cluster.scale_out", c.pop("scale_out"), catalog.scale_out_fabrics())
     if c["nics_per_node"] is None:
         c["nics_per_node"] = c["gpus_per_node"]
     if c["nics_per_node"] > c["gpus_per_node"] * 4:
