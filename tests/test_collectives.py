@@ -252,3 +252,14 @@ def test_a_rings_busiest_block_is_the_one_its_rounded_demands_give() -> None:
                         assert r.tier_slowdown[t] == max(1.0, want), (job, dims, t)
                         checked += 1
     assert checked >= 9
+
+
+@pytest.mark.parametrize(("args", "bits"), [((16.0, 16, 16), "0x1.76ed307686be4p+0"),
+                                            ((16.0, 16, 1), "0x1.880721469958ep+1"),
+                                            ((3.5, 47, 16), "0x1.0ad12af7198d2p-2"),
+                                            ((64.0, 384, 2), "0x1.7f4f122a16ecap+0"),
+                                            ((1.0, 8, 1024), "0x1.2e251591bce97p-3")])
+def test_ecmp_loads_keep_their_last_bit(args: tuple[float, int, int], bits: str) -> None:
+    # the sum over k is the same additions in the same order as when it was written with min() (the bits of
+    # 01fa08c): estimates, sweeps and recordings print these loads' consequences to many digits
+    assert col.ecmp_max_load.__wrapped__(*args).hex() == bits

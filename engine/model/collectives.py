@@ -321,11 +321,11 @@ def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
     mean = n / paths
     if mean > 100:                           # Poisson ~ normal: the max of L is mean + sqrt(2 mean ln L)
         return (mean + math.sqrt(2 * mean * math.log(paths))) / flows
-    total, pmf, cdf, k = 0.0, math.exp(-mean), 0.0, 0
-    while True:
+    total, pmf, cdf, k, bins = 0.0, math.exp(-mean), 0.0, 0, float(paths)
+    while True:                             # plain arithmetic, no call: up to a few hundred rounds
         cdf += pmf                          # P(bin <= k)
         k += 1
-        term = 1.0 - min(1.0, cdf) ** paths
+        term = 1.0 - (cdf if cdf < 1.0 else 1.0) ** bins     # noqa: FURB136  (min() is a call a round)
         total += term
         if term < 1e-6 and k > mean:
             break
