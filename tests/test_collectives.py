@@ -263,3 +263,29 @@ def test_ecmp_loads_keep_their_last_bit(args: tuple[float, int, int], bits: str)
     # the sum over k is the same additions in the same order as when it was written with min() (the bits of
     # 01fa08c): estimates, sweeps and recordings print these loads' consequences to many digits
     assert col.ecmp_max_load.__wrapped__(*args).hex() == bits
+
+
+def test_distinct_values_and_pairs_are_np_uniques() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(26)
+    for n in (1, 2, 7, 100, 1000):
+        a = np.round(rng.integers(0, 5, n) * 1.5 + rng.choice([0.0, 0.0004, 0.25], n), 3)
+        b = np.floor(rng.integers(1, 4, n) * 16.0 / 3.0)
+        assert np.array_equal(col._distinct(a), np.unique(a))
+        assert col._distinct_pairs(a, b) == [(c.real, c.imag) for c in np.unique(a + 1j * b).tolist()]
+
+
+def test_a_fast_estimate_does_not_import_numpy_ma() -> None:
+    # np.unique asks numpy.ma whether its array is masked: importing numpy.ma costs every sweep worker and
+    # every `clustertop estimate` ~20 ms, so routes find their distinct values without it
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom clustertop.engine.config import scenario\n"
+            "from clustertop.engine.model.estimate import estimate\n"
+            "estimate(scenario.load('llama3-405b-16k'), plan=False, hints=False)\n"
+            "assert 'numpy.ma' not in sys.modules, 'numpy.ma imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]

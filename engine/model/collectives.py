@@ -175,7 +175,7 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     first = job.first_gpu + offsets
     node = first // topo.gpus_per_node
     q = int(np.sum(node == node[0]))
-    k = len(np.unique(node))
+    k = int(np.count_nonzero(node[1:] != node[:-1])) + 1      # (the members sit in GPU order)
     outermost = topo.outermost_of_lattice(job.first_gpu, outer, int(offsets[-1]))
     tier = TIERS[outermost]
     end = job.first_gpu + job.gpus          # the groups hold every GPU of the job: [first_gpu, end)
@@ -233,16 +233,35 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             pairs: list[tuple[float, float]]
             if paths.min() == paths.max():
                 values = np.flatnonzero(np.bincount(edges)) * float(q) if edges is not None else \
-                    np.unique(np.round(demand, 3))
+                    _distinct(np.round(demand, 3))
                 pairs = [(x, float(paths[0])) for x in values.tolist()]
             else:
-                pairs = [(c.real, c.imag) for c in np.unique(np.round(demand, 3) + 1j * paths).tolist()]
+                pairs = _distinct_pairs(np.round(demand, 3), paths)
             busiest = max(ecmp_max_load(x, int(y), flows) if x > 0 else 0.0 for x, y in pairs)
             tier_slowdown[t] = max(1.0, busiest)
             slowdown = max(slowdown, tier_slowdown[t])
             crossing[t] = total / max(net_share * count, 1e-9)
     return Route(size, q, k, tier, max(1.0, slowdown), crossing, demands, tier_slowdown,
                  scaleup.group_shape(cluster, first, q), scaleup.hops(cluster, int(first[0]), int(first[1])))
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) without it: np.unique asks numpy.ma whether the array is masked, and importing
+    numpy.ma costs a process ~20 ms (every sweep worker, every `clustertop estimate`)."""
+    ordered = np.sort(values)
+    keep = np.ones(ordered.size, dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    out: np.ndarray = ordered[keep]
+    return out
+
+
+def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
+    """The distinct (a[i], b[i]) pairs, by a then b (as np.unique of a + 1j b gives them, without it)."""
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    keep = np.ones(a.size, dtype=bool)
+    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return list(zip(a[keep].tolist(), b[keep].tolist()))
 
 
 def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: int,
