@@ -482,3 +482,16 @@ def test_a_table_with_the_keys_of_one_checked_before_names_its_first_bad_value_i
     later = {"b": 7, "a": 1}
     assert check_table(ctx, "t", later, spec, known) == check_table(ctx, "t", later, spec)
     assert list(check_table(ctx, "t", {"b": 7, "a": 3}, spec, known)) == ["a", "b", "c"]
+
+
+def test_outcomes_cross_a_pipe_whole() -> None:
+    # a worker pickles its outcomes as their values: every field comes back, the facts' too
+    import pickle
+
+    from clustertop.engine.sweep.results import Facts, Outcome
+
+    facts = Facts(3, "ok", 1.5, 2.0e6, 16, 3.0, 40.0, 5.0, 0.02, (("ttft", 0.1), ("tpot", 0.02)), True)
+    outcome = Outcome(3, b'{"index": 3}\n', "ok", facts, "why")
+    back = pickle.loads(pickle.dumps([outcome, Facts(4, "invalid")], protocol=pickle.HIGHEST_PROTOCOL))
+    assert repr(back) == repr([outcome, Facts(4, "invalid")])      # (repr: an invalid point's nan figures)
+    assert [type(x) for x in (back[0], back[0].facts)] == [Outcome, Facts]
