@@ -344,7 +344,7 @@ def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
     while True:                             # plain arithmetic, no call: up to a few hundred rounds
         cdf += pmf                          # P(bin <= k)
         k += 1
-        term = 1.0 - (cdf if cdf < 1.0 else 1.0) ** bins     # noqa: FURB136  (min() is a call a round)
+        term: float = 1.0 - (cdf if cdf < 1.0 else 1.0) ** bins     # noqa: FURB136  (min() is a call a round)
         total += term
         if term < 1e-6 and k > mean:
             break

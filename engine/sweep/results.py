@@ -171,7 +171,7 @@ class Outcome:
 def _values(item: Facts | Outcome) -> tuple[Any, ...]:
     """A record's facts or outcome pickled as its values, as it is made (a sweep's workers send thousands: the
     state dataclasses give a frozen slotted class looks its fields up for every object)."""
-    return _GETTERS[type(item)](item)  # type: ignore[no-any-return]
+    return _GETTERS[type(item)](item)
 
 
 _GETTERS = {cls: operator.attrgetter(*(f.name for f in dataclasses.fields(cls))) for cls in (Facts, Outcome)}
