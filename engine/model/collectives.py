@@ -219,30 +219,49 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                 demand = np.pad(demand, (0, n - demand.size))
                 demand = demand + np.pad(np.asarray(theirs), (0, n - len(theirs))) * (demand > 0)
                 edges = None
-            capacity = _block_capacity(cluster, topo, block, demand.size)
-            health = _block_health(cluster, topo, t, block, demand.size)
-            # uplink paths of each block (links still up) and the connections leaving it
-            paths = np.maximum(1.0, np.floor(capacity / oversub[t] * health))
             # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an
             # all-to-all sends to every member outside the node, one connection each
             flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
             # blocks alike (demand, paths) share one answer, and only the busiest block's counts: each
-            # distinct pair once (as one complex number, or the demands alone when every block has as many
-            # paths, as without degraded links all full blocks do; whole numbers of edges are the rounded
-            # demands as they are, their distinct counts found without sorting)
-            pairs: list[tuple[float, float]]
-            if paths.min() == paths.max():
-                values = np.flatnonzero(np.bincount(edges)) * float(q) if edges is not None else \
-                    _distinct(np.round(demand, 3))
-                pairs = [(x, float(paths[0])) for x in values.tolist()]
-            else:
-                pairs = _distinct_pairs(np.round(demand, 3), paths)
+            # distinct pair once
+            pairs = _block_loads(cluster, topo, t, block, oversub[t], demand, edges, q)
             busiest = max(ecmp_max_load(x, int(y), flows) if x > 0 else 0.0 for x, y in pairs)
             tier_slowdown[t] = max(1.0, busiest)
             slowdown = max(slowdown, tier_slowdown[t])
             crossing[t] = total / max(net_share * count, 1e-9)
     return Route(size, q, k, tier, max(1.0, slowdown), crossing, demands, tier_slowdown,
                  scaleup.group_shape(cluster, first, q), scaleup.hops(cluster, int(first[0]), int(first[1])))
+
+
+def _block_loads(cluster: Cluster, topo: Geometry, tier: str, block: int, over: float, demand: np.ndarray,
+                 edges: np.ndarray | None, q: int) -> list[tuple[float, float]]:
+    """The distinct (connections, uplink paths) of the blocks of a tier (`demand`: connections leaving each
+    block; `edges`: the ring edges they are, q connections each, when they are whole). A block's paths are its
+    GPUs (the last block's may be fewer) / `over`, times the share of its links still up (cluster.degraded);
+    without degraded links every full block has as many, so only the last can differ. Demands are rounded to
+    1e-3 (whole numbers of edges are as they are: their distinct counts are found without sorting)."""
+    n = demand.size
+    if cluster.degraded:
+        capacity = _block_capacity(cluster, topo, block, n)
+        health = _block_health(cluster, topo, tier, block, n)
+        paths = np.maximum(1.0, np.floor(capacity / over * health))
+        if paths.min() != paths.max():
+            return _distinct_pairs(np.round(demand, 3), paths)
+        return [(x, float(paths[0])) for x in _distinct_demands(demand, edges, q).tolist()]
+    full = max(1.0, float(math.floor(float(block) / over)))
+    last = max(1.0, float(math.floor(float(min(block, max(1, cluster.gpus - (n - 1) * block))) / over)))
+    if n == 1 or full == last:
+        return [(x, last) for x in _distinct_demands(demand, edges, q).tolist()]
+    head = _distinct_demands(demand[:-1], None if edges is None else edges[:-1], q)
+    return [(x, full) for x in head.tolist()] + [(float(np.round(demand[-1:], 3)[0]), last)]
+
+
+def _distinct_demands(demand: np.ndarray, edges: np.ndarray | None, q: int) -> np.ndarray:
+    """The distinct demands rounded to 1e-3, ascending: from the whole edges (q connections each) by counting
+    when the caller has them."""
+    if edges is not None:
+        return np.flatnonzero(np.bincount(edges)) * float(q)
+    return _distinct(np.round(demand, 3))
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
