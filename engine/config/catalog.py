@@ -10,10 +10,14 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from .fields import Context, Field, check_table, optional
+from .frozen import hash_once, state_without_hash
 
 
 @dataclass(frozen=True)
 class GPU:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     name: str
     bf16_tflops: float
     hbm_gb: float
@@ -92,6 +96,9 @@ class GPU:
 
 @dataclass(frozen=True)
 class Fabric:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     name: str
     kind: str                    # SCALE_UP_KINDS (inside a scale-up domain) or SCALE_OUT_KINDS (NICs)
     gb_s: float                  # line rate per direction, per GPU (scale-up, all its links) or per NIC
@@ -117,6 +124,9 @@ SCALE_OUT_KINDS = ("ib", "roce", "efa", "dcn")
 
 @dataclass(frozen=True)
 class Model:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     name: str
     layers: int
     hidden: int

@@ -18,6 +18,7 @@ from . import catalog, facility
 from .catalog import GPU, Fabric
 from .errors import quote
 from .fields import Context, Field, array_of_tables, catalog_entry, check_table, optional
+from .frozen import hash_once, state_without_hash
 from .optics import SiteOptics, site_optics
 
 MAX_GPUS = 10_000_000
@@ -41,6 +42,9 @@ OPTICS = ("pluggable", "lpo", "cpo")
 
 @dataclass(frozen=True)
 class Cluster:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     gpu: GPU
     gpus: int
     gpus_per_node: int           # GPUs of one scale-up domain (the topology's "node")
