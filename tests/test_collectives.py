@@ -123,29 +123,37 @@ def test_degraded_links_and_plain_ecmp_slow_the_groups_that_cross_them() -> None
 
 @pytest.mark.parametrize("gpus", [1000, 4096, 16384, 20000])
 def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
-    # against the pairwise definition: the largest tier between a group's first member and any other, for
-    # groups inside one node, rack, pod or building and across them,
-    # on clusters with partial pods and buildings
-    import numpy as np
-    from clustertop.engine.config.geometry import Geometry
+    # against the pairwise definition: the largest tier between a group's lowest member and its highest, for
+    # lattices of groups inside one node, rack, pod or building and across them, on clusters with partial pods
+    # and buildings
+    import random
 
-    rng = np.random.default_rng(gpus)
+    import numpy as np
+    from clustertop.engine.config.geometry import Geometry, lattice_points
+
+    rng = random.Random(gpus)
     for per_building in (1, 2, 3):
         cluster = _cluster(gpus=gpus - gpus % 8, pods_per_building=per_building)
         topo = Geometry.of(cluster)
         seen = set()
         for unit in (topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building,
                      cluster.gpus):
-            for size in (2, 8, 64):
-                first = rng.integers(0, max(1, cluster.gpus // unit), size=(3, 1)) * unit
-                groups = np.minimum(first + rng.integers(0, unit, size=(3, size)), cluster.gpus - 1)
-                want = int(topo.tier_between(groups[:, :1], groups).max())
-                low = groups.min(axis=1)
-                assert topo.outermost(low, groups.max(axis=1) - low) == want
-                seen.add(want)
+            for case in range(7):
+                first = rng.randrange(max(1, cluster.gpus // unit)) * unit + rng.choice([0, 1, unit // 2])
+                axes = [(rng.choice([1, 2, 3, 16]), rng.choice([1, 8, 24, unit, 2 * unit]))
+                        for _ in range(rng.randint(0, 2))]
+                spread = rng.choice([0, 1, 7, unit // 2, unit - 1, unit])
+                if case == 0:                      # a pair astride the unit's first boundary
+                    first, axes, spread = unit - 1, [], 1
+                low = lattice_points(first, axes)
+                want = int(topo.tier_between(low, low + spread).max())
+                assert topo.outermost_of_lattice(first, axes, spread) == want, (first, axes, spread)
+                if low.max() + spread < cluster.gpus:
+                    seen.add(want)
         assert seen >= {1, 2}                      # groups that leave a node, a rack
         assert bool(seen & {3, 4}) == (topo.pods > 1)   # and a pod or a building, when there are several
-    assert topo.outermost(np.array([5]), 0) == 0          # nothing left: the node tier
+    assert topo.outermost_of_lattice(5, [], 0) == 0       # nothing left: the node tier
+    assert np.array_equal(lattice_points(3, [(2, 10), (3, 1)]), [3, 4, 5, 13, 14, 15])
 
 
 def test_group_size_is_the_members_row_length() -> None:
@@ -167,12 +175,20 @@ def _placements():  # type: ignore[no-untyped-def]
                 yield Placement(first, tp * cp * pp * dp, tp, cp, pp, dp, ep, order)
 
 
+def _lattice(job, dims):  # type: ignore[no-untyped-def]
+    """(bases, offsets) of the groups over `dims`: member j of group g is GPU bases[g] + offsets[j]."""
+    from clustertop.engine.config.geometry import lattice_points
+
+    outer, inner = col.lattice_axes(job, dims)
+    return lattice_points(job.first_gpu, outer), lattice_points(0, inner)
+
+
 def test_the_group_lattice_is_the_members() -> None:
     import numpy as np
 
     for job in _placements():
         for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp"), ("ep",)):
-            bases, offsets = col.lattice(job, dims)
+            bases, offsets = _lattice(job, dims)
             groups = col.members(job, dims) + job.first_gpu
             assert np.array_equal(bases[:, None] + offsets, groups), (job, dims)
             assert np.all(np.diff(offsets) > 0)                # members in GPU order
@@ -188,7 +204,7 @@ def test_ring_edges_leaving_each_unit_are_the_walked_ones() -> None:
         for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp")):
             if col.group_size(job, dims) <= 1:
                 continue
-            bases, offsets = col.lattice(job, dims)
+            bases, offsets = _lattice(job, dims)
             groups = col.members(job, dims) + job.first_gpu
             end = job.first_gpu + job.gpus
             for unit in (1, 2, 3, 4, 7, 8, 16, 24, 64, 100, 1000):
@@ -227,7 +243,8 @@ def test_the_largest_place_of_a_lattice_in_a_unit_is_the_points_own() -> None:
             for _ in range(200):
                 axes = [(rng.choice([1, 2, 4, 16, 128]), rng.choice([1, 8, 16, 128, 2048])) for _ in range(2)]
                 first, spread = rng.randrange(gpus // 2), rng.choice([0, 3, 7, 8, 120, 3000, 16383])
-                want = topo.outermost(lattice_points(first, axes), spread)
+                low = lattice_points(first, axes)
+                want = int(topo.tier_between(low, low + spread).max())
                 assert topo.outermost_of_lattice(first, axes, spread) == want
 
 

@@ -141,18 +141,11 @@ class Geometry:
             tier = np.where(a // per != b // per, level, tier)
         return tier
 
-    def outermost(self, low: np.ndarray, spread: int | np.ndarray) -> int:
-        """Index into TIERS of the outermost tier any group crosses (`low`: each group's lowest member,
-        `spread`: its highest member's distance from it, one for all groups or one each): a group leaves a
-        unit of `per` GPUs when its lowest member's place in it plus the spread reaches the next (every unit
-        at once, innermost first)."""
-        per = np.array([self.gpus_per_node, self.gpus_per_rack, self.gpus_per_pod, self.gpus_per_building])
-        crossed = np.flatnonzero((low % per[:, None] + spread).max(axis=1) >= per)
-        return int(crossed[-1]) + 1 if len(crossed) else 0
-
     def outermost_of_lattice(self, first: int, axes: Sequence[tuple[int, int]], spread: int) -> int:
-        """`outermost(lattice_points(first, axes), spread)` without building the points where it can: per unit
-        (outermost first, stopping at the first one crossed), the groups' largest place in it in closed form
+        """Index into TIERS of the outermost tier any group crosses: the groups' lowest members are the points
+        of a lattice (`lattice_points(first, axes)`) and their highest lie `spread` GPUs further. A group
+        leaves a unit of `per` GPUs when its lowest member's place in it plus the spread reaches the next; per
+        unit (outermost first, stopping at the first one crossed), the largest place in closed form
         (`max_residue`), else from the points."""
         low: np.ndarray | None = None
         units = (self.gpus_per_node, self.gpus_per_rack, self.gpus_per_pod, self.gpus_per_building)

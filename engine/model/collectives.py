@@ -117,19 +117,14 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     return np.ascontiguousarray(moved.reshape(-1, size))     # row by row: what every caller walks
 
 
-def lattice(job: Placement, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """`members(job, dims) + job.first_gpu` without building it: (bases, offsets), member j of group g is GPU
-    bases[g] + offsets[j] (groups in the rows' order; offsets increase: the members sit in GPU order)."""
-    outer, inner = lattice_axes(job, dims)
-    return lattice_points(job.first_gpu, outer), lattice_points(0, inner)
-
-
 Axes = list[tuple[int, int]]     # a lattice's (size, stride) axes, outermost first
 
 
 def lattice_axes(job: Placement, dims: tuple[str, ...]) -> tuple[Axes, Axes]:
-    """The lattice of `lattice` as (size, stride) axes: the groups' (bases, from first_gpu) and their
-    members' (offsets)."""
+    """`members(job, dims) + job.first_gpu` without building it: member j of group g is GPU bases[g] +
+    offsets[j], the bases `lattice_points(job.first_gpu, outer)` and the offsets `lattice_points(0, inner)`
+    of the (size, stride) axes returned, (outer, inner) (groups in the rows' order; offsets increase: the
+    members sit in GPU order)."""
     sizes = job.geometry().sizes
     axes: list[tuple[str, int, int]] = []          # (name, size, stride), innermost first (then reversed)
     stride = 1
