@@ -123,29 +123,37 @@ def test_degraded_links_and_plain_ecmp_slow_the_groups_that_cross_them() -> None
 
 @pytest.mark.parametrize("gpus", [1000, 4096, 16384, 20000])
 def test_outermost_tier_is_the_widest_unit_a_group_leaves(gpus: int) -> None:
-    # against the pairwise definition: the largest tier between a group's first member and any other, for
-    # groups inside one node, rack, pod or building and across them,
-    # on clusters with partial pods and buildings
-    import numpy as np
-    from clustertop.engine.config.geometry import Geometry
+    # against the pairwise definition: the largest tier between a group's lowest member and its highest, for
+    # lattices of groups inside one node, rack, pod or building and across them, on clusters with partial pods
+    # and buildings
+    import random
 
-    rng = np.random.default_rng(gpus)
+    import numpy as np
+    from clustertop.engine.config.geometry import Geometry, lattice_points
+
+    rng = random.Random(gpus)
     for per_building in (1, 2, 3):
         cluster = _cluster(gpus=gpus - gpus % 8, pods_per_building=per_building)
         topo = Geometry.of(cluster)
         seen = set()
         for unit in (topo.gpus_per_node, topo.gpus_per_rack, topo.gpus_per_pod, topo.gpus_per_building,
                      cluster.gpus):
-            for size in (2, 8, 64):
-                first = rng.integers(0, max(1, cluster.gpus // unit), size=(3, 1)) * unit
-                groups = np.minimum(first + rng.integers(0, unit, size=(3, size)), cluster.gpus - 1)
-                want = int(topo.tier_between(groups[:, :1], groups).max())
-                low = groups.min(axis=1)
-                assert topo.outermost(low, groups.max(axis=1) - low) == want
-                seen.add(want)
+            for case in range(7):
+                first = rng.randrange(max(1, cluster.gpus // unit)) * unit + rng.choice([0, 1, unit // 2])
+                axes = [(rng.choice([1, 2, 3, 16]), rng.choice([1, 8, 24, unit, 2 * unit]))
+                        for _ in range(rng.randint(0, 2))]
+                spread = rng.choice([0, 1, 7, unit // 2, unit - 1, unit])
+                if case == 0:                      # a pair astride the unit's first boundary
+                    first, axes, spread = unit - 1, [], 1
+                low = lattice_points(first, axes)
+                want = int(topo.tier_between(low, low + spread).max())
+                assert topo.outermost_of_lattice(first, axes, spread) == want, (first, axes, spread)
+                if low.max() + spread < cluster.gpus:
+                    seen.add(want)
         assert seen >= {1, 2}                      # groups that leave a node, a rack
         assert bool(seen & {3, 4}) == (topo.pods > 1)   # and a pod or a building, when there are several
-    assert topo.outermost(np.array([5]), 0) == 0          # nothing left: the node tier
+    assert topo.outermost_of_lattice(5, [], 0) == 0       # nothing left: the node tier
+    assert np.array_equal(lattice_points(3, [(2, 10), (3, 1)]), [3, 4, 5, 13, 14, 15])
 
 
 def test_group_size_is_the_members_row_length() -> None:
@@ -167,12 +175,20 @@ def _placements():  # type: ignore[no-untyped-def]
                 yield Placement(first, tp * cp * pp * dp, tp, cp, pp, dp, ep, order)
 
 
+def _lattice(job, dims):  # type: ignore[no-untyped-def]
+    """(bases, offsets) of the groups over `dims`: member j of group g is GPU bases[g] + offsets[j]."""
+    from clustertop.engine.config.geometry import lattice_points
+
+    outer, inner = col.lattice_axes(job, dims)
+    return lattice_points(job.first_gpu, outer), lattice_points(0, inner)
+
+
 def test_the_group_lattice_is_the_members() -> None:
     import numpy as np
 
     for job in _placements():
         for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp"), ("ep",)):
-            bases, offsets = col.lattice(job, dims)
+            bases, offsets = _lattice(job, dims)
             groups = col.members(job, dims) + job.first_gpu
             assert np.array_equal(bases[:, None] + offsets, groups), (job, dims)
             assert np.all(np.diff(offsets) > 0)                # members in GPU order
@@ -188,7 +204,7 @@ def test_ring_edges_leaving_each_unit_are_the_walked_ones() -> None:
         for dims in (("tp",), ("cp",), ("pp",), ("dp",), ("dp", "cp")):
             if col.group_size(job, dims) <= 1:
                 continue
-            bases, offsets = col.lattice(job, dims)
+            bases, offsets = _lattice(job, dims)
             groups = col.members(job, dims) + job.first_gpu
             end = job.first_gpu + job.gpus
             for unit in (1, 2, 3, 4, 7, 8, 16, 24, 64, 100, 1000):
@@ -199,3 +215,94 @@ def test_ring_edges_leaving_each_unit_are_the_walked_ones() -> None:
                 gaps = np.diff(offsets)
                 branches.add("apart" if gaps.min() >= unit else "closer" if gaps.max() < unit else "walk")
     assert branches == {"apart", "closer", "walk"}
+
+
+def test_the_largest_place_of_a_lattice_in_a_unit_is_the_points_own() -> None:
+    """max_residue's closed forms (the far corner, an axis that goes through every multiple of its gcd with
+    the unit) give the largest (point mod unit) over every point of the lattice, or None; and the outermost
+    tier of a lattice of groups is the one the points themselves give."""
+    import random
+
+    from clustertop.engine.config.geometry import Geometry, lattice_points, max_residue
+
+    rng = random.Random(26)
+    closed = 0
+    for _ in range(3000):
+        axes = [(rng.choice([1, 2, 3, 5, 8, 12, 16, 64, 128]),
+                 rng.choice([1, 2, 3, 7, 8, 16, 24, 100, 128, 1000])) for _ in range(rng.randint(0, 3))]
+        first = rng.choice([0, 5, 8, 40, 3071, rng.randrange(100_000)])
+        per = rng.choice([1, 3, 8, 16, 24, 100, 3072, 16384])
+        got = max_residue(first, axes, per)
+        if got is not None:
+            closed += 1
+            assert got == int((lattice_points(first, axes) % per).max()), (first, axes, per)
+    assert closed > 2500                      # the closed forms cover most lattices
+    for gpus in (1000, 16384, 20000):
+        for per_building in (1, 3):
+            topo = Geometry.of(_cluster(gpus=gpus - gpus % 8, pods_per_building=per_building))
+            for _ in range(200):
+                axes = [(rng.choice([1, 2, 4, 16, 128]), rng.choice([1, 8, 16, 128, 2048])) for _ in range(2)]
+                first, spread = rng.randrange(gpus // 2), rng.choice([0, 3, 7, 8, 120, 3000, 16383])
+                low = lattice_points(first, axes)
+                want = int(topo.tier_between(low, low + spread).max())
+                assert topo.outermost_of_lattice(first, axes, spread) == want
+
+
+def test_a_rings_busiest_block_is_the_one_its_rounded_demands_give() -> None:
+    """The distinct demands of a ring's blocks, counted from its whole edges, are the rounded ones: each
+    tier's slowdown is the busiest distinct demand's ECMP load, as from np.unique(np.round(demand, 3))."""
+    import numpy as np
+    from clustertop.engine.config.geometry import Geometry
+
+    checked = 0
+    for cluster in (_cluster(), _cluster(ecmp_flows=1), _cluster(pod_oversubscription=3.0)):
+        topo = Geometry.of(cluster)
+        for job in (_job(), _job(tp=4, pp=8, dp=512), _job(first_gpu=40, gpus=8000, tp=8, pp=4, dp=250)):
+            for dims in (("dp",), ("pp",), ("tp",)):
+                r = col.route(cluster, job, dims)
+                for t, demand in r.demand.items():
+                    block = topo.block_sizes()[t]
+                    paths = max(1.0, np.floor(block / cluster.oversubscription()[t]))
+                    want = max(col.ecmp_max_load(x, int(paths), cluster.ecmp_flows) if x > 0 else 0.0
+                               for x in np.unique(np.round(demand, 3)).tolist())
+                    if cluster.gpus % block == 0:       # (a partial last block has fewer paths)
+                        assert r.tier_slowdown[t] == max(1.0, want), (job, dims, t)
+                        checked += 1
+    assert checked >= 9
+
+
+@pytest.mark.parametrize(("args", "bits"), [((16.0, 16, 16), "0x1.76ed307686be4p+0"),
+                                            ((16.0, 16, 1), "0x1.880721469958ep+1"),
+                                            ((3.5, 47, 16), "0x1.0ad12af7198d2p-2"),
+                                            ((64.0, 384, 2), "0x1.7f4f122a16ecap+0"),
+                                            ((1.0, 8, 1024), "0x1.2e251591bce97p-3")])
+def test_ecmp_loads_keep_their_last_bit(args: tuple[float, int, int], bits: str) -> None:
+    # the sum over k is the same additions in the same order as when it was written with min() (the bits of
+    # 01fa08c): estimates, sweeps and recordings print these loads' consequences to many digits
+    assert col.ecmp_max_load.__wrapped__(*args).hex() == bits
+
+
+def test_distinct_values_and_pairs_are_np_uniques() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(26)
+    for n in (1, 2, 7, 100, 1000):
+        a = np.round(rng.integers(0, 5, n) * 1.5 + rng.choice([0.0, 0.0004, 0.25], n), 3)
+        b = np.floor(rng.integers(1, 4, n) * 16.0 / 3.0)
+        assert np.array_equal(col._distinct(a), np.unique(a))
+        assert col._distinct_pairs(a, b) == [(c.real, c.imag) for c in np.unique(a + 1j * b).tolist()]
+
+
+def test_a_fast_estimate_does_not_import_numpy_ma() -> None:
+    # np.unique asks numpy.ma whether its array is masked: importing numpy.ma costs every sweep worker and
+    # every `clustertop estimate` ~20 ms, so routes find their distinct values without it
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom clustertop.engine.config import scenario\n"
+            "from clustertop.engine.model.estimate import estimate\n"
+            "estimate(scenario.load('llama3-405b-16k'), plan=False, hints=False)\n"
+            "assert 'numpy.ma' not in sys.modules, 'numpy.ma imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]

@@ -56,3 +56,27 @@ def test_duration_defaults_to_one_hour(tmp_path) -> None:
     path.write_text('name = "s"\n[cluster]\ngpu = "h100-sxm-80gb"\ngpus = 8\n'
                     '[[jobs]]\nmodel = "llama3.1-8b"\nseq_len = 4096\nglobal_batch = 8\n')
     assert scenario.load(str(path)).duration_s == 3600.0     # a number, as a given "1h" becomes
+
+
+def test_clusters_and_catalog_entries_are_hashed_once_as_dataclasses_hash_them() -> None:
+    # the model's caches look clusters, GPUs, fabrics and models up thousands of times a sweep: each is hashed
+    # once (the dataclass's own hash of its fields), and a pickle leaves the hash out (strings hash otherwise
+    # in another process)
+    import copy
+    import dataclasses
+    import pickle
+
+    def fields_hash(obj: object) -> int:
+        return hash(tuple(getattr(obj, f.name) for f in dataclasses.fields(obj)))  # type: ignore[arg-type]
+
+    s = scenario.load("llama3-405b-16k")
+    for shared in (s.cluster, s.cluster.gpu, s.cluster.scale_out, s.jobs[0].model):
+        obj = copy.copy(shared)                   # (the catalog's own entries are not to be touched)
+        assert obj == shared and hash(obj) == fields_hash(obj) == hash(shared)
+        before = hash(obj)
+        object.__setattr__(obj, "gpus" if obj is not shared and hasattr(obj, "gpus") else "name", "changed")
+        assert hash(obj) == before != fields_hash(obj)          # not hashed again
+        back = pickle.loads(pickle.dumps(obj))
+        assert hash(back) == fields_hash(back) != before
+    other = dataclasses.replace(s.cluster, gpus=8192)
+    assert hash(other) == fields_hash(other) != hash(s.cluster)

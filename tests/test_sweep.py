@@ -16,7 +16,7 @@ import orjson
 import pytest
 from clustertop.engine.config import overrides, scenario
 from clustertop.engine.config.errors import UserError
-from clustertop.engine.config.fields import Context, Field, check_table
+from clustertop.engine.config.fields import Context, Field, check_table, optional
 from clustertop.engine.config.scenario import Scenario
 from clustertop.engine.config.tomlfile import dumps
 from clustertop.engine.config.units import parse_duration
@@ -466,3 +466,32 @@ def test_a_table_checked_again_checks_only_the_values_it_has_not_seen() -> None:
         check_table(ctx, "t", {**before, "n": 0}, spec, known)
     with pytest.raises(UserError, match=r"t\.d"):
         check_table(ctx, "t", {**before, "d": "soon"}, spec, known)
+
+
+def test_a_table_with_the_keys_of_one_checked_before_names_its_first_bad_value_in_the_spec_order() -> None:
+    # the values a point changed are checked in the spec's order, whatever the table's order: the same error
+    # as a full check; unchanged values come from the earlier result, the defaults with them
+    spec = {"a": Field("int", low=1), "b": Field("int", low=1), "c": optional("int", 5)}
+    ctx = Context("x")
+    before = {"b": 2, "a": 1}
+    known = (before, check_table(ctx, "t", before, spec))
+    assert known[1] == {"a": 1, "b": 2, "c": 5}
+    for table in ({"b": 0, "a": 0}, {"a": 0, "b": 0}):
+        with pytest.raises(UserError, match=r"t\.a: must be at least 1, got 0"):
+            check_table(ctx, "t", table, spec, known)
+    later = {"b": 7, "a": 1}
+    assert check_table(ctx, "t", later, spec, known) == check_table(ctx, "t", later, spec)
+    assert list(check_table(ctx, "t", {"b": 7, "a": 3}, spec, known)) == ["a", "b", "c"]
+
+
+def test_outcomes_cross_a_pipe_whole() -> None:
+    # a worker pickles its outcomes as their values: every field comes back, the facts' too
+    import pickle
+
+    from clustertop.engine.sweep.results import Facts, Outcome
+
+    facts = Facts(3, "ok", 1.5, 2.0e6, 16, 3.0, 40.0, 5.0, 0.02, (("ttft", 0.1), ("tpot", 0.02)), True)
+    outcome = Outcome(3, b'{"index": 3}\n', "ok", facts, "why")
+    back = pickle.loads(pickle.dumps([outcome, Facts(4, "invalid")], protocol=pickle.HIGHEST_PROTOCOL))
+    assert repr(back) == repr([outcome, Facts(4, "invalid")])      # (repr: an invalid point's nan figures)
+    assert [type(x) for x in (back[0], back[0].facts)] == [Outcome, Facts]

@@ -10,10 +10,14 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from .fields import Context, Field, check_table, optional
+from .frozen import hash_once, state_without_hash
 
 
 @dataclass(frozen=True)
 class GPU:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     name: str
     bf16_tflops: float
     hbm_gb: float
@@ -92,6 +96,9 @@ class GPU:
 
 @dataclass(frozen=True)
 class Fabric:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     name: str
     kind: str                    # SCALE_UP_KINDS (inside a scale-up domain) or SCALE_OUT_KINDS (NICs)
     gb_s: float                  # line rate per direction, per GPU (scale-up, all its links) or per NIC
@@ -117,6 +124,9 @@ SCALE_OUT_KINDS = ("ib", "roce", "efa", "dcn")
 
 @dataclass(frozen=True)
 class Model:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     name: str
     layers: int
     hidden: int
@@ -260,6 +270,12 @@ def fabrics() -> dict[str, Fabric]:
     ctx = Context("engine/config/catalogs/fabrics.toml")
     return {name: _build(Fabric, name, check_table(ctx, name, table, FABRIC_SPEC))
             for name, table in _read("fabrics.toml").items()}
+
+
+@cache
+def scale_out_fabrics() -> dict[str, Fabric]:
+    """The fabrics a cluster's NICs can be (SCALE_OUT_KINDS), in the catalog's order."""
+    return {name: f for name, f in fabrics().items() if f.kind in SCALE_OUT_KINDS}
 
 
 def build_model(ctx: Context, path: str, name: str, table: Any) -> Model:

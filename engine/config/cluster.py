@@ -18,6 +18,7 @@ from . import catalog, facility
 from .catalog import GPU, Fabric
 from .errors import quote
 from .fields import Context, Field, array_of_tables, catalog_entry, check_table, optional
+from .frozen import hash_once, state_without_hash
 from .optics import SiteOptics, site_optics
 
 MAX_GPUS = 10_000_000
@@ -41,6 +42,9 @@ OPTICS = ("pluggable", "lpo", "cpo")
 
 @dataclass(frozen=True)
 class Cluster:
+    __hash__ = hash_once              # (hashed again at every cache lookup otherwise)
+    __getstate__ = state_without_hash
+
     gpu: GPU
     gpus: int
     gpus_per_node: int           # GPUs of one scale-up domain (the topology's "node")
@@ -124,8 +128,7 @@ def check_cluster(ctx: Context, table: dict[str, Any]) -> Cluster:
     fabrics = catalog.fabrics()
     link = fabrics[gpu.scale_up_link]
     _scale_up(ctx, c, gpu, link)
-    scale_out_names = {n: f for n, f in fabrics.items() if f.kind in catalog.SCALE_OUT_KINDS}
-    scale_out = catalog_entry(ctx, "cluster.scale_out", c.pop("scale_out"), scale_out_names)
+    scale_out = catalog_entry(ctx, "cluster.scale_out", c.pop("scale_out"), catalog.scale_out_fabrics())
     if c["nics_per_node"] is None:
         c["nics_per_node"] = c["gpus_per_node"]
     if c["nics_per_node"] > c["gpus_per_node"] * 4:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,6 +133,8 @@ def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field],
     """
     if not isinstance(table, dict):
         raise ctx.error(path or "(top level)", f"expected a table, got {_show(table)}")
+    if known is not None and known[0].keys() == table.keys():
+        return _check_changed(ctx, path, table, spec, known)
     for key in table:
         if key not in spec:
             hint = did_you_mean(key, spec)
@@ -148,6 +151,22 @@ def check_table(ctx: Context, path: str, table: Any, spec: dict[str, Field],
             raise ctx.error(_join(path, key) if path else key, f"missing required key ({_describe(field)})")
         else:
             out[key] = field.default
+    return out
+
+
+def _check_changed(ctx: Context, path: str, table: dict[str, Any], spec: dict[str, Field],
+                   known: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+    """check_table of a table with the very keys of one checked before (`known`): no key unknown or missing,
+    the values it shares taken from that result, the others checked in the spec's order (so the first bad one
+    is the one check_table names)."""
+    seen, done = known
+    out = dict(done)
+    changed = [key for key, value in table.items() if seen[key] is not value]
+    if len(changed) > 1:
+        order = list(spec)
+        changed.sort(key=order.index)
+    for key in changed:
+        out[key] = check_value(ctx, _join(path, key), spec[key], table[key])
     return out
 
 
@@ -226,7 +245,7 @@ def memo_section(sections: Sections | None, key: str, raws: tuple[Any, ...], bui
     if sections is None:
         return build()
     hit = sections.get(key)
-    if hit is not None and len(hit[0]) == len(raws) and all(a is b for a, b in zip(hit[0], raws)):
+    if hit is not None and len(hit[0]) == len(raws) and all(map(operator.is_, hit[0], raws)):
         return hit[1]
     value = build()
     sections[key] = (raws, value)       # kept with its tables, so their ids stay theirs

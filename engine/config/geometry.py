@@ -18,6 +18,7 @@ GPUs) follow the job's order through JobGeometry too.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -140,20 +141,58 @@ class Geometry:
             tier = np.where(a // per != b // per, level, tier)
         return tier
 
-    def outermost(self, low: np.ndarray, spread: int | np.ndarray) -> int:
-        """Index into TIERS of the outermost tier any group crosses (`low`: each group's lowest member,
-        `spread`: its highest member's distance from it, one for all groups or one each): a group leaves a
-        unit of `per` GPUs when its lowest member's place in it plus the spread reaches the next (every unit
-        at once, innermost first)."""
-        per = np.array([self.gpus_per_node, self.gpus_per_rack, self.gpus_per_pod, self.gpus_per_building])
-        crossed = np.flatnonzero((low % per[:, None] + spread).max(axis=1) >= per)
-        return int(crossed[-1]) + 1 if len(crossed) else 0
+    def outermost_of_lattice(self, first: int, axes: Sequence[tuple[int, int]], spread: int) -> int:
+        """Index into TIERS of the outermost tier any group crosses: the groups' lowest members are the points
+        of a lattice (`lattice_points(first, axes)`) and their highest lie `spread` GPUs further. A group
+        leaves a unit of `per` GPUs when its lowest member's place in it plus the spread reaches the next; per
+        unit (outermost first, stopping at the first one crossed), the largest place in closed form
+        (`max_residue`), else from the points."""
+        low: np.ndarray | None = None
+        units = (self.gpus_per_node, self.gpus_per_rack, self.gpus_per_pod, self.gpus_per_building)
+        for level in range(len(units), 0, -1):
+            per = units[level - 1]
+            place = max_residue(first, axes, per)
+            if place is None:
+                low = lattice_points(first, axes) if low is None else low
+                place = int((low % per).max())
+            if place + spread >= per:
+                return level
+        return 0
 
     def summary(self) -> dict[str, int]:
         """The stream header's `topology`."""
         return {"gpus": self.gpus, "gpus_per_node": self.gpus_per_node, "gpus_per_rack": self.gpus_per_rack,
                 "gpus_per_pod": self.gpus_per_pod, "gpus_per_building": self.gpus_per_building,
                 "nodes": self.nodes, "racks": self.racks, "pods": self.pods, "buildings": self.buildings}
+
+
+def lattice_points(first: int, axes: Sequence[tuple[int, int]]) -> np.ndarray:
+    """first + sum of r_i s_i over r_i in [0, n_i) for each (n_i, s_i) of `axes`, the first axis slowest."""
+    out = np.zeros(1, dtype=np.int64)
+    for size, step in axes:
+        out = (out[:, None] + np.arange(0, size * step, step, dtype=np.int64)).ravel()
+    return out + first
+
+
+def max_residue(first: int, axes: Sequence[tuple[int, int]], per: int) -> int | None:
+    """The largest place in a unit of `per` GPUs, (first + sum of r_i s_i) mod per, over the lattice of `axes`
+    ((n_i, s_i), r_i in [0, n_i)), in closed form; None when none applies.
+
+    Mod per, an axis whose stride is a multiple of per adds nothing. When the others cannot wrap round the
+    unit, the largest is the far corner. An axis of n >= per / g steps (g = gcd(stride, per)) goes through
+    every multiple of g: with it, every place of the same remainder mod g is reached, so the largest is
+    per - g + the largest remainder mod g of the other axes (the same question on a unit of g)."""
+    start = first % per
+    live = [(n, s % per) for n, s in axes if n > 1 and s % per]
+    reach = start + sum((n - 1) * s for n, s in live)
+    if reach < per:
+        return reach
+    for i, (n, s) in enumerate(live):
+        g = math.gcd(s, per)
+        if n >= per // g:
+            rest = max_residue(start, live[:i] + live[i + 1:], g)
+            return None if rest is None else per - g + rest
+    return None
 
 
 def order_of(entry: Any) -> tuple[str, ...]:

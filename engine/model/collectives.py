@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import catalog
 from ..config.cluster import Cluster
-from ..config.geometry import RANK_ORDER, TIERS, Geometry, JobGeometry, order_of
+from ..config.geometry import RANK_ORDER, TIERS, Geometry, JobGeometry, lattice_points, order_of
 from ..config.job import Job
 from ..config.units import GB
 from . import scaleup
@@ -117,12 +117,21 @@ def members(job: Job | Placement, dims: tuple[str, ...]) -> np.ndarray:
     return np.ascontiguousarray(moved.reshape(-1, size))     # row by row: what every caller walks
 
 
-def lattice(job: Placement, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """`members(job, dims) + job.first_gpu` without building it: (bases, offsets), member j of group g is GPU
-    bases[g] + offsets[j] (groups in the rows' order; offsets increase: the members sit in GPU order)."""
-    geo = job.geometry()
-    # (name, size, stride), outermost first
-    axes = [(d, geo.sizes[d], geo.stride(d)) for d in reversed(job.order)]
+Axes = list[tuple[int, int]]     # a lattice's (size, stride) axes, outermost first
+
+
+def lattice_axes(job: Placement, dims: tuple[str, ...]) -> tuple[Axes, Axes]:
+    """`members(job, dims) + job.first_gpu` without building it: member j of group g is GPU bases[g] +
+    offsets[j], the bases `lattice_points(job.first_gpu, outer)` and the offsets `lattice_points(0, inner)`
+    of the (size, stride) axes returned, (outer, inner) (groups in the rows' order; offsets increase: the
+    members sit in GPU order)."""
+    sizes = job.geometry().sizes
+    axes: list[tuple[str, int, int]] = []          # (name, size, stride), innermost first (then reversed)
+    stride = 1
+    for d in job.order:                             # a dimension's stride: the product of the sizes inside it
+        axes.append((d, sizes[d], stride))
+        stride *= sizes[d]
+    axes.reverse()
     if "ep" in dims:   # EP shards experts over consecutive DP ranks (engine/config/geometry.py)
         at = [a[0] for a in axes].index("dp")
         _, dp, dp_stride = axes[at]
@@ -131,15 +140,7 @@ def lattice(job: Placement, dims: tuple[str, ...]) -> tuple[np.ndarray, np.ndarr
     else:
         want = [d for d in ("dp", "cp", "pp", "tp") if d in dims]
     by_name = {name: (size, step) for name, size, step in axes}
-
-    def grid(names: list[str]) -> np.ndarray:
-        out = np.zeros(1, dtype=np.int64)
-        for name in names:
-            size, step = by_name[name]
-            out = (out[:, None] + np.arange(0, size * step, step, dtype=np.int64)).ravel()
-        return out
-
-    return grid([a[0] for a in axes if a[0] not in want]) + job.first_gpu, grid(want)
+    return [by_name[a[0]] for a in axes if a[0] not in want], [by_name[name] for name in want]
 
 
 def group_size(job: Job | Placement, dims: tuple[str, ...]) -> int:
@@ -163,13 +164,14 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     if group_size(job, dims) <= 1:
         return Route(1, 1, 1, None, 1.0, {})
     topo = Geometry.of(cluster)
-    bases, offsets = lattice(job, dims)
-    size, count = offsets.size, bases.size * offsets.size        # members per group, in all groups
-    first = bases[0] + offsets
+    outer, inner = lattice_axes(job, dims)
+    offsets = lattice_points(0, inner)
+    size = offsets.size                                           # members per group
+    first = job.first_gpu + offsets
     node = first // topo.gpus_per_node
     q = int(np.sum(node == node[0]))
-    k = len(np.unique(node))
-    outermost = topo.outermost(bases, int(offsets[-1]))
+    k = int(np.count_nonzero(node[1:] != node[:-1])) + 1      # (the members sit in GPU order)
+    outermost = topo.outermost_of_lattice(job.first_gpu, outer, int(offsets[-1]))
     tier = TIERS[outermost]
     end = job.first_gpu + job.gpus          # the groups hold every GPU of the job: [first_gpu, end)
     oversub = cluster.oversubscription()
@@ -179,13 +181,18 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     others = dict(background)
     slowdown = 1.0
     if k > 1:
+        bases = lattice_points(job.first_gpu, outer)
+        count = bases.size * size                                 # members in all groups
+        steps = np.diff(offsets)
+        gaps = int(steps.min()), int(steps.max())
         # share of each GPU's traffic that goes on the network: for a ring, its edges that leave a node (each
         # carries q rails); for an all-to-all, the members outside its node
         net_share = (size - q) / size if pattern == "all2all" else \
-            float(_ring_edges_leaving(bases, offsets, end, topo.gpus_per_node).sum()) * q / count
+            float(_ring_edges_leaving(bases, offsets, end, topo.gpus_per_node, gaps).sum()) * q / count
         for t in NET_TIERS[:max(0, outermost - TIERS.index(NET_TIERS[0]) + 1)]:
             # (a tier above the outermost one crossed: every group inside one of its blocks, nothing leaves)
             block = topo.block_sizes()[t]
+            edges: np.ndarray | None = None     # a ring's edges leaving each block, while they are the demand
             if pattern == "all2all":
                 src_block = (bases[:, None] + offsets) // block
                 same = (src_block[:, :, None] == src_block[:, None, :]).sum(axis=2)
@@ -194,7 +201,8 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
             else:
                 # q connections per ring edge that leaves its block: whole numbers, so counting the edges and
                 # multiplying gives the very sums that adding q per edge did
-                demand = _ring_edges_leaving(bases, offsets, end, block) * float(q)
+                edges = _ring_edges_leaving(bases, offsets, end, block, gaps)
+                demand = edges * float(q)
             total = float(demand.sum())
             if total <= 0:
                 continue
@@ -205,20 +213,13 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                 n = max(demand.size, len(theirs))
                 demand = np.pad(demand, (0, n - demand.size))
                 demand = demand + np.pad(np.asarray(theirs), (0, n - len(theirs))) * (demand > 0)
-            capacity = _block_capacity(cluster, topo, block, demand.size)
-            health = _block_health(cluster, topo, t, block, demand.size)
-            # uplink paths of each block (links still up) and the connections leaving it
-            paths = np.maximum(1.0, np.floor(capacity / oversub[t] * health))
+                edges = None
             # ECMP hashes flows onto the paths: a ring edge is one connection of ecmp_flows flows; an
             # all-to-all sends to every member outside the node, one connection each
             flows = min(1024, cluster.ecmp_flows * (size - q if pattern == "all2all" else 1))
             # blocks alike (demand, paths) share one answer, and only the busiest block's counts: each
-            # distinct pair once (as one complex number, or the demands alone when every block has as many
-            # paths, as without degraded links all full blocks do)
-            key = np.round(demand, 3)
-            pairs: list[tuple[float, float]] = \
-                [(x, float(paths[0])) for x in np.unique(key).tolist()] if paths.min() == paths.max() else \
-                [(c.real, c.imag) for c in np.unique(key + 1j * paths).tolist()]
+            # distinct pair once
+            pairs = _block_loads(cluster, topo, t, block, oversub[t], demand, edges, q)
             busiest = max(ecmp_max_load(x, int(y), flows) if x > 0 else 0.0 for x, y in pairs)
             tier_slowdown[t] = max(1.0, busiest)
             slowdown = max(slowdown, tier_slowdown[t])
@@ -227,7 +228,58 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
                  scaleup.group_shape(cluster, first, q), scaleup.hops(cluster, int(first[0]), int(first[1])))
 
 
-def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: int) -> np.ndarray:
+def _block_loads(cluster: Cluster, topo: Geometry, tier: str, block: int, over: float, demand: np.ndarray,
+                 edges: np.ndarray | None, q: int) -> list[tuple[float, float]]:
+    """The distinct (connections, uplink paths) of the blocks of a tier (`demand`: connections leaving each
+    block; `edges`: the ring edges they are, q connections each, when they are whole). A block's paths are its
+    GPUs (the last block's may be fewer) / `over`, times the share of its links still up (cluster.degraded);
+    without degraded links every full block has as many, so only the last can differ. Demands are rounded to
+    1e-3 (whole numbers of edges are as they are: their distinct counts are found without sorting)."""
+    n = demand.size
+    if cluster.degraded:
+        capacity = _block_capacity(cluster, topo, block, n)
+        health = _block_health(cluster, topo, tier, block, n)
+        paths = np.maximum(1.0, np.floor(capacity / over * health))
+        if paths.min() != paths.max():
+            return _distinct_pairs(np.round(demand, 3), paths)
+        return [(x, float(paths[0])) for x in _distinct_demands(demand, edges, q).tolist()]
+    full = max(1.0, float(math.floor(float(block) / over)))
+    last = max(1.0, float(math.floor(float(min(block, max(1, cluster.gpus - (n - 1) * block))) / over)))
+    if n == 1 or full == last:
+        return [(x, last) for x in _distinct_demands(demand, edges, q).tolist()]
+    head = _distinct_demands(demand[:-1], None if edges is None else edges[:-1], q)
+    return [(x, full) for x in head.tolist()] + [(float(np.round(demand[-1:], 3)[0]), last)]
+
+
+def _distinct_demands(demand: np.ndarray, edges: np.ndarray | None, q: int) -> np.ndarray:
+    """The distinct demands rounded to 1e-3, ascending: from the whole edges (q connections each) by counting
+    when the caller has them."""
+    if edges is not None:
+        return np.flatnonzero(np.bincount(edges)) * float(q)
+    return _distinct(np.round(demand, 3))
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) without it: np.unique asks numpy.ma whether the array is masked, and importing
+    numpy.ma costs a process ~20 ms (every sweep worker, every `clustertop estimate`)."""
+    ordered = np.sort(values)
+    keep = np.ones(ordered.size, dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    out: np.ndarray = ordered[keep]
+    return out
+
+
+def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
+    """The distinct (a[i], b[i]) pairs, by a then b (as np.unique of a + 1j b gives them, without it)."""
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    keep = np.ones(a.size, dtype=bool)
+    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return list(zip(a[keep].tolist(), b[keep].tolist()))
+
+
+def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: int,
+                        gaps: tuple[int, int] | None = None) -> np.ndarray:
     """Per unit (node or block: GPUs [u unit, (u + 1) unit), u up to the job's last GPU's), how many ring
     edges (each member to the next, the last to the first) leave it from a member inside it, over every group
     (lattice: member j of group g is bases[g] + offsets[j]). A group's members in one unit are a run of
@@ -235,15 +287,21 @@ def _ring_edges_leaving(bases: np.ndarray, offsets: np.ndarray, end: int, unit: 
     or round to the first, which is outside unless the whole group is inside): one edge per unit a group
     touches, none when it touches one. So when members lie at least a unit apart, every member's edge leaves
     and a unit's count is the job's GPUs in it; when they lie closer, a group touches every unit from its
-    first member's to its last's. Whole numbers, exact; other groups are walked member by member."""
+    first member's to its last's. Whole numbers, exact; other groups are walked member by member. `gaps`: the
+    least and the largest distance between consecutive offsets, when the caller has them."""
     length = (end - 1) // unit + 1
-    gaps = np.diff(offsets)
-    if gaps.min() >= unit:
-        lows = np.arange(length, dtype=np.int64) * unit
+    if gaps is None:
+        steps = np.diff(offsets)
+        gaps = int(steps.min()), int(steps.max())
+    if gaps[0] >= unit:
+        # the job's GPUs in [u unit, (u + 1) unit): none before its first GPU's unit, all between
         start = int(bases.min())
-        inside: np.ndarray = np.maximum(np.minimum(lows + unit, end) - np.maximum(lows, start), 0)
+        inside = np.full(length, unit, dtype=np.int64)
+        inside[:start // unit] = 0
+        for u in (start // unit, length - 1):
+            inside[u] = max(min(u * unit + unit, end) - max(u * unit, start), 0)
         return inside
-    if gaps.max() < unit:
+    if gaps[1] < unit:
         low, high = bases // unit, (bases + int(offsets[-1])) // unit
         spans = low != high
         ends = np.bincount(low[spans], minlength=length + 1) - \
@@ -296,11 +354,11 @@ def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
     mean = n / paths
     if mean > 100:                           # Poisson ~ normal: the max of L is mean + sqrt(2 mean ln L)
         return (mean + math.sqrt(2 * mean * math.log(paths))) / flows
-    total, pmf, cdf, k = 0.0, math.exp(-mean), 0.0, 0
-    while True:
+    total, pmf, cdf, k, bins = 0.0, math.exp(-mean), 0.0, 0, float(paths)
+    while True:                             # plain arithmetic, no call: up to a few hundred rounds
         cdf += pmf                          # P(bin <= k)
         k += 1
-        term = 1.0 - min(1.0, cdf) ** paths
+        term: float = 1.0 - (cdf if cdf < 1.0 else 1.0) ** bins     # noqa: FURB136  (min() is a call a round)
         total += term
         if term < 1e-6 and k > mean:
             break

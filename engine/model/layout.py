@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..config.geometry import DIMS, TIERS, Geometry, JobGeometry
 from ..config.job import Job
 
@@ -23,11 +21,12 @@ class Layout:
 
         Groups of one dimension differ only by an offset; the first group is representative unless a group
         straddles a boundary that the first does not, so every group start within one period is checked (the
-        first 4,096: rows of `stride` consecutive starts, one row every `span` GPUs). A row of starts
-        c, ..., c + w - 1 has a group crossing a unit of `per` GPUs when the highest start's position in its
-        unit, plus the group's extent, reaches the next unit: (c mod per) + w - 1 + extent >= per (a row that
-        wraps into the next unit has a start at its unit's end, which any extent carries over). The tier is
-        the outermost unit some row crosses, all units at once.
+        first 4,096: rows of `stride` consecutive starts, one row every `span` GPUs). A group crosses a unit
+        of `per` GPUs when its start's place in its unit plus the group's extent reaches the next unit; so a
+        row of starts c, ..., c + w - 1 has one crossing when (c mod per) + w - 1 + extent >= per (a row that
+        wraps into the next unit has a start at its unit's end, which any extent carries over). The starts
+        are the points of two lattices, the full rows and the last one: the tier is the outermost unit either
+        crosses (Geometry.outermost_of_lattice, in closed form).
         """
         size = getattr(self.job, dim)
         if size <= 1:
@@ -37,10 +36,14 @@ class Layout:
         period = min(self.job.gpus, math.lcm(span, self.topology.gpus_per_building))
         starts = min(-(-period // span) * stride, 4096)
         rows = -(-starts // stride)
-        corner = self.job.first_gpu + np.arange(rows, dtype=np.int64) * span      # each row's first start
-        reach = np.full(rows, stride - 1 + stride * (size - 1), dtype=np.int64)   # w - 1 + extent
-        reach[-1] -= rows * stride - starts                                       # the last row's width
-        return TIERS[self.topology.outermost(corner, reach)]
+        width = starts - (rows - 1) * stride                                      # the last row's starts
+        extent = stride * (size - 1)
+        first = self.job.first_gpu
+        topo = self.topology
+        level = topo.outermost_of_lattice(first + (rows - 1) * span, [(width, 1)], extent)
+        if rows > 1:
+            level = max(level, topo.outermost_of_lattice(first, [(rows - 1, span), (stride, 1)], extent))
+        return TIERS[level]
 
     def tiers(self) -> dict[str, str | None]:
         return {dim: self.tier(dim) for dim in DIMS}

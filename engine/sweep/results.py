@@ -22,8 +22,10 @@ before they existed) ranks after those with it.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +94,9 @@ class Facts:
         close = abs(self.tokens_per_step - other.tokens_per_step) <= SAME_TOKENS * big
         return self.gpus == other.gpus and close
 
+    def __reduce__(self) -> tuple[type[Facts], tuple[Any, ...]]:
+        return Facts, _values(self)
+
 
 def facts(record: dict[str, Any]) -> Facts:
     """A record's ranking facts; ValueError (or KeyError, TypeError) when its jobs are malformed."""
@@ -158,6 +163,18 @@ class Outcome:
     @property
     def fits(self) -> bool:
         return self.facts.fits
+
+    def __reduce__(self) -> tuple[type[Outcome], tuple[Any, ...]]:
+        return Outcome, _values(self)
+
+
+def _values(item: Facts | Outcome) -> tuple[Any, ...]:
+    """A record's facts or outcome pickled as its values, as it is made (a sweep's workers send thousands: the
+    state dataclasses give a frozen slotted class looks its fields up for every object)."""
+    return _GETTERS[type(item)](item)
+
+
+_GETTERS = {cls: operator.attrgetter(*(f.name for f in dataclasses.fields(cls))) for cls in (Facts, Outcome)}
 
 
 class _Best:
