@@ -1,6 +1,6 @@
 """A frame redraws only what changed (issue 26): the heatmap builds and repaints only the rows with a cell
-whose colour changed, a panel only its lines whose text changed, and what they draw is what they draw
-whole."""
+whose colour changed, a panel only its lines whose text changed, the screen only the widgets over a changed
+region, and what they draw is what they draw whole."""
 
 from __future__ import annotations
 
@@ -348,3 +348,75 @@ def test_a_style_over_several_lines_counts_in_each() -> None:
     keys = line_keys(one), line_keys(two)
     assert [a == b for a, b in zip(*keys)] == [True, False, True]
     assert [plain for plain, _ in keys[0]] == ["ab", "cd", "ef"]
+
+
+def _cells(strips: list[Strip]) -> list[list[tuple[str, Any]]]:
+    """Each line of a screen as its cells: (character, style)."""
+    return [[(char, segment.style) for segment in strip for char in segment.text] for strip in strips]
+
+
+def _apply(screen: list[list[tuple[str, Any]]], update: Any) -> None:
+    """Write a partial update (Textual's ChopsUpdate) on `screen`, as a terminal shows it: each changed span
+    of each line gets the cells of the chops under it."""
+    for y, x1, x2 in update.spans:
+        for end, (x, strip) in zip(update.chop_ends[y], update.chops[y].items()):
+            if strip is None:
+                continue
+            cells = _cells([strip])[0]
+            assert len(cells) == end - x                   # one cell a character on this screen
+            for at in range(max(x, x1), min(end, x2)):
+                screen[y][at] = cells[at - x]
+
+
+def _changed_frame(app: ClusterTopApp, t: float) -> tuple[Any, set[Widget], list[Widget]]:
+    """Go to `t` and draw the frame as the screen's update timer does: the partial update, the widgets that
+    asked to be repainted, and the widgets whose lines the compositor drew for it (in its order)."""
+    drawn: list[Widget] = []
+    screen = app.screen
+    for widget in screen._compositor.visible_widgets:
+        render_lines = widget.render_lines
+
+        def spy(crop: Region, widget: Widget = widget, render_lines: Any = render_lines) -> list[Strip]:
+            drawn.append(widget)
+            return render_lines(crop)
+
+        widget.render_lines = spy  # type: ignore[method-assign]
+    app.seek(t)
+    screen.update_frame()
+    dirty = {w for w in screen.walk_children() if w._repaint_required}
+    screen._compositor.update_widgets(dirty)
+    update = screen._compositor.render_update()
+    for widget in screen._compositor.visible_widgets:
+        del widget.render_lines
+    return update, dirty, drawn
+
+
+@sync
+async def test_a_frame_draws_only_the_widgets_over_what_changed() -> None:
+    """A new sample changes a few rows of the map and the clock at the bottom: Textual's compositor would draw
+    every widget between them (their bounding box is the whole screen), this one draws the widgets over a
+    changed region, and no other."""
+    async with _paused() as (app, _pilot, _heatmap):
+        update, dirty, drawn = _changed_frame(app, 2.0)
+        compositor = app.screen._compositor
+        changed = [Region(x, y, x2 - x, 1) for y, x, x2 in update.spans]
+        over = [widget for widget, (region, clip) in compositor.visible_widgets.items()
+                if any(region.intersection(clip).overlaps(part) for part in changed)]
+        assert drawn == over and len(set(drawn)) == len(drawn)     # once each, front to back
+        assert dirty <= set(drawn)
+        names = {type(widget).__name__ for widget in compositor.visible_widgets if widget not in drawn}
+        assert {"EventLog", "Footer", "Header"} <= names
+
+
+@sync
+async def test_a_partial_update_shows_what_the_whole_screen_draws() -> None:
+    """Drawing only the widgets over what changed leaves out nothing the screen shows."""
+    async with _paused() as (app, pilot, _heatmap):
+        compositor = app.screen._compositor
+        screen = _cells(compositor.render_strips())
+        for t in (2.0, 3.0, 4.0, 1.0):
+            update, _, _ = _changed_frame(app, t)
+            _apply(screen, update)
+            assert screen == _cells(compositor.render_strips())
+            await pilot.pause()
+            screen = _cells(compositor.render_strips())

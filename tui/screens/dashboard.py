@@ -11,6 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widget import Widget
 
+from ..compositor import ChangedCompositor
 from ..palette import METRIC_TITLES, METRICS
 from ..running import running_app
 from ..widgets.heatmap import Heatmap
@@ -42,6 +43,10 @@ class DashboardScreen(Screen[None]):
         display: block;
     }
     """
+
+    def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._compositor = ChangedCompositor()     # a frame draws only the lines that changed
 
     def update_frame(self) -> None:
         """Redraw from the app's current states (called once per frame when something changed)."""

@@ -1,0 +1,60 @@
+"""A compositor whose partial update draws only the lines of the widgets that overlap what changed.
+
+Textual's compositor, asked for a partial update, renders every line of every widget that overlaps the
+bounding box of the changed regions, and then keeps the lines that changed: when the heatmap's rows and the
+transport bar at the bottom both change, the box is the whole screen, and every panel, container and the
+screen itself is drawn again, line by line, to be thrown away. Here each widget draws only its lines that
+overlap a changed region (in rows and columns), in the same front-to-back order: what the update shows is
+the same, as it only ever shows the changed regions. Full updates and screenshots are Textual's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual._compositor import ChopsUpdate, Compositor
+from textual.geometry import Region
+from textual.strip import Strip
+
+
+def line_runs(regions: Iterable[Region]) -> list[tuple[int, int]]:
+    """The lines of `regions` as runs [start, end) of consecutive lines, in order."""
+    lines = sorted({y for region in regions for y in region.line_range})
+    runs: list[tuple[int, int]] = []
+    for y in lines:
+        if runs and runs[-1][1] == y:
+            runs[-1] = (runs[-1][0], y + 1)
+        else:
+            runs.append((y, y + 1))
+    return runs
+
+
+class ChangedCompositor(Compositor):
+    """Renders, for a partial update, only the widgets' lines under the changed regions."""
+
+    _changed: list[Region] | None = None      # the changed regions of the partial update being drawn
+
+    def render_partial_update(self) -> ChopsUpdate | None:
+        self._changed = list(self._dirty_regions)
+        try:
+            return super().render_partial_update()
+        finally:
+            self._changed = None
+
+    def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
+        changed = self._changed
+        if changed is None:
+            yield from super()._get_renders(crop)
+            return
+        for widget, (region, clip) in self.visible_widgets.items():
+            shown = region.intersection(clip)
+            if not shown:
+                continue
+            over = [part for part in map(shown.intersection, changed) if part]
+            if not over:
+                continue
+            top = min(part.y for part in over)
+            bottom = max(part.bottom for part in over)
+            x, width = shown.x, shown.width
+            yield region, Region(x, top, width, bottom - top), widget.render_lines(
+                Region(x - region.x, top - region.y, width, bottom - top))
