@@ -46,15 +46,18 @@ class ChangedCompositor(Compositor):
         if changed is None:
             yield from super()._get_renders(crop)
             return
-        for widget, (region, clip) in self.visible_widgets.items():
+        for widget, (region, clip) in self.visible_widgets.items():      # front to back
             shown = region.intersection(clip)
-            if not shown:
-                continue
             over = [part for part in map(shown.intersection, changed) if part]
             if not over:
                 continue
-            top = min(part.y for part in over)
-            bottom = max(part.bottom for part in over)
+            top, bottom = over[0].y, over[0].bottom
+            for part in over:
+                top, bottom = min(top, part.y), max(bottom, part.bottom)
             x, width = shown.x, shown.width
             yield region, Region(x, top, width, bottom - top), widget.render_lines(
                 Region(x - region.x, top - region.y, width, bottom - top))
+            # what this widget covers whole, the widgets behind it do not show
+            changed = [part for part in changed if not shown.contains_region(part)]
+            if not changed:
+                return
