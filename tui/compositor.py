@@ -3,8 +3,10 @@
 Textual's compositor, asked for a partial update, renders every line of every widget that overlaps the
 bounding box of the changed regions, and then keeps the lines that changed: when the heatmap's rows and the
 transport bar at the bottom both change, the box is the whole screen, and every panel, container and the
-screen itself is drawn again, line by line, to be thrown away. Here each widget draws only its lines that
-overlap a changed region (in rows and columns), in the same front-to-back order: what the update shows is
+screen itself is drawn again, line by line, to be thrown away. Here, front to back as Textual goes, a
+widget draws only the lines between the first and the last it shows of a changed region, and a changed
+region that a widget covers whole is no longer looked for behind it (the front widget's cells win there):
+a new sample draws the widgets that changed, and those in front of them, no more. What the update shows is
 the same, as it only ever shows the changed regions. Full updates and screenshots are Textual's own.
 """
 
@@ -17,20 +19,8 @@ from textual.geometry import Region
 from textual.strip import Strip
 
 
-def line_runs(regions: Iterable[Region]) -> list[tuple[int, int]]:
-    """The lines of `regions` as runs [start, end) of consecutive lines, in order."""
-    lines = sorted({y for region in regions for y in region.line_range})
-    runs: list[tuple[int, int]] = []
-    for y in lines:
-        if runs and runs[-1][1] == y:
-            runs[-1] = (runs[-1][0], y + 1)
-        else:
-            runs.append((y, y + 1))
-    return runs
-
-
 class ChangedCompositor(Compositor):
-    """Renders, for a partial update, only the widgets' lines under the changed regions."""
+    """Renders, for a partial update, only the widgets' lines that show a changed region."""
 
     _changed: list[Region] | None = None      # the changed regions of the partial update being drawn
 
