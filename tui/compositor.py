@@ -36,18 +36,21 @@ class ChangedCompositor(Compositor):
         if changed is None:
             yield from super()._get_renders(crop)
             return
+        # the changed regions as (left, top, right, bottom): an overlap is four comparisons, not a Region made
+        # and tested for each widget and region
+        edges = [(x, y, x + width, y + height) for x, y, width, height in changed if width and height]
         for widget, (region, clip) in self.visible_widgets.items():      # front to back
-            shown = region.intersection(clip)
-            over = [part for part in map(shown.intersection, changed) if part]
+            x, y, width, height = region.intersection(clip)
+            if not width or not height:
+                continue
+            right, low = x + width, y + height
+            over = [e for e in edges if e[0] < right and x < e[2] and e[1] < low and y < e[3]]
             if not over:
                 continue
-            top, bottom = over[0].y, over[0].bottom
-            for part in over:
-                top, bottom = min(top, part.y), max(bottom, part.bottom)
-            x, width = shown.x, shown.width
+            top, bottom = max(y, min(e[1] for e in over)), min(low, max(e[3] for e in over))
             yield region, Region(x, top, width, bottom - top), widget.render_lines(
                 Region(x - region.x, top - region.y, width, bottom - top))
             # what this widget covers whole, the widgets behind it do not show
-            changed = [part for part in changed if not shown.contains_region(part)]
-            if not changed:
+            edges = [e for e in edges if not (x <= e[0] and e[2] <= right and y <= e[1] and e[3] <= low)]
+            if not edges:
                 return
