@@ -106,7 +106,8 @@ class Heatmap(Widget, can_focus=True):
         self._frame_key: tuple[object, ...] | None = None  # ...of this state and cursor
         self._frame_context: tuple[object, ...] | None = None    # ...in this view, metric, size, theme
         self._codes: np.ndarray | None = None          # ...whose cells are these colour pairs
-        self._segments: dict[int, Segment] = {}       # a run of equal cells by (pair, length)
+        self._segments: dict[int, Segment | None] = {-1: None}   # a run of equal cells by (pair, length);
+                                                                # -1: a text's run (made each time)
         self._segments_styles: palette.StyleCache | None = None
         self._line_key: tuple[object, ...] | None = None    # what render_line last checked the frame for
         self._filters = FilterMemo()
@@ -344,7 +345,7 @@ class Heatmap(Widget, can_focus=True):
             ys, xs, ids = self._job_label_cells(lay)
             codes[ys, xs] = JOB_LABEL + ids
         if styles is not self._segments_styles:
-            self._segments, self._segments_styles = {}, styles
+            self._segments, self._segments_styles = {-1: None}, styles
         if diff and same and lay.scale < BLOCK_LABELS and self._codes is not None \
                 and self._codes.shape == codes.shape:
             rows: np.ndarray | None = np.flatnonzero((codes != self._codes).any(axis=1))
@@ -383,14 +384,15 @@ class Heatmap(Widget, can_focus=True):
         keys[texts] = -1                         # not cached: set below
         cache = self._segments
         keys_list = keys.tolist()
-        missing = set(keys_list).difference(cache)
-        missing.discard(-1)
-        blank = palette.BG * palette.COLOURS + palette.BG
-        for key in missing:
-            code, length = divmod(key, width + 1)
-            cache[key] = (Segment(" " * length, styles.blank) if code == blank else
-                          Segment(HALF * length, styles.pair(code)))
-        segments: list[Segment | None] = list(map(cache.get, keys_list))
+        try:
+            segments: list[Segment | None] = list(map(cache.__getitem__, keys_list))
+        except KeyError:                         # runs not seen yet
+            blank = palette.BG * palette.COLOURS + palette.BG
+            for key in set(keys_list).difference(cache):
+                code, length = divmod(key, width + 1)
+                cache[key] = (Segment(" " * length, styles.blank) if code == blank else
+                              Segment(HALF * length, styles.pair(code)))
+            segments = list(map(cache.__getitem__, keys_list))
         for j, y, start, end, code in zip(texts.tolist(), rows[flat[texts] // width].tolist(),
                                           x0[texts].tolist(), x1[texts].tolist(), runs[texts].tolist()):
             if code >= JOB_LABEL:
