@@ -157,8 +157,8 @@ async def test_the_frame_built_row_by_row_is_the_frame_built_whole() -> None:
 @sync
 async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
     """What Textual shows of the map is its frame's rows through the app's line filters: the row a new sample
-    changed is not copied first (a row costs its filters alone), and it is what Textual's own styling of the
-    rows shows; with a style of its own (padding here) the map is drawn Textual's way."""
+    changed is not copied (a row the filters leave as it is is shown itself), and it is what Textual's own
+    styling of the rows shows; with a style of its own (padding here) the map is drawn Textual's way."""
     async with _paused() as (app, pilot, heatmap):
         background = heatmap.background_colors[1]
         for t in (2.0, 3.0):
@@ -168,9 +168,11 @@ async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
             shown = heatmap.render_lines(region)
             frame = heatmap.render_frame()
             for row, strip in zip(frame, shown):
+                filtered = row
                 for line_filter in heatmap.get_line_filters():
-                    row = row.apply_filter(line_filter, background)
-                assert strip is row
+                    filtered = filtered.apply_filter(line_filter, background)
+                assert list(strip) == list(filtered)
+                assert strip is row            # truecolor runs, through ANSI-to-truecolor: the row itself
             heatmap.refresh()
             assert [list(s) for s in Widget.render_lines(heatmap, region)] == [list(s) for s in shown]
             right = Region(region.width // 2, 1, region.width - region.width // 2, region.height - 2)
@@ -210,6 +212,11 @@ def test_a_remembered_filter_finds_a_run_without_hashing_its_style() -> None:
     assert _CountedStyle.hashed == 0
     copies = [Segment(run.text, run.style) for run in runs]
     assert memo.apply(copies, background) == first
+    assert not memo.keeps(runs, background)                 # ANSI red: made truecolor
+    truecolor = [Segment("▀" * k, Style(color="#ff0000", bgcolor=f"#0000{k:02x}")) for k in range(1, 9)]
+    assert memo.keeps(truecolor, background) and memo.keeps(truecolor[::2], background)
+    assert memo.apply(truecolor, background) == truecolor
+    assert not memo.keeps([*truecolor, runs[0]], background)
 
 
 class _Figures(App[None]):

@@ -27,7 +27,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from .. import palette
-from ..filters import FilterMemo
+from ..filters import FilterMemo, Remembered
 from ..grid import Layout, View, layout
 from ..grid import levels as zoom_levels
 from ..marks import marks_of
@@ -502,7 +502,8 @@ class Heatmap(Widget, can_focus=True):
         """The rows Textual shows, through the app's line filters. Without a border, padding, outline, tint,
         hatch or opacity of its own (the map's frame is its container's border), Textual's styles would only
         copy each row: the frame's rows are passed on as they are, so a row that did not change is the same
-        Strip as before, filtered already, and a changed one costs its filters alone."""
+        Strip as before, filtered already, and a changed one costs its filters alone; a row whose runs the
+        filters leave as they are (truecolor through ANSI-to-truecolor) is shown itself, no copy made."""
         frame = self._current_frame()
         styles = self.styles
         if (any(styles.gutter) or any(edge for edge, _ in styles.outline) or styles.tint.a
@@ -516,7 +517,8 @@ class Heatmap(Widget, can_focus=True):
         for y in crop.line_range:
             strip = frame[y] if y < len(frame) else blank
             for line_filter in filters:
-                strip = strip.apply_filter(line_filter, background)
+                if not (isinstance(line_filter, Remembered) and line_filter.keeps(list(strip), background)):
+                    strip = strip.apply_filter(line_filter, background)
             strips.append(strip)
         x1, x2 = crop.column_span
         if (x1, x2) != (0, self.size.width):
