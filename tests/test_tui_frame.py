@@ -28,6 +28,7 @@ from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
+from textual.widgets import Static
 from tui_pilot import SIZE, sync
 
 GPUS = 6144
@@ -420,13 +421,25 @@ async def test_a_frame_draws_only_the_widgets_over_what_changed() -> None:
 
 @sync
 async def test_a_partial_update_shows_what_the_whole_screen_draws() -> None:
-    """Drawing only the widgets over what changed leaves out nothing the screen shows."""
+    """Drawing only the widgets over what changed leaves out nothing the screen shows, also where a widget
+    lies in front of one that changed (its cells win there)."""
     async with _paused() as (app, pilot, _heatmap):
         compositor = app.screen._compositor
-        screen = _cells(compositor.render_strips())
-        for t in (2.0, 3.0, 4.0, 1.0):
-            update, _, _ = _changed_frame(app, t)
-            _apply(screen, update)
-            assert screen == _cells(compositor.render_strips())
-            await pilot.pause()
+        for front in (None, Static("in front of the map", id="front")):
+            if front is not None:
+                front.styles.overlay = "screen"
+                front.styles.position = "absolute"
+                front.styles.offset = (20, 4)
+                front.styles.width, front.styles.height = 40, 5
+                await app.screen.mount(front)
+                await pilot.pause()
             screen = _cells(compositor.render_strips())
+            fronts = 0
+            for t in (2.0, 3.0, 4.0, 1.0):
+                update, _, drawn = _changed_frame(app, t)
+                _apply(screen, update)
+                assert screen == _cells(compositor.render_strips())
+                fronts += front in drawn
+                await pilot.pause()
+                screen = _cells(compositor.render_strips())
+            assert fronts >= (front is not None)
