@@ -1,6 +1,6 @@
 """A frame redraws only what changed (issue 26): the heatmap builds and repaints only the rows with a cell
-whose colour changed, a panel only its lines whose text changed, and what they draw is what they draw
-whole."""
+whose colour changed, a panel only its lines whose text changed, the screen only the widgets over a changed
+region, and what they draw is what they draw whole."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from textual.filter import ANSIToTruecolor
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
+from textual.widgets import Static
 from tui_pilot import SIZE, sync
 
 GPUS = 6144
@@ -157,8 +158,8 @@ async def test_the_frame_built_row_by_row_is_the_frame_built_whole() -> None:
 @sync
 async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
     """What Textual shows of the map is its frame's rows through the app's line filters: the row a new sample
-    changed is not copied first (a row costs its filters alone), and it is what Textual's own styling of the
-    rows shows; with a style of its own (padding here) the map is drawn Textual's way."""
+    changed is not copied (a row the filters leave as it is is shown itself), and it is what Textual's own
+    styling of the rows shows; with a style of its own (padding here) the map is drawn Textual's way."""
     async with _paused() as (app, pilot, heatmap):
         background = heatmap.background_colors[1]
         for t in (2.0, 3.0):
@@ -168,9 +169,11 @@ async def test_the_heatmap_shows_its_rows_through_the_filters_alone() -> None:
             shown = heatmap.render_lines(region)
             frame = heatmap.render_frame()
             for row, strip in zip(frame, shown):
+                filtered = row
                 for line_filter in heatmap.get_line_filters():
-                    row = row.apply_filter(line_filter, background)
-                assert strip is row
+                    filtered = filtered.apply_filter(line_filter, background)
+                assert list(strip) == list(filtered)
+                assert strip is row            # truecolor runs, through ANSI-to-truecolor: the row itself
             heatmap.refresh()
             assert [list(s) for s in Widget.render_lines(heatmap, region)] == [list(s) for s in shown]
             right = Region(region.width // 2, 1, region.width - region.width // 2, region.height - 2)
@@ -210,6 +213,11 @@ def test_a_remembered_filter_finds_a_run_without_hashing_its_style() -> None:
     assert _CountedStyle.hashed == 0
     copies = [Segment(run.text, run.style) for run in runs]
     assert memo.apply(copies, background) == first
+    assert not memo.keeps(runs, background)                 # ANSI red: made truecolor
+    truecolor = [Segment("▀" * k, Style(color="#ff0000", bgcolor=f"#0000{k:02x}")) for k in range(1, 9)]
+    assert memo.keeps(truecolor, background) and memo.keeps(truecolor[::2], background)
+    assert memo.apply(truecolor, background) == truecolor
+    assert not memo.keeps([*truecolor, runs[0]], background)
 
 
 class _Figures(App[None]):
@@ -348,3 +356,90 @@ def test_a_style_over_several_lines_counts_in_each() -> None:
     keys = line_keys(one), line_keys(two)
     assert [a == b for a, b in zip(*keys)] == [True, False, True]
     assert [plain for plain, _ in keys[0]] == ["ab", "cd", "ef"]
+
+
+def _cells(strips: list[Strip]) -> list[list[tuple[str, Any]]]:
+    """Each line of a screen as its cells: (character, style)."""
+    return [[(char, segment.style) for segment in strip for char in segment.text] for strip in strips]
+
+
+def _apply(screen: list[list[tuple[str, Any]]], update: Any) -> None:
+    """Write a partial update (Textual's ChopsUpdate) on `screen`, as a terminal shows it: each changed span
+    of each line gets the cells of the chops under it."""
+    for y, x1, x2 in update.spans:
+        for end, (x, strip) in zip(update.chop_ends[y], update.chops[y].items()):
+            if strip is None:
+                continue
+            cells = _cells([strip])[0]
+            assert len(cells) == end - x                   # one cell a character on this screen
+            for at in range(max(x, x1), min(end, x2)):
+                screen[y][at] = cells[at - x]
+
+
+def _changed_frame(app: ClusterTopApp, t: float) -> tuple[Any, set[Widget], list[Widget]]:
+    """Go to `t` and draw the frame as the screen's update timer does: the partial update, the widgets that
+    asked to be repainted, and the widgets whose lines the compositor drew for it (in its order)."""
+    drawn: list[Widget] = []
+    screen = app.screen
+    for widget in screen._compositor.visible_widgets:
+        render_lines = widget.render_lines
+
+        def spy(crop: Region, widget: Widget = widget, render_lines: Any = render_lines) -> list[Strip]:
+            drawn.append(widget)
+            return render_lines(crop)
+
+        widget.render_lines = spy  # type: ignore[method-assign]
+    app.seek(t)
+    screen.update_frame()
+    dirty = {w for w in screen.walk_children() if w._repaint_required}
+    screen._compositor.update_widgets(dirty)
+    update = screen._compositor.render_update()
+    for widget in screen._compositor.visible_widgets:
+        del widget.render_lines
+    return update, dirty, drawn
+
+
+@sync
+async def test_a_frame_draws_only_the_widgets_over_what_changed() -> None:
+    """A new sample changes a few rows of the map and the clock at the bottom: Textual's compositor would draw
+    every widget between them (their bounding box is the whole screen), this one draws the widgets that show
+    a changed region, once each, front to back, and no other: not the panels beside the map, nor the
+    containers and the screen behind it."""
+    async with _paused() as (app, _pilot, _heatmap):
+        update, dirty, drawn = _changed_frame(app, 2.0)
+        compositor = app.screen._compositor
+        changed = [Region(x, y, x2 - x, 1) for y, x, x2 in update.spans]
+        over = [widget for widget, (region, clip) in compositor.visible_widgets.items()
+                if any(region.intersection(clip).overlaps(part) for part in changed)]
+        assert drawn == [widget for widget in over if widget in drawn] and len(set(drawn)) == len(drawn)
+        assert dirty == set(drawn) and {"Heatmap", "TransportBar"} <= {type(w).__name__ for w in drawn}
+        behind = {type(widget).__name__ for widget in over if widget not in drawn}
+        assert {"MainScreen", "Horizontal", "Vertical"} <= behind
+        beside = {type(widget).__name__ for widget in compositor.visible_widgets if widget not in over}
+        assert {"EventLog", "JobsPanel", "Footer", "Header"} <= beside
+
+
+@sync
+async def test_a_partial_update_shows_what_the_whole_screen_draws() -> None:
+    """Drawing only the widgets over what changed leaves out nothing the screen shows, also where a widget
+    lies in front of one that changed (its cells win there)."""
+    async with _paused() as (app, pilot, _heatmap):
+        compositor = app.screen._compositor
+        for front in (None, Static("in front of the map", id="front")):
+            if front is not None:
+                front.styles.overlay = "screen"
+                front.styles.position = "absolute"
+                front.styles.offset = (20, 4)
+                front.styles.width, front.styles.height = 40, 5
+                await app.screen.mount(front)
+                await pilot.pause()
+            screen = _cells(compositor.render_strips())
+            fronts = 0
+            for t in (2.0, 3.0, 4.0, 1.0):
+                update, _, drawn = _changed_frame(app, t)
+                _apply(screen, update)
+                assert screen == _cells(compositor.render_strips())
+                fronts += front in drawn
+                await pilot.pause()
+                screen = _cells(compositor.render_strips())
+            assert fronts >= (front is not None)

@@ -100,6 +100,26 @@ def test_aggregation_mean_and_failed_phase_wins() -> None:
     assert mode[3] == CODE["failed"] and mode[2] == CODE["compute"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
+def test_a_pixel_of_a_few_gpus_means_what_numpy_means(dtype) -> None:
+    """Pixels of 2 to 7 GPUs are summed a column at a time: bit for bit numpy's float32 mean of each row (the
+    colours, and so every screen, stay the same)."""
+    h = Geometry.from_summary(FLAGSHIP)
+    values = np.random.default_rng(7).random(h.gpus) * (100 if dtype == np.uint8 else 1.3)
+    values = values.astype(dtype)
+    seen = set()
+    for width, height in ((146, 56), (140, 40), (200, 60), (100, 30), (60, 40), (70, 20)):
+        lay = layout(h, View("site"), width, height)
+        seen.add(lay.g)
+        segment = values[lay.gpu0:lay.gpu1]
+        if segment.size % lay.g:
+            continue
+        numpy_mean = segment.reshape(-1, lay.g).mean(axis=1, dtype=np.float32)
+        assert lay.mean(values).dtype == np.float32
+        assert np.array_equal(lay.mean(values).view(np.uint32), numpy_mean.view(np.uint32))
+    assert seen & set(range(2, 8)) and seen - set(range(1, 8))      # a few GPUs a pixel, and many
+
+
 def test_neighbour_moves_on_screen() -> None:
     h = Geometry.from_summary(FLAGSHIP)
     lay = layout(h, View("pod", 0), 146, 50)

@@ -3,9 +3,10 @@
 Textual passes every line a widget repaints through the app's line filters (ANSI colours to truecolor, and
 monochrome, no-colour or dim when asked), each building a new segment for every segment of the line. The
 heatmap's lines are runs of cached segments that come back frame after frame, so what a filter made of a
-segment is kept: a repainted line then costs a lookup per run. Only Textual's own filters are remembered:
-each maps a segment on its own (its text, style and the background), so a line's filtered segments are
-those of its segments; any other filter runs as it is.
+segment is kept: a repainted line then costs a lookup per run, and a line whose runs the filter leaves as they
+are (truecolor runs through the ANSI-to-truecolor filter) is shown as it is. Only Textual's own filters are
+remembered: each maps a segment on its own (its text, style and the background), so a line's filtered
+segments are those of its segments; any other filter runs as it is.
 """
 
 from __future__ import annotations
@@ -31,20 +32,36 @@ class Remembered(LineFilter):
         self.inner = inner
         self._seen: dict[Color, dict[int, Segment]] = {}
         self._kept: dict[Color, list[Segment]] = {}
+        self._same: dict[Color, set[int]] = {}        # the segments the filter leaves as they are
 
     def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
         seen = self._seen.get(background)
         if seen is None or len(seen) > LIMIT:
             seen = self._seen[background] = {}
             self._kept[background] = []
+            self._same[background] = set()
         ids = list(map(id, segments))
         try:
             return list(map(seen.__getitem__, ids))
         except KeyError:                      # segments not seen yet: filter those
             new = list({id(segment): segment for segment in segments if id(segment) not in seen}.values())
-            seen.update(zip(map(id, new), self.inner.apply(new, background)))
+            made = self.inner.apply(new, background)
+            seen.update(zip(map(id, new), made))
+            self._same[background].update(id(old) for old, out in zip(new, made) if out == old)
             self._kept[background].extend(new)
             return list(map(seen.__getitem__, ids))
+
+    def keeps(self, segments: list[Segment], background: Color) -> bool:
+        """Whether the filter leaves each of `segments` as it is (ANSI colours to truecolor, over runs
+        coloured in truecolor): the line needs no filtered copy."""
+        same = self._same.get(background)
+        if same is not None and same.issuperset(map(id, segments)):
+            return True
+        seen = self._seen.get(background)
+        if seen is not None and seen.keys() >= set(map(id, segments)):     # seen, and some changed
+            return False
+        self.apply(segments, background)                # filter the segments not seen yet, once
+        return self._same[background].issuperset(map(id, segments))
 
 
 class FilterMemo:

@@ -15,6 +15,7 @@ from rich.markup import escape as markup_escape
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
 from textual.widgets import Header
 
 from .. import jobinfo
@@ -217,22 +218,22 @@ class CompareScreen(DashboardScreen):
         for i, state in enumerate(states):
             label = "ab"[i]
             title = side_title(label.upper(), app.sources[i].name, state, ended[i])
-            heading = self.query_one(f"#side-{label} .side-title", QuietStatic)
+            heading = self.kept(f"#side-{label} .side-title", QuietStatic)
             heading.show_if_changed(title, markup_escape(title))
-            if not self.query_one(f"#side-{label}").display:
+            if not self.kept(f"#side-{label}", Widget).display:
                 continue
-            self.show_map(self.query_one(f"#heatmap-{label}", Heatmap), self.query_one(f"#map-{label}"),
-                          self.query_one(f"#legend-{label}", Legend), state)
-            jobs = self.query_one(f"#jobs-{label}", JobsPanel)
+            self.show_map(self.kept(f"#heatmap-{label}", Heatmap), self.kept(f"#map-{label}", Widget),
+                          self.kept(f"#legend-{label}", Legend), state)
+            jobs = self.kept(f"#jobs-{label}", JobsPanel)
             if jobs.display:
                 jobs.show(state, playback.t, ended=ended[i])
-            links = self.query_one(f"#links-{label}", LinksPanel)
+            links = self.kept(f"#links-{label}", LinksPanel)
             if links.display:
                 links.show(state)
-        comparison = self.query_one(Comparison)
+        comparison = self.kept("Comparison", Comparison)
         if comparison.display:
             names = (app.sources[0].name, app.sources[1].name)
             comparison.show(states[0], states[1], names, (ended[0], ended[1]))
         events_t = sorted(set(app.sources[0].index.event_times()) | set(app.sources[1].index.event_times()))
-        self.query_one(TransportBar).show(playback, live=app.live, followable=app.followable,
-                                          events=events_t, note=app.status_note)
+        self.kept("TransportBar", TransportBar).show(playback, live=app.live, followable=app.followable,
+                                                     events=events_t, note=app.status_note)

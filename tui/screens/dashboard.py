@@ -3,7 +3,7 @@ legend, the metric keys, seeking from the transport bar and the too-small guard.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar, cast
 
 from clustertop.engine.stream.state import ClusterState
 from textual import events
@@ -11,6 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widget import Widget
 
+from ..compositor import ChangedCompositor
 from ..palette import METRIC_TITLES, METRICS
 from ..running import running_app
 from ..widgets.heatmap import Heatmap
@@ -19,6 +20,7 @@ from ..widgets.too_small import TooSmall
 from ..widgets.transport import TransportBar
 
 METRIC_TIP = "colour by utilization, power or phase"
+W = TypeVar("W", bound=Widget)
 
 
 class DashboardScreen(Screen[None]):
@@ -42,6 +44,20 @@ class DashboardScreen(Screen[None]):
         display: block;
     }
     """
+
+    def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._compositor = ChangedCompositor()     # a frame draws only the lines that changed
+        self._kept: dict[tuple[str, type[Widget]], Widget] = {}
+
+    def kept(self, selector: str, kind: type[W]) -> W:
+        """The one widget matching `selector` (of `kind`), looked up once: a screen keeps the widgets it
+        composed, and a frame draws a dozen of them (a query walks the screen's widgets each time)."""
+        key = (selector, kind)
+        found = self._kept.get(key)
+        if found is None:
+            found = self._kept[key] = self.query_one(selector, kind)
+        return cast(W, found)
 
     def update_frame(self) -> None:
         """Redraw from the app's current states (called once per frame when something changed)."""

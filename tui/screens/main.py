@@ -170,7 +170,7 @@ class MainScreen(DashboardScreen):
             self.panel(name).display = name == self.tab if fold else name not in self.hidden
 
     def panel(self, name: str) -> Widget:
-        return self.query_one(f"#{name}")
+        return self.kept(f"#{name}", Widget)
 
     def action_toggle_side(self) -> None:
         self.side_shown = not self.side_shown
@@ -291,13 +291,13 @@ class MainScreen(DashboardScreen):
         app = running_app(self)
         state = app.states[0]
         playback = app.playback
-        heatmap = self.query_one(Heatmap)
-        frame = self.query_one("#map")
-        self.show_map(heatmap, frame, self.query_one(Legend), state)
+        heatmap = self.kept("#heatmap", Heatmap)
+        frame = self.kept("#map", Widget)
+        self.show_map(heatmap, frame, self.kept("#legend", Legend), state)
         c0, c1 = heatmap.cursor_span
-        self.query_one(Inspector).show(state, c0, c1)
+        self.kept("#inspector", Inspector).show(state, c0, c1)
         mode = self.drill()
-        table = self.query_one(GpuTable)
+        table = self.kept("#gpus", GpuTable)
         if mode != self._drill_mode:
             self._drill_mode = mode
             self.call_after_refresh(self.update_frame)     # again once the table has its size
@@ -308,13 +308,13 @@ class MainScreen(DashboardScreen):
             gpu0, gpu1 = heatmap.view.span(heatmap.hierarchy)
             table.show(state, gpu0, gpu1, mode == "worst", app.sources[0].index, playback.t)
         if self.panel("jobs").display:
-            self.query_one(JobsPanel).show(state, playback.t)
+            self.kept("#jobs", JobsPanel).show(state, playback.t)
         if self.panel("links").display:
-            self.query_one(LinksPanel).show(state)
+            self.kept("#links", LinksPanel).show(state)
         if self.panel("power").display:
-            self.query_one(PowerPanel).show(state)
+            self.kept("#power", PowerPanel).show(state)
         if self.panel("events").display:
-            self.query_one(EventLog).show(state, app.sources[0].index, playback.t)
+            self.kept("#events", EventLog).show(state, app.sources[0].index, playback.t)
         source = app.sources[0]
-        self.query_one(TransportBar).show(playback, live=app.live, followable=app.followable,
-                                          events=source.index.event_times(), note=app.status_note)
+        self.kept("#transport", TransportBar).show(playback, live=app.live, followable=app.followable,
+                                                   events=source.index.event_times(), note=app.status_note)

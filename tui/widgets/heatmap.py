@@ -27,7 +27,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from .. import palette
-from ..filters import FilterMemo
+from ..filters import FilterMemo, Remembered
 from ..grid import Layout, View, layout
 from ..grid import levels as zoom_levels
 from ..marks import marks_of
@@ -106,7 +106,8 @@ class Heatmap(Widget, can_focus=True):
         self._frame_key: tuple[object, ...] | None = None  # ...of this state and cursor
         self._frame_context: tuple[object, ...] | None = None    # ...in this view, metric, size, theme
         self._codes: np.ndarray | None = None          # ...whose cells are these colour pairs
-        self._segments: dict[int, Segment] = {}       # a run of equal cells by (pair, length)
+        self._segments: dict[int, Segment | None] = {-1: None}   # a run of equal cells by (pair, length);
+                                                                # -1: a text's run (made each time)
         self._segments_styles: palette.StyleCache | None = None
         self._line_key: tuple[object, ...] | None = None    # what render_line last checked the frame for
         self._filters = FilterMemo()
@@ -344,7 +345,7 @@ class Heatmap(Widget, can_focus=True):
             ys, xs, ids = self._job_label_cells(lay)
             codes[ys, xs] = JOB_LABEL + ids
         if styles is not self._segments_styles:
-            self._segments, self._segments_styles = {}, styles
+            self._segments, self._segments_styles = {-1: None}, styles
         if diff and same and lay.scale < BLOCK_LABELS and self._codes is not None \
                 and self._codes.shape == codes.shape:
             rows: np.ndarray | None = np.flatnonzero((codes != self._codes).any(axis=1))
@@ -383,14 +384,15 @@ class Heatmap(Widget, can_focus=True):
         keys[texts] = -1                         # not cached: set below
         cache = self._segments
         keys_list = keys.tolist()
-        missing = set(keys_list).difference(cache)
-        missing.discard(-1)
-        blank = palette.BG * palette.COLOURS + palette.BG
-        for key in missing:
-            code, length = divmod(key, width + 1)
-            cache[key] = (Segment(" " * length, styles.blank) if code == blank else
-                          Segment(HALF * length, styles.pair(code)))
-        segments: list[Segment | None] = list(map(cache.get, keys_list))
+        try:
+            segments: list[Segment | None] = list(map(cache.__getitem__, keys_list))
+        except KeyError:                         # runs not seen yet
+            blank = palette.BG * palette.COLOURS + palette.BG
+            for key in set(keys_list).difference(cache):
+                code, length = divmod(key, width + 1)
+                cache[key] = (Segment(" " * length, styles.blank) if code == blank else
+                              Segment(HALF * length, styles.pair(code)))
+            segments = list(map(cache.__getitem__, keys_list))
         for j, y, start, end, code in zip(texts.tolist(), rows[flat[texts] // width].tolist(),
                                           x0[texts].tolist(), x1[texts].tolist(), runs[texts].tolist()):
             if code >= JOB_LABEL:
@@ -500,7 +502,8 @@ class Heatmap(Widget, can_focus=True):
         """The rows Textual shows, through the app's line filters. Without a border, padding, outline, tint,
         hatch or opacity of its own (the map's frame is its container's border), Textual's styles would only
         copy each row: the frame's rows are passed on as they are, so a row that did not change is the same
-        Strip as before, filtered already, and a changed one costs its filters alone."""
+        Strip as before, filtered already, and a changed one costs its filters alone; a row whose runs the
+        filters leave as they are (truecolor through ANSI-to-truecolor) is shown itself, no copy made."""
         frame = self._current_frame()
         styles = self.styles
         if (any(styles.gutter) or any(edge for edge, _ in styles.outline) or styles.tint.a
@@ -514,7 +517,8 @@ class Heatmap(Widget, can_focus=True):
         for y in crop.line_range:
             strip = frame[y] if y < len(frame) else blank
             for line_filter in filters:
-                strip = strip.apply_filter(line_filter, background)
+                if not (isinstance(line_filter, Remembered) and line_filter.keeps(list(strip), background)):
+                    strip = strip.apply_filter(line_filter, background)
             strips.append(strip)
         x1, x2 = crop.column_span
         if (x1, x2) != (0, self.size.width):
