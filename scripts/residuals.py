@@ -14,9 +14,10 @@ import orjson
 from clustertop.engine.model import validate
 
 OUT = Path(__file__).resolve().parent.parent / "engine" / "config" / "catalogs" / "residuals.json"
-NOTE = ("Every validation row's error (predicted / published - 1, on throughput) with what makes runs alike: the "
-        "data of the error band on every estimate (engine/model/uncertainty.py). Written by scripts/residuals.py "
-        "from `clustertop validate`; tests/test_uncertainty.py checks that it matches. Do not edit by hand.")
+NOTE = ("Every validation row's error (predicted / published - 1, on throughput) with what makes runs "
+        "alike: the data of the error band on every estimate (engine/model/uncertainty.py). Written by "
+        "scripts/residuals.py from `clustertop validate`; tests/test_uncertainty.py checks that it matches. "
+        "Do not edit by hand.")
 
 
 def main() -> None:
