@@ -39,6 +39,20 @@ def test_time_json_is_orjson_of_the_wire_time() -> None:
         assert wire.time_json(t) == orjson.dumps(wire_time(t)), t
 
 
+def test_times_json_is_time_json_of_each() -> None:
+    rng = random.Random(11)
+    stretch = [86400.0 + k * 6.25 for k in range(40)]           # whole seconds among them: "86425.0"
+    assert wire.times_json(stretch) == [wire.time_json(t) for t in stretch]
+    assert b"86425.0" in wire.times_json(stretch)
+    for _ in range(300):
+        t0, period = 10 ** rng.uniform(-3, 8.9), rng.uniform(1e-3, 50.0)
+        ts = [t0 + k * period for k in range(rng.randrange(1, 30))]
+        assert wire.times_json(ts) == [wire.time_json(t) for t in ts]
+    edges = [0.0, 1e-7, 5e-4, 2.0, 1e9, 3e12]                    # out of the fast range: orjson's
+    assert wire.times_json(edges) == [wire.time_json(t) for t in edges]
+    assert wire.times_json([]) == []
+
+
 def test_step_lines_are_the_events_as_line_writes_them() -> None:
     run = Run(scenario.load("shared-fabric"), duration_s=120.0, sample_s=30.0)
     lines = [raw for raw in run.lines() if b'"type":"step"' in raw]
@@ -141,6 +155,49 @@ def test_the_compressing_thread_writes_the_bytes_of_synchronous_gzip(tmp_path: P
     sink.close()
     assert path.read_bytes() == _gzip_by_hand(lines)
     assert sink.bytes_out == path.stat().st_size
+
+
+def test_writelines_writes_the_bytes_of_writing_each_line(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events given many at a time (a stretch of steps) drain the buffer after the same line as one by one, so
+    the gzip chunks, and so the bytes, are the same."""
+    monkeypatch.setattr(recorder, "MEMBER_BYTES", 64 << 10)
+    monkeypatch.setattr(recorder, "BUFFER_BYTES", 8 << 10)
+    rng = random.Random(5)
+    lines = [("sample" if i % 97 == 96 else "event", b'{"i":%d,"x":"%s"}\n' % (i, b"cd" * rng.randrange(80)))
+             for i in range(20_000)]
+    path = tmp_path / "r.jsonl.gz"
+    sink = Recorder.open(str(path))
+    batch: list[bytes] = []
+    for kind, raw in lines:
+        if kind == "sample":
+            sink.writelines(batch)             # most batches stay under BUFFER_BYTES, some cross it
+            batch = []
+            sink.keyframe(raw)
+        else:
+            batch.append(raw)
+            if len(batch) == rng.randrange(1, 400):
+                sink.writelines(batch)
+                batch = []
+    sink.writelines(batch)
+    sink.close()
+    assert path.read_bytes() == _gzip_by_hand(lines)
+    assert sink.lines == len(lines)
+
+
+def test_a_sample_is_one_hand_off_to_the_compressing_thread(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each hand-off wakes the thread and takes the interpreter lock back and forth: a sample's chunk, its sync
+    flush and the output's flush go together."""
+    sink = Recorder.open(str(tmp_path / "r.jsonl.gz"))
+    handed: list[int] = []
+    submit = sink._submit
+    monkeypatch.setattr(sink, "_submit", lambda op, data: (handed.append(op), submit(op, data)))
+    for i in range(50):
+        sink.write(b'{"i":%d}\n' % i)
+        sink.keyframe(b'{"sample":%d}\n' % i)
+    assert len(handed) == 50
+    sink.close()
 
 
 class _FullDisk:
