@@ -18,6 +18,7 @@ import pytest
 import simpy
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.geometry import TIERS
 from clustertop.engine.config.phases import CODE
 from clustertop.engine.sim import sampling, variability
 from clustertop.engine.sim.activity import NPH, Constant, Running
@@ -187,8 +188,8 @@ def test_writelines_writes_the_bytes_of_writing_each_line(tmp_path: Path,
 
 def test_a_sample_is_one_hand_off_to_the_compressing_thread(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each hand-off wakes the thread and takes the interpreter lock back and forth: a sample's chunk, its sync
-    flush and the output's flush go together."""
+    """Each hand-off wakes the thread and takes the interpreter lock back and forth: a sample's chunk, its
+    sync flush and the output's flush go together."""
     sink = Recorder.open(str(tmp_path / "r.jsonl.gz"))
     handed: list[int] = []
     submit = sink._submit
@@ -391,3 +392,46 @@ def test_a_job_waiting_for_a_step_boundary_or_its_wake_resumes_in_the_order_simp
     with_until = _order_of_waits(lambda job, delay: JobDriver._until(job, delay))
     assert with_until == with_condition
     assert with_condition.index(("neighbour", 1.0)) < with_condition.index(("job", 1.0))
+
+
+def test_a_jobs_integrals_in_one_pass_are_the_sums_over_its_segments() -> None:
+    """A sample takes each job's durations, tier loads and wait for its slowest GPU in one pass over the
+    segments of its window: the same sums, term by term, as adding up each segment alone."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=6 * 3600.0, sample_s=3600.0)
+    sink = recorder.ListSink()
+    run.start(sink)
+    while run.env.peek() < 3600.0 * 3 - 1.0:
+        run.env.step()
+    track = run.tracks[0]
+    a, b = 3600.0 * 2 + 0.3, run.now
+    kinds = {type(s.activity) for s in track.segments if s.end > a and s.start < b}
+    assert kinds == {Running, Constant}                  # checkpoints between stretches of steps
+    durations, loads, extra = np.zeros((track.job.pp, NPH)), np.zeros(len(TIERS)), 0.0
+    for seg in track.segments:
+        lo, hi = max(a, seg.start), min(b, seg.end)
+        if hi > lo:
+            durations += seg.activity.durations(lo, hi)
+            if isinstance(seg.activity, Running):
+                plan, x0 = seg.activity.plan, seg.activity.t0
+                loads += plan.tiers.integral(lo - x0, hi - x0)[:, 0]
+                assert plan.extra is not None
+                extra += float(plan.extra.integral(lo - x0, hi - x0)[0, 0])
+    got = track.integrals(a, b)
+    assert got[0].tobytes() == durations.tobytes() == track.durations(a, b).tobytes()
+    assert got[1].tobytes() == loads.tobytes() and got[2] == extra > 0
+
+
+def test_a_window_end_off_a_step_boundary_is_integrated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample's end is the next sample's start: the prefix integral there is looked up once, read-only."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=3600.0)
+    periodic = run.tracks[0].plan.phases
+    calls: list[int] = []
+    g = periodic._g
+    monkeypatch.setattr(periodic, "_g", lambda q: (calls.append(1), g(q))[1])
+    p = periodic.period
+    first = periodic.integral(0.3 * p, 5.6 * p)
+    second = periodic.integral(5.6 * p, 9.1 * p)
+    assert len(calls) == 3
+    assert np.allclose(first + second, periodic.integral(0.3 * p, 9.1 * p))
+    with pytest.raises(ValueError):
+        periodic.at(5.6 * p)[0, 0] = 1.0

@@ -46,6 +46,7 @@ class Periodic:
         self.base = np.arange(n, dtype=np.float64) * self.period
         self.g0 = self._g(self.base)
         self.full: np.ndarray = self._g(self.base + self.period) - self.g0
+        self._last: tuple[float, np.ndarray] = (math.nan, self.full)     # at's last answer off a boundary
 
     def _g(self, q: np.ndarray) -> np.ndarray:
         i = np.minimum(np.maximum(np.searchsorted(self.xs, q, side="right") - 1, 0), self.xs.size - 1)
@@ -60,13 +61,19 @@ class Periodic:
             return k * self.full
         if frac >= (1.0 - BOUNDARY) * self.period:
             return (k + 1) * self.full
+        last = self._last
+        if last[0] == x:                # a sample's end is the next sample's start
+            return last[1]
         total: np.ndarray = k * self.full + self._g(self.base + frac) - self.g0
+        total.flags.writeable = False   # kept: read-only
+        self._last = (x, total)
         return total
 
     def integral(self, xa: float, xb: float) -> np.ndarray:
         if xa == 0.0:                   # a segment from its start: at(0) is zeros, and x - 0 is x
             return self.at(xb)
-        between: np.ndarray = self.at(xb) - self.at(xa)
+        start = self.at(xa)             # first: at(xb) is what the next window asks again
+        between: np.ndarray = self.at(xb) - start
         return between
 
     def scaled(self, k: float) -> Periodic:
@@ -75,6 +82,7 @@ class Periodic:
         out.period = self.period * k
         out.xs, out.vals, out.cum = self.xs * k, self.vals, self.cum * k
         out.base, out.g0, out.full = self.base * k, self.g0 * k, self.full * k
+        out._last = (math.nan, out.full)
         return out
 
     def extremes(self, weights: np.ndarray) -> tuple[float, float]:
@@ -178,13 +186,11 @@ class Activity:
         """Seconds each pipeline stage spends in each phase over [a, b]: shape (pp, phases)."""
         raise NotImplementedError
 
-    def tier_load(self, a: float, b: float) -> np.ndarray:
-        """Integral of each tier's load over [a, b] (load-seconds), in TIERS order."""
-        return np.zeros(len(TIERS))
-
-    def extra(self, a: float, b: float) -> float:
-        """Seconds of [a, b] in which the job waits for its slowest GPU."""
-        return 0.0
+    def integrals(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """Over [a, b] at once (a sample takes all three): `durations`; the integral of each tier's load
+        (load-seconds, in TIERS order; None: no load); the seconds in which the job waits for its slowest
+        GPU."""
+        return self.durations(a, b), None, 0.0
 
 
 class Running(Activity):
@@ -208,13 +214,12 @@ class Running(Activity):
     def durations(self, a: float, b: float) -> np.ndarray:
         return self.plan.phases.integral(a - self.t0, b - self.t0)
 
-    def tier_load(self, a: float, b: float) -> np.ndarray:
-        return self.plan.tiers.integral(a - self.t0, b - self.t0)[:, 0]
-
-    def extra(self, a: float, b: float) -> float:
-        if self.plan.extra is None:
-            return 0.0
-        return float(self.plan.extra.integral(a - self.t0, b - self.t0)[0, 0])
+    def integrals(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray | None, float]:
+        plan = self.plan
+        xa, xb = a - self.t0, b - self.t0
+        extra = plan.extra
+        return (plan.phases.integral(xa, xb), plan.tiers.integral(xa, xb)[:, 0],
+                0.0 if extra is None else float(extra.integral(xa, xb)[0, 0]))
 
 
 class Constant(Activity):
@@ -226,6 +231,7 @@ class Constant(Activity):
 
     def durations(self, a: float, b: float) -> np.ndarray:
         return self.onehot * (b - a)
+
 
 
 @functools.cache

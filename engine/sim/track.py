@@ -64,21 +64,22 @@ class JobTrack:
                 total += seg.activity.durations(lo, hi)
         return total
 
-    def tier_load(self, a: float, b: float) -> np.ndarray:
-        total = np.zeros(len(TIERS))
+    def integrals(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Over [a, b], in one pass over the segments (a sample takes all three; each the sum over the
+        segments in order, as alone): seconds per stage in each phase (`durations`), each tier's load-seconds,
+        and the seconds the job waits for its slowest GPU (Activity.integrals)."""
+        total = np.zeros((self.job.pp, NPH))
+        loads = np.zeros(len(TIERS))
+        extra = 0.0
         for seg in self.segments:
             lo, hi = max(a, seg.start), min(b, seg.end)
             if hi > lo:
-                total += seg.activity.tier_load(lo, hi)
-        return total
-
-    def extra(self, a: float, b: float) -> float:
-        total = 0.0
-        for seg in self.segments:
-            lo, hi = max(a, seg.start), min(b, seg.end)
-            if hi > lo:
-                total += seg.activity.extra(lo, hi)
-        return total
+                d, load, e = seg.activity.integrals(lo, hi)
+                total += d
+                if load is not None:          # adding zeros changes nothing
+                    loads += load
+                extra += e
+        return total, loads, extra
 
 
 def idle_gpus(tracks: list[JobTrack], gpus: int) -> int:
