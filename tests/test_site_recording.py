@@ -435,3 +435,24 @@ def test_a_window_end_off_a_step_boundary_is_integrated_once(monkeypatch: pytest
     assert np.allclose(first + second, periodic.integral(0.3 * p, 9.1 * p))
     with pytest.raises(ValueError):
         periodic.at(5.6 * p)[0, 0] = 1.0
+
+
+def test_whole_steps_from_a_segments_start_are_the_periodic_integrals() -> None:
+    """A stretch of steps between checkpoints: its integrals over whole steps are kept per number of steps, the
+    same as each track's (whose periods are the step's, also once stretched by the day's clocks)."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=3600.0)
+    assert run.tracks[0].stretched is not None
+    for plan in (run.tracks[0].stretched, run.tracks[0].stretched.scaled(1.0137)):
+        assert plan.extra is not None
+        assert plan.phases.period == plan.tiers.period == plan.extra.period
+        p = plan.step_time_s
+        for n in (1, 37, 38):
+            x = n * p
+            got = plan.integrals(0.0, x)
+            assert got[0].tobytes() == plan.phases.integral(0.0, x).tobytes()
+            assert got[1].tobytes() == plan.tiers.integral(0.0, x)[:, 0].tobytes()
+            assert got[2] == float(plan.extra.integral(0.0, x)[0, 0])
+            assert plan.integrals(0.0, x) is got             # kept
+        off = plan.integrals(0.0, 3.5 * p)
+        assert off[0].tobytes() == plan.phases.integral(0.0, 3.5 * p).tobytes()
+        assert off[2] == float(plan.extra.integral(0.0, 3.5 * p)[0, 0])

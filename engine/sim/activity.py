@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..model.plan import StepPlan
 
 NPH = len(PHASES)
 BOUNDARY = 1e-9           # a time within this share of a step from a step boundary is on it (rounding)
+WHOLE = 8                 # CompiledPlan.whole's integrals kept per plan
 WAIT = CODE["dp"]         # where GPUs wait for a straggler: the data-parallel gradient reduction
 
 
@@ -118,6 +119,9 @@ class CompiledPlan:
     extra: Periodic | None = None     # one track, width 1: 1 during the wait for the slowest GPU
     watts: tuple[float, float, float] = (0.0, 0.0, 0.0)   # GPU W of one replica: step mean, lowest, highest
     figures: tuple[int, float, int, float] = (0, 0.0, 1, 1.0)   # tokens, model FLOPs, GPUs, peak TFLOP/s
+    # integrals over whole steps from a segment's start, by the number of steps (whole)
+    _whole: dict[int, tuple[np.ndarray, np.ndarray, float]] = field(default_factory=dict, repr=False,
+                                                                     compare=False)
 
     @classmethod
     def of(cls, scenario: Scenario, job: Job, plan: StepPlan, extra_s: float = 0.0,
@@ -161,6 +165,33 @@ class CompiledPlan:
     @property
     def step_time_s(self) -> float:
         return self.phases.period
+
+    def integrals(self, xa: float, xb: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Over [xa, xb] of the step repeated from 0: seconds per stage in each phase, each tier's
+        load-seconds, the seconds waiting for the slowest GPU (Running.integrals)."""
+        if xa == 0.0:
+            period = self.phases.period               # the period of every track (tiers, extra) alike
+            k = math.floor(xb / period)
+            frac = min(max(xb - k * period, 0.0), period)
+            n = k if frac <= BOUNDARY * period else k + 1 if frac >= (1.0 - BOUNDARY) * period else -1
+            if n >= 0:
+                return self.whole(n)
+        extra = self.extra
+        return (self.phases.integral(xa, xb), self.tiers.integral(xa, xb)[:, 0],
+                0.0 if extra is None else float(extra.integral(xa, xb)[0, 0]))
+
+    def whole(self, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """`integrals` over n whole steps from 0 (Periodic.at on a boundary: n times a step's), read-only; kept
+        per n (a job's stretches between checkpoints are mostly as many steps long)."""
+        got = self._whole.get(n)
+        if got is None:
+            phases, tiers = n * self.phases.full, (n * self.tiers.full)[:, 0]
+            phases.flags.writeable = tiers.flags.writeable = False
+            extra = 0.0 if self.extra is None else float((n * self.extra.full)[0, 0])
+            if len(self._whole) >= WHOLE:
+                del self._whole[next(iter(self._whole))]
+            got = self._whole[n] = (phases, tiers, extra)
+        return got
 
     def scaled(self, k: float) -> CompiledPlan:
         """The plan with every interval stretched by k: same power, k times the step time."""
@@ -215,11 +246,7 @@ class Running(Activity):
         return self.plan.phases.integral(a - self.t0, b - self.t0)
 
     def integrals(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray | None, float]:
-        plan = self.plan
-        xa, xb = a - self.t0, b - self.t0
-        extra = plan.extra
-        return (plan.phases.integral(xa, xb), plan.tiers.integral(xa, xb)[:, 0],
-                0.0 if extra is None else float(extra.integral(xa, xb)[0, 0]))
+        return self.plan.integrals(a - self.t0, b - self.t0)
 
 
 class Constant(Activity):

@@ -7,6 +7,7 @@ restarts, and drops those that no later sample can overlap.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ import numpy as np
 from ..config.geometry import TIERS, JobGeometry
 from ..config.job import Job
 from ..model.layout import Layout
-from .activity import NPH, Activity, CompiledPlan, Segment
+from .activity import NPH, Activity, CompiledPlan, Constant, Segment
 
 if TYPE_CHECKING:
     from .lifecycle import JobDriver
@@ -68,18 +69,30 @@ class JobTrack:
         """Over [a, b], in one pass over the segments (a sample takes all three; each the sum over the
         segments in order, as alone): seconds per stage in each phase (`durations`), each tier's load-seconds,
         and the seconds the job waits for its slowest GPU (Activity.integrals)."""
-        total = np.zeros((self.job.pp, NPH))
-        loads = np.zeros(len(TIERS))
+        total = _zeros(self.job.pp).copy()      # np.zeros of a few kB lets go of the interpreter lock (calloc):
+        loads = _zeros(0).copy()                # a copy keeps it, so the gzip thread does not cut in
         extra = 0.0
         for seg in self.segments:
             lo, hi = max(a, seg.start), min(b, seg.end)
             if hi > lo:
-                d, load, e = seg.activity.integrals(lo, hi)
+                act = seg.activity
+                if act.__class__ is Constant:     # its durations only (adding zeros changes nothing)
+                    total += act.onehot * (hi - lo)
+                    continue
+                d, load, e = act.integrals(lo, hi)
                 total += d
-                if load is not None:          # adding zeros changes nothing
+                if load is not None:
                     loads += load
                 extra += e
         return total, loads, extra
+
+
+@functools.cache
+def _zeros(pp: int) -> np.ndarray:
+    """Zeros to start a job's sums from: (pp, phases), or the tiers for pp = 0 (read-only: copied)."""
+    out = np.zeros((pp, NPH)) if pp else np.zeros(len(TIERS))
+    out.flags.writeable = False
+    return out
 
 
 def idle_gpus(tracks: list[JobTrack], gpus: int) -> int:
