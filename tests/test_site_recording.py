@@ -20,10 +20,12 @@ from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.geometry import TIERS
 from clustertop.engine.config.phases import CODE
+from clustertop.engine.model.power import PowerModel
 from clustertop.engine.sim import sampling, variability
 from clustertop.engine.sim.activity import NPH, Constant, Running
 from clustertop.engine.sim.lifecycle import JobDriver
 from clustertop.engine.sim.run import Run
+from clustertop.engine.sim.site_power import SitePower
 from clustertop.engine.stream import lines as wire
 from clustertop.engine.stream import recorder
 from clustertop.engine.stream.lines import line, rle_json, wire_time
@@ -438,8 +440,8 @@ def test_a_window_end_off_a_step_boundary_is_integrated_once(monkeypatch: pytest
 
 
 def test_whole_steps_from_a_segments_start_are_the_periodic_integrals() -> None:
-    """A stretch of steps between checkpoints: its integrals over whole steps are kept per number of steps, the
-    same as each track's (whose periods are the step's, also once stretched by the day's clocks)."""
+    """A stretch of steps between checkpoints: its integrals over whole steps are kept per number of steps,
+    the same as each track's (whose periods are the step's, also once stretched by the day's clocks)."""
     run = Run(scenario.load("llama3-405b-16k"), duration_s=3600.0)
     assert run.tracks[0].stretched is not None
     for plan in (run.tracks[0].stretched, run.tracks[0].stretched.scaled(1.0137)):
@@ -456,3 +458,23 @@ def test_whole_steps_from_a_segments_start_are_the_periodic_integrals() -> None:
         off = plan.integrals(0.0, 3.5 * p)
         assert off[0].tobytes() == plan.phases.integral(0.0, 3.5 * p).tobytes()
         assert off[2] == float(plan.extra.integral(0.0, 3.5 * p)[0, 0])
+
+
+def test_the_site_computes_each_level_it_goes_back_to_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints take the site back and forth between a few levels: each level, and each swing between two,
+    is worked out once; the swings written are those of working each out afresh."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=6 * 3600.0, sample_s=600.0)
+    calls: list[float] = []
+    site_mw = PowerModel.site_mw
+    monkeypatch.setattr(PowerModel, "site_mw", lambda self, w, n: (calls.append(w), site_mw(self, w, n))[1])
+    checks: list[float] = []
+    check = SitePower._check
+    monkeypatch.setattr(SitePower, "_check", lambda self, e=None: (checks.append(1), check(self, e))[1])
+    swings = [orjson.loads(raw) for raw in run.lines() if b'"power_swing"' in raw]
+    assert len(swings) > 50 and len(checks) > len(swings)
+    site_calls = len(calls) - run.stats.samples                  # a sample's own mean: one each
+    assert site_calls < 3 * len(checks) / 10
+    fresh = SitePower(run.env, run.emit, run.power, run.tracks, [], run.gpus)
+    for event in swings:
+        fields = fresh._swing(event["from_mw"], event["to_mw"])
+        assert fields and {k: event[k] for k in fields} == pytest.approx(fields, abs=1e-3)

@@ -181,8 +181,8 @@ class CompiledPlan:
                 0.0 if extra is None else float(extra.integral(xa, xb)[0, 0]))
 
     def whole(self, n: int) -> tuple[np.ndarray, np.ndarray, float]:
-        """`integrals` over n whole steps from 0 (Periodic.at on a boundary: n times a step's), read-only; kept
-        per n (a job's stretches between checkpoints are mostly as many steps long)."""
+        """`integrals` over n whole steps from 0 (Periodic.at on a boundary: n times a step's), read-only;
+        kept per n (a job's stretches between checkpoints are mostly as many steps long)."""
         got = self._whole.get(n)
         if got is None:
             phases, tiers = n * self.phases.full, (n * self.tiers.full)[:, 0]

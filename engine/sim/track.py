@@ -69,8 +69,8 @@ class JobTrack:
         """Over [a, b], in one pass over the segments (a sample takes all three; each the sum over the
         segments in order, as alone): seconds per stage in each phase (`durations`), each tier's load-seconds,
         and the seconds the job waits for its slowest GPU (Activity.integrals)."""
-        total = _zeros(self.job.pp).copy()      # np.zeros of a few kB lets go of the interpreter lock (calloc):
-        loads = _zeros(0).copy()                # a copy keeps it, so the gzip thread does not cut in
+        total = _zeros(self.job.pp).copy()    # np.zeros of a few kB lets go of the interpreter lock (calloc):
+        loads = _zeros(0).copy()              # a copy keeps it, so the gzip thread does not cut in
         extra = 0.0
         for seg in self.segments:
             lo, hi = max(a, seg.start), min(b, seg.end)
