@@ -468,8 +468,8 @@ def test_the_site_computes_each_level_it_goes_back_to_once(monkeypatch: pytest.M
     site_mw = PowerModel.site_mw
     monkeypatch.setattr(PowerModel, "site_mw", lambda self, w, n: (calls.append(w), site_mw(self, w, n))[1])
     checks: list[float] = []
-    check = SitePower._check
-    monkeypatch.setattr(SitePower, "_check", lambda self, e=None: (checks.append(1), check(self, e))[1])
+    check = SitePower.look
+    monkeypatch.setattr(SitePower, "look", lambda self, e=None: (checks.append(1), check(self, e))[1])
     swings = [orjson.loads(raw) for raw in run.lines() if b'"power_swing"' in raw]
     assert len(swings) > 50 and len(checks) > len(swings)
     site_calls = len(calls) - run.stats.samples                  # a sample's own mean: one each

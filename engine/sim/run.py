@@ -47,7 +47,7 @@ from ..model.power import PowerModel
 from ..stream import schema
 from ..stream.lines import OPT_PART, line, times_json, wire_time
 from ..stream.recorder import ListSink, Sink, write_many
-from . import faults, hooks, variability
+from . import faults, hooks, shortcut, variability
 from .activity import Activity, CompiledPlan, Constant, Running, Segment
 from .header import run_header
 from .lifecycle import PLANNED, JobDriver, Maintenance, SparePool
@@ -212,6 +212,12 @@ class Run:
         A perturbation that arrives while another runs (a fault during a checkpoint) replaces it.
         """
         track.process.interrupt(perturbation)
+
+    def skip(self, delay: float) -> bool:
+        """Pass a wait of `delay` in a job's process at once, when nothing else is due during it
+        (engine/sim/shortcut.py); False: nothing done, wait with a timeout."""
+        site = self.site_power
+        return shortcut.skip(self.env, delay, self.duration_s, site.pending, site.look)
 
     def override(self, first: int, count: int, phase: str) -> Override:
         """Force a phase on GPUs [first, first + count) from now until `clear_override`."""

@@ -43,7 +43,7 @@ class SitePower:
         self.level_mw: float | None = None     # the site's load level (power swings)
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
-        self._pending = False
+        self.pending: simpy.Event | None = None   # the look at the level once this instant is done (changed)
         self._last: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (activity, W) last seen
         # per job, by id of a step plan or phase it has had: (that plan or phase, W), the oldest go first
         self._known: dict[int, dict[int, tuple[object, tuple[float, float, float]]]] = {}
@@ -54,13 +54,15 @@ class SitePower:
 
     def changed(self) -> None:
         """Something changed what GPUs draw: look at the site once everything at this instant is done."""
-        if self._pending:
+        if self.pending is not None:
             return
-        self._pending = True
-        self.env.timeout(0).callbacks.append(self._check)
+        self.pending = self.env.timeout(0)
+        self.pending.callbacks.append(self.look)
 
-    def _check(self, _event: Any = None) -> None:
-        self._pending = False
+    def look(self, _event: Any = None) -> None:
+        """The site's level now: its extremes, and a swing if it jumped (the pending event's callback, or run
+        in its place: engine/sim/shortcut.py). It schedules nothing."""
+        self.pending = None
         level, lo, hi = self.now()
         self.min_mw = min(self.min_mw, lo)
         self.max_mw = max(self.max_mw, hi)
