@@ -16,7 +16,6 @@ It reads SimPy's queue (a heap of (time, priority, event id, event)) and sets it
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 
 import simpy
@@ -26,19 +25,21 @@ def skip(env: simpy.Environment, delay: float, horizon: float, pending: simpy.Ev
          look: Callable[[], None]) -> bool:
     """Move the time on by `delay` now if nothing but `pending` (run first, by `look`) is due by then and
     the end is at most `horizon`; False (nothing done): wait with a timeout."""
+    queue = getattr(env, "_queue", None)
+    if queue is None:                       # not the SimPy this was written for: wait
+        return False
     end = env._now + delay
     if not end <= horizon:
         return False
-    queue = env._queue
-    if pending is not None:
-        if not queue or queue[0][3] is not pending:
+    if pending is None:
+        if queue and not end < queue[0][0]:
             return False
-        after = min(queue[1][0] if len(queue) > 1 else math.inf, queue[2][0] if len(queue) > 2 else math.inf)
-    else:
-        after = queue[0][0] if queue else math.inf
-    if not end < after:
-        return False
-    if pending is not None:
+    else:                                   # the look first, then nothing up to the end (the heap's root's
+        if not queue or queue[0][3] is not pending:                  # children are the next smallest)
+            return False
+        n = len(queue)
+        if (n > 1 and not end < queue[1][0]) or (n > 2 and not end < queue[2][0]):
+            return False
         heapq.heappop(queue)
         look()
     env._now = end
