@@ -1,7 +1,9 @@
 """Recording and replaying the flagship (llama3-405b-16k): the event stream's speed and size targets.
 
 - record_flagship_6h_s: 6 simulated hours at the default interval (5 s), to .jsonl.gz; target < 20 s.
-- record_flagship_54d_s: 54 simulated days (default interval 20 min), to .jsonl.gz; target < 120 s.
+- record_flagship_54d_s: 54 simulated days (default interval 20 min), to .jsonl.gz; target <= 2 s (issue 26).
+  record_flagship_54d_cpu_s: its CPU time, the gzip thread's included (the wall time on a shared machine says
+  little: compare this too).
 - recording_flagship_54d_mb: its size; target < 100.
 - replay_vs_parse: folding the 54-day recording into a ClusterState, divided by only reading and parsing its
   lines with orjson (same decompression and line splitting); target <= 1.2. Per-GPU arrays are decoded lazily,
@@ -31,13 +33,14 @@ from clustertop.engine.stream.state import ClusterState
 from clustertop.tui.index import EventIndex
 
 
-def _record(path: Path, duration_s: float) -> float:
-    start = time.perf_counter()
+def _record(path: Path, duration_s: float) -> tuple[float, float]:
+    """Wall and CPU seconds (the process's: the gzip thread's included)."""
+    start, cpu = time.perf_counter(), time.process_time()
     run = Run(scenario.load("llama3-405b-16k"), duration_s=duration_s)
     sink = Recorder.open(str(path))
     run.run(sink)
     sink.close()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _parse_only(path: Path) -> float:
@@ -87,9 +90,11 @@ def run() -> dict[str, float]:
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         short, long = Path(tmp) / "6h.jsonl.gz", Path(tmp) / "54d.jsonl.gz"
-        out["record_flagship_6h_s"] = round(_record(short, 6 * 3600.0), 3)
+        out["record_flagship_6h_s"] = round(_record(short, 6 * 3600.0)[0], 3)
         out["recording_flagship_6h_mb"] = round(short.stat().st_size / 1e6, 3)
-        out["record_flagship_54d_s"] = round(_record(long, 54 * 86400.0), 3)
+        wall, cpu = _record(long, 54 * 86400.0)
+        out["record_flagship_54d_s"] = round(wall, 3)
+        out["record_flagship_54d_cpu_s"] = round(cpu, 3)
         out["recording_flagship_54d_mb"] = round(long.stat().st_size / 1e6, 3)
         parse, fold, decode = _interleaved(long)
         out["parse_flagship_54d_s"] = round(parse, 3)

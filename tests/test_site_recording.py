@@ -18,11 +18,14 @@ import pytest
 import simpy
 from clustertop.engine.config import scenario
 from clustertop.engine.config.errors import UserError
+from clustertop.engine.config.geometry import TIERS
 from clustertop.engine.config.phases import CODE
+from clustertop.engine.model.power import PowerModel
 from clustertop.engine.sim import sampling, variability
 from clustertop.engine.sim.activity import NPH, Constant, Running
 from clustertop.engine.sim.lifecycle import JobDriver
 from clustertop.engine.sim.run import Run
+from clustertop.engine.sim.site_power import SitePower
 from clustertop.engine.stream import lines as wire
 from clustertop.engine.stream import recorder
 from clustertop.engine.stream.lines import line, rle_json, wire_time
@@ -37,6 +40,20 @@ def test_time_json_is_orjson_of_the_wire_time() -> None:
         values += [t, round(t, 6) + 5e-7, round(t, 6) - 5e-7, float(rng.randrange(10**9)) / 8]
     for t in values:
         assert wire.time_json(t) == orjson.dumps(wire_time(t)), t
+
+
+def test_times_json_is_time_json_of_each() -> None:
+    rng = random.Random(11)
+    stretch = [86400.0 + k * 6.25 for k in range(40)]           # whole seconds among them: "86425.0"
+    assert wire.times_json(stretch) == [wire.time_json(t) for t in stretch]
+    assert b"86425.0" in wire.times_json(stretch)
+    for _ in range(300):
+        t0, period = 10 ** rng.uniform(-3, 8.9), rng.uniform(1e-3, 50.0)
+        ts = [t0 + k * period for k in range(rng.randrange(1, 30))]
+        assert wire.times_json(ts) == [wire.time_json(t) for t in ts]
+    edges = [0.0, 1e-7, 5e-4, 2.0, 1e9, 3e12]                    # out of the fast range: orjson's
+    assert wire.times_json(edges) == [wire.time_json(t) for t in edges]
+    assert wire.times_json([]) == []
 
 
 def test_step_lines_are_the_events_as_line_writes_them() -> None:
@@ -141,6 +158,49 @@ def test_the_compressing_thread_writes_the_bytes_of_synchronous_gzip(tmp_path: P
     sink.close()
     assert path.read_bytes() == _gzip_by_hand(lines)
     assert sink.bytes_out == path.stat().st_size
+
+
+def test_writelines_writes_the_bytes_of_writing_each_line(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events given many at a time (a stretch of steps) drain the buffer after the same line as one by one, so
+    the gzip chunks, and so the bytes, are the same."""
+    monkeypatch.setattr(recorder, "MEMBER_BYTES", 64 << 10)
+    monkeypatch.setattr(recorder, "BUFFER_BYTES", 8 << 10)
+    rng = random.Random(5)
+    lines = [("sample" if i % 97 == 96 else "event", b'{"i":%d,"x":"%s"}\n' % (i, b"cd" * rng.randrange(80)))
+             for i in range(20_000)]
+    path = tmp_path / "r.jsonl.gz"
+    sink = Recorder.open(str(path))
+    batch: list[bytes] = []
+    for kind, raw in lines:
+        if kind == "sample":
+            sink.writelines(batch)             # most batches stay under BUFFER_BYTES, some cross it
+            batch = []
+            sink.keyframe(raw)
+        else:
+            batch.append(raw)
+            if len(batch) == rng.randrange(1, 400):
+                sink.writelines(batch)
+                batch = []
+    sink.writelines(batch)
+    sink.close()
+    assert path.read_bytes() == _gzip_by_hand(lines)
+    assert sink.lines == len(lines)
+
+
+def test_a_sample_is_one_hand_off_to_the_compressing_thread(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each hand-off wakes the thread and takes the interpreter lock back and forth: a sample's chunk, its
+    sync flush and the output's flush go together."""
+    sink = Recorder.open(str(tmp_path / "r.jsonl.gz"))
+    handed: list[int] = []
+    submit = sink._submit
+    monkeypatch.setattr(sink, "_submit", lambda op, data: (handed.append(op), submit(op, data)))
+    for i in range(50):
+        sink.write(b'{"i":%d}\n' % i)
+        sink.keyframe(b'{"sample":%d}\n' % i)
+    assert len(handed) == 50
+    sink.close()
 
 
 class _FullDisk:
@@ -334,3 +394,87 @@ def test_a_job_waiting_for_a_step_boundary_or_its_wake_resumes_in_the_order_simp
     with_until = _order_of_waits(lambda job, delay: JobDriver._until(job, delay))
     assert with_until == with_condition
     assert with_condition.index(("neighbour", 1.0)) < with_condition.index(("job", 1.0))
+
+
+def test_a_jobs_integrals_in_one_pass_are_the_sums_over_its_segments() -> None:
+    """A sample takes each job's durations, tier loads and wait for its slowest GPU in one pass over the
+    segments of its window: the same sums, term by term, as adding up each segment alone."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=6 * 3600.0, sample_s=3600.0)
+    sink = recorder.ListSink()
+    run.start(sink)
+    while run.env.peek() < 3600.0 * 3 - 1.0:
+        run.env.step()
+    track = run.tracks[0]
+    a, b = 3600.0 * 2 + 0.3, run.now
+    kinds = {type(s.activity) for s in track.segments if s.end > a and s.start < b}
+    assert kinds == {Running, Constant}                  # checkpoints between stretches of steps
+    durations, loads, extra = np.zeros((track.job.pp, NPH)), np.zeros(len(TIERS)), 0.0
+    for seg in track.segments:
+        lo, hi = max(a, seg.start), min(b, seg.end)
+        if hi > lo:
+            durations += seg.activity.durations(lo, hi)
+            if isinstance(seg.activity, Running):
+                plan, x0 = seg.activity.plan, seg.activity.t0
+                loads += plan.tiers.integral(lo - x0, hi - x0)[:, 0]
+                assert plan.extra is not None
+                extra += float(plan.extra.integral(lo - x0, hi - x0)[0, 0])
+    got = track.integrals(a, b)
+    assert got[0].tobytes() == durations.tobytes() == track.durations(a, b).tobytes()
+    assert got[1].tobytes() == loads.tobytes() and got[2] == extra > 0
+
+
+def test_a_window_end_off_a_step_boundary_is_integrated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample's end is the next sample's start: the prefix integral there is looked up once, read-only."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=3600.0)
+    periodic = run.tracks[0].plan.phases
+    calls: list[int] = []
+    g = periodic._g
+    monkeypatch.setattr(periodic, "_g", lambda q: (calls.append(1), g(q))[1])
+    p = periodic.period
+    first = periodic.integral(0.3 * p, 5.6 * p)
+    second = periodic.integral(5.6 * p, 9.1 * p)
+    assert len(calls) == 3
+    assert np.allclose(first + second, periodic.integral(0.3 * p, 9.1 * p))
+    with pytest.raises(ValueError):
+        periodic.at(5.6 * p)[0, 0] = 1.0
+
+
+def test_whole_steps_from_a_segments_start_are_the_periodic_integrals() -> None:
+    """A stretch of steps between checkpoints: its integrals over whole steps are kept per number of steps,
+    the same as each track's (whose periods are the step's, also once stretched by the day's clocks)."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=3600.0)
+    assert run.tracks[0].stretched is not None
+    for plan in (run.tracks[0].stretched, run.tracks[0].stretched.scaled(1.0137)):
+        assert plan.extra is not None
+        assert plan.phases.period == plan.tiers.period == plan.extra.period
+        p = plan.step_time_s
+        for n in (1, 37, 38):
+            x = n * p
+            got = plan.integrals(0.0, x)
+            assert got[0].tobytes() == plan.phases.integral(0.0, x).tobytes()
+            assert got[1].tobytes() == plan.tiers.integral(0.0, x)[:, 0].tobytes()
+            assert got[2] == float(plan.extra.integral(0.0, x)[0, 0])
+            assert plan.integrals(0.0, x) is got             # kept
+        off = plan.integrals(0.0, 3.5 * p)
+        assert off[0].tobytes() == plan.phases.integral(0.0, 3.5 * p).tobytes()
+        assert off[2] == float(plan.extra.integral(0.0, 3.5 * p)[0, 0])
+
+
+def test_the_site_computes_each_level_it_goes_back_to_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints take the site back and forth between a few levels: each level, and each swing between two,
+    is worked out once; the swings written are those of working each out afresh."""
+    run = Run(scenario.load("llama3-405b-16k"), duration_s=6 * 3600.0, sample_s=600.0)
+    calls: list[float] = []
+    site_mw = PowerModel.site_mw
+    monkeypatch.setattr(PowerModel, "site_mw", lambda self, w, n: (calls.append(w), site_mw(self, w, n))[1])
+    checks: list[float] = []
+    check = SitePower.look
+    monkeypatch.setattr(SitePower, "look", lambda self, e=None: (checks.append(1), check(self, e))[1])
+    swings = [orjson.loads(raw) for raw in run.lines() if b'"power_swing"' in raw]
+    assert len(swings) > 50 and len(checks) > len(swings)
+    site_calls = len(calls) - run.stats.samples                  # a sample's own mean: one each
+    assert site_calls < 3 * len(checks) / 10
+    fresh = SitePower(run.env, run.emit, run.power, run.tracks, [], run.gpus)
+    for event in swings:
+        fields = fresh._swing(event["from_mw"], event["to_mw"])
+        assert fields and {k: event[k] for k in fields} == pytest.approx(fields, abs=1e-3)

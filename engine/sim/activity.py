@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..model.plan import StepPlan
 
 NPH = len(PHASES)
 BOUNDARY = 1e-9           # a time within this share of a step from a step boundary is on it (rounding)
+WHOLE = 8                 # CompiledPlan.whole's integrals kept per plan
 WAIT = CODE["dp"]         # where GPUs wait for a straggler: the data-parallel gradient reduction
 
 
@@ -46,6 +47,7 @@ class Periodic:
         self.base = np.arange(n, dtype=np.float64) * self.period
         self.g0 = self._g(self.base)
         self.full: np.ndarray = self._g(self.base + self.period) - self.g0
+        self._last: tuple[float, np.ndarray] = (math.nan, self.full)     # at's last answer off a boundary
 
     def _g(self, q: np.ndarray) -> np.ndarray:
         i = np.minimum(np.maximum(np.searchsorted(self.xs, q, side="right") - 1, 0), self.xs.size - 1)
@@ -60,13 +62,19 @@ class Periodic:
             return k * self.full
         if frac >= (1.0 - BOUNDARY) * self.period:
             return (k + 1) * self.full
+        last = self._last
+        if last[0] == x:                # a sample's end is the next sample's start
+            return last[1]
         total: np.ndarray = k * self.full + self._g(self.base + frac) - self.g0
+        total.flags.writeable = False   # kept: read-only
+        self._last = (x, total)
         return total
 
     def integral(self, xa: float, xb: float) -> np.ndarray:
         if xa == 0.0:                   # a segment from its start: at(0) is zeros, and x - 0 is x
             return self.at(xb)
-        between: np.ndarray = self.at(xb) - self.at(xa)
+        start = self.at(xa)             # first: at(xb) is what the next window asks again
+        between: np.ndarray = self.at(xb) - start
         return between
 
     def scaled(self, k: float) -> Periodic:
@@ -75,6 +83,7 @@ class Periodic:
         out.period = self.period * k
         out.xs, out.vals, out.cum = self.xs * k, self.vals, self.cum * k
         out.base, out.g0, out.full = self.base * k, self.g0 * k, self.full * k
+        out._last = (math.nan, out.full)
         return out
 
     def extremes(self, weights: np.ndarray) -> tuple[float, float]:
@@ -110,6 +119,9 @@ class CompiledPlan:
     extra: Periodic | None = None     # one track, width 1: 1 during the wait for the slowest GPU
     watts: tuple[float, float, float] = (0.0, 0.0, 0.0)   # GPU W of one replica: step mean, lowest, highest
     figures: tuple[int, float, int, float] = (0, 0.0, 1, 1.0)   # tokens, model FLOPs, GPUs, peak TFLOP/s
+    # integrals over whole steps from a segment's start, by the number of steps (whole)
+    _whole: dict[int, tuple[np.ndarray, np.ndarray, float]] = field(default_factory=dict, repr=False,
+                                                                     compare=False)
 
     @classmethod
     def of(cls, scenario: Scenario, job: Job, plan: StepPlan, extra_s: float = 0.0,
@@ -154,6 +166,33 @@ class CompiledPlan:
     def step_time_s(self) -> float:
         return self.phases.period
 
+    def integrals(self, xa: float, xb: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Over [xa, xb] of the step repeated from 0: seconds per stage in each phase, each tier's
+        load-seconds, the seconds waiting for the slowest GPU (Running.integrals)."""
+        if xa == 0.0:
+            period = self.phases.period               # the period of every track (tiers, extra) alike
+            k = math.floor(xb / period)
+            frac = min(max(xb - k * period, 0.0), period)
+            n = k if frac <= BOUNDARY * period else k + 1 if frac >= (1.0 - BOUNDARY) * period else -1
+            if n >= 0:
+                return self.whole(n)
+        extra = self.extra
+        return (self.phases.integral(xa, xb), self.tiers.integral(xa, xb)[:, 0],
+                0.0 if extra is None else float(extra.integral(xa, xb)[0, 0]))
+
+    def whole(self, n: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """`integrals` over n whole steps from 0 (Periodic.at on a boundary: n times a step's), read-only;
+        kept per n (a job's stretches between checkpoints are mostly as many steps long)."""
+        got = self._whole.get(n)
+        if got is None:
+            phases, tiers = n * self.phases.full, (n * self.tiers.full)[:, 0]
+            phases.flags.writeable = tiers.flags.writeable = False
+            extra = 0.0 if self.extra is None else float((n * self.extra.full)[0, 0])
+            if len(self._whole) >= WHOLE:
+                del self._whole[next(iter(self._whole))]
+            got = self._whole[n] = (phases, tiers, extra)
+        return got
+
     def scaled(self, k: float) -> CompiledPlan:
         """The plan with every interval stretched by k: same power, k times the step time."""
         if k == 1.0:
@@ -178,13 +217,11 @@ class Activity:
         """Seconds each pipeline stage spends in each phase over [a, b]: shape (pp, phases)."""
         raise NotImplementedError
 
-    def tier_load(self, a: float, b: float) -> np.ndarray:
-        """Integral of each tier's load over [a, b] (load-seconds), in TIERS order."""
-        return np.zeros(len(TIERS))
-
-    def extra(self, a: float, b: float) -> float:
-        """Seconds of [a, b] in which the job waits for its slowest GPU."""
-        return 0.0
+    def integrals(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """Over [a, b] at once (a sample takes all three): `durations`; the integral of each tier's load
+        (load-seconds, in TIERS order; None: no load); the seconds in which the job waits for its slowest
+        GPU."""
+        return self.durations(a, b), None, 0.0
 
 
 class Running(Activity):
@@ -208,13 +245,8 @@ class Running(Activity):
     def durations(self, a: float, b: float) -> np.ndarray:
         return self.plan.phases.integral(a - self.t0, b - self.t0)
 
-    def tier_load(self, a: float, b: float) -> np.ndarray:
-        return self.plan.tiers.integral(a - self.t0, b - self.t0)[:, 0]
-
-    def extra(self, a: float, b: float) -> float:
-        if self.plan.extra is None:
-            return 0.0
-        return float(self.plan.extra.integral(a - self.t0, b - self.t0)[0, 0])
+    def integrals(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray | None, float]:
+        return self.plan.integrals(a - self.t0, b - self.t0)
 
 
 class Constant(Activity):
@@ -226,6 +258,7 @@ class Constant(Activity):
 
     def durations(self, a: float, b: float) -> np.ndarray:
         return self.onehot * (b - a)
+
 
 
 @functools.cache

@@ -44,6 +44,10 @@ class JobHooks(Protocol):
     def advance(self, t: float) -> None:
         """Write the steps that ended by t: the job's step and token counters are current."""
 
+    def skip(self, delay: float) -> bool:
+        """Pass a wait of `delay` at once when nothing else is due during it; False: nothing done (yield
+        env.timeout(delay) instead). The same run either way."""
+
     def switch(self, track: JobTrack, activity: Activity) -> None:
         """From now on the job does `activity`."""
 

@@ -212,7 +212,9 @@ class JobDriver:
             if at is None:
                 yield self.wake                # nothing until an interrupt or a new step
                 continue
-            yield self._until(max(at - env.now, 0.0))
+            delay = max(at - env.now, 0.0)
+            if not self.run.skip(delay):       # nothing else due by then: at once
+                yield self._until(delay)
             if env.now < at - EPS:             # woken by a new step: look again at what is due
                 continue
             if self.next_retune() <= env.now + EPS:
@@ -252,13 +254,15 @@ class JobDriver:
         writing = self.writing = Writing(env.now, saved)
         run.switch(track, Constant("checkpoint", track.job.pp))
         if mode == "sync":
-            yield env.timeout(self.ckpt.write_s)
+            if not run.skip(self.ckpt.write_s):
+                yield env.timeout(self.ckpt.write_s)
             self.writing = None
             self._commit(writing)
             run.resume(track)
             self.next_ckpt = env.now + self.ckpt.interval_s
         else:
-            yield env.timeout(self.ckpt.stall_s)   # the snapshot to host memory; the write goes on behind
+            if not run.skip(self.ckpt.stall_s):   # the snapshot to host memory; the write goes on behind
+                yield env.timeout(self.ckpt.stall_s)
             self.writing = None
             run.resume(track)
             self._abort(self.behind)            # a newer snapshot supersedes a write still in flight

@@ -45,9 +45,9 @@ from ..model.layout import Layout
 from ..model.plan import StepPlan
 from ..model.power import PowerModel
 from ..stream import schema
-from ..stream.lines import OPT_PART, line, time_json, wire_time
-from ..stream.recorder import ListSink, Sink
-from . import faults, hooks, variability
+from ..stream.lines import OPT_PART, line, times_json, wire_time
+from ..stream.recorder import ListSink, Sink, write_many
+from . import faults, hooks, shortcut, variability
 from .activity import Activity, CompiledPlan, Constant, Running, Segment
 from .header import run_header
 from .lifecycle import PLANNED, JobDriver, Maintenance, SparePool
@@ -131,6 +131,7 @@ class Run:
         self.site_power = SitePower(self.env, self.emit, self.power, self.tracks, self.overrides,
                                     self.topology.gpus)
         self._sink: Sink | None = None
+        self._write_lines: Callable[[list[bytes]], None] | None = None      # the sink's writelines (start)
         self._step_due = -math.inf          # no step of any job ends before this time (advance)
         self._step_bytes: dict[int, tuple[bytes, int, CompiledPlan]] = {}   # per job (_step_template)
 
@@ -212,6 +213,12 @@ class Run:
         """
         track.process.interrupt(perturbation)
 
+    def skip(self, delay: float) -> bool:
+        """Pass a wait of `delay` in a job's process at once, when nothing else is due during it
+        (engine/sim/shortcut.py); False: nothing done, wait with a timeout."""
+        site = self.site_power
+        return shortcut.skip(self.env, delay, self.duration_s, site.pending, site.look)
+
     def override(self, first: int, count: int, phase: str) -> Override:
         """Force a phase on GPUs [first, first + count) from now until `clear_override`."""
         self.advance(self.env.now)
@@ -276,6 +283,7 @@ class Run:
         if self._sink is not None:
             raise RuntimeError("a Run runs once")
         self._sink = sink
+        self._write_lines = write_many(sink)
         sink.write(line(self.header()))
         env, f = self.env, self.scenario.faults
         for track in self.tracks:
@@ -404,53 +412,55 @@ class Run:
         next step can end (reset when a job switches activity), so those return at once."""
         if t < self._step_due:
             return
-        pending: list[tuple[float, int, bytes]] = []
         due = math.inf
-        jobs = 0
+        stretches: list[tuple[list[float], int, list[bytes]]] = []
         for track in self.tracks:
             act = track.segments[-1].activity if track.segments else None
             if not isinstance(act, Running):
                 continue
-            if t >= act.due and self._steps(track, act, t, pending):     # else its next step ends later
-                jobs += 1
+            if t >= act.due:               # else its next step ends later
+                got = self._steps(track, act, t)
+                if got is not None:
+                    stretches.append(got)
             due = min(due, act.due)
         self._step_due = due
-        if not pending:
+        if not stretches:
             return
-        if jobs > 1:
-            pending.sort()                  # by time, then job (a job's steps have distinct times)
-        assert self._sink is not None
-        self.stats.events += len(pending)
-        write = self._sink.write
-        for _, _, text in pending:
-            write(text)
+        if len(stretches) == 1:
+            lines = stretches[0][2]
+        else:                               # by time, then job (a job's steps have distinct times)
+            pending = sorted((when, index, text) for whens, index, texts in stretches
+                             for when, text in zip(whens, texts))
+            lines = [text for _, _, text in pending]
+        assert self._write_lines is not None
+        self.stats.events += len(lines)
+        self._write_lines(lines)
 
-    def _steps(self, track: JobTrack, act: Running, t: float,
-               pending: list[tuple[float, int, bytes]]) -> bool:
-        """The job's steps that ended by t, as (time, job, line) in `pending`, and its counters after them;
-        False when none did."""
+    def _steps(self, track: JobTrack, act: Running, t: float) -> tuple[list[float], int, list[bytes]] | None:
+        """The job's steps that ended by t, as (their times, the job, their lines), and its counters after
+        them; None when none did."""
         plan = act.plan
         period = plan.step_time_s
         last = math.floor((t - act.t0) / period + 1e-9)
         first = act.emitted + 1
         if last < first:
-            return False
+            return None
         template, tokens = self._step_template(track, plan)
-        t0, step0, tokens0, index = act.t0, act.step0, act.tokens0, track.index
-        for k in range(first, last + 1):
-            when = t0 + k * period
-            pending.append((when, index, template % (time_json(when), step0 + k, tokens0 + k * tokens)))
+        t0, step0, tokens0 = act.t0, act.step0, act.tokens0
+        ks = range(first, last + 1)
+        whens = [t0 + k * period for k in ks]
+        lines = [template % (when, step0 + k, tokens0 + k * tokens) for when, k in zip(times_json(whens), ks)]
         productive = track.productive_s
-        for _ in range(last - first + 1):          # added one step at a time (the same sum)
+        for _ in ks:                               # added one step at a time (the same sum)
             productive += period
         track.productive_s = productive
         track.step, track.tokens_total = step0 + last, tokens0 + last * tokens
         track.last_kpi = plan.kpi
-        self.stats.steps += last - first + 1
-        self.stats.tokens += (last - first + 1) * tokens
+        self.stats.steps += len(ks)
+        self.stats.tokens += len(ks) * tokens
         act.emitted = last
         act.due = act.next_due()
-        return True
+        return whens, track.index, lines
 
     def _step_template(self, track: JobTrack, plan: CompiledPlan) -> tuple[bytes, int]:
         """A job's step line with its current plan, serialized once: a %-template of the line (`line()` of

@@ -155,24 +155,26 @@ class Sampler:
         watts = self.power.phase_w
         gpu_watts = self.idle_gpus * self.power.idle_w
         stages: dict[int, StageMeans] = {}
+        extras: dict[int, float] = {}
         loads = np.zeros((len(self.tracks), len(TIERS)))
         for track in self.tracks:
-            d = track.durations(a, b)
+            d, load, extras[track.index] = track.integrals(a, b)
             means = StageMeans(d, np.rint(d @ PHASE_UTIL * (100.0 / span)).astype(np.int64), d @ watts / span,
                                d.argmax(axis=1))
             stages[track.index] = means
             j = track.job
             gpu_watts += float(means.power.sum()) * (j.tp * j.cp * j.dp)
-            loads[track.index] = track.tier_load(a, b) / span
+            loads[track.index] = load / span
         overrides = [o for o in self.overrides if o.start < b and o.end > a]
-        patch = self._patch(stages, overrides, a, b)
+        patch = self._patch(stages, extras, overrides, a, b)
         if patch is not None:
             gpu_watts += float(patch.power.sum() - self.row_values(stages)[1][patch.rows].sum())
         return Measurement(a, b, stages, loads, gpu_watts, overrides, patch)
 
-    def _patch(self, stages: dict[int, StageMeans], overrides: list[Override], a: float,
-               b: float) -> Patch | None:
-        """Per-GPU means of the GPUs that break the symmetry: stragglers, then overrides (later ones win)."""
+    def _patch(self, stages: dict[int, StageMeans], extras: dict[int, float], overrides: list[Override],
+               a: float, b: float) -> Patch | None:
+        """Per-GPU means of the GPUs that break the symmetry: stragglers (`extras`: each job's seconds waiting
+        for its slowest GPU), then overrides (later ones win)."""
         pos: list[np.ndarray] = []
         rows: list[np.ndarray] = []
         for track in self.tracks:
@@ -180,7 +182,7 @@ class Sampler:
             if st is None:
                 continue
             r = stages[track.index].durations[st.stage]
-            extra = track.extra(a, b)
+            extra = extras[track.index]
             if extra > 0:
                 shift = st.phi * extra
                 r[:, COMPUTE] += shift

@@ -24,6 +24,7 @@ from .overrides import Override
 from .track import JobTrack, idle_gpus
 
 COMPUTE = CODE["compute"]
+KEPT = 256                # site levels and swings kept (_levels, _swings); the oldest go first
 KNOWN = 16                # step plans and phases of a job whose watts are kept (plans come back: checkpoints,
 #                           restarts, the day's clocks)
 
@@ -42,31 +43,51 @@ class SitePower:
         self.level_mw: float | None = None     # the site's load level (power swings)
         self.min_mw = math.inf                 # instantaneous extremes of site power over the run
         self.max_mw = -math.inf
-        self._pending = False
+        self.pending: simpy.Event | None = None   # the look at the level once this instant is done (changed)
         self._last: dict[int, tuple[object, tuple[float, float, float]]] = {}   # job: (activity, W) last seen
         # per job, by id of a step plan or phase it has had: (that plan or phase, W), the oldest go first
         self._known: dict[int, dict[int, tuple[object, tuple[float, float, float]]]] = {}
+        # the site's MW by the jobs' watts (no override in force), and a swing's fields by (from, to) MW: the
+        # site goes back and forth between a few levels (training, checkpoints)
+        self._levels: dict[tuple[tuple[float, float, float], ...], tuple[float, float, float]] = {}
+        self._swings: dict[tuple[float, float], dict[str, Any]] = {}
 
     def changed(self) -> None:
         """Something changed what GPUs draw: look at the site once everything at this instant is done."""
-        if self._pending:
+        if self.pending is not None:
             return
-        self._pending = True
-        self.env.timeout(0).callbacks.append(self._check)
+        self.pending = self.env.timeout(0)
+        self.pending.callbacks.append(self.look)
 
-    def _check(self, _event: Any = None) -> None:
-        self._pending = False
-        power = self.power
+    def look(self, _event: Any = None) -> None:
+        """The site's level now: its extremes, and a swing if it jumped (the pending event's callback, or run
+        in its place: engine/sim/shortcut.py). It schedules nothing."""
+        self.pending = None
         level, lo, hi = self.now()
         self.min_mw = min(self.min_mw, lo)
         self.max_mw = max(self.max_mw, hi)
         prev, self.level_mw = self.level_mw, level
-        if prev is not None and abs(level - prev) > power.swing_threshold_mw(prev):
-            fields: dict[str, Any] = {"from_mw": round(prev, 3), "to_mw": round(level, 3),
-                                      "delta_mw": round(level - prev, 3)}
-            if power.over_budget(level):
-                fields["over_budget"] = True
-            self.emit(schema.POWER_SWING, **fields)
+        if prev is None:
+            return
+        swing = self._swings.get((prev, level))
+        if swing is None:
+            swing = self._swing(prev, level)
+            if len(self._swings) >= KEPT:
+                del self._swings[next(iter(self._swings))]
+            self._swings[(prev, level)] = swing
+        if swing:
+            self.emit(schema.POWER_SWING, **swing)
+
+    def _swing(self, prev: float, level: float) -> dict[str, Any]:
+        """The fields of a power swing from `prev` to `level` (MW), or none if the change is not one."""
+        power = self.power
+        if not abs(level - prev) > power.swing_threshold_mw(prev):
+            return {}
+        fields: dict[str, Any] = {"from_mw": round(prev, 3), "to_mw": round(level, 3),
+                                  "delta_mw": round(level - prev, 3)}
+        if power.over_budget(level):
+            fields["over_budget"] = True
+        return fields
 
     def job_watts(self, track: JobTrack) -> tuple[float, float, float]:
         """GPU watts of one job now: its level (a running job's step mean), lowest and highest instants
@@ -109,21 +130,38 @@ class SitePower:
 
     def now(self) -> tuple[float, float, float]:
         """Site MW now: (level, lowest, highest), with the overrides in force."""
-        power = self.power
-        level = lo = hi = self._idle_w
         job_watts, last = self.job_watts, self._last
+        watts = []
         for track in self.tracks:
             segments = track.segments
             got = last.get(track.index)
             if got is not None and segments and got[0] is segments[-1].activity:     # job_watts, inlined
-                a, b, c = got[1]
+                watts.append(got[1])
             else:
-                a, b, c = job_watts(track)
+                watts.append(job_watts(track))
+        now = self.env.now
+        active = [o for o in self.overrides if o.start <= now < o.end] if self.overrides else None
+        if active:
+            return self._site(watts, active)
+        key = tuple(watts)
+        got_mw = self._levels.get(key)
+        if got_mw is None:
+            got_mw = self._site(watts, None)
+            if len(self._levels) >= KEPT:
+                del self._levels[next(iter(self._levels))]
+            self._levels[key] = got_mw
+        return got_mw
+
+    def _site(self, watts: list[tuple[float, float, float]],
+              active: list[Override] | None) -> tuple[float, float, float]:
+        """Site MW (level, lowest, highest) of the jobs' GPU watts (in track order) and the overrides in
+        force."""
+        power = self.power
+        level = lo = hi = self._idle_w
+        for a, b, c in watts:
             level += a
             lo += b
             hi += c
-        now = self.env.now
-        active = [o for o in self.overrides if o.start <= now < o.end] if self.overrides else None
         if active:
             idle = power.idle_w
             w = power.phase_w

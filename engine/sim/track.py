@@ -7,6 +7,7 @@ restarts, and drops those that no later sample can overlap.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ import numpy as np
 from ..config.geometry import TIERS, JobGeometry
 from ..config.job import Job
 from ..model.layout import Layout
-from .activity import NPH, Activity, CompiledPlan, Segment
+from .activity import NPH, Activity, CompiledPlan, Constant, Segment
 
 if TYPE_CHECKING:
     from .lifecycle import JobDriver
@@ -64,21 +65,34 @@ class JobTrack:
                 total += seg.activity.durations(lo, hi)
         return total
 
-    def tier_load(self, a: float, b: float) -> np.ndarray:
-        total = np.zeros(len(TIERS))
+    def integrals(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Over [a, b], in one pass over the segments (a sample takes all three; each the sum over the
+        segments in order, as alone): seconds per stage in each phase (`durations`), each tier's load-seconds,
+        and the seconds the job waits for its slowest GPU (Activity.integrals)."""
+        total = _zeros(self.job.pp).copy()    # np.zeros of a few kB lets go of the interpreter lock (calloc):
+        loads = _zeros(0).copy()              # a copy keeps it, so the gzip thread does not cut in
+        extra = 0.0
         for seg in self.segments:
             lo, hi = max(a, seg.start), min(b, seg.end)
             if hi > lo:
-                total += seg.activity.tier_load(lo, hi)
-        return total
+                act = seg.activity
+                if act.__class__ is Constant:     # its durations only (adding zeros changes nothing)
+                    total += act.onehot * (hi - lo)
+                    continue
+                d, load, e = act.integrals(lo, hi)
+                total += d
+                if load is not None:
+                    loads += load
+                extra += e
+        return total, loads, extra
 
-    def extra(self, a: float, b: float) -> float:
-        total = 0.0
-        for seg in self.segments:
-            lo, hi = max(a, seg.start), min(b, seg.end)
-            if hi > lo:
-                total += seg.activity.extra(lo, hi)
-        return total
+
+@functools.cache
+def _zeros(pp: int) -> np.ndarray:
+    """Zeros to start a job's sums from: (pp, phases), or the tiers for pp = 0 (read-only: copied)."""
+    out = np.zeros((pp, NPH)) if pp else np.zeros(len(TIERS))
+    out.flags.writeable = False
+    return out
 
 
 def idle_gpus(tracks: list[JobTrack], gpus: int) -> int:

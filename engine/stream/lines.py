@@ -37,6 +37,14 @@ def time_json(t: float) -> bytes:
     return orjson.dumps(wire_time(t))
 
 
+def times_json(ts: list[float]) -> list[bytes]:
+    """`time_json` of each of `ts`, in fewer calls (a stretch of steps)."""
+    if ts and 1e-3 <= min(ts) and max(ts) < 1e9:
+        texts = [(b"%.6f" % t).rstrip(b"0") for t in ts]
+        return [text + b"0" if text[-1] == 46 else text for text in texts]
+    return [time_json(t) for t in ts]
+
+
 def line(obj: dict[str, Any]) -> bytes:
     """One line of the stream (the header, an event): `obj` as JSON and a newline."""
     return orjson.dumps(obj, option=OPT)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import queue
 import threading
 import zlib
+from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
 from ..config.outfile import Output, open_output
@@ -34,11 +35,13 @@ QUEUED = 8                      # chunks waiting for the compressing thread (eac
 _MEMBER = -1                    # a queued operation: end the gzip member and start the next
 _FLUSH_OUT = -2                 # a queued operation: flush the output
 _STOP = -3
+_SAMPLE = -4                    # a queued operation: a sample's chunk, sync-flushed, then the output flushed
 
 
 class Sink(Protocol):
     """Where a writer's lines go: `write(line)` for the header and events, `keyframe(line)` for samples (a
-    reader may start at any of them)."""
+    reader may start at any of them). A sink may also take many events at once, `writelines(lines)` (the
+    same as writing each; a writer looks for it with `write_many`)."""
 
     def write(self, line: bytes) -> None: ...
     def keyframe(self, line: bytes) -> None: ...
@@ -54,6 +57,23 @@ class ListSink:
         self.lines.append(line)
 
     keyframe = write
+
+    def writelines(self, lines: list[bytes]) -> None:
+        self.lines += lines
+
+
+def write_many(sink: Sink) -> Callable[[list[bytes]], None]:
+    """The sink's `writelines`, or one that writes each line (a sink with `write` and `keyframe` only)."""
+    many: Callable[[list[bytes]], None] | None = getattr(sink, "writelines", None)
+    if many is not None:
+        return many
+    write = sink.write
+
+    def each(lines: list[bytes]) -> None:
+        for item in lines:
+            write(item)
+
+    return each
 
 
 class Recorder:
@@ -93,6 +113,17 @@ class Recorder:
         if self.buffered >= BUFFER_BYTES:
             self._drain(zlib.Z_NO_FLUSH)
 
+    def writelines(self, lines: list[bytes]) -> None:
+        """Events, the same as writing each (the buffer drains after the same line), in fewer calls."""
+        size = sum(map(len, lines))
+        if self.buffered + size >= BUFFER_BYTES:      # it drains after one of them: where write would
+            for item in lines:
+                self.write(item)
+            return
+        self.buffer += lines
+        self.buffered += size
+        self.lines += len(lines)
+
     def keyframe(self, line: bytes) -> None:
         """A sample: may open a new gzip member (so that it starts with this line), then flush."""
         if self._z is not None and self.member + self.buffered >= MEMBER_BYTES:
@@ -100,8 +131,7 @@ class Recorder:
             self._submit(_MEMBER, b"")
             self.member = 0
         self.write(line)
-        self._drain(zlib.Z_SYNC_FLUSH)
-        self._submit(_FLUSH_OUT, b"")
+        self._drain(_SAMPLE)
 
     def flush(self) -> None:
         """Write out what is buffered now (paced live runs);
@@ -120,15 +150,16 @@ class Recorder:
         self._submit(mode, data)
 
     def _submit(self, op: int, data: bytes) -> None:
-        """Compress and write a chunk (op: its zlib flush mode), end a member, or flush the output: on the
-        compressing thread for gzip (in order), here for plain output."""
+        """Compress and write a chunk (op: its zlib flush mode, or _SAMPLE: sync-flushed and the output
+        flushed, one hand-off a sample), end a member, or flush the output: on the compressing thread for gzip
+        (in order), here for plain output."""
         if self._error is not None:
             raise self._error
         if self._z is None:
-            if op == _FLUSH_OUT:
-                self.out.flush()
-            else:
+            if op != _FLUSH_OUT:
                 self._emit(data)
+            if op in (_FLUSH_OUT, _SAMPLE):
+                self.out.flush()
             return
         if self._queue is None:
             self._queue = queue.Queue(QUEUED)
@@ -163,7 +194,9 @@ class Recorder:
         else:
             self._emit(z.compress(data))
             if op != zlib.Z_NO_FLUSH:
-                self._emit(z.flush(op))
+                self._emit(z.flush(zlib.Z_SYNC_FLUSH if op == _SAMPLE else op))
+            if op == _SAMPLE:
+                self.out.flush()
 
     def _wait(self) -> None:
         """Until the compressing thread has done everything queued; its error, if any, raised here."""
