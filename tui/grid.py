@@ -141,7 +141,7 @@ class Layout:
                 # numpy's float32 mean of rows this short adds each row's values in order, as float32, at a
                 # cost per row: the same sums a column at a time (from 8 values on numpy sums pairwise)
                 rows = rows.astype(np.float32, copy=False)
-                sums = rows[:, 0].copy()
+                sums = rows[:, 0] + np.float32(0)        # (-0.0 + 0 is 0.0, as numpy's mean gives)
                 for k in range(1, self.g):
                     sums += rows[:, k]
                 sums /= np.float32(self.g)
