@@ -168,9 +168,9 @@ def _route(cluster: Cluster, job: Placement, dims: tuple[str, ...], pattern: str
     offsets = lattice_points(0, inner)
     size = offsets.size                                           # members per group
     first = job.first_gpu + offsets
-    node = first // topo.gpus_per_node
+    node = np.sort(first // topo.gpus_per_node)               # node[0]: the first member's (offset 0)
     q = int(np.sum(node == node[0]))
-    k = int(np.count_nonzero(node[1:] != node[:-1])) + 1      # (the members sit in GPU order)
+    k = int(np.count_nonzero(node[1:] != node[:-1])) + 1      # the nodes the group spans
     outermost = topo.outermost_of_lattice(job.first_gpu, outer, int(offsets[-1]))
     tier = TIERS[outermost]
     end = job.first_gpu + job.gpus          # the groups hold every GPU of the job: [first_gpu, end)

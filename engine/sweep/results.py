@@ -169,8 +169,9 @@ class Outcome:
 
 
 def _values(item: Facts | Outcome) -> tuple[Any, ...]:
-    """A record's facts or outcome pickled as its values, as it is made (a sweep's workers send thousands: the
-    state dataclasses give a frozen slotted class looks its fields up for every object)."""
+    """A record's facts or outcome pickled as the tuple of its field values, rebuilt by calling the class (a
+    sweep's workers send thousands: pickling the instance state of a frozen slotted dataclass looks its fields
+    up for every object)."""
     return _GETTERS[type(item)](item)
 
 
