@@ -25,7 +25,7 @@ FLAGSHIP = "llama3-405b-16k"
 SITE = "meta-129k-h100"
 
 
-def _time(fn, repeat: int = 3) -> float:  # type: ignore[no-untyped-def]
+def _time(fn, repeat: int = 20) -> float:  # type: ignore[no-untyped-def]
     """Best of `repeat` cold runs (caches cleared before each), in seconds."""
     best = float("inf")
     for _ in range(repeat):
