@@ -144,13 +144,20 @@ def _gzip_by_hand(lines: list[tuple[str, bytes]], level: int = 6) -> bytes:
     return b"".join(out)
 
 
-def test_the_compressing_thread_writes_the_bytes_of_synchronous_gzip(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def _small_buffers_and_lines(monkeypatch: pytest.MonkeyPatch, seed: int, every: int, fill: bytes,
+                             longest: int) -> list[tuple[str, bytes]]:
+    """The recorder with small gzip members and buffers, and 20,000 lines of random lengths, every `every`-th
+    a sample (a keyframe)."""
     monkeypatch.setattr(recorder, "MEMBER_BYTES", 64 << 10)
     monkeypatch.setattr(recorder, "BUFFER_BYTES", 8 << 10)
-    rng = random.Random(3)
-    lines = [("sample" if i % 50 == 49 else "event", b'{"i":%d,"x":"%s"}\n' % (i, b"ab" * rng.randrange(60)))
-             for i in range(20_000)]
+    rng = random.Random(seed)
+    return [("sample" if i % every == every - 1 else "event",
+             b'{"i":%d,"x":"%s"}\n' % (i, fill * rng.randrange(longest))) for i in range(20_000)]
+
+
+def test_the_compressing_thread_writes_the_bytes_of_synchronous_gzip(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = _small_buffers_and_lines(monkeypatch, 3, 50, b"ab", 60)
     path = tmp_path / "r.jsonl.gz"
     sink = Recorder.open(str(path))
     for kind, raw in lines:
@@ -164,11 +171,7 @@ def test_writelines_writes_the_bytes_of_writing_each_line(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Events given many at a time (a stretch of steps) drain the buffer after the same line as one by one, so
     the gzip chunks, and so the bytes, are the same."""
-    monkeypatch.setattr(recorder, "MEMBER_BYTES", 64 << 10)
-    monkeypatch.setattr(recorder, "BUFFER_BYTES", 8 << 10)
-    rng = random.Random(5)
-    lines = [("sample" if i % 97 == 96 else "event", b'{"i":%d,"x":"%s"}\n' % (i, b"cd" * rng.randrange(80)))
-             for i in range(20_000)]
+    lines = _small_buffers_and_lines(monkeypatch, 5, 97, b"cd", 80)
     path = tmp_path / "r.jsonl.gz"
     sink = Recorder.open(str(path))
     batch: list[bytes] = []
