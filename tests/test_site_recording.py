@@ -172,6 +172,7 @@ def test_writelines_writes_the_bytes_of_writing_each_line(tmp_path: Path,
     """Events given many at a time (a stretch of steps) drain the buffer after the same line as one by one, so
     the gzip chunks, and so the bytes, are the same."""
     lines = _small_buffers_and_lines(monkeypatch, 5, 97, b"cd", 80)
+    rng = random.Random(6)                     # the batches' lengths
     path = tmp_path / "r.jsonl.gz"
     sink = Recorder.open(str(path))
     batch: list[bytes] = []
