@@ -93,7 +93,7 @@ def grid(model: Model, p: int, v: int) -> Grid:
     ends[0] += 2
     ends[-1] += 1
     keys = list(zip(counts, moe, moe_first, ends))
-    index, distinct = _distinct(keys)
+    index, distinct = _first_seen(keys)
     chunks = tuple(Chunk(n, bool(e & 2), bool(e & 1), k, model.mtp_layers if e & 1 else 0, first)
                    for n, k, first, e in distinct)
     at, layers = (np.ascontiguousarray(np.reshape(x, (v, p)).T) for x in (index, counts))
@@ -101,11 +101,11 @@ def grid(model: Model, p: int, v: int) -> Grid:
         x.flags.writeable = False                   # shared by every evaluation with this layout
     if v == 1:
         return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(index))
-    stage_at, stages = _distinct(list(zip(*(index[c * p:(c + 1) * p] for c in range(v)))))
+    stage_at, stages = _first_seen(list(zip(*(index[c * p:(c + 1) * p] for c in range(v)))))
     return Grid(chunks, at, layers, tuple(stages), tuple(stage_at))
 
 
-def _distinct(keys: list[K]) -> tuple[list[int], list[K]]:
+def _first_seen(keys: list[K]) -> tuple[list[int], list[K]]:
     """Each key's place among the distinct keys, and the distinct keys in the order they first come."""
     distinct = list(dict.fromkeys(keys))
     place = {key: i for i, key in enumerate(distinct)}

@@ -256,10 +256,10 @@ def _distinct_demands(demand: np.ndarray, edges: np.ndarray | None, q: int) -> n
     when the caller has them."""
     if edges is not None:
         return np.flatnonzero(np.bincount(edges)) * float(q)
-    return _distinct(np.round(demand, 3))
+    return _sorted_distinct(np.round(demand, 3))
 
 
-def _distinct(values: np.ndarray) -> np.ndarray:
+def _sorted_distinct(values: np.ndarray) -> np.ndarray:
     """np.unique(values) without it: np.unique asks numpy.ma whether the array is masked, and importing
     numpy.ma costs a process ~20 ms (every sweep worker, every `clustertop estimate`)."""
     ordered = np.sort(values)

@@ -369,7 +369,11 @@ def straggler_factor(sigma: float, slow_fraction: float, slow_factor: float, n: 
     from math import erf, sqrt
 
     y = np.linspace(-8 * sigma, 8 * sigma - ln_s, 4001)          # ln x
-    phi = np.vectorize(lambda z: 0.5 * (1 + erf(z / sqrt(2))))
+    root2 = sqrt(2)
+
+    def phi(z: np.ndarray) -> np.ndarray:      # the normal CDF, an erf a point (half np.vectorize's cost)
+        return np.array([0.5 * (1 + erf(x / root2)) for x in z.tolist()])
+
     cdf = (1 - slow_fraction) * phi(y / sigma) + slow_fraction * phi((y + ln_s) / sigma)
     x = np.exp(y)
     tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** n
