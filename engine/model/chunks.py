@@ -99,8 +99,6 @@ def grid(model: Model, p: int, v: int) -> Grid:
     at, layers = (np.ascontiguousarray(np.reshape(x, (v, p)).T) for x in (index, counts))
     for x in (at, layers):
         x.flags.writeable = False                   # shared by every evaluation with this layout
-    if v == 1:
-        return Grid(chunks, at, layers, tuple((i,) for i in range(len(chunks))), tuple(index))
     stage_at, stages = _first_seen(list(zip(*(index[c * p:(c + 1) * p] for c in range(v)))))
     return Grid(chunks, at, layers, tuple(stages), tuple(stage_at))
 

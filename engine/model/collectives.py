@@ -244,7 +244,7 @@ def _block_loads(cluster: Cluster, topo: Geometry, tier: str, block: int, over: 
             return _distinct_pairs(np.round(demand, 3), paths)
         return [(x, float(paths[0])) for x in _distinct_demands(demand, edges, q).tolist()]
     full = max(1.0, float(math.floor(float(block) / over)))
-    last = max(1.0, float(math.floor(float(min(block, max(1, cluster.gpus - (n - 1) * block))) / over)))
+    last = max(1.0, float(math.floor(float(_last_block_gpus(cluster, block, n)) / over)))
     if n == 1 or full == last:
         return [(x, last) for x in _distinct_demands(demand, edges, q).tolist()]
     head = _distinct_demands(demand[:-1], None if edges is None else edges[:-1], q)
@@ -369,8 +369,13 @@ def ecmp_max_load(connections: float, paths: int, flows: int) -> float:
 def _block_capacity(cluster: Cluster, topo: Geometry, block: int, n: int) -> np.ndarray:
     """GPUs physically present in each block (the last one may be partial)."""
     capacity = np.full(n, float(block))
-    capacity[-1] = min(block, max(1, cluster.gpus - (n - 1) * block))     # the others hold `block` each
+    capacity[-1] = _last_block_gpus(cluster, block, n)                   # the others hold `block` each
     return capacity
+
+
+def _last_block_gpus(cluster: Cluster, block: int, n: int) -> int:
+    """GPUs in the last of n blocks of `block` (the cluster may end part-way through it)."""
+    return min(block, max(1, cluster.gpus - (n - 1) * block))
 
 
 # ------------------------------------------------------------------------------------------- bandwidths
