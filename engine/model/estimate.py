@@ -498,7 +498,7 @@ def to_json(est: ScenarioEstimate) -> dict[str, Any]:
 
 def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
-    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.total_params,
+    for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.mtp_cost, cm.total_params,
                    cm.model_flops_per_token, col._route, col.ecmp_max_load, step._net, chunks.grid,
                    chunks.stage_columns, step._evaluate_cached, pipeline._program, pipeline._waves,
                    pipeline.order):
