@@ -73,6 +73,7 @@ class Inspector(QuietStatic):
             text.append(f" · host {host}", style="bold")
         text.append("\n")
         job = jobinfo.job_of(state, gpu0)
+        r0: dict[str, int] | None = None
         if job is None:
             text.append("no job", style="dim")
         else:
@@ -105,7 +106,7 @@ class Inspector(QuietStatic):
             text.append(" · power " + ("no data" if no_power is not None and no_power[gpu0] else
                                        f"{float(power[0]):.0f} W"))
             capacity = jobinfo.capacity_gb(state)
-            mem = jobinfo.memory_gb(job, jobinfo.ranks(job, gpu0)["pp"]) if job else None
+            mem = jobinfo.memory_gb(job, r0["pp"]) if job is not None and r0 is not None else None
             measured = jobinfo.measured_memory_gb(state, gpu0)
             if measured is not None:
                 mem = measured
