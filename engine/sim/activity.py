@@ -45,13 +45,15 @@ class Periodic:
         self.cum = np.concatenate([np.zeros((1, self.vals.shape[1])),
                                    np.cumsum(self.vals * lengths[:, None], axis=0)])
         self.base = np.arange(n, dtype=np.float64) * self.period
+        self.cum_scale = 1.0      # `cum` times this is the table (scaled: multiplied at a lookup)
         self.g0 = self._g(self.base)
         self.full: np.ndarray = self._g(self.base + self.period) - self.g0
         self._last: tuple[float, np.ndarray] = (math.nan, self.full)     # at's last answer off a boundary
 
     def _g(self, q: np.ndarray) -> np.ndarray:
         i = np.minimum(np.maximum(np.searchsorted(self.xs, q, side="right") - 1, 0), self.xs.size - 1)
-        g: np.ndarray = self.cum[i] + (q - self.xs[i])[:, None] * self.vals[i]
+        cum = self.cum[i] if self.cum_scale == 1.0 else self.cum[i] * self.cum_scale    # == (cum * k)[i]
+        g: np.ndarray = cum + (q - self.xs[i])[:, None] * self.vals[i]
         return g
 
     def at(self, x: float) -> np.ndarray:
@@ -78,10 +80,13 @@ class Periodic:
         return between
 
     def scaled(self, k: float) -> Periodic:
-        """The same tracks with time stretched by k (every integral scales by k)."""
+        """The same tracks with time stretched by k (every integral scales by k). The cumulative table is
+        shared, its rows scaled as they are looked up (a day's clocks stretch a large plan's step every few
+        minutes, and few of its rows are ever read): the same products as scaling the table here."""
         out = object.__new__(Periodic)
         out.period = self.period * k
-        out.xs, out.vals, out.cum = self.xs * k, self.vals, self.cum * k
+        out.xs, out.vals = self.xs * k, self.vals
+        out.cum, out.cum_scale = (self.cum, k) if self.cum_scale == 1.0 else (self.cum * self.cum_scale, k)
         out.base, out.g0, out.full = self.base * k, self.g0 * k, self.full * k
         out._last = (math.nan, out.full)
         return out

@@ -109,7 +109,13 @@ class Sampler:
         slow = [t.stragglers.gpus for t in self.tracks if t.stragglers is not None]
         self.slow_gpus = np.concatenate(slow) if slow else np.zeros(0, np.int64)
         self.slow_order = np.argsort(self.slow_gpus, kind="stable")
-        self.static_split = self.split(self.slow_gpus[self.slow_order])
+        self._slow_sorted = bool(np.all(self.slow_order == np.arange(self.slow_order.size)))
+        static_gpus = self.slow_gpus[self.slow_order]
+        self.static_split = self.split(static_gpus)
+        self._static_rows = self._rows_of(static_gpus)
+        # each scope's tiers (links: in TIERS order)
+        self._scope_tiers = [(scope, [(i, tier) for i, tier in enumerate(TIERS) if LINK_SCOPE[tier] == scope])
+                             for scope in dict.fromkeys(LINK_SCOPE[tier] for tier in TIERS)]
         self.scopes = {"pod": _Blocks(self.tracks, topo.gpus, topo.gpus_per_pod),
                        "building": _Blocks(self.tracks, topo.gpus, topo.gpus_per_building)}
         # Capacity left of each tier's blocks (cluster.degraded):
@@ -167,9 +173,11 @@ class Sampler:
             loads[track.index] = load / span
         overrides = [o for o in self.overrides if o.start < b and o.end > a]
         patch = self._patch(stages, extras, overrides, a, b)
+        rows = None
         if patch is not None:
-            gpu_watts += float(patch.power.sum() - self.row_values(stages)[1][patch.rows].sum())
-        return Measurement(a, b, stages, loads, gpu_watts, overrides, patch)
+            rows = self.row_values(stages)
+            gpu_watts += float(patch.power.sum() - rows[1][patch.rows].sum())
+        return Measurement(a, b, stages, loads, gpu_watts, overrides, patch, rows)
 
     def _patch(self, stages: dict[int, StageMeans], extras: dict[int, float], overrides: list[Override],
                a: float, b: float) -> Patch | None:
@@ -199,16 +207,22 @@ class Sampler:
                 static = False
         if not pos:
             return None
-        p, r = np.concatenate(pos), np.concatenate(rows)
+        p, r = (pos[0], rows[0]) if len(pos) == 1 else (np.concatenate(pos), np.concatenate(rows))
         if static:
-            p, r = p[self.slow_order], r[self.slow_order]
+            if not self._slow_sorted:
+                p, r = p[self.slow_order], r[self.slow_order]
         else:
             last = p.size - 1 - np.unique(p[::-1], return_index=True)[1]      # the last row of each GPU wins
             p, r = p[last], r[last]
         span = b - a
         return Patch(p, np.rint(r @ PHASE_UTIL * (100.0 / span)).astype(np.int64),
                      r @ self.power.phase_w / span, r.argmax(axis=1), r, static,
-                     self.unit_rows[np.searchsorted(self.unit_starts, p, side="right") - 1])
+                     self._static_rows if static else self._rows_of(p))
+
+    def _rows_of(self, gpus: np.ndarray) -> np.ndarray:
+        """The row each of `gpus` follows without a patch."""
+        rows: np.ndarray = self.unit_rows[np.searchsorted(self.unit_starts, gpus, side="right") - 1]
+        return rows
 
     def row_values(self, stages: dict[int, StageMeans]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(util %, power W, phase) per row: the stages of every job in track order, then the idle row."""
@@ -221,9 +235,10 @@ class Sampler:
         """The sample line at time t: exact means over [a, b]."""
         m = self.measure(a, b)
         util_b, power_b, phase_b, mix_b = self.arrays(m)
-        links: dict[str, Any] = {}
-        for i, tier in enumerate(TIERS):
-            links[tier] = self.scopes[LINK_SCOPE[tier]].loads(tier, m.loads[:, i])
+        by_tier: dict[str, list[float]] = {}
+        for scope, tiers in self._scope_tiers:
+            by_tier.update(self.scopes[scope].loads(tiers, m.loads))
+        links: dict[str, Any] = {tier: by_tier[tier] for tier in TIERS}
         jobs = {}
         for track in self.tracks:
             status: dict[str, Any] = {"running": track.activity.running, "step": track.step,
@@ -294,7 +309,7 @@ class Sampler:
         cached = self._cache.get(cache_key)
         if cached is not None:
             return (*cached, mix_bytes)
-        util, power, phase = self.row_values(m.stages)
+        util, power, phase = m.rows if m.rows is not None else self.row_values(m.stages)
         row_values = (util, np.rint(power).astype(np.int64), phase)
         if p is None:
             starts, rows, at = self.unit_starts, self.unit_rows, None
@@ -425,13 +440,16 @@ class _Blocks:
                 self.weights[track.index, b] = (hi - lo) / present[b]
         self.capacity: dict[str, np.ndarray] = {}
 
-    def loads(self, tier: str, per_job: np.ndarray) -> list[float]:
-        """A tier's load in each block: each job's load on it weighted by its share of the block's GPUs."""
-        load = per_job @ self.weights
-        if tier in self.capacity:
-            load = load / self.capacity[tier]
-        rounded: list[float] = np.round(np.minimum(load, 1.0), 4).tolist()
-        return rounded
+    def loads(self, tiers: list[tuple[int, str]], per_job: np.ndarray) -> dict[str, list[float]]:
+        """Tiers' loads in each block, by tier (each of `tiers`: its column of `per_job`, (jobs, tiers), and
+        its name): each job's load on it weighted by its share of the block's GPUs."""
+        load = np.empty((len(tiers), self.count))
+        for row, (i, tier) in enumerate(tiers):
+            load[row] = per_job[:, i] @ self.weights
+            if tier in self.capacity:
+                load[row] /= self.capacity[tier]
+        rounded: list[list[float]] = np.minimum(load, 1.0).round(4).tolist()
+        return {tier: values for (_, tier), values in zip(tiers, rounded)}
 
 
 @dataclass
@@ -445,3 +463,4 @@ class Measurement:
     gpu_watts: float
     overrides: list[Override]
     patch: Patch | None = None
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None     # row_values, when the patch needed them
