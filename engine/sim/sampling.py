@@ -29,7 +29,7 @@ from ..config.geometry import TIERS, Geometry, JobGeometry
 from ..config.phases import CODE, PHASES
 from ..model.power import PowerModel
 from ..stream.lines import OPT_PART, rle_json, sample_line
-from ..stream.schema import LINK_SCOPE
+from ..stream.schema import LINK_SCOPE, run_lengths
 from .activity import NPH, WAIT
 from .overrides import Override
 from .track import JobTrack, idle_gpus
@@ -279,7 +279,7 @@ class Sampler:
             new = np.ones(gpus.size, dtype=bool)
             new[1:] = (gpus[1:] != gpus[:-1] + 1) | (rows[1:] != rows[:-1])
             first = np.flatnonzero(new)
-            out["gpus"] = {"at": gpus[first], "n": np.diff(first, append=gpus.size), "v": rows[first]}
+            out["gpus"] = {"at": gpus[first], "n": run_lengths(first, gpus.size), "v": rows[first]}
         return orjson.dumps(out, option=OPT_PART)
 
     def arrays(self, m: Measurement) -> tuple[bytes, bytes, bytes, bytes]:
@@ -374,10 +374,11 @@ class Recent(Generic[V]):
 def distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of an integer table in order of first appearance, and the index of each row's. A few
     dozen rows (the usual case): a dict of their bytes; more (a large override): numpy on a void view."""
-    if table.shape[0] <= 256:
+    if table.shape[0] <= 256 and table.shape[1] > 0:
         seen: dict[bytes, int] = {}
-        inverse = np.fromiter((seen.setdefault(row.tobytes(), len(seen)) for row in table), np.int64,
-                              count=table.shape[0])
+        data, width = np.ascontiguousarray(table).tobytes(), table.itemsize * table.shape[1]   # row by row
+        inverse = np.fromiter((seen.setdefault(data[at:at + width], len(seen))
+                               for at in range(0, len(data), width)), np.int64, count=table.shape[0])
         first = np.zeros(len(seen), np.int64)
         first[inverse[::-1]] = np.arange(table.shape[0] - 1, -1, -1)
         return table[first], inverse

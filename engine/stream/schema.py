@@ -76,7 +76,16 @@ def rle_arrays(values: np.ndarray, starts: np.ndarray | None = None,
     keep[0] = True
     np.not_equal(values[1:], values[:-1], out=keep[1:])
     first = np.flatnonzero(keep) if starts is None else starts[keep]
-    return values[keep], np.diff(first, append=values.size if size is None else size)
+    return values[keep], run_lengths(first, values.size if size is None else size)
+
+
+def run_lengths(first: np.ndarray, end: int) -> np.ndarray:
+    """The length of each run from the index where each starts (sorted, at least one) and where the last one
+    ends: `np.diff(first, append=end)`, without its generality (a sample takes several)."""
+    lengths = np.empty(first.size, first.dtype)
+    np.subtract(first[1:], first[:-1], out=lengths[:-1])
+    lengths[-1] = end - first[-1]
+    return lengths
 
 
 def rle_encode(values: np.ndarray, starts: np.ndarray | None = None,
