@@ -51,9 +51,14 @@ class Periodic:
         self._last: tuple[float, np.ndarray] = (math.nan, self.full)     # at's last answer off a boundary
 
     def _g(self, q: np.ndarray) -> np.ndarray:
-        i = np.minimum(np.maximum(np.searchsorted(self.xs, q, side="right") - 1, 0), self.xs.size - 1)
-        cum = self.cum[i] if self.cum_scale == 1.0 else self.cum[i] * self.cum_scale    # == (cum * k)[i]
-        g: np.ndarray = cum + (q - self.xs[i])[:, None] * self.vals[i]
+        i = self.xs.searchsorted(q, side="right")
+        i -= 1
+        np.maximum(i, 0, out=i)
+        np.minimum(i, self.xs.size - 1, out=i)
+        g: np.ndarray = self.cum.take(i, axis=0)
+        if self.cum_scale != 1.0:
+            g *= self.cum_scale                   # == (cum * k)[i]
+        g += (q - self.xs.take(i))[:, None] * self.vals.take(i, axis=0)
         return g
 
     def at(self, x: float) -> np.ndarray:
@@ -67,7 +72,9 @@ class Periodic:
         last = self._last
         if last[0] == x:                # a sample's end is the next sample's start
             return last[1]
-        total: np.ndarray = k * self.full + self._g(self.base + frac) - self.g0
+        total = self._g(self.base + frac)
+        total += k * self.full          # k * full + g, in place (the same sum)
+        total -= self.g0
         total.flags.writeable = False   # kept: read-only
         self._last = (x, total)
         return total
@@ -259,6 +266,7 @@ class Constant(Activity):
 
     def __init__(self, phase: str, pp: int) -> None:
         self.phase = phase
+        self.code = CODE[phase]             # the one column of `onehot` that is not zero
         self.onehot = _onehot(phase, pp)
 
     def durations(self, a: float, b: float) -> np.ndarray:
