@@ -4,6 +4,7 @@ bounded, and a 1 GW site's 54 days is a run the engine accepts."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import tracemalloc
 import zlib
@@ -40,6 +41,20 @@ def test_time_json_is_orjson_of_the_wire_time() -> None:
         values += [t, round(t, 6) + 5e-7, round(t, 6) - 5e-7, float(rng.randrange(10**9)) / 8]
     for t in values:
         assert wire.time_json(t) == orjson.dumps(wire_time(t)), t
+
+
+def test_wire_time_is_round_to_the_microsecond() -> None:
+    rng = random.Random(5)
+    values = [0.0, -0.0, 1e-7, -1e-7, 5e-7, 0.0078125, 1.5e-6, 2.5e-6, 86400.0, 999999999.9999995, -5.0000005,
+              1e9, -1e9, 3e12, math.inf, -math.inf]
+    for _ in range(50_000):
+        t = 10 ** rng.uniform(-7, 9.2) * rng.choice((1, -1))
+        half = (math.floor(t * 1e6) + 0.5) / 1e6                 # a double next to a half microsecond
+        values += [t, half, math.nextafter(half, math.inf), math.nextafter(half, -math.inf)]
+    for t in values:
+        got, want = wire_time(t), float(round(t, 6))
+        assert got == want and math.copysign(1, got) == math.copysign(1, want), t
+    assert math.isnan(wire_time(math.nan))
 
 
 def test_times_json_is_time_json_of_each() -> None:

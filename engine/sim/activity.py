@@ -134,6 +134,7 @@ class CompiledPlan:
     # integrals over whole steps from a segment's start, by the number of steps (whole)
     _whole: dict[int, tuple[np.ndarray, np.ndarray, float]] = field(default_factory=dict, repr=False,
                                                                      compare=False)
+    step_time_s: float = field(init=False, default=0.0, compare=False)     # the period (__post_init__)
 
     @classmethod
     def of(cls, scenario: Scenario, job: Job, plan: StepPlan, extra_s: float = 0.0,
@@ -174,9 +175,8 @@ class CompiledPlan:
             watts = (float((phases.full @ phase_w).sum()) / period * width, lo * width, hi * width)
         return cls(plan, phases, Periodic(period, tier_tracks), _kpi(*figures, period), extra, watts, figures)
 
-    @property
-    def step_time_s(self) -> float:
-        return self.phases.period
+    def __post_init__(self) -> None:
+        self.step_time_s = self.phases.period         # read at every step and wait: an attribute
 
     def integrals(self, xa: float, xb: float) -> tuple[np.ndarray, np.ndarray, float]:
         """Over [xa, xb] of the step repeated from 0: seconds per stage in each phase, each tier's

@@ -132,10 +132,7 @@ class JobDriver:
         self.checkpoints = 0
         self.tokens_lost = 0
         self.wake = self.env.event()              # succeeds when the job's step changes (its neighbours)
-
-    @property
-    def name(self) -> str:
-        return self.track.job.name
+        self.name = track.job.name
 
     def kept_productive_s(self) -> float:
         """Training time whose work is kept: what a restart now would keep when the job is down."""

@@ -23,7 +23,15 @@ _PREFIX = {key: b',"' + key.encode() + b'":' for key in SAMPLE_KEYS}
 
 
 def wire_time(t: float) -> float:
-    """Times on the wire: seconds, microsecond resolution."""
+    """Times on the wire: seconds, microsecond resolution: `round(t, 6)`, which goes through a decimal
+    string; quickly where the microseconds t * 1e6 (within 1/16 of a microsecond below 1e9 s) are clearly
+    not a half away from the nearest integer m, so that m is the rounded count and m / 1e6 the double
+    round() returns."""
+    if -1e9 < t < 1e9:
+        us = t * 1e6
+        m = round(us)
+        if m and -0.4375 < us - m < 0.4375:
+            return m / 1e6
     return float(round(t, 6))
 
 
