@@ -157,35 +157,55 @@ class PipelineRun:
 class _Segments:
     """The segments that take time (positive durations), in order, as arrays [stage, kind, chunk, segment]
     (kind 0 forward, 1 backward) padded with zeros; `elapsed` is their running sum, and total[stage, kind,
-    chunk] (its last column) what the operation takes: its end is its start plus that, in every path."""
+    chunk] (its last column) what the operation takes: its end is its start plus that, in every path. Kept
+    once per distinct chunk (`at`: [stage, kind, chunk] index into them) and spread when read: an estimate
+    reads `total`, the phase sums read `duration` and `phase`, only a plan's intervals read `elapsed`."""
 
-    duration: np.ndarray
-    phase: np.ndarray
-    elapsed: np.ndarray
+    at: np.ndarray
+    distinct_duration: np.ndarray
+    distinct_phase: np.ndarray
+    distinct_elapsed: np.ndarray
     total: np.ndarray
 
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
-        # stages mostly share their chunks' segments (equal ones): each distinct one is built once
+        # stages mostly share their chunks' segments (equal ones), and stages alike one tuple of chunks: each
+        # distinct tuple of chunks is looked at once (by identity), each distinct chunk built once, into flat
+        # lists (numpy reads a flat list of numbers much faster than nested ones)
         which: dict[tuple[Segment, ...], int] = {}
-        seen: dict[int, int] = {}                 # the same object: no need to compare its contents
-        index = []
-        for kind in (fwd, bwd):
-            for stage in kind:
-                for segs in stage:
-                    i = seen.get(id(segs))
-                    if i is None:
-                        i = seen[id(segs)] = which.setdefault(tuple(segs), len(which))
-                    index.append(i)
+        rows: dict[int, list[int]] = {}
+        index: list[int] = []
+        for stage in (*fwd, *bwd):
+            places = rows.get(id(stage))
+            if places is None:
+                places = rows[id(stage)] = [which.setdefault(tuple(segs), len(which)) for segs in stage]
+            index += places
         kept = [[(name, d) for name, d in segs if d > 0] for segs in which]
-        n = max(1, max(map(len, kept)))
-        duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])
-        phase = np.array([[CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
-                         dtype=np.int8)
-        p, v = len(fwd), len(fwd[0])
-        at = np.array(index).reshape(2, p, v).transpose(1, 0, 2)       # [stage, kind, chunk]
+        n = max(1, *map(len, kept))
+        durations: list[float] = []
+        codes: list[int] = []
+        for segs in kept:
+            durations += [d for _, d in segs] + [0.0] * (n - len(segs))
+            codes += [CODE[name] for name, _ in segs] + [0] * (n - len(segs))
+        duration = np.array(durations).reshape(-1, n)
         elapsed = np.cumsum(duration, axis=1)
-        return cls(duration[at], phase[at], elapsed[at], elapsed[at, -1])
+        at = np.array(index).reshape(2, len(fwd), -1).transpose(1, 0, 2)       # [stage, kind, chunk]
+        return cls(at, duration, np.array(codes, dtype=np.int8).reshape(-1, n), elapsed, elapsed[:, -1][at])
+
+    @cached_property
+    def duration(self) -> np.ndarray:
+        duration: np.ndarray = self.distinct_duration.take(self.at, axis=0)
+        return duration
+
+    @cached_property
+    def phase(self) -> np.ndarray:
+        phase: np.ndarray = self.distinct_phase.take(self.at, axis=0)
+        return phase
+
+    @cached_property
+    def elapsed(self) -> np.ndarray:
+        elapsed: np.ndarray = self.distinct_elapsed.take(self.at, axis=0)
+        return elapsed
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
