@@ -500,8 +500,8 @@ def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
     for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.mtp_cost, cm.total_params,
                    cm.model_flops_per_token, col._route, col.ecmp_max_load, step._net, chunks.grid,
-                   chunks.stage_columns, step._evaluate_cached, pipeline._program, pipeline._waves,
-                   pipeline.order):
+                   chunks.stage_columns, step._evaluate_cached, step.held_activations, pipeline._program,
+                   pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()
     _SUMMARIES.clear()

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..config.catalog import Model
 from ..config.cluster import Cluster
 from ..config.geometry import TIERS, Geometry
 from ..config.job import Job
@@ -353,10 +354,10 @@ class JobModel:
             if st.mtp:      # each module's layer and its projection's 2h-wide input
                 per_tok += st.mtp * (per_token[cm.mtp_is_moe(job.model)] + 2 * job.model.hidden * BF16)
             per_chunk.append(per_tok * sh.tokens)
-        held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, np.array(per_chunk)[grid.at])
+        held = held_activations(sim_schedule(job), job.model, job.pp, cfg.virtual_stages, m, tuple(per_chunk))
         if job.offload == "activations":    # on the GPU: the layer being computed and the one being copied
             largest = max(per_token.values()) * sh.tokens * 2
-            held = [min(h, largest) for h in held]
+            held = tuple(min(h, largest) for h in held)
         stages = self.stages(cfg.virtual_stages)
         transient: float | np.ndarray = 0.0
         if cfg.recompute == "full":
@@ -644,6 +645,16 @@ def _evaluate_cached(schedule: str, p: int, v: int, m: int, fwd: StageSegments, 
     simulation's times bit for bit without its processes (tests/test_plan_source.py holds the plans of both
     equal)."""
     return evaluate(schedule, p, v, m, fwd, bwd, send, send_b)
+
+
+@lru_cache(maxsize=256)
+def held_activations(schedule: str, model: Model, p: int, v: int, m: int,
+                     per_chunk: tuple[float, ...]) -> tuple[float, ...]:
+    """Per stage, the largest activation memory it holds (pipeline.peak_inflight) when each distinct chunk of
+    the model's grid on p stages of v chunks holds per_chunk's bytes per microbatch: kept, as configurations
+    that differ only in what leaves the activations as they are (ZeRO, the data-parallel reduction, ...) share
+    it (a sweep's points do, about three in four)."""
+    return tuple(peak_inflight(schedule, p, v, m, np.array(per_chunk)[chunking.grid(model, p, v).at]))
 
 
 def simulated_sizes(p: int, v: int, m: int) -> tuple[int, ...]:
