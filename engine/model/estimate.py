@@ -214,8 +214,6 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     """
     if job.is_inference:
         return _estimate_inference(scenario, job, plan)
-    cluster = scenario.cluster
-    model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
     everything = candidates(job)
     configs = _simulable(job, everything)
     if everything and not configs:
@@ -225,6 +223,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
         raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
                         f"{job.schedule} schedule with pp = {job.pp} and {per_replica} "
                         f"sequence{'s' if per_replica != 1 else ''} per replica")
+    cluster = scenario.cluster
+    model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
     best, fits = _search(model, configs, plan)
     cfg = best.config
     settled = (job.micro_batch, job.virtual_stages, job.recompute) == (cfg.micro_batch, cfg.virtual_stages,
@@ -427,8 +427,9 @@ def _summary(cluster: Cluster) -> dict[str, Any]:
 def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
     """Every job of the scenario, in scenario order (plan, hints: as for estimate_job), each with the traffic
     of the jobs that share its tiers (engine/model/contention.py)."""
-    out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
+    # the jobs first: a job that cannot run raises before the cluster's summary is made
     alone = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
+    out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
     out.jobs = contention.solve(scenario, alone, _again(scenario, hints))
     return out
 
