@@ -523,13 +523,13 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     if delayed:
         waits = delays[waves.delay]
         for dep, dl, tk, e in zip(waves.dep, waits, takes, clock):
-            fmax(prev, ends[dep] + dl, out=e)
-            add(e, tk, out=e)
+            fmax(prev, ends[dep] + dl, e)         # (out positional: no keywords for numpy to parse)
+            add(e, tk, e)
             prev = e
     else:                                         # x + 0.0 is x: no additions for the transfers
         for dep, tk, e in zip(waves.dep, takes, clock):
-            fmax(prev, ends[dep], out=e)
-            add(e, tk, out=e)
+            fmax(prev, ends[dep], e)
+            add(e, tk, e)
             prev = e
     produced, end = ends[waves.input_of], ends[waves.slot]
     # when each operation started: the loop's max again, of the same numbers

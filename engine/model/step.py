@@ -467,7 +467,7 @@ class JobModel:
                 for c in reversed(range(v)):        # after the stage's whole backward
                     t_stream = np.maximum(t_stream, ends) + comm[:, c]
         dp_end = np.maximum(ends, t_stream)
-        updates = np.array([self._update(f.params) for f in stages.kinds])[stages.at]
+        updates = np.array([self._update(f.params) for f in stages.kinds]).take(stages.at, axis=0)
         opt_by_stage, ag = updates[:, 0], updates[:, 1]
         if job.zero in (1, 2):
             # overlapped with the next step's first forward but for the first layer's bucket, or exposed
