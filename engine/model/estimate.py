@@ -371,10 +371,12 @@ def straggler_factor(sigma: float, slow_fraction: float, slow_factor: float, n: 
     y = np.linspace(-8 * sigma, 8 * sigma - ln_s, 4001)          # ln x
     root2 = sqrt(2)
 
-    def phi(z: np.ndarray) -> np.ndarray:      # the normal CDF, an erf a point (half np.vectorize's cost)
-        return np.array([0.5 * (1 + erf(x / root2)) for x in z.tolist()])
+    def phi(z: np.ndarray) -> np.ndarray:      # the normal CDF: numpy has no erf, so an erf a point (mapped)
+        return 0.5 * (1 + np.array(list(map(erf, (z / root2).tolist()))))
 
-    cdf = (1 - slow_fraction) * phi(y / sigma) + slow_fraction * phi((y + ln_s) / sigma)
+    fast = phi(y / sigma)
+    slow = fast if ln_s == 0 else phi((y + ln_s) / sigma)      # no slow GPUs: the same points (y + 0.0 is y)
+    cdf = (1 - slow_fraction) * fast + slow_fraction * slow
     x = np.exp(y)
     tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** n
     return float(x[0] + np.sum((tail[1:] + tail[:-1]) / 2 * np.diff(x)))
