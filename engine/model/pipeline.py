@@ -108,13 +108,12 @@ class PipelineRun:
         k = self.program.last_backward + np.arange(0, self.end.size, self.end.shape[1])[:, None]
         return [list(zip(a, b)) for a, b in zip(self.start.ravel()[k].tolist(), self.end.ravel()[k].tolist())]
 
-    def _waits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per operation: its stage's previous end, whether it waited for its input, and when the input was
-        produced (clipped to the wait): bubble before that, pp after. (An operation with no input starts at
-        its stage's previous end.)"""
+    def _waits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per operation: its stage's previous end, and when its input was produced clipped to [that end, its
+        start]: bubble before that, pp after. An operation that did not wait (no input, NaN, which fmax skips,
+        or one that came in time) starts at its stage's previous end, where both clip: no bubble, no pp."""
         prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)
-        waited = self.start > prev
-        return prev, waited, np.minimum(np.maximum(self.produced, prev), self.start)
+        return prev, np.fmin(np.fmax(self.produced, prev), self.start)
 
     def phase_seconds(self) -> np.ndarray:
         """Seconds in each phase (by code), summed over the stages from 0 to each one's last operation: what
@@ -123,19 +122,19 @@ class PipelineRun:
         m = self.end.shape[1] // (2 * seg.duration.shape[2])
         out: np.ndarray = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(),
                                           minlength=len(PHASES))
-        prev, waited, split = self._waits()
-        out[CODE["bubble"]] += np.where(waited, split - prev, 0.0).sum()
-        out[CODE["pp"]] += np.where(waited, self.start - split, 0.0).sum()
+        prev, split = self._waits()
+        out[CODE["bubble"]] += (split - prev).sum()         # 0.0 where it did not wait
+        out[CODE["pp"]] += (self.start - split).sum()
         return out
 
     @property
     def intervals(self) -> Intervals:
         """Every stage's intervals in the order it went through them: per operation the wait for its input
         (bubble until the input was produced, pp while it travelled), then its segments."""
-        prev, waited, split = self._waits()
+        prev, split = self._waits()
         starts, ends = [prev, split], [split, self.start]
         phases = [np.full(prev.shape, CODE["bubble"]), np.full(prev.shape, CODE["pp"])]
-        present = [waited & (split > prev), waited & (self.start > split)]
+        present = [split > prev, self.start > split]
         kind, chunk = self.program.kind, self.program.chunk
         stage = np.arange(kind.shape[0])[:, None]
         durations = self.segments.duration[stage, kind, chunk]          # [stage, operation, segment]
