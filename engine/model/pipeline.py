@@ -19,6 +19,7 @@ SimPy is imported here and nowhere in engine/__init__.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -169,8 +170,8 @@ class _Segments:
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
         # stages mostly share their chunks' segments (equal ones), and stages alike one tuple of chunks: each
-        # distinct tuple of chunks is looked at once (by identity), each distinct chunk built once, into flat
-        # lists (numpy reads a flat list of numbers much faster than nested ones)
+        # distinct tuple of chunks is looked at once (by identity), each distinct chunk built once, from flat
+        # sequences (numpy reads a flat sequence of numbers much faster than nested ones)
         which: dict[tuple[Segment, ...], int] = {}
         rows: dict[int, list[int]] = {}
         index: list[int] = []
@@ -179,17 +180,17 @@ class _Segments:
             if places is None:
                 places = rows[id(stage)] = [which.setdefault(tuple(segs), len(which)) for segs in stage]
             index += places
-        kept = [[(name, d) for name, d in segs if d > 0] for segs in which]
-        n = max(1, *map(len, kept))
-        durations: list[float] = []
-        codes: list[int] = []
-        for segs in kept:
-            durations += [d for _, d in segs] + [0.0] * (n - len(segs))
-            codes += [CODE[name] for name, _ in segs] + [0] * (n - len(segs))
-        duration = np.array(durations).reshape(-1, n)
+        # a segment of no time (or a negative one) is kept as 0.0, in its place: it moves no running sum
+        # (x + 0.0 is x) and no interval is made of it; shorter chunks are padded with such segments
+        n = max(1, *map(len, which))
+        names, seconds = zip(*itertools.chain.from_iterable(
+            segs if len(segs) == n else (*segs, *[("idle", 0.0)] * (n - len(segs))) for segs in which))
+        duration = np.array(seconds).reshape(-1, n)
+        duration = np.where(duration > 0, duration, 0.0)
         elapsed = np.cumsum(duration, axis=1)
         at = np.array(index).reshape(2, len(fwd), -1).transpose(1, 0, 2)       # [stage, kind, chunk]
-        return cls(at, duration, np.array(codes, dtype=np.int8).reshape(-1, n), elapsed, elapsed[:, -1][at])
+        phase = np.array(list(map(CODE.__getitem__, names)), dtype=np.int8).reshape(-1, n)
+        return cls(at, duration, phase, elapsed, elapsed[:, -1][at])
 
     @cached_property
     def duration(self) -> np.ndarray:
