@@ -500,8 +500,11 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     waves = _waves(schedule, p, v, m)
     # the transfer an operation waits for, by stage * 2 + kind: a forward's from the previous stage, a
     # backward's from the next (then 0.0, what a stage with no operation in a wave reads)
-    pairs = zip((send_fwd[-1], *send_fwd[:-1]), (*send_bwd[1:], send_bwd[0]))
-    delays = np.array([*itertools.chain.from_iterable(pairs), 0.0], dtype=float)
+    send_f, send_b = np.asarray(send_fwd, dtype=float), np.asarray(send_bwd, dtype=float)
+    delays = np.empty(2 * p + 1)
+    delays[0], delays[2:-1:2] = send_f[-1], send_f[:-1]
+    delays[1:-2:2], delays[-2] = send_b[1:], send_b[0]
+    delays[-1] = 0.0
     total = segments.total.ravel()
     shape = (p, 2 * v * m)
     if 2 * p * v * m < PER_WAVE_MIN * waves.count:
@@ -509,7 +512,7 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
         return PipelineRun(program, segments, end[waves.walk_input], start[:-2].reshape(shape),
                            end[:-2].reshape(shape))
     count, size = waves.count, waves.size
-    takes = np.concatenate((total, (0.0,))).take(waves.segment)        # [wave, stage]
+    takes = np.append(total, 0.0).take(waves.segment)                  # [wave, stage]
     ends = np.empty(size + 1)
     ends[size] = np.nan                           # what "no input" reads
     clock = ends[:size].reshape(count, p)         # row w: the clocks after wave w
