@@ -79,6 +79,11 @@ class Net:
     pp_slowdown: float
     pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
     pp_tier: str | None = None     # the outermost tier the PP groups cross
+    # seconds of collectives over these routes (JobModel._kept): the jobs of one placement share them
+    seconds: dict[tuple[object, ...], float] = field(default_factory=dict, compare=False, repr=False)
+
+
+MAX_KEPT_SECONDS = 4096            # collectives' seconds kept per placement (Net.seconds)
 
 
 ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"),
@@ -180,11 +185,9 @@ class JobModel:
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
         self._ep_net_share = ep_network_share(job, self.net.ep.k)
-        self._grad_comm: dict[float, float] = {}
         self._updates: dict[float, tuple[float, float]] = {}
         self._passes: dict[tuple[Chunk, int, str], Passes] = {}
         self._params: dict[Chunk, float] = {}
-        self._tp_s: dict[tuple[float, bool], float] = {}
         self._shards: dict[int, cm.Shard] = {}
         self._blocks: dict[tuple[str, int, str], cm.BlockCost] = {}
         self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
@@ -280,8 +283,8 @@ class JobModel:
             # compute when overlapped, but for the first layer's gather and the last layer's reduction
             params = self._chunk_params(st)
             layers = max(1, st.layers)
-            ag = col.all_gather(cl, net.dp, BF16 * params).time_s
-            rs = col.reduce_scatter(cl, net.dp, self._grad_bytes * params).time_s
+            ag = self._dp_seconds("reduce_scatter", BF16 * params)          # (an all-gather costs the same)
+            rs = self._dp_seconds("reduce_scatter", self._grad_bytes * params)
             f["dp"] = max(ag / layers, ag - f["compute"]) if job.overlap_param_gather else ag
             hidden = b["compute"] if job.overlap_grad_reduce else 0.0
             b["dp"] = max((ag + rs) / layers, ag + rs - hidden) if job.overlap_param_gather else \
@@ -301,14 +304,28 @@ class JobModel:
                                                                 job.dropout > 0)
         return per_token * sh.tokens
 
+    def _kept(self, key: tuple[object, ...], seconds: Callable[[], float]) -> float:
+        """seconds(), kept with the placement's routes (Net.seconds) by `key`: a collective over them takes
+        what its routes and `key` (the operation, the dimension, the bytes) say, so every job of the placement
+        (a sweep's points) shares it."""
+        memo = self.net.seconds
+        value = memo.get(key)
+        if value is None:          # (no lookup after the store: safe with threads, as Dask runs)
+            if len(memo) >= MAX_KEPT_SECONDS:
+                memo.clear()
+            value = memo[key] = seconds()
+        return value
+
     def _tp_seconds(self, nbytes: float, sp: bool) -> float:
-        """One TP exchange (_tp_time), kept per size:
-        a job's chunks and passes exchange a few sizes many times."""
-        key = (nbytes, sp)
-        seconds = self._tp_s.get(key)
-        if seconds is None:
-            seconds = self._tp_s[key] = _tp_time(self.cluster, self.net, nbytes, sp).time_s
-        return seconds
+        """One TP exchange (_tp_time): a job's chunks and passes exchange a few sizes many times."""
+        return self._kept(("tp", sp, nbytes), lambda: _tp_time(self.cluster, self.net, nbytes, sp).time_s)
+
+    def _dp_seconds(self, reduce: str, nbytes: float) -> float:
+        """One all-reduce (`reduce` "allreduce") or reduce-scatter / all-gather ("reduce_scatter") of
+        `nbytes` over the DP route."""
+        collective = col.allreduce if reduce == "allreduce" else col.reduce_scatter
+        cluster, route = self.cluster, self.net.dp
+        return self._kept((reduce, "dp", nbytes), lambda: collective(cluster, route, nbytes).time_s)
 
     def _sends(self, nbytes: float) -> tuple[float, ...]:
         """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed
@@ -531,7 +548,7 @@ class JobModel:
             shards = self.dp_shards if self.job.zero >= 1 else 1
             ag = 0.0
             if self.job.zero in (1, 2):
-                ag = col.all_gather(self.cluster, self.net.dp, BF16 * params).time_s
+                ag = self._dp_seconds("reduce_scatter", BF16 * params)      # (an all-gather costs the same)
             if self.job.offload == "optimizer":
                 update = cm.host_optimizer_time(self.gpu, params / shards, self._grad_bytes)
             else:
@@ -546,12 +563,8 @@ class JobModel:
 
     def _gradient_reduction(self, params: float) -> float:
         """Seconds to reduce a chunk's gradients over DP (in grad_reduce_dtype)."""
-        if params not in self._grad_comm:
-            grads, cl, route = self._grad_bytes * params, self.cluster, self.net.dp
-            reduce = col.allreduce if self.job.zero == 0 else col.reduce_scatter
-            comm = reduce(cl, route, grads)
-            self._grad_comm[params] = comm.time_s
-        return self._grad_comm[params]
+        reduce = "allreduce" if self.job.zero == 0 else "reduce_scatter"
+        return self._dp_seconds(reduce, self._grad_bytes * params)
 
     def _busy(self, cfg: Config, fwd: StageSegments, bwd: StageSegments, m: int,
               dp_busy: float) -> dict[str, float]:
