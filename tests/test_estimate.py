@@ -12,7 +12,9 @@ from clustertop.engine.config import catalog, scenario
 from clustertop.engine.config.errors import UserError
 from clustertop.engine.config.geometry import TIERS
 from clustertop.engine.config.phases import PHASES
+from clustertop.engine.model import collectives as col
 from clustertop.engine.model.estimate import estimate, estimate_job, to_json
+from clustertop.engine.model.step import JobModel
 
 JOB_KEYS = {"name", "gpus", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
             "hardware_tflops_per_gpu", "memory_gb_per_gpu", "fits", "breakdown_s", "memory_gb", "chosen",
@@ -387,3 +389,30 @@ def test_the_tiers_an_estimate_reports_are_its_routes_and_the_layouts(geometry, 
     monkeypatch.setattr(Layout, "tier", walked)
     assert estimate(base, plan=False, hints=False).jobs[0].tiers == {"tp": "node", "cp": None, "pp": "spine",
                                                                       "dp": "core", "ep": None}
+
+
+def test_collective_seconds_are_kept_with_the_placements_routes_and_are_the_collectives() -> None:
+    """A JobModel keeps a collective's seconds with its placement's routes (Net.seconds): another job of the
+    same placement (other microbatches, ZeRO) reads them, each is the collective computed afresh, and what
+    differs in the operation, the dimension, the bytes or the placement is not read from another."""
+    s = scenario.load("llama3-405b-16k")
+    job = s.jobs[0]
+    a = JobModel(s.cluster, job)
+    b = JobModel(s.cluster, dataclasses.replace(job, zero=3, micro_batch=2))
+    other = JobModel(s.cluster, dataclasses.replace(job, tp=4, dp=job.dp * 2))
+    assert a.net is b.net and other.net is not a.net
+    a.net.seconds.clear()
+    other.net.seconds.clear()
+    cl, dp, tp = s.cluster, a.net.dp, a.net.tp
+    expected = {("allreduce", 1e9): col.allreduce(cl, dp, 1e9).time_s,
+                ("reduce_scatter", 1e9): col.reduce_scatter(cl, dp, 1e9).time_s,
+                ("reduce_scatter", 2e9): col.reduce_scatter(cl, dp, 2e9).time_s}
+    assert len(set(expected.values())) == 3
+    for model in (a, b):                    # made by the first, read by the second
+        for (reduce, nbytes), seconds in expected.items():
+            assert model._dp_seconds(reduce, nbytes) == seconds
+        assert model._tp_seconds(1e8, True) == 2 * col.reduce_scatter(cl, tp, 1e8).time_s
+        assert model._tp_seconds(1e8, False) == col.allreduce(cl, tp, 1e8).time_s
+    assert len(a.net.seconds) == 5
+    assert other._dp_seconds("allreduce", 1e9) == col.allreduce(cl, other.net.dp, 1e9).time_s != \
+        expected[("allreduce", 1e9)]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from clustertop.engine.config import catalog, scenario
+from clustertop.engine.model import chunks, step
 from clustertop.engine.model import memory as mem
 from clustertop.engine.model.estimate import estimate_job
+from clustertop.engine.model.pipeline import peak_inflight
 
 MODELS = catalog.models()
 
@@ -91,3 +94,23 @@ def test_fp8_caches_gemm_inputs_in_one_byte_and_mla_recomputes_up_projections() 
     llama = catalog.models()["llama3.1-405b"]
     assert activation_bytes_per_token(llama, False, 8, True, "selective") == \
         activation_bytes_per_token(llama, False, 8, True, "selective", fp8=False)
+
+
+def test_held_activations_are_the_peaks_in_flight_kept_per_layout_schedule_and_bytes() -> None:
+    """step.held_activations (cached: configurations that leave the activations as they are share them) gives
+    pipeline.peak_inflight of each distinct chunk's bytes spread over the grid, and what differs in the
+    layout, the schedule, the microbatches or the bytes gets its own figures, not a kept one."""
+    model = MODELS["llama3.1-405b"]
+    step.held_activations.cache_clear()
+    seen = set()
+    for schedule, p, v, m, scale in (("1f1b", 8, 1, 16, 1.0), ("1f1b", 8, 1, 16, 2.0), ("1f1b", 8, 1, 4, 1.0),
+                                     ("gpipe", 8, 1, 16, 1.0), ("1f1b", 8, 2, 16, 1.0),
+                                     ("1f1b", 16, 1, 16, 1.0)):
+        grid = chunks.grid(model, p, v)
+        per_chunk = tuple(scale * (i + 1) * 1e9 for i in range(len(grid.chunks)))
+        expected = tuple(peak_inflight(schedule, p, v, m, np.array(per_chunk)[grid.at]))
+        for _ in range(2):          # made, then kept
+            assert step.held_activations(schedule, model, p, v, m, per_chunk) == expected
+        seen.add(expected)
+    assert len(seen) == 6
+    assert step.held_activations.cache_info().hits == 6

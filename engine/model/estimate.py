@@ -214,8 +214,6 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
     """
     if job.is_inference:
         return _estimate_inference(scenario, job, plan)
-    cluster = scenario.cluster
-    model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
     everything = candidates(job)
     configs = _simulable(job, everything)
     if everything and not configs:
@@ -225,6 +223,8 @@ def estimate_job(scenario: Scenario, job: Job, plan: bool = True, hints: bool = 
         raise UserError(f"job {job.name!r}: no micro_batch / virtual_stages combination can run the "
                         f"{job.schedule} schedule with pp = {job.pp} and {per_replica} "
                         f"sequence{'s' if per_replica != 1 else ''} per replica")
+    cluster = scenario.cluster
+    model = JobModel(cluster, job, background, busy=len(scenario.jobs) > 1)
     best, fits = _search(model, configs, plan)
     cfg = best.config
     settled = (job.micro_batch, job.virtual_stages, job.recompute) == (cfg.micro_batch, cfg.virtual_stages,
@@ -371,10 +371,12 @@ def straggler_factor(sigma: float, slow_fraction: float, slow_factor: float, n: 
     y = np.linspace(-8 * sigma, 8 * sigma - ln_s, 4001)          # ln x
     root2 = sqrt(2)
 
-    def phi(z: np.ndarray) -> np.ndarray:      # the normal CDF, an erf a point (half np.vectorize's cost)
-        return np.array([0.5 * (1 + erf(x / root2)) for x in z.tolist()])
+    def phi(z: np.ndarray) -> np.ndarray:      # the normal CDF: numpy has no erf, so an erf a point (mapped)
+        return 0.5 * (1 + np.array(list(map(erf, (z / root2).tolist()))))
 
-    cdf = (1 - slow_fraction) * phi(y / sigma) + slow_fraction * phi((y + ln_s) / sigma)
+    fast = phi(y / sigma)
+    slow = fast if ln_s == 0 else phi((y + ln_s) / sigma)      # no slow GPUs: the same points (y + 0.0 is y)
+    cdf = (1 - slow_fraction) * fast + slow_fraction * slow
     x = np.exp(y)
     tail = 1.0 - np.clip(cdf, 0.0, 1.0) ** n
     return float(x[0] + np.sum((tail[1:] + tail[:-1]) / 2 * np.diff(x)))
@@ -427,8 +429,9 @@ def _summary(cluster: Cluster) -> dict[str, Any]:
 def estimate(scenario: Scenario, plan: bool = True, hints: bool = True) -> ScenarioEstimate:
     """Every job of the scenario, in scenario order (plan, hints: as for estimate_job), each with the traffic
     of the jobs that share its tiers (engine/model/contention.py)."""
-    out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
+    # the jobs first: a job that cannot run raises before the cluster's summary is made
     alone = [estimate_job(scenario, job, plan, hints) for job in scenario.jobs]
+    out = ScenarioEstimate(scenario=scenario.name, cluster=cluster_summary(scenario.cluster))
     out.jobs = contention.solve(scenario, alone, _again(scenario, hints))
     return out
 
@@ -500,8 +503,8 @@ def clear_caches() -> None:
     """Forget every cached cost, route, chunk and pipeline (benchmarks time a cold start)."""
     for cached in (cm.layer_cost, cm.embedding_cost, cm.output_cost, cm.mtp_cost, cm.total_params,
                    cm.model_flops_per_token, col._route, col.ecmp_max_load, step._net, chunks.grid,
-                   chunks.stage_columns, step._evaluate_cached, pipeline._program, pipeline._waves,
-                   pipeline.order):
+                   chunks.stage_columns, step._evaluate_cached, step.held_activations, pipeline._program,
+                   pipeline._waves, pipeline.order):
         cached.cache_clear()
     _TIERS.clear()
     _SUMMARIES.clear()

@@ -19,6 +19,7 @@ SimPy is imported here and nowhere in engine/__init__.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -108,13 +109,12 @@ class PipelineRun:
         k = self.program.last_backward + np.arange(0, self.end.size, self.end.shape[1])[:, None]
         return [list(zip(a, b)) for a, b in zip(self.start.ravel()[k].tolist(), self.end.ravel()[k].tolist())]
 
-    def _waits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per operation: its stage's previous end, whether it waited for its input, and when the input was
-        produced (clipped to the wait): bubble before that, pp after. (An operation with no input starts at
-        its stage's previous end.)"""
+    def _waits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per operation: its stage's previous end, and when its input was produced clipped to [that end, its
+        start]: bubble before that, pp after. An operation that did not wait (no input, NaN, which fmax skips,
+        or one that came in time) starts at its stage's previous end, where both clip: no bubble, no pp."""
         prev = np.concatenate([np.zeros((self.end.shape[0], 1)), self.end[:, :-1]], axis=1)
-        waited = self.start > prev
-        return prev, waited, np.minimum(np.maximum(self.produced, prev), self.start)
+        return prev, np.fmin(np.fmax(self.produced, prev), self.start)
 
     def phase_seconds(self) -> np.ndarray:
         """Seconds in each phase (by code), summed over the stages from 0 to each one's last operation: what
@@ -123,19 +123,19 @@ class PipelineRun:
         m = self.end.shape[1] // (2 * seg.duration.shape[2])
         out: np.ndarray = m * np.bincount(seg.phase.ravel(), weights=seg.duration.ravel(),
                                           minlength=len(PHASES))
-        prev, waited, split = self._waits()
-        out[CODE["bubble"]] += np.where(waited, split - prev, 0.0).sum()
-        out[CODE["pp"]] += np.where(waited, self.start - split, 0.0).sum()
+        prev, split = self._waits()
+        out[CODE["bubble"]] += (split - prev).sum()         # 0.0 where it did not wait
+        out[CODE["pp"]] += (self.start - split).sum()
         return out
 
     @property
     def intervals(self) -> Intervals:
         """Every stage's intervals in the order it went through them: per operation the wait for its input
         (bubble until the input was produced, pp while it travelled), then its segments."""
-        prev, waited, split = self._waits()
+        prev, split = self._waits()
         starts, ends = [prev, split], [split, self.start]
         phases = [np.full(prev.shape, CODE["bubble"]), np.full(prev.shape, CODE["pp"])]
-        present = [waited & (split > prev), waited & (self.start > split)]
+        present = [split > prev, self.start > split]
         kind, chunk = self.program.kind, self.program.chunk
         stage = np.arange(kind.shape[0])[:, None]
         durations = self.segments.duration[stage, kind, chunk]          # [stage, operation, segment]
@@ -157,35 +157,55 @@ class PipelineRun:
 class _Segments:
     """The segments that take time (positive durations), in order, as arrays [stage, kind, chunk, segment]
     (kind 0 forward, 1 backward) padded with zeros; `elapsed` is their running sum, and total[stage, kind,
-    chunk] (its last column) what the operation takes: its end is its start plus that, in every path."""
+    chunk] (its last column) what the operation takes: its end is its start plus that, in every path. Kept
+    once per distinct chunk (`at`: [stage, kind, chunk] index into them) and spread when read: an estimate
+    reads `total`, the phase sums read `duration` and `phase`, only a plan's intervals read `elapsed`."""
 
-    duration: np.ndarray
-    phase: np.ndarray
-    elapsed: np.ndarray
+    at: np.ndarray
+    distinct_duration: np.ndarray
+    distinct_phase: np.ndarray
+    distinct_elapsed: np.ndarray
     total: np.ndarray
 
     @classmethod
     def of(cls, fwd: Segments, bwd: Segments) -> _Segments:
-        # stages mostly share their chunks' segments (equal ones): each distinct one is built once
+        # stages mostly share their chunks' segments (equal ones), and stages alike one tuple of chunks: each
+        # distinct tuple of chunks is looked at once (by identity), each distinct chunk built once, from flat
+        # sequences (numpy reads a flat sequence of numbers much faster than nested ones)
         which: dict[tuple[Segment, ...], int] = {}
-        seen: dict[int, int] = {}                 # the same object: no need to compare its contents
-        index = []
-        for kind in (fwd, bwd):
-            for stage in kind:
-                for segs in stage:
-                    i = seen.get(id(segs))
-                    if i is None:
-                        i = seen[id(segs)] = which.setdefault(tuple(segs), len(which))
-                    index.append(i)
-        kept = [[(name, d) for name, d in segs if d > 0] for segs in which]
-        n = max(1, max(map(len, kept)))
-        duration = np.array([[d for _, d in segs] + [0.0] * (n - len(segs)) for segs in kept])
-        phase = np.array([[CODE[name] for name, _ in segs] + [0] * (n - len(segs)) for segs in kept],
-                         dtype=np.int8)
-        p, v = len(fwd), len(fwd[0])
-        at = np.array(index).reshape(2, p, v).transpose(1, 0, 2)       # [stage, kind, chunk]
+        rows: dict[int, list[int]] = {}
+        index: list[int] = []
+        for stage in (*fwd, *bwd):
+            places = rows.get(id(stage))
+            if places is None:
+                places = rows[id(stage)] = [which.setdefault(tuple(segs), len(which)) for segs in stage]
+            index += places
+        # a segment of no time (or a negative one) is kept as 0.0, in its place: it moves no running sum
+        # (x + 0.0 is x) and no interval is made of it; shorter chunks are padded with such segments
+        n = max(1, *map(len, which))
+        names, seconds = zip(*itertools.chain.from_iterable(
+            segs if len(segs) == n else (*segs, *[("idle", 0.0)] * (n - len(segs))) for segs in which))
+        duration = np.array(seconds).reshape(-1, n)
+        duration = np.where(duration > 0, duration, 0.0)
         elapsed = np.cumsum(duration, axis=1)
-        return cls(duration[at], phase[at], elapsed[at], elapsed[at, -1])
+        at = np.array(index).reshape(2, len(fwd), -1).transpose(1, 0, 2)       # [stage, kind, chunk]
+        phase = np.array(list(map(CODE.__getitem__, names)), dtype=np.int8).reshape(-1, n)
+        return cls(at, duration, phase, elapsed, elapsed[:, -1][at])
+
+    @cached_property
+    def duration(self) -> np.ndarray:
+        duration: np.ndarray = self.distinct_duration.take(self.at, axis=0)
+        return duration
+
+    @cached_property
+    def phase(self) -> np.ndarray:
+        phase: np.ndarray = self.distinct_phase.take(self.at, axis=0)
+        return phase
+
+    @cached_property
+    def elapsed(self) -> np.ndarray:
+        elapsed: np.ndarray = self.distinct_elapsed.take(self.at, axis=0)
+        return elapsed
 
 
 def check(schedule: str, p: int, v: int, m: int) -> str | None:
@@ -503,13 +523,13 @@ def evaluate(schedule: str, p: int, v: int, m: int, fwd: Segments, bwd: Segments
     if delayed:
         waits = delays[waves.delay]
         for dep, dl, tk, e in zip(waves.dep, waits, takes, clock):
-            fmax(prev, ends[dep] + dl, out=e)
-            add(e, tk, out=e)
+            fmax(prev, ends[dep] + dl, e)         # (out positional: no keywords for numpy to parse)
+            add(e, tk, e)
             prev = e
     else:                                         # x + 0.0 is x: no additions for the transfers
         for dep, tk, e in zip(waves.dep, takes, clock):
-            fmax(prev, ends[dep], out=e)
-            add(e, tk, out=e)
+            fmax(prev, ends[dep], e)
+            add(e, tk, e)
             prev = e
     produced, end = ends[waves.input_of], ends[waves.slot]
     # when each operation started: the loop's max again, of the same numbers

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..config.catalog import Model
 from ..config.cluster import Cluster
 from ..config.geometry import TIERS, Geometry
 from ..config.job import Job
@@ -78,6 +79,11 @@ class Net:
     pp_slowdown: float
     pp_hops: tuple[int, ...] = ()  # torus hops between neighbouring stages inside a scale-up domain
     pp_tier: str | None = None     # the outermost tier the PP groups cross
+    # seconds of collectives over these routes (JobModel._kept): the jobs of one placement share them
+    seconds: dict[tuple[object, ...], float] = field(default_factory=dict, compare=False, repr=False)
+
+
+MAX_KEPT_SECONDS = 4096            # collectives' seconds kept per placement (Net.seconds)
 
 
 ROUTE_DIMS = {"tp": (("tp",), "ring"), "cp": (("cp",), "ring"), "ep": (("ep",), "all2all"),
@@ -179,11 +185,9 @@ class JobModel:
         self.dp_shards = job.dp * job.cp
         self.expert_shards = max(1, job.dp * job.cp // job.ep)
         self._ep_net_share = ep_network_share(job, self.net.ep.k)
-        self._grad_comm: dict[float, float] = {}
         self._updates: dict[float, tuple[float, float]] = {}
         self._passes: dict[tuple[Chunk, int, str], Passes] = {}
         self._params: dict[Chunk, float] = {}
-        self._tp_s: dict[tuple[float, bool], float] = {}
         self._shards: dict[int, cm.Shard] = {}
         self._blocks: dict[tuple[str, int, str], cm.BlockCost] = {}
         self._memory: dict[Config, mem.StageMemory[np.ndarray]] = {}
@@ -279,8 +283,8 @@ class JobModel:
             # compute when overlapped, but for the first layer's gather and the last layer's reduction
             params = self._chunk_params(st)
             layers = max(1, st.layers)
-            ag = col.all_gather(cl, net.dp, BF16 * params).time_s
-            rs = col.reduce_scatter(cl, net.dp, self._grad_bytes * params).time_s
+            ag = self._dp_seconds("reduce_scatter", BF16 * params)          # (an all-gather costs the same)
+            rs = self._dp_seconds("reduce_scatter", self._grad_bytes * params)
             f["dp"] = max(ag / layers, ag - f["compute"]) if job.overlap_param_gather else ag
             hidden = b["compute"] if job.overlap_grad_reduce else 0.0
             b["dp"] = max((ag + rs) / layers, ag + rs - hidden) if job.overlap_param_gather else \
@@ -300,14 +304,28 @@ class JobModel:
                                                                 job.dropout > 0)
         return per_token * sh.tokens
 
+    def _kept(self, key: tuple[object, ...], seconds: Callable[[], float]) -> float:
+        """seconds(), kept with the placement's routes (Net.seconds) by `key`: a collective over them takes
+        what its routes and `key` (the operation, the dimension, the bytes) say, so every job of the placement
+        (a sweep's points) shares it."""
+        memo = self.net.seconds
+        value = memo.get(key)
+        if value is None:          # (no lookup after the store: safe with threads, as Dask runs)
+            if len(memo) >= MAX_KEPT_SECONDS:
+                memo.clear()
+            value = memo[key] = seconds()
+        return value
+
     def _tp_seconds(self, nbytes: float, sp: bool) -> float:
-        """One TP exchange (_tp_time), kept per size:
-        a job's chunks and passes exchange a few sizes many times."""
-        key = (nbytes, sp)
-        seconds = self._tp_s.get(key)
-        if seconds is None:
-            seconds = self._tp_s[key] = _tp_time(self.cluster, self.net, nbytes, sp).time_s
-        return seconds
+        """One TP exchange (_tp_time): a job's chunks and passes exchange a few sizes many times."""
+        return self._kept(("tp", sp, nbytes), lambda: _tp_time(self.cluster, self.net, nbytes, sp).time_s)
+
+    def _dp_seconds(self, reduce: str, nbytes: float) -> float:
+        """One all-reduce (`reduce` "allreduce") or reduce-scatter / all-gather ("reduce_scatter") of
+        `nbytes` over the DP route."""
+        collective = col.allreduce if reduce == "allreduce" else col.reduce_scatter
+        cluster, route = self.cluster, self.net.dp
+        return self._kept((reduce, "dp", nbytes), lambda: collective(cluster, route, nbytes).time_s)
 
     def _sends(self, nbytes: float) -> tuple[float, ...]:
         """Seconds of each stage boundary's transfer of `nbytes` (r -> r + 1): it depends on the tier crossed
@@ -353,10 +371,10 @@ class JobModel:
             if st.mtp:      # each module's layer and its projection's 2h-wide input
                 per_tok += st.mtp * (per_token[cm.mtp_is_moe(job.model)] + 2 * job.model.hidden * BF16)
             per_chunk.append(per_tok * sh.tokens)
-        held = peak_inflight(sim_schedule(job), job.pp, cfg.virtual_stages, m, np.array(per_chunk)[grid.at])
+        held = held_activations(sim_schedule(job), job.model, job.pp, cfg.virtual_stages, m, tuple(per_chunk))
         if job.offload == "activations":    # on the GPU: the layer being computed and the one being copied
             largest = max(per_token.values()) * sh.tokens * 2
-            held = [min(h, largest) for h in held]
+            held = tuple(min(h, largest) for h in held)
         stages = self.stages(cfg.virtual_stages)
         transient: float | np.ndarray = 0.0
         if cfg.recompute == "full":
@@ -466,7 +484,7 @@ class JobModel:
                 for c in reversed(range(v)):        # after the stage's whole backward
                     t_stream = np.maximum(t_stream, ends) + comm[:, c]
         dp_end = np.maximum(ends, t_stream)
-        updates = np.array([self._update(f.params) for f in stages.kinds])[stages.at]
+        updates = np.array([self._update(f.params) for f in stages.kinds]).take(stages.at, axis=0)
         opt_by_stage, ag = updates[:, 0], updates[:, 1]
         if job.zero in (1, 2):
             # overlapped with the next step's first forward but for the first layer's bucket, or exposed
@@ -530,7 +548,7 @@ class JobModel:
             shards = self.dp_shards if self.job.zero >= 1 else 1
             ag = 0.0
             if self.job.zero in (1, 2):
-                ag = col.all_gather(self.cluster, self.net.dp, BF16 * params).time_s
+                ag = self._dp_seconds("reduce_scatter", BF16 * params)      # (an all-gather costs the same)
             if self.job.offload == "optimizer":
                 update = cm.host_optimizer_time(self.gpu, params / shards, self._grad_bytes)
             else:
@@ -545,12 +563,8 @@ class JobModel:
 
     def _gradient_reduction(self, params: float) -> float:
         """Seconds to reduce a chunk's gradients over DP (in grad_reduce_dtype)."""
-        if params not in self._grad_comm:
-            grads, cl, route = self._grad_bytes * params, self.cluster, self.net.dp
-            reduce = col.allreduce if self.job.zero == 0 else col.reduce_scatter
-            comm = reduce(cl, route, grads)
-            self._grad_comm[params] = comm.time_s
-        return self._grad_comm[params]
+        reduce = "allreduce" if self.job.zero == 0 else "reduce_scatter"
+        return self._dp_seconds(reduce, self._grad_bytes * params)
 
     def _busy(self, cfg: Config, fwd: StageSegments, bwd: StageSegments, m: int,
               dp_busy: float) -> dict[str, float]:
@@ -644,6 +658,16 @@ def _evaluate_cached(schedule: str, p: int, v: int, m: int, fwd: StageSegments, 
     simulation's times bit for bit without its processes (tests/test_plan_source.py holds the plans of both
     equal)."""
     return evaluate(schedule, p, v, m, fwd, bwd, send, send_b)
+
+
+@lru_cache(maxsize=256)
+def held_activations(schedule: str, model: Model, p: int, v: int, m: int,
+                     per_chunk: tuple[float, ...]) -> tuple[float, ...]:
+    """Per stage, the largest activation memory it holds (pipeline.peak_inflight) when each distinct chunk of
+    the model's grid on p stages of v chunks holds per_chunk's bytes per microbatch: kept, as configurations
+    that differ only in what leaves the activations as they are (ZeRO, the data-parallel reduction, ...) share
+    it (a sweep's points do, about three in four)."""
+    return tuple(peak_inflight(schedule, p, v, m, np.array(per_chunk)[chunking.grid(model, p, v).at]))
 
 
 def simulated_sizes(p: int, v: int, m: int) -> tuple[int, ...]:
