@@ -24,6 +24,7 @@ import simpy
 from ..config.scenario import Scenario
 from ..model.checkpoint import checkpoint_plan
 from ..stream import schema
+from ..stream.lines import wire_time
 from . import variability
 from .activity import Constant, Running
 from .faults import Fault, fault_fields
@@ -113,6 +114,7 @@ class JobDriver:
         f = scenario.faults
         self.detect_s, self.restart_s, self.planned_s = f.detection_s, f.restart_s, f.planned_s
         self.ckpt = checkpoint_plan(scenario, track.job)
+        self.gb = round(self.ckpt.state_bytes / 1e9, 1)       # a checkpoint's size on the wire
         self.training = track.job.kind == "training"
         self.saved = Saved()
         self.started = 0.0
@@ -247,7 +249,7 @@ class JobDriver:
         run.advance(env.now)                    # the steps that ended by now are part of the checkpoint
         saved = Saved(track.step, track.tokens_total, track.productive_s)
         run.emit(schema.CHECKPOINT_START, job=self.name, step=saved.step, mode=mode,
-                 gb=round(self.ckpt.state_bytes / 1e9, 1))
+                 gb=self.gb)
         writing = self.writing = Writing(env.now, saved)
         run.switch(track, Constant("checkpoint", track.job.pp))
         if mode == "sync":
@@ -277,7 +279,7 @@ class JobDriver:
         self.saved = writing.saved
         self.checkpoints += 1
         self.run.emit(schema.CHECKPOINT_END, job=self.name, step=writing.saved.step, ok=True,
-                      duration_s=round(self.env.now - writing.start, 6))
+                      duration_s=wire_time(self.env.now - writing.start))
 
     def _abort(self, writing: Writing | None) -> None:
         """A checkpoint that will never be complete: its end says so (start and end always pair)."""
@@ -288,7 +290,7 @@ class JobDriver:
         if writing is self.behind:
             self.behind = None
         self.run.emit(schema.CHECKPOINT_END, job=self.name, step=writing.saved.step, ok=False,
-                      duration_s=round(self.env.now - writing.start, 6))
+                      duration_s=wire_time(self.env.now - writing.start))
 
     # ----- going down and coming back -------------------------------------------------------------------
 
@@ -353,7 +355,7 @@ class JobDriver:
         run.advance(env.now)                    # the steps that ended by now are part of the checkpoint
         saved = Saved(track.step, track.tokens_total, track.productive_s)
         run.emit(schema.CHECKPOINT_START, job=self.name, step=saved.step, mode="sync",
-                 gb=round(self.ckpt.state_bytes / 1e9, 1))
+                 gb=self.gb)
         self.writing = Writing(env.now, saved)
         run.switch(track, Constant("checkpoint", track.job.pp))
         yield env.timeout(self.ckpt.write_s)
