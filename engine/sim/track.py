@@ -76,8 +76,8 @@ class JobTrack:
             lo, hi = max(a, seg.start), min(b, seg.end)
             if hi > lo:
                 act = seg.activity
-                if act.__class__ is Constant:     # its durations only, in its one column (adding zeros
-                    total[:, act.code] += hi - lo     # changes nothing)
+                if act.__class__ is Constant:     # its seconds in its one column (its durations, without
+                    total[:, act.code] += hi - lo     # adding the zeros of the other columns)
                     continue
                 d, load, e = act.integrals(lo, hi)
                 total += d
